@@ -1,0 +1,12 @@
+//! azure-scheduled-events-exporter turns Azure Scheduled Events into Prometheus metrics and logs.
+//!
+//! How the pieces fit: [`imds`] fetches documents over HTTP and [`wire`] mirrors their JSON;
+//! [`event`] and [`not_before`] turn that into domain types; [`tracker`] is the pure state machine
+//! that works out each event's lifecycle; [`agent`] runs the one poll loop and hands every change
+//! to the log and to [`metrics`]; [`server`] serves `/metrics` and health; [`config`] is the command
+//! line; [`simulator`] is a faithful local IMDS used by `demo`, by users' tests and by ours.
+
+pub mod event;
+pub mod not_before;
+pub mod tracker;
+pub mod wire;
