@@ -10,3 +10,4 @@ pub mod event;
 pub mod not_before;
 pub mod tracker;
 pub mod wire;
+pub mod simulator;

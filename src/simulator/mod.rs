@@ -1,0 +1,1 @@
+//! A faithful local IMDS: scheduled events, instance metadata, a control API and fault injection.
