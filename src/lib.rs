@@ -6,8 +6,13 @@
 //! to the log and to [`metrics`]; [`server`] serves `/metrics` and health; [`config`] is the command
 //! line; [`simulator`] is a faithful local IMDS used by `demo`, by users' tests and by ours.
 
+pub mod config;
 pub mod event;
+pub mod imds;
+pub mod metrics;
+pub mod monitor;
 pub mod not_before;
+pub mod simulator;
+pub mod trace_id;
 pub mod tracker;
 pub mod wire;
-pub mod simulator;

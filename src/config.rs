@@ -1,0 +1,368 @@
+//! The command line: flags, their environment variables, defaults and validation.
+//!
+//! Every flag also reads `AZURE_SCHEDULED_EVENTS_<FLAG>` (dots and dashes become underscores,
+//! e.g. `AZURE_SCHEDULED_EVENTS_POLL_INTERVAL`). Parsing never touches the process environment
+//! except through clap, so tests parse argument lists. Anything invalid is one line on stderr and
+//! exit code 64 (`EX_USAGE`).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use reqwest::Url;
+
+use crate::metrics::EventSeries;
+
+/// Exit code for an invalid command line or configuration (sysexits.h `EX_USAGE`).
+pub const EXIT_USAGE: i32 = 64;
+
+/// The default scheduled-events api-version: the newest documented, the first with DurationInSeconds.
+pub const DEFAULT_API_VERSION: &str = "2020-07-01";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "azure-scheduled-events-exporter",
+    version,
+    about = "Exports Azure Scheduled Events as Prometheus metrics and structured logs.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent against a built-in simulator playing a scenario on a loop: see it work anywhere.
+    Demo(DemoArgs),
+    /// Serve the simulator alone, as a local IMDS for your own tests.
+    Simulator(SimulatorArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// The agent's flags (also accepted by `demo`).
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    /// Base URL of the Instance Metadata Service.
+    #[arg(
+        long = "imds.url",
+        env = "AZURE_SCHEDULED_EVENTS_IMDS_URL",
+        default_value = "http://169.254.169.254"
+    )]
+    pub imds_url: String,
+    /// Scheduled-events api-version to request (YYYY-MM-DD). Never changed automatically.
+    #[arg(long = "imds.api-version", env = "AZURE_SCHEDULED_EVENTS_IMDS_API_VERSION", default_value = DEFAULT_API_VERSION)]
+    pub imds_api_version: String,
+    /// Timeout of each poll once IMDS has answered.
+    #[arg(long = "imds.timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_TIMEOUT", default_value = "2s", value_parser = duration)]
+    pub imds_timeout: Duration,
+    /// Timeout of polls until the first valid document: Azure enables Scheduled Events on the first
+    /// request and may take up to two minutes to answer it.
+    #[arg(long = "imds.first-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_FIRST_TIMEOUT", default_value = "2m", value_parser = duration)]
+    pub imds_first_timeout: Duration,
+    /// Longest wait between polls when IMDS answers 429, 410 or 5xx.
+    #[arg(long = "imds.max-backoff", env = "AZURE_SCHEDULED_EVENTS_IMDS_MAX_BACKOFF", default_value = "10s", value_parser = duration)]
+    pub imds_max_backoff: Duration,
+    /// Time between polls. Azure recommends 1s; Spot evictions can come with 30s notice.
+    #[arg(long = "poll.interval", env = "AZURE_SCHEDULED_EVENTS_POLL_INTERVAL", default_value = "1s", value_parser = duration)]
+    pub poll_interval: Duration,
+    /// Address for /metrics and health: `:PORT` (all IPv4 interfaces), `IP:PORT` or `[IPv6]:PORT`.
+    #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_WEB_LISTEN_ADDRESS", default_value = ":10188", value_parser = listen_address)]
+    pub web_listen_address: SocketAddr,
+    /// Path under which metrics are served.
+    #[arg(
+        long = "web.telemetry-path",
+        env = "AZURE_SCHEDULED_EVENTS_WEB_TELEMETRY_PATH",
+        default_value = "/metrics"
+    )]
+    pub web_telemetry_path: String,
+    /// Which name in an event's Resources means this VM [default: compute.name from instance metadata].
+    #[arg(long = "vm.name", env = "AZURE_SCHEDULED_EVENTS_VM_NAME")]
+    pub vm_name: Option<String>,
+    /// Export per-event series for every event in the document, not only those naming this VM.
+    #[arg(
+        long = "metrics.all-events",
+        env = "AZURE_SCHEDULED_EVENTS_METRICS_ALL_EVENTS"
+    )]
+    pub metrics_all_events: bool,
+    /// Log format [default: json; text for demo].
+    #[arg(long = "log.format", env = "AZURE_SCHEDULED_EVENTS_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// Log filter: a level (error, warn, info, debug, trace) or tracing directives.
+    #[arg(
+        long = "log.level",
+        env = "AZURE_SCHEDULED_EVENTS_LOG_LEVEL",
+        default_value = "info"
+    )]
+    pub log_level: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SimulatorArgs {
+    /// Address the simulated IMDS listens on.
+    #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_LISTEN_ADDRESS", default_value = "127.0.0.1:8080", value_parser = listen_address)]
+    pub web_listen_address: SocketAddr,
+    /// Scenario file (YAML or JSON) to play; `demo` for the built-in one. Without it the document
+    /// is empty until the control API changes it.
+    #[arg(long = "scenario", env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_SCENARIO")]
+    pub scenario: Option<PathBuf>,
+    /// compute.name of the simulated VM (what the agent takes as this VM's name).
+    #[arg(
+        long = "vm.name",
+        env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_VM_NAME",
+        default_value = "sim-vm_0"
+    )]
+    pub vm_name: String,
+    /// Log format.
+    #[arg(
+        long = "log.format",
+        env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+}
+
+/// The agent's validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub imds_url: Url,
+    pub api_version: String,
+    pub imds_timeout: Duration,
+    pub imds_first_timeout: Duration,
+    pub imds_max_backoff: Duration,
+    pub poll_interval: Duration,
+    pub listen_address: SocketAddr,
+    pub telemetry_path: String,
+    pub vm_name: Option<String>,
+    pub event_series: EventSeries,
+    pub log_format: LogFormat,
+    pub log_level: String,
+}
+
+/// An invalid setting, named by its flag.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid value for --{flag}: {reason}")]
+pub struct ConfigError {
+    pub flag: &'static str,
+    pub reason: String,
+}
+
+fn invalid(flag: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        flag,
+        reason: reason.into(),
+    }
+}
+
+impl AgentArgs {
+    /// Validates the flags; `default_log_format` applies when `--log.format` was not given.
+    pub fn validate(self, default_log_format: LogFormat) -> Result<Config, ConfigError> {
+        let imds_url = Url::parse(&self.imds_url)
+            .map_err(|e| invalid("imds.url", format!("{:?}: {e}", self.imds_url)))?;
+        if !matches!(imds_url.scheme(), "http" | "https") || imds_url.host().is_none() {
+            return Err(invalid(
+                "imds.url",
+                format!("{:?} is not an http:// or https:// URL", self.imds_url),
+            ));
+        }
+        if imds_url.query().is_some() || imds_url.fragment().is_some() {
+            return Err(invalid(
+                "imds.url",
+                "give the base URL only, without query or fragment",
+            ));
+        }
+        if chrono::NaiveDate::parse_from_str(&self.imds_api_version, "%Y-%m-%d").is_err() {
+            return Err(invalid(
+                "imds.api-version",
+                format!("{:?} is not a date like 2020-07-01", self.imds_api_version),
+            ));
+        }
+        for (flag, value) in [
+            ("imds.timeout", self.imds_timeout),
+            ("imds.first-timeout", self.imds_first_timeout),
+            ("imds.max-backoff", self.imds_max_backoff),
+            ("poll.interval", self.poll_interval),
+        ] {
+            if value.is_zero() {
+                return Err(invalid(flag, "must be greater than zero"));
+            }
+        }
+        let path = &self.web_telemetry_path;
+        if !path.starts_with('/') || matches!(path.as_str(), "/" | "/healthz" | "/readyz") {
+            return Err(invalid(
+                "web.telemetry-path",
+                format!("{path:?} must start with / and not be /, /healthz or /readyz"),
+            ));
+        }
+        let vm_name = match self.vm_name {
+            Some(name) if name.trim().is_empty() => {
+                return Err(invalid("vm.name", "must not be empty"));
+            }
+            other => other,
+        };
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
+            return Err(invalid("log.level", format!("{:?}: {e}", self.log_level)));
+        }
+        Ok(Config {
+            imds_url,
+            api_version: self.imds_api_version,
+            imds_timeout: self.imds_timeout,
+            imds_first_timeout: self.imds_first_timeout,
+            imds_max_backoff: self.imds_max_backoff,
+            poll_interval: self.poll_interval,
+            listen_address: self.web_listen_address,
+            telemetry_path: self.web_telemetry_path,
+            vm_name,
+            event_series: if self.metrics_all_events {
+                EventSeries::All
+            } else {
+                EventSeries::ThisVm
+            },
+            log_format: self.log_format.unwrap_or(default_log_format),
+            log_level: self.log_level,
+        })
+    }
+}
+
+/// `1s`, `250ms`, `2m`, `1h30m`.
+fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (use a duration like 1s, 250ms or 2m)"))
+}
+
+/// `:PORT`, `IP:PORT` or `[IPv6]:PORT`, as Prometheus exporters write it.
+fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    let parsed = match text.strip_prefix(':') {
+        Some(port) => port
+            .parse()
+            .map(|port| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))
+            .ok(),
+        None => text.parse().ok(),
+    };
+    parsed.ok_or_else(|| format!("{text:?} is not :PORT, IP:PORT or [IPv6]:PORT"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        let cli = Cli::try_parse_from(
+            std::iter::once("azure-scheduled-events-exporter").chain(args.iter().copied()),
+        )
+        .map_err(|e| e.to_string())?;
+        cli.agent
+            .validate(LogFormat::Json)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn zero_configuration_targets_azure_imds() -> Result<(), String> {
+        let config = parse(&[])?;
+        assert_eq!(config.imds_url.as_str(), "http://169.254.169.254/");
+        assert_eq!(config.api_version, "2020-07-01");
+        assert_eq!(config.poll_interval, Duration::from_secs(1));
+        assert_eq!(
+            config.listen_address,
+            "0.0.0.0:10188".parse().map_err(|_| "addr")?
+        );
+        assert_eq!(config.telemetry_path, "/metrics");
+        assert_eq!(config.vm_name, None);
+        assert_eq!(config.event_series, EventSeries::ThisVm);
+        assert_eq!(config.log_format, LogFormat::Json);
+        assert_eq!(config.imds_first_timeout, Duration::from_secs(120));
+        Ok(())
+    }
+
+    #[test]
+    fn flags_set_every_value() -> Result<(), String> {
+        let config = parse(&[
+            "--imds.url=http://127.0.0.1:8080",
+            "--imds.api-version=2019-08-01",
+            "--poll.interval=250ms",
+            "--imds.timeout=500ms",
+            "--web.listen-address=127.0.0.1:0",
+            "--web.telemetry-path=/m",
+            "--vm.name=vmss_3",
+            "--metrics.all-events",
+            "--log.format=text",
+        ])?;
+        assert_eq!(config.imds_url.as_str(), "http://127.0.0.1:8080/");
+        assert_eq!(config.api_version, "2019-08-01");
+        assert_eq!(config.poll_interval, Duration::from_millis(250));
+        assert_eq!(config.imds_timeout, Duration::from_millis(500));
+        assert_eq!(config.telemetry_path, "/m");
+        assert_eq!(config.vm_name.as_deref(), Some("vmss_3"));
+        assert_eq!(config.event_series, EventSeries::All);
+        assert_eq!(config.log_format, LogFormat::Text);
+        Ok(())
+    }
+
+    #[test]
+    fn invalid_values_name_their_flag() {
+        for (args, flag) in [
+            (&["--poll.interval=fast"][..], "--poll.interval"),
+            (&["--poll.interval=0s"], "--poll.interval"),
+            (&["--imds.url=169.254.169.254"], "--imds.url"),
+            (&["--imds.url=ftp://169.254.169.254"], "--imds.url"),
+            (&["--imds.api-version=latest"], "--imds.api-version"),
+            (&["--web.listen-address=10188"], "--web.listen-address"),
+            (&["--web.telemetry-path=metrics"], "--web.telemetry-path"),
+            (&["--web.telemetry-path=/healthz"], "--web.telemetry-path"),
+            (&["--vm.name="], "--vm.name"),
+            (&["--log.format=xml"], "--log.format"),
+            (&["--no.such-flag"], "--no.such-flag"),
+        ] {
+            match parse(args) {
+                Ok(_) => panic!("{args:?} was accepted"),
+                Err(e) => assert!(e.contains(flag), "{args:?}: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn listen_addresses_follow_exporter_conventions() {
+        assert_eq!(
+            listen_address(":9100"),
+            Ok(SocketAddr::from(([0, 0, 0, 0], 9100)))
+        );
+        assert_eq!(
+            listen_address("127.0.0.1:0"),
+            Ok(SocketAddr::from(([127, 0, 0, 1], 0)))
+        );
+        assert!(listen_address("[::1]:10188").is_ok());
+        assert!(listen_address("localhost").is_err());
+    }
+
+    #[test]
+    fn subcommands_parse() -> Result<(), String> {
+        let cli = Cli::try_parse_from([
+            "x",
+            "simulator",
+            "--web.listen-address=127.0.0.1:9999",
+            "--scenario=demo",
+        ])
+        .map_err(|e| e.to_string())?;
+        assert!(
+            matches!(cli.command, Some(Command::Simulator(ref s)) if s.web_listen_address.port() == 9999)
+        );
+        let cli = Cli::try_parse_from(["x", "demo", "--web.listen-address=127.0.0.1:0"])
+            .map_err(|e| e.to_string())?;
+        assert!(matches!(cli.command, Some(Command::Demo(_))));
+        Ok(())
+    }
+}

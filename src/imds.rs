@@ -1,0 +1,315 @@
+//! The HTTP client for the Instance Metadata Service.
+//!
+//! Every request carries `Metadata: true` (IMDS answers 400 without it) and goes straight to the
+//! configured address: proxies are switched off whatever `HTTP_PROXY`/`ALL_PROXY` say, because a
+//! proxy either cannot reach 169.254.169.254 or adds `X-Forwarded-For`, which IMDS rejects.
+//! Redirects are not followed (the header exists to stop redirected requests). Bodies are read up
+//! to a cap so a broken endpoint cannot exhaust memory. Errors carry a bounded [`ImdsError::kind`].
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::{StatusCode, Url};
+
+use crate::event::{Document, DocumentError};
+use crate::wire;
+
+/// Largest body the agent reads. Real documents are a few kilobytes; the cap leaves room for
+/// hundreds of events naming hundreds of VMs.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// The instance-metadata api-version: the oldest that has every `compute` field the agent reports.
+pub const INSTANCE_API_VERSION: &str = "2021-02-01";
+
+/// Which IMDS call a request was, for the `operation` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// `GET /metadata/scheduledevents`
+    Events,
+    /// `GET /metadata/instance`
+    Instance,
+}
+
+impl Operation {
+    pub const ALL: [Operation; 2] = [Operation::Events, Operation::Instance];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Events => "events",
+            Operation::Instance => "instance",
+        }
+    }
+}
+
+/// Why an IMDS request did not yield a usable answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ImdsError {
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    #[error("connection failed during the exchange: {0}")]
+    Transport(String),
+    #[error("HTTP {status}: {body}")]
+    Status {
+        status: StatusCode,
+        retry_after: Option<Duration>,
+        /// The start of the body, for the log: IMDS error bodies vary (JSON, IIS HTML).
+        body: String,
+    },
+    #[error("body larger than {MAX_BODY_BYTES} bytes")]
+    TooLarge,
+    #[error("{0}")]
+    Decode(String),
+}
+
+impl ImdsError {
+    /// Every value of [`ImdsError::kind`], for pre-creating series.
+    pub const KINDS: [&'static str; 10] = [
+        "timeout",
+        "connect",
+        "transport",
+        "http_4xx",
+        "http_410",
+        "http_429",
+        "http_5xx",
+        "http_other",
+        "too_large",
+        "decode",
+    ];
+
+    /// A bounded name for the `reason` label and the log.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ImdsError::Timeout(_) => "timeout",
+            ImdsError::Connect(_) => "connect",
+            ImdsError::Transport(_) => "transport",
+            ImdsError::Status { status, .. } => match status.as_u16() {
+                410 => "http_410",
+                429 => "http_429",
+                400..=499 => "http_4xx",
+                500..=599 => "http_5xx",
+                _ => "http_other",
+            },
+            ImdsError::TooLarge => "too_large",
+            ImdsError::Decode(_) => "decode",
+        }
+    }
+
+    /// Whether IMDS asked the agent to slow down or come back later (429, 410, 5xx), as opposed
+    /// to a failure that retrying at the normal pace is right for.
+    pub fn wants_backoff(&self) -> bool {
+        matches!(self, ImdsError::Status { status, .. }
+            if *status == StatusCode::TOO_MANY_REQUESTS || *status == StatusCode::GONE || status.is_server_error())
+    }
+
+    /// The `Retry-After` IMDS sent, if any.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ImdsError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    fn from_reqwest(error: reqwest::Error, timeout: Duration) -> Self {
+        // The chain holds the useful part ("connection refused", "connection closed before
+        // message completed"); reqwest's own message is only "error sending request".
+        let mut text = error.to_string();
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        if error.is_timeout() {
+            ImdsError::Timeout(timeout)
+        } else if error.is_connect() {
+            ImdsError::Connect(text)
+        } else {
+            ImdsError::Transport(text)
+        }
+    }
+}
+
+impl From<DocumentError> for ImdsError {
+    fn from(error: DocumentError) -> Self {
+        ImdsError::Decode(error.to_string())
+    }
+}
+
+/// A client for one IMDS base URL.
+#[derive(Debug, Clone)]
+pub struct ImdsClient {
+    http: reqwest::Client,
+    events_url: Url,
+    instance_url: Url,
+}
+
+impl ImdsClient {
+    /// A client for `base` (`http://169.254.169.254` on Azure) asking for `api_version` of
+    /// scheduled events.
+    pub fn new(base: &Url, api_version: &str) -> Result<Self, reqwest::Error> {
+        let mut headers = HeaderMap::new();
+        headers.insert("Metadata", HeaderValue::from_static("true"));
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .default_headers(headers)
+            .user_agent(concat!(
+                env!("CARGO_PKG_NAME"),
+                "/",
+                env!("CARGO_PKG_VERSION")
+            ))
+            .pool_max_idle_per_host(1)
+            .build()?;
+        Ok(Self {
+            http,
+            events_url: endpoint(base, "metadata/scheduledevents", api_version),
+            instance_url: endpoint(base, "metadata/instance", INSTANCE_API_VERSION),
+        })
+    }
+
+    /// The scheduled-events URL the client polls.
+    pub fn events_url(&self) -> &Url {
+        &self.events_url
+    }
+
+    /// Reads the scheduled-events document.
+    pub async fn scheduled_events(&self, timeout: Duration) -> Result<Document, ImdsError> {
+        let body = self.get(&self.events_url, timeout).await?;
+        Ok(Document::from_json(&body)?)
+    }
+
+    /// Reads the `compute` section of instance metadata.
+    pub async fn instance(&self, timeout: Duration) -> Result<wire::Compute, ImdsError> {
+        let body = self.get(&self.instance_url, timeout).await?;
+        serde_json::from_slice::<wire::InstanceMetadata>(&body)
+            .map(|metadata| metadata.compute)
+            .map_err(|error| ImdsError::Decode(format!("not instance metadata: {error}")))
+    }
+
+    async fn get(&self, url: &Url, timeout: Duration) -> Result<Vec<u8>, ImdsError> {
+        let exchange = async {
+            let mut response = self.http.get(url.clone()).send().await?;
+            let status = response.status();
+            let retry_after = response
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.trim().parse().ok())
+                .map(Duration::from_secs);
+            if response
+                .content_length()
+                .is_some_and(|length| length > MAX_BODY_BYTES as u64)
+            {
+                return Ok(Err(ImdsError::TooLarge));
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await? {
+                if body.len() + chunk.len() > MAX_BODY_BYTES {
+                    return Ok(Err(ImdsError::TooLarge));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(if status == StatusCode::OK {
+                Ok(body)
+            } else {
+                Err(ImdsError::Status {
+                    status,
+                    retry_after,
+                    body: excerpt(&body),
+                })
+            })
+        };
+        // One deadline for connect, headers and body: a server that trickles a body must not
+        // hold the single request in flight past the poll timeout.
+        match tokio::time::timeout(timeout, exchange).await {
+            Err(_) => Err(ImdsError::Timeout(timeout)),
+            Ok(Err(error)) => Err(ImdsError::from_reqwest(error, timeout)),
+            Ok(Ok(result)) => result,
+        }
+    }
+}
+
+fn endpoint(base: &Url, path: &str, api_version: &str) -> Url {
+    let mut url = base.clone();
+    let prefix = url.path().trim_end_matches('/').to_owned();
+    url.set_path(&format!("{prefix}/{path}"));
+    url.query_pairs_mut()
+        .clear()
+        .append_pair("api-version", api_version);
+    url
+}
+
+/// The first line of an error body, shortened, for one log line.
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let line = text
+        .split(['\r', '\n'])
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    line.chars().take(200).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_built_from_the_base_with_the_api_version() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let client = ImdsClient::new(&Url::parse("http://169.254.169.254")?, "2020-07-01")?;
+        assert_eq!(
+            client.events_url().as_str(),
+            "http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01"
+        );
+        assert_eq!(
+            client.instance_url.as_str(),
+            "http://169.254.169.254/metadata/instance?api-version=2021-02-01"
+        );
+        let prefixed = ImdsClient::new(&Url::parse("http://127.0.0.1:8080/imds/")?, "2019-08-01")?;
+        assert_eq!(
+            prefixed.events_url().as_str(),
+            "http://127.0.0.1:8080/imds/metadata/scheduledevents?api-version=2019-08-01"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn status_codes_map_to_bounded_kinds_and_backoff() {
+        let status = |code: u16| ImdsError::Status {
+            status: StatusCode::from_u16(code).unwrap_or(StatusCode::IM_A_TEAPOT),
+            retry_after: None,
+            body: String::new(),
+        };
+        let table = [
+            (400, "http_4xx", false),
+            (404, "http_4xx", false),
+            (405, "http_4xx", false),
+            (410, "http_410", true),
+            (429, "http_429", true),
+            (500, "http_5xx", true),
+            (503, "http_5xx", true),
+            (302, "http_other", false),
+        ];
+        for (code, kind, backoff) in table {
+            assert_eq!(
+                (status(code).kind(), status(code).wants_backoff()),
+                (kind, backoff),
+                "{code}"
+            );
+            assert!(ImdsError::KINDS.contains(&kind));
+        }
+    }
+
+    #[test]
+    fn error_excerpts_are_one_short_line() {
+        assert_eq!(
+            excerpt(b"\r\n<html>\r\n<body>Service Unavailable</body>"),
+            "<html>"
+        );
+        assert_eq!(excerpt(&[b'x'; 500]).len(), 200);
+        assert_eq!(excerpt(b""), "");
+    }
+}

@@ -1,0 +1,448 @@
+//! Every metric the agent exports: names, HELP, labels and buckets, defined in this one file.
+//!
+//! Counters and health gauges are updated by the poll loop. Everything derived from the current
+//! document (`pending` and the per-event series) is computed at scrape time from the last
+//! document's events, so `..._event_seconds_until_not_before` is exact when Prometheus reads it
+//! and a per-event series disappears the moment its event leaves the document.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
+};
+
+use crate::event::{Affects, Event, EventStatus, EventType};
+use crate::imds::{ImdsError, Operation};
+use crate::tracker::Transition;
+use crate::wire;
+
+/// The prefix of every metric name.
+pub const NAMESPACE: &str = "azure_scheduled_events";
+
+/// Buckets of `..._imds_request_duration_seconds`: IMDS answers in milliseconds, but the first
+/// request after the service is enabled can take two minutes.
+const DURATION_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+/// Which events get per-event series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventSeries {
+    /// Events naming this VM, and every event while this VM's name is unknown.
+    ThisVm,
+    /// Every event in the document (small fleets; cardinality grows with the placement group).
+    All,
+}
+
+/// The metrics registry and handles to every metric in it.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    up: IntGauge,
+    last_success: Gauge,
+    incarnation: IntGauge,
+    requests: IntCounterVec,
+    failures: IntCounterVec,
+    durations: HistogramVec,
+    transitions: IntCounterVec,
+    vm_info: IntGaugeVec,
+    events: Arc<EventsCollector>,
+}
+
+impl Metrics {
+    /// Registers every metric. `api_version` goes into `..._build_info`.
+    pub fn new(api_version: &str, series: EventSeries) -> Result<Self, prometheus::Error> {
+        Self::with_clock(api_version, series, Utc::now)
+    }
+
+    /// As [`Metrics::new`], reading scrape time from `clock` (tests pin it).
+    pub fn with_clock(
+        api_version: &str,
+        series: EventSeries,
+        clock: fn() -> DateTime<Utc>,
+    ) -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let up = IntGauge::with_opts(opts(
+            "up",
+            "1 if the last poll of the scheduled-events endpoint returned a valid document, else 0.",
+        ))?;
+        let last_success = Gauge::with_opts(opts(
+            "last_success_timestamp_seconds",
+            "Unix time of the last valid scheduled-events document.",
+        ))?;
+        let incarnation = IntGauge::with_opts(opts(
+            "document_incarnation",
+            "DocumentIncarnation of the last valid document (0 before the first).",
+        ))?;
+        let requests = IntCounterVec::new(
+            opts(
+                "imds_requests_total",
+                "Requests sent to IMDS, by operation.",
+            ),
+            &["operation"],
+        )?;
+        let failures = IntCounterVec::new(
+            opts(
+                "imds_request_failures_total",
+                "IMDS requests that gave no usable answer, by operation and reason.",
+            ),
+            &["operation", "reason"],
+        )?;
+        let durations = HistogramVec::new(
+            HistogramOpts::new(
+                "imds_request_duration_seconds",
+                "Time from sending an IMDS request to reading its whole answer, by operation.",
+            )
+            .namespace(NAMESPACE)
+            .buckets(DURATION_BUCKETS.to_vec()),
+            &["operation"],
+        )?;
+        let transitions = IntCounterVec::new(
+            opts(
+                "transitions_total",
+                "Event lifecycle transitions seen in the scheduled-events document, by event type.",
+            ),
+            &["event_type", "transition"],
+        )?;
+        let build_info = IntGaugeVec::new(
+            opts(
+                "build_info",
+                "Always 1: the agent's version, source revision and scheduled-events api-version.",
+            ),
+            &["version", "revision", "api_version"],
+        )?;
+        let vm_info = IntGaugeVec::new(
+            opts(
+                "vm_info",
+                "Always 1: this VM as described by instance metadata (compute section).",
+            ),
+            &[
+                "vm_name",
+                "vm_id",
+                "location",
+                "zone",
+                "vm_scale_set_name",
+                "resource_group",
+                "platform_fault_domain",
+                "platform_update_domain",
+                "vm_size",
+            ],
+        )?;
+        let events = Arc::new(EventsCollector::new(series, clock)?);
+
+        for op in Operation::ALL {
+            requests.with_label_values(&[op.as_str()]);
+            durations.with_label_values(&[op.as_str()]);
+            for reason in ImdsError::KINDS {
+                failures.with_label_values(&[op.as_str(), reason]);
+            }
+        }
+        for event_type in EventType::KNOWN {
+            for transition in Transition::KINDS {
+                transitions.with_label_values(&[event_type.as_str(), transition]);
+            }
+        }
+        build_info
+            .with_label_values(&[
+                env!("CARGO_PKG_VERSION"),
+                env!("BUILD_REVISION"),
+                api_version,
+            ])
+            .set(1);
+
+        registry.register(Box::new(up.clone()))?;
+        registry.register(Box::new(last_success.clone()))?;
+        registry.register(Box::new(incarnation.clone()))?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(failures.clone()))?;
+        registry.register(Box::new(durations.clone()))?;
+        registry.register(Box::new(transitions.clone()))?;
+        registry.register(Box::new(build_info))?;
+        registry.register(Box::new(vm_info.clone()))?;
+        registry.register(Box::new(SharedCollector(Arc::clone(&events))))?;
+
+        Ok(Self {
+            registry,
+            up,
+            last_success,
+            incarnation,
+            requests,
+            failures,
+            durations,
+            transitions,
+            vm_info,
+            events,
+        })
+    }
+
+    /// Counts one IMDS request and, when it failed, why.
+    pub fn record_request(
+        &self,
+        operation: Operation,
+        elapsed: Duration,
+        error: Option<&ImdsError>,
+    ) {
+        let op = operation.as_str();
+        self.requests.with_label_values(&[op]).inc();
+        self.durations
+            .with_label_values(&[op])
+            .observe(elapsed.as_secs_f64());
+        if let Some(error) = error {
+            self.failures.with_label_values(&[op, error.kind()]).inc();
+        }
+    }
+
+    /// Records the outcome of a scheduled-events poll.
+    pub fn record_poll(&self, success_at: Option<DateTime<Utc>>) {
+        self.up.set(i64::from(success_at.is_some()));
+        if let Some(at) = success_at {
+            self.last_success.set(at.timestamp_millis() as f64 / 1000.0);
+        }
+    }
+
+    pub fn record_transition(&self, transition: &Transition) {
+        self.transitions
+            .with_label_values(&[transition.event().event_type.as_str(), transition.kind()])
+            .inc();
+    }
+
+    /// Replaces the events the per-event series describe, after a document changed them.
+    pub fn set_events(&self, incarnation: u64, events: Vec<Event>) {
+        self.incarnation
+            .set(i64::try_from(incarnation).unwrap_or(i64::MAX));
+        self.events.view().events = events;
+    }
+
+    /// Sets this VM's identity: the name that decides `affects_this_vm`, and `..._vm_info`.
+    pub fn set_vm(&self, vm_name: Option<&str>, compute: Option<&wire::Compute>) {
+        self.events.view().vm_name = vm_name.map(str::to_owned);
+        if let Some(c) = compute {
+            self.vm_info.reset();
+            self.vm_info
+                .with_label_values(&[
+                    vm_name.unwrap_or(&c.name),
+                    &c.vm_id,
+                    &c.location,
+                    &c.zone,
+                    &c.vm_scale_set_name,
+                    &c.resource_group_name,
+                    &c.platform_fault_domain,
+                    &c.platform_update_domain,
+                    &c.vm_size,
+                ])
+                .set(1);
+        }
+    }
+
+    /// The text exposition format, as served on the telemetry path.
+    pub fn encode(&self) -> Result<String, prometheus::Error> {
+        let mut buffer = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut buffer)?;
+        String::from_utf8(buffer).map_err(|e| prometheus::Error::Msg(e.to_string()))
+    }
+
+    /// Name and HELP of every registered metric family, sorted by name.
+    pub fn families(&self) -> Vec<(String, String)> {
+        let mut descs: Vec<(String, String)> = self
+            .registry
+            .gather()
+            .iter()
+            .map(|f| (f.name().to_owned(), f.help().to_owned()))
+            .collect();
+        // Families with no series yet (vm_info before instance metadata, the per-event ones
+        // with no events) are not gathered; their descriptors still name them.
+        for desc in self.vm_info.desc().into_iter().chain(self.events.descs()) {
+            if !descs.iter().any(|(name, _)| *name == desc.fq_name) {
+                descs.push((desc.fq_name.clone(), desc.help.clone()));
+            }
+        }
+        descs.sort();
+        descs
+    }
+}
+
+fn opts(name: &str, help: &str) -> Opts {
+    Opts::new(name, help).namespace(NAMESPACE)
+}
+
+/// What the per-event series are computed from.
+#[derive(Debug, Default)]
+struct EventsView {
+    events: Vec<Event>,
+    vm_name: Option<String>,
+}
+
+/// Builds `pending` and the per-event series from the current events at each scrape.
+#[derive(Debug)]
+struct EventsCollector {
+    series: EventSeries,
+    clock: fn() -> DateTime<Utc>,
+    view: Mutex<EventsView>,
+    pending: IntGaugeVec,
+    info: IntGaugeVec,
+    not_before: GaugeVec,
+    until_not_before: GaugeVec,
+    duration: GaugeVec,
+    resources: IntGaugeVec,
+}
+
+impl EventsCollector {
+    fn new(series: EventSeries, clock: fn() -> DateTime<Utc>) -> Result<Self, prometheus::Error> {
+        Ok(Self {
+            series,
+            clock,
+            view: Mutex::default(),
+            pending: IntGaugeVec::new(
+                opts(
+                    "pending",
+                    "Events in the current scheduled-events document, by EventType, EventStatus and whether Resources names this VM.",
+                ),
+                &["event_type", "event_status", "affects_this_vm"],
+            )?,
+            info: IntGaugeVec::new(
+                opts(
+                    "event_info",
+                    "Always 1 while the event is in the scheduled-events document; its fields as labels.",
+                ),
+                &[
+                    "event_id",
+                    "event_type",
+                    "event_status",
+                    "event_source",
+                    "resource_type",
+                    "affects_this_vm",
+                ],
+            )?,
+            not_before: GaugeVec::new(
+                opts(
+                    "event_not_before_timestamp_seconds",
+                    "NotBefore of the event as a Unix time; absent when NotBefore is empty or not a date.",
+                ),
+                &["event_id"],
+            )?,
+            until_not_before: GaugeVec::new(
+                opts(
+                    "event_seconds_until_not_before",
+                    "NotBefore minus the time of the scrape; negative when overdue, absent when NotBefore is unknown.",
+                ),
+                &["event_id"],
+            )?,
+            duration: GaugeVec::new(
+                opts(
+                    "event_duration_seconds",
+                    "DurationInSeconds of the event as given: 0 no interruption, -1 unknown; absent before api-version 2020-07-01.",
+                ),
+                &["event_id"],
+            )?,
+            resources: IntGaugeVec::new(
+                opts(
+                    "event_resources",
+                    "Number of VMs named in the event's Resources.",
+                ),
+                &["event_id"],
+            )?,
+        })
+    }
+
+    fn view(&self) -> std::sync::MutexGuard<'_, EventsView> {
+        // The view is replaced whole, so a writer that panicked cannot leave it half-written.
+        self.view.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn vecs(&self) -> [&dyn Collector; 6] {
+        [
+            &self.pending,
+            &self.info,
+            &self.not_before,
+            &self.until_not_before,
+            &self.duration,
+            &self.resources,
+        ]
+    }
+
+    fn descs(&self) -> Vec<&Desc> {
+        self.vecs().into_iter().flat_map(|c| c.desc()).collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        // Holding the view for the whole refill keeps concurrent scrapes from seeing each
+        // other's half-filled vectors.
+        let view = self.view();
+        let now = (self.clock)();
+        for vec in [&self.pending, &self.info, &self.resources] {
+            vec.reset();
+        }
+        for vec in [&self.not_before, &self.until_not_before, &self.duration] {
+            vec.reset();
+        }
+        for event_type in EventType::KNOWN {
+            for status in EventStatus::KNOWN {
+                for affects in [Affects::Yes, Affects::No] {
+                    self.pending.with_label_values(&[
+                        event_type.as_str(),
+                        status.as_str(),
+                        affects.as_str(),
+                    ]);
+                }
+            }
+        }
+        for event in &view.events {
+            let affects = event.affects(view.vm_name.as_deref());
+            self.pending
+                .with_label_values(&[
+                    event.event_type.as_str(),
+                    event.status.as_str(),
+                    affects.as_str(),
+                ])
+                .inc();
+            if self.series == EventSeries::ThisVm && affects == Affects::No {
+                continue;
+            }
+            let id = [event.id.as_str()];
+            self.info
+                .with_label_values(&[
+                    event.id.as_str(),
+                    event.event_type.as_str(),
+                    event.status.as_str(),
+                    event.source.as_ref().map_or("", |s| s.as_str()),
+                    &event.resource_type,
+                    affects.as_str(),
+                ])
+                .set(1);
+            if let Some(at) = event.not_before.at() {
+                self.not_before
+                    .with_label_values(&id)
+                    .set(at.timestamp() as f64);
+            }
+            if let Some(seconds) = event.not_before.seconds_from(now) {
+                self.until_not_before.with_label_values(&id).set(seconds);
+            }
+            if let Some(duration) = event.duration {
+                self.duration.with_label_values(&id).set(duration.0 as f64);
+            }
+            self.resources
+                .with_label_values(&id)
+                .set(i64::try_from(event.resources.len()).unwrap_or(i64::MAX));
+        }
+        self.vecs().into_iter().flat_map(|c| c.collect()).collect()
+    }
+}
+
+/// Lets the registry own a handle to the collector that [`Metrics`] also updates.
+#[derive(Debug)]
+struct SharedCollector(Arc<EventsCollector>);
+
+impl Collector for SharedCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.0.descs()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.0.collect()
+    }
+}
