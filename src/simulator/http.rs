@@ -1,0 +1,467 @@
+//! The simulator's HTTP shell: the accept loop, routing, and IMDS's own endpoints
+//! (`/metadata/scheduledevents`, `/metadata/instance`) with the checks real IMDS makes.
+//!
+//! This is where the clock is read and faults are performed. Injected faults come first, before
+//! any check: they stand for the network or the service failing, which happens whatever the
+//! request looked like. Nothing a client sends can panic the server: every bad input is a 4xx,
+//! a poisoned state a 500.
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::Utc;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use serde::Serialize;
+
+use super::api_version::{self, ApiVersion, NEWEST_VERSIONS};
+use super::fault::{Endpoint, FaultAction};
+use super::instance;
+use super::{Poisoned, SimulatorHandle, control};
+
+pub(super) type Body = Full<Bytes>;
+
+/// What a handler produces: a response, or [`Dropped`] to close the connection unanswered.
+pub(super) type Reply = Result<Response<Body>, Dropped>;
+
+/// Returned by a handler to make hyper close the connection without writing a response.
+#[derive(Debug, thiserror::Error)]
+#[error("connection dropped by an injected fault")]
+pub(super) struct Dropped;
+
+/// Largest request body read; IMDS bodies are a few hundred bytes.
+const MAX_BODY: usize = 1 << 20;
+
+/// How long shutdown waits for requests in flight (a delay fault, say) before giving up on them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+const GARBAGE: &[u8] = b"\x1f\x8b\x08\x00garbage: this body is not JSON\r\n<<<>>>";
+
+/// Serves the simulator on `listener` until `shutdown` completes, then lets requests in flight
+/// finish (for at most a few seconds).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    sim: SimulatorHandle,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(error) => {
+                        // Usually out of file descriptors: back off instead of spinning.
+                        tracing::warn!(%error, "simulator could not accept a connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let sim = sim.clone();
+                let service = service_fn(move |req| route(sim.clone(), req));
+                let connection = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service);
+                let connection = graceful.watch(connection);
+                tokio::spawn(async move {
+                    if let Err(error) = connection.await {
+                        tracing::debug!(%error, "simulator connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+            tracing::debug!("simulator stopped with requests still in flight");
+        }
+    }
+    Ok(())
+}
+
+async fn route(sim: SimulatorHandle, req: Request<Incoming>) -> Reply {
+    let path = req.uri().path().to_owned();
+    if path == "/metadata/scheduledevents" {
+        scheduled_events(sim, req).await
+    } else if let Some(section) = InstanceSection::from_path(&path) {
+        instance_metadata(sim, req, section).await
+    } else if let Some(rest) = path.strip_prefix("/control/") {
+        Ok(control::handle(sim, req, rest).await)
+    } else {
+        Ok(error(StatusCode::NOT_FOUND, "Not found"))
+    }
+}
+
+async fn scheduled_events(sim: SimulatorHandle, req: Request<Incoming>) -> Reply {
+    let fault = match sim.lock() {
+        Ok(mut shared) => {
+            shared.requests = shared.requests.saturating_add(1);
+            shared.faults.take(Endpoint::ScheduledEvents)
+        }
+        Err(poisoned) => return Ok(unavailable(poisoned)),
+    };
+    if let Some(fault) = fault {
+        match fault {
+            FaultAction::Delay(delay) => tokio::time::sleep(delay).await,
+            other => return perform(other, req, || document_body(&sim, None)).await,
+        }
+    }
+
+    if req.method() != Method::GET && req.method() != Method::POST {
+        return Ok(method_not_allowed("GET, POST"));
+    }
+    if let Err(rejected) = check_headers(&req) {
+        return Ok(rejected);
+    }
+    let Some(version) = query_param(req.uri(), "api-version").and_then(|v| ApiVersion::parse(&v))
+    else {
+        return Ok(bad_version());
+    };
+
+    if req.method() == Method::GET {
+        return Ok(match document_body(&sim, Some(version)) {
+            Ok(body) => respond(StatusCode::OK, json(), body),
+            Err(failed) => failed,
+        });
+    }
+    let body = match read_body(req.into_body()).await {
+        Ok(body) => body,
+        Err(rejected) => return Ok(rejected),
+    };
+    let now = Utc::now();
+    let approved = match sim.lock() {
+        Ok(mut shared) => {
+            shared.sim.advance(now);
+            shared.sim.approve(&body, now)
+        }
+        Err(poisoned) => return Ok(unavailable(poisoned)),
+    };
+    Ok(match approved {
+        Ok(()) => respond(StatusCode::OK, json(), Bytes::new()),
+        Err(refused) => error(StatusCode::BAD_REQUEST, &refused.to_string()),
+    })
+}
+
+/// The scheduled-events body as of now, for `version` (the newest when the request gave none
+/// that is valid, which only happens for a truncated fault).
+fn document_body(
+    sim: &SimulatorHandle,
+    version: Option<ApiVersion>,
+) -> Result<Bytes, Response<Body>> {
+    let mut shared = sim.lock().map_err(unavailable)?;
+    shared.sim.advance(Utc::now());
+    shared
+        .sim
+        .body(version.unwrap_or(ApiVersion::LATEST))
+        .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum InstanceSection {
+    All,
+    Compute,
+    Network,
+}
+
+impl InstanceSection {
+    fn from_path(path: &str) -> Option<Self> {
+        match path.trim_end_matches('/') {
+            "/metadata/instance" => Some(InstanceSection::All),
+            "/metadata/instance/compute" => Some(InstanceSection::Compute),
+            "/metadata/instance/network" => Some(InstanceSection::Network),
+            _ => None,
+        }
+    }
+}
+
+async fn instance_metadata(
+    sim: SimulatorHandle,
+    req: Request<Incoming>,
+    section: InstanceSection,
+) -> Reply {
+    let fault = match sim.lock() {
+        Ok(mut shared) => shared.faults.take(Endpoint::Instance),
+        Err(poisoned) => return Ok(unavailable(poisoned)),
+    };
+    if let Some(fault) = fault {
+        match fault {
+            FaultAction::Delay(delay) => tokio::time::sleep(delay).await,
+            other => return perform(other, req, || instance_body(&sim, section)).await,
+        }
+    }
+    if req.method() != Method::GET {
+        return Ok(method_not_allowed("GET"));
+    }
+    if let Err(rejected) = check_headers(&req) {
+        return Ok(rejected);
+    }
+    if !query_param(req.uri(), "api-version").is_some_and(|v| api_version::is_instance_version(&v))
+    {
+        return Ok(bad_version());
+    }
+    Ok(match instance_body(&sim, section) {
+        Ok(body) => respond(StatusCode::OK, json(), body),
+        Err(failed) => failed,
+    })
+}
+
+fn instance_body(sim: &SimulatorHandle, section: InstanceSection) -> Result<Bytes, Response<Body>> {
+    let compute = sim.lock().map_err(unavailable)?.instance.clone();
+    let value = match section {
+        InstanceSection::All => instance::instance_document(&compute),
+        InstanceSection::Compute => instance::compute_section(&compute),
+        InstanceSection::Network => Ok(instance::network_section()),
+    };
+    value
+        .and_then(|v| serde_json::to_vec(&v))
+        .map(Bytes::from)
+        .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))
+}
+
+/// Answers with an injected fault instead of processing the request. `normal` produces the body
+/// the request would have had, for a truncated answer.
+async fn perform(
+    fault: FaultAction,
+    req: Request<Incoming>,
+    normal: impl FnOnce() -> Result<Bytes, Response<Body>>,
+) -> Reply {
+    match fault {
+        FaultAction::Status {
+            status,
+            body,
+            content_type,
+            retry_after,
+        } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut response = match body {
+                Some(body) => {
+                    let content_type = content_type
+                        .and_then(|c| HeaderValue::from_str(&c).ok())
+                        .unwrap_or_else(|| sniff_content_type(&body));
+                    respond(status, content_type, Bytes::from(body))
+                }
+                None => error(status, status.canonical_reason().unwrap_or("Error")),
+            };
+            if let Some(seconds) = retry_after {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            Ok(response)
+        }
+        FaultAction::Garbage => Ok(respond(StatusCode::OK, json(), Bytes::from_static(GARBAGE))),
+        FaultAction::Truncated => Ok(match normal() {
+            Ok(body) => respond(StatusCode::OK, json(), body.slice(..body.len() / 2)),
+            Err(failed) => failed,
+        }),
+        FaultAction::Drop => {
+            // Read the whole request first, so the client has sent everything and then sees the
+            // connection close instead of a reset while writing.
+            let _ = read_body(req.into_body()).await;
+            Err(Dropped)
+        }
+        // Handled by the callers, which sleep and then answer normally.
+        FaultAction::Delay(_) => Ok(error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "delay fault reached the wrong place",
+        )),
+    }
+}
+
+fn sniff_content_type(body: &str) -> HeaderValue {
+    match body.trim_start().chars().next() {
+        Some('<') => HeaderValue::from_static("text/html; charset=utf-8"),
+        Some('{' | '[') => json(),
+        _ => HeaderValue::from_static("text/plain; charset=utf-8"),
+    }
+}
+
+/// IMDS's header checks, in its order: a proxied request first, then the Metadata header.
+fn check_headers(req: &Request<Incoming>) -> Result<(), Response<Body>> {
+    if req.headers().contains_key("x-forwarded-for") {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "Bad request. Request contains X-Forwarded-For header",
+        ));
+    }
+    let metadata = req.headers().get("metadata").and_then(|v| v.to_str().ok());
+    if !metadata.is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "Bad request. Required metadata header not specified",
+        ));
+    }
+    Ok(())
+}
+
+fn bad_version() -> Response<Body> {
+    #[derive(Serialize)]
+    struct BadVersion {
+        error: &'static str,
+        #[serde(rename = "newest-versions")]
+        newest_versions: [&'static str; 3],
+    }
+    json_response(
+        StatusCode::BAD_REQUEST,
+        &BadVersion {
+            error: "Bad request. api-version was not specified or is invalid",
+            newest_versions: NEWEST_VERSIONS,
+        },
+    )
+}
+
+fn method_not_allowed(allow: &'static str) -> Response<Body> {
+    let mut response = error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        &format!("Method not allowed. Only {allow} requests are supported"),
+    );
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    response
+}
+
+/// The Content-Type IMDS sends with every JSON body.
+pub(super) fn json() -> HeaderValue {
+    HeaderValue::from_static("application/json; charset=utf-8")
+}
+
+/// A response with a body; never fails.
+pub(super) fn respond(
+    status: StatusCode,
+    content_type: HeaderValue,
+    body: Bytes,
+) -> Response<Body> {
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, content_type);
+    response
+}
+
+/// A response without a body.
+pub(super) fn no_content() -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    response
+}
+
+pub(super) fn json_response(status: StatusCode, value: &impl Serialize) -> Response<Body> {
+    match serde_json::to_vec(value) {
+        Ok(body) => respond(status, json(), Bytes::from(body)),
+        Err(e) => respond(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json(),
+            Bytes::from(format!("{{\"error\":{:?}}}", e.to_string())),
+        ),
+    }
+}
+
+/// An IMDS-style error: `{"error":"..."}`.
+pub(super) fn error(status: StatusCode, message: &str) -> Response<Body> {
+    #[derive(Serialize)]
+    struct Error<'a> {
+        error: &'a str,
+    }
+    json_response(status, &Error { error: message })
+}
+
+pub(super) fn unavailable(poisoned: Poisoned) -> Response<Body> {
+    error(StatusCode::INTERNAL_SERVER_ERROR, &poisoned.to_string())
+}
+
+/// Reads a request body of at most [`MAX_BODY`] bytes.
+pub(super) async fn read_body(body: Incoming) -> Result<Bytes, Response<Body>> {
+    match Limited::new(body, MAX_BODY).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("Bad request. Body is larger than {MAX_BODY} bytes"),
+        )),
+        Err(e) => Err(error(
+            StatusCode::BAD_REQUEST,
+            &format!("Bad request. Body could not be read: {e}"),
+        )),
+    }
+}
+
+/// The first value of a query parameter, percent-decoded.
+pub(super) fn query_param(uri: &Uri, name: &str) -> Option<String> {
+    uri.query()?
+        .split('&')
+        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
+        .find(|(key, _)| percent_decode(key) == name)
+        .map(|(_, value)| percent_decode(value))
+}
+
+/// Decodes `%XX` escapes (and `+` as a space, as in forms); invalid escapes stay as written.
+pub(super) fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&byte) = bytes.get(i) {
+        let escaped = (byte == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match (byte, escaped) {
+            (_, Some(decoded)) => {
+                out.push(decoded);
+                i += 3;
+            }
+            (b'+', None) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (other, None) => {
+                out.push(other);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_parameters_are_found_and_decoded() {
+        let uri: Uri = "/x?a=1&api-version=2020-07-01&api-version=2019-01-01"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            query_param(&uri, "api-version").as_deref(),
+            Some("2020-07-01")
+        );
+        assert_eq!(query_param(&uri, "b"), None);
+        let uri: Uri = "/x?api%2Dversion=2020%2D07%2D01&flag".parse().unwrap();
+        assert_eq!(
+            query_param(&uri, "api-version").as_deref(),
+            Some("2020-07-01")
+        );
+        assert_eq!(query_param(&uri, "flag").as_deref(), Some(""));
+        let uri: Uri = "/x".parse().unwrap();
+        assert_eq!(query_param(&uri, "api-version"), None);
+    }
+
+    #[test]
+    fn broken_percent_escapes_are_kept_as_written() {
+        assert_eq!(percent_decode("a%2"), "a%2");
+        assert_eq!(percent_decode("%zz%41"), "%zzA");
+        assert_eq!(percent_decode("%ff"), "\u{fffd}");
+    }
+}
