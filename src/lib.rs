@@ -6,12 +6,17 @@
 //! to the log and to [`metrics`]; [`server`] serves `/metrics` and health; [`config`] is the command
 //! line; [`simulator`] is a faithful local IMDS used by `demo`, by users' tests and by ours.
 
+pub mod agent;
+pub mod commands;
 pub mod config;
 pub mod event;
+pub mod health;
 pub mod imds;
+pub mod logging;
 pub mod metrics;
 pub mod monitor;
 pub mod not_before;
+pub mod server;
 pub mod simulator;
 pub mod trace_id;
 pub mod tracker;

@@ -11,6 +11,10 @@ use crate::imds::ImdsError;
 use crate::tracker::{IncarnationChange, Tracker, Transition};
 
 /// One thing that changed, reported once.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a handful per changed document, moved once into a log line"
+)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// An event's lifecycle moved.

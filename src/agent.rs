@@ -1,0 +1,398 @@
+//! The imperative shell: the one poll loop, the HTTP server, and the wiring between them.
+//!
+//! The loop keeps a single IMDS request in flight: it reads instance metadata until it has it,
+//! polls the scheduled-events document, folds the outcome into the [`Monitor`], and turns each
+//! resulting [`Change`] into exactly one log line and its counters. Nothing is logged for a poll
+//! that changed nothing.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::Utc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::config::Config;
+use crate::health::Health;
+use crate::imds::{ImdsClient, ImdsError, Operation};
+use crate::metrics::Metrics;
+use crate::monitor::{Change, Monitor};
+use crate::server::{self, Endpoints};
+use crate::trace_id::trace_id;
+use crate::tracker::{IncarnationChange, Transition};
+use crate::wire;
+
+/// How often instance metadata is asked for again while it cannot be read.
+const INSTANCE_RETRY: Duration = Duration::from_secs(30);
+
+/// Slack in the loop's liveness promise for scheduling delays on a busy VM.
+const LIVENESS_GRACE: Duration = Duration::from_secs(5);
+
+/// A running agent.
+#[derive(Debug)]
+pub struct RunningAgent {
+    address: SocketAddr,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<std::io::Result<()>>,
+    poller: JoinHandle<()>,
+}
+
+/// Binds the HTTP listener and starts the poll loop and the server.
+pub async fn start(config: Config) -> anyhow::Result<RunningAgent> {
+    let metrics = Arc::new(Metrics::new(&config.api_version, config.event_series)?);
+    let health = Arc::new(Health::new());
+    let client = ImdsClient::new(&config.imds_url, &config.api_version)?;
+    let listener = TcpListener::bind(config.listen_address)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen_address))?;
+    let address = listener.local_addr()?;
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        revision = env!("BUILD_REVISION"),
+        imds_url = %client.events_url(),
+        poll_interval = ?config.poll_interval,
+        imds_timeout = ?config.imds_timeout,
+        imds_first_timeout = ?config.imds_first_timeout,
+        imds_max_backoff = ?config.imds_max_backoff,
+        listen_address = %address,
+        telemetry_path = %config.telemetry_path,
+        vm_name = config.vm_name.as_deref().unwrap_or("(from instance metadata)"),
+        event_series = ?config.event_series,
+        "starting"
+    );
+    if config.poll_interval < Duration::from_millis(200) {
+        tracing::warn!(poll_interval = ?config.poll_interval, "polling faster than 5 requests per second: Azure IMDS answers 429 beyond that");
+    }
+    metrics.set_vm(config.vm_name.as_deref(), None);
+
+    let (stop, stopped) = watch::channel(false);
+    let endpoints = Arc::new(Endpoints {
+        metrics: Arc::clone(&metrics),
+        health: Arc::clone(&health),
+        telemetry_path: config.telemetry_path.clone(),
+    });
+    let server = tokio::spawn(server::serve_endpoints(
+        listener,
+        endpoints,
+        until_stopped(stopped.clone()),
+    ));
+    let poller = tokio::spawn(
+        Poller {
+            vm_name: config.vm_name.clone(),
+            config,
+            client,
+            metrics,
+            health,
+            monitor: Monitor::new(),
+            published: None,
+            compute: None,
+            instance_failures: 0,
+            next_instance_read: Instant::now(),
+            backoff_exponent: 0,
+        }
+        .run(stopped),
+    );
+    Ok(RunningAgent {
+        address,
+        stop,
+        server,
+        poller,
+    })
+}
+
+impl RunningAgent {
+    /// The address the HTTP server listens on.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Runs until `shutdown` completes, then stops gracefully. Returns an error if the server or
+    /// the loop ends on its own.
+    pub async fn run_until(
+        mut self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        tokio::select! {
+            () = shutdown => {}
+            result = &mut self.server => anyhow::bail!("the HTTP server stopped: {result:?}"),
+            result = &mut self.poller => anyhow::bail!("the poll loop stopped: {result:?}"),
+        }
+        self.stop().await
+    }
+
+    /// Stops the loop and lets in-flight scrapes finish.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        self.poller.await.context("the poll loop failed")?;
+        self.server.await.context("the HTTP server failed")??;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+async fn until_stopped(mut stopped: watch::Receiver<bool>) {
+    // An error means the sender is gone, which is a stop as well.
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
+
+/// The poll loop's state.
+struct Poller {
+    config: Config,
+    client: ImdsClient,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    monitor: Monitor,
+    /// Incarnation whose events the metrics show.
+    published: Option<u64>,
+    /// This VM's name in `Resources`: `--vm.name`, else `compute.name`.
+    vm_name: Option<String>,
+    compute: Option<wire::Compute>,
+    instance_failures: u64,
+    next_instance_read: Instant,
+    backoff_exponent: u32,
+}
+
+impl Poller {
+    async fn run(mut self, stopped: watch::Receiver<bool>) {
+        let mut ticks = tokio::time::interval(self.config.poll_interval);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        tracing::info!(
+            timeout = ?self.config.imds_first_timeout,
+            "waiting for the first scheduled-events document: Azure enables the service on the first request and can take up to 2 minutes to answer it"
+        );
+        let stop = until_stopped(stopped);
+        tokio::pin!(stop);
+        loop {
+            self.promise_liveness();
+            tokio::select! {
+                () = &mut stop => break,
+                _ = ticks.tick() => {}
+            }
+            tokio::select! {
+                () = &mut stop => break,
+                backoff = self.step() => if let Some(delay) = backoff {
+                    ticks.reset_after(delay);
+                }
+            }
+        }
+    }
+
+    /// Tells the health endpoint the longest the next wait plus step can take.
+    fn promise_liveness(&self) {
+        let config = &self.config;
+        let poll_timeout = if self.monitor.last_success().is_none() {
+            config.imds_first_timeout
+        } else {
+            config.imds_timeout
+        };
+        let instance_timeout = if self.compute.is_none() {
+            config.imds_timeout
+        } else {
+            Duration::ZERO
+        };
+        let wait = config.poll_interval.max(config.imds_max_backoff);
+        self.health
+            .expect_back_within(wait + poll_timeout + instance_timeout + LIVENESS_GRACE);
+    }
+
+    /// One poll; returns a longer delay before the next one when IMDS asked to back off.
+    async fn step(&mut self) -> Option<Duration> {
+        if self.compute.is_none() && Instant::now() >= self.next_instance_read {
+            self.read_instance().await;
+        }
+        let timeout = if self.monitor.last_success().is_none() {
+            self.config.imds_first_timeout
+        } else {
+            self.config.imds_timeout
+        };
+        let started = Instant::now();
+        let result = self.client.scheduled_events(timeout).await;
+        self.metrics
+            .record_request(Operation::Events, started.elapsed(), result.as_ref().err());
+        let now = Utc::now();
+        let (changes, backoff) = match result {
+            Ok(document) => (self.monitor.observe(Ok(document), now), self.backoff(None)),
+            Err(error) => (
+                self.monitor.observe(Err(&error), now),
+                self.backoff(Some(&error)),
+            ),
+        };
+        for change in &changes {
+            self.report(change);
+        }
+        self.metrics
+            .record_poll(self.monitor.is_up().then_some(now));
+        if self.monitor.is_up() {
+            self.health.set_ready();
+            self.publish(changes.iter().any(|c| matches!(c, Change::Transition(_))));
+        }
+        backoff
+    }
+
+    /// Hands the tracker's events to the metrics when the document changed them.
+    fn publish(&mut self, events_changed: bool) {
+        let tracker = self.monitor.tracker();
+        let incarnation = tracker.incarnation().map(|i| i.0);
+        if events_changed || incarnation != self.published {
+            self.published = incarnation;
+            let events = tracker.events().iter().map(|t| t.event.clone()).collect();
+            self.metrics
+                .set_events(incarnation.unwrap_or_default(), events);
+        }
+    }
+
+    /// Exponential backoff from the poll interval, only when IMDS asked for it (429, 410, 5xx),
+    /// honouring `Retry-After`, and capped so that a 30-second Spot notice is still seen.
+    fn backoff(&mut self, error: Option<&ImdsError>) -> Option<Duration> {
+        let Some(error) = error.filter(|e| e.wants_backoff()) else {
+            self.backoff_exponent = 0;
+            return None;
+        };
+        self.backoff_exponent = (self.backoff_exponent + 1).min(16);
+        let exponential = self
+            .config
+            .poll_interval
+            .saturating_mul(1 << self.backoff_exponent);
+        let delay = exponential
+            .max(error.retry_after().unwrap_or_default())
+            .min(self.config.imds_max_backoff);
+        Some(delay.max(self.config.poll_interval))
+    }
+
+    async fn read_instance(&mut self) {
+        let started = Instant::now();
+        let result = self.client.instance(self.config.imds_timeout).await;
+        self.metrics.record_request(
+            Operation::Instance,
+            started.elapsed(),
+            result.as_ref().err(),
+        );
+        match result {
+            Ok(compute) => {
+                if self.vm_name.is_none() && !compute.name.is_empty() {
+                    self.vm_name = Some(compute.name.clone());
+                }
+                self.metrics.set_vm(self.vm_name.as_deref(), Some(&compute));
+                tracing::info!(
+                    vm_name = self.vm_name.as_deref(),
+                    compute_name = %compute.name,
+                    vm_id = %compute.vm_id,
+                    location = %compute.location,
+                    zone = %compute.zone,
+                    vm_scale_set_name = %compute.vm_scale_set_name,
+                    resource_group = %compute.resource_group_name,
+                    vm_size = %compute.vm_size,
+                    failed_attempts = self.instance_failures,
+                    "read instance metadata"
+                );
+                if self.vm_name.is_none() {
+                    tracing::warn!(
+                        "instance metadata has no compute.name and --vm.name is not set: affects_this_vm is unknown"
+                    );
+                }
+                self.compute = Some(compute);
+            }
+            Err(error) => {
+                self.instance_failures += 1;
+                self.next_instance_read = Instant::now() + INSTANCE_RETRY;
+                if self.instance_failures == 1 {
+                    tracing::warn!(
+                        reason = error.kind(),
+                        %error,
+                        retry_every = ?INSTANCE_RETRY,
+                        "cannot read instance metadata; vm_info is missing until it can"
+                    );
+                }
+            }
+        }
+    }
+
+    /// One log line, and its counters, for one change.
+    fn report(&self, change: &Change) {
+        let vm_name = self.vm_name.as_deref();
+        let incarnation = self.monitor.tracker().incarnation().map(|i| i.0);
+        match change {
+            Change::Transition(transition) => {
+                self.metrics.record_transition(transition);
+                log_transition(transition, vm_name, incarnation);
+            }
+            Change::Incarnation(IncarnationChange::Jumped { from, to }) => tracing::info!(
+                vm_name,
+                from = from.0,
+                to = to.0,
+                "document incarnation jumped: some documents were never seen by this agent"
+            ),
+            Change::Incarnation(IncarnationChange::Restarted { from, to }) => tracing::warn!(
+                vm_name,
+                from = from.0,
+                to = to.0,
+                "document incarnation went down: the service was reset or re-enabled"
+            ),
+            Change::Incarnation(_) => {}
+            Change::DuplicateEventId(id) => tracing::warn!(
+                vm_name,
+                event_id = %id,
+                "an EventId appears twice in the document; the first is kept"
+            ),
+            Change::Unreachable { reason, error } => tracing::warn!(
+                vm_name,
+                reason,
+                error = %error,
+                "IMDS unreachable: the last known events are kept until it answers again"
+            ),
+            Change::Reachable {
+                failed_polls,
+                since,
+            } => tracing::info!(
+                vm_name,
+                failed_polls,
+                unreachable_seconds =
+                    since.map(|s| (Utc::now() - s).num_milliseconds() as f64 / 1000.0),
+                document_incarnation = incarnation,
+                "IMDS reachable"
+            ),
+        }
+    }
+}
+
+fn log_transition(transition: &Transition, vm_name: Option<&str>, incarnation: Option<u64>) {
+    let event = transition.event();
+    let changed = match transition {
+        Transition::Updated { changed, .. } => Some(
+            changed
+                .iter()
+                .map(|f| f.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        _ => None,
+    };
+    let seen_started = match transition {
+        Transition::Completed { seen_started, .. } => Some(*seen_started),
+        _ => None,
+    };
+    tracing::info!(
+        vm_name,
+        transition = transition.kind(),
+        event_id = %event.id,
+        trace_id = %trace_id(event.id.as_str()),
+        event_type = %event.event_type,
+        event_status = %event.status,
+        event_source = event.source.as_ref().map(|s| s.as_str()),
+        resource_type = %event.resource_type,
+        resources = %event.resources.join(","),
+        not_before = %event.not_before.raw(),
+        duration_in_seconds = event.duration.map(|d| d.0),
+        description = event.description.as_deref(),
+        affects_this_vm = event.affects(vm_name).as_str(),
+        document_incarnation = incarnation,
+        changed,
+        seen_started,
+        "event {}",
+        transition.kind()
+    );
+}

@@ -1,0 +1,118 @@
+//! The subcommands around the agent: `demo` (the agent against an in-process simulator) and
+//! `simulator` (the simulated IMDS alone), plus the shutdown signal they all wait for.
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use reqwest::Url;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::agent;
+use crate::config::{Config, SimulatorArgs};
+use crate::simulator::{self, DEMO_OTHER_VM, DEMO_VM, Scenario, SimulatorHandle, example_compute};
+
+/// Completes on SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+    tracing::info!("shutting down");
+}
+
+/// Starts a simulator on an ephemeral loopback port; it stops when `stopped` turns true.
+async fn start_simulator(
+    sim: SimulatorHandle,
+    listen: SocketAddr,
+    mut stopped: watch::Receiver<bool>,
+) -> anyhow::Result<SocketAddr> {
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let address = listener.local_addr()?;
+    tokio::spawn(async move {
+        let stop = async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        if let Err(error) = simulator::serve(listener, sim, stop).await {
+            tracing::error!(%error, "the simulator stopped");
+        }
+    });
+    Ok(address)
+}
+
+/// Runs the agent against the built-in simulator playing the demo scenario on a loop.
+pub async fn demo(mut config: Config) -> anyhow::Result<()> {
+    let sim = SimulatorHandle::new(example_compute(DEMO_VM));
+    sim.load_scenario(Scenario::demo(DEMO_VM, DEMO_OTHER_VM));
+    let (stop, stopped) = watch::channel(false);
+    let sim_address = start_simulator(sim, SocketAddr::from(([127, 0, 0, 1], 0)), stopped).await?;
+    config.imds_url = Url::parse(&format!("http://{sim_address}"))?;
+    let agent = agent::start(config.clone()).await?;
+    let metrics = format!("http://{}{}", local(agent.address()), config.telemetry_path);
+    eprintln!(
+        "\n  The agent is polling a simulated IMDS that plays maintenance on VM {DEMO_VM} every 3 minutes:\n  \
+         a Freeze shared with {DEMO_OTHER_VM}, a user Reboot, a Spot Preempt with 30 s notice, a Redeploy that\n  \
+         is cancelled, and a Reboot of {DEMO_OTHER_VM} only. Each change is one log line below.\n\n  \
+         metrics:         {metrics}\n  \
+         watch events:    watch -n1 \"curl -s {metrics} | grep -E '^azure_scheduled_events_(event_|pending.* [1-9])'\"\n  \
+         simulator state: curl -s http://{sim_address}/control/state\n  \
+         Ctrl-C to stop.\n"
+    );
+    let result = agent.run_until(shutdown_signal()).await;
+    let _ = stop.send(true);
+    result
+}
+
+/// Serves the simulator alone until SIGTERM or Ctrl-C.
+pub async fn simulator(args: SimulatorArgs) -> anyhow::Result<()> {
+    let sim = SimulatorHandle::new(example_compute(&args.vm_name));
+    match args.scenario.as_deref() {
+        Some(path) if path.as_os_str() == "demo" => {
+            sim.load_scenario(Scenario::demo(&args.vm_name, DEMO_OTHER_VM));
+        }
+        Some(path) => {
+            let scenario = Scenario::from_file(path)
+                .with_context(|| format!("cannot load scenario {}", path.display()))?;
+            sim.load_scenario(scenario);
+        }
+        None => {}
+    }
+    let (stop, stopped) = watch::channel(false);
+    let address = start_simulator(sim, args.web_listen_address, stopped).await?;
+    tracing::info!(
+        %address,
+        vm_name = %args.vm_name,
+        scenario = args.scenario.as_ref().map(|p| p.display().to_string()),
+        "simulated IMDS listening: point --imds.url at http://{address}; control API at /control/state"
+    );
+    shutdown_signal().await;
+    let _ = stop.send(true);
+    Ok(())
+}
+
+/// An address a browser can open: the unspecified address becomes loopback.
+fn local(address: SocketAddr) -> SocketAddr {
+    if address.ip().is_unspecified() {
+        SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), address.port())
+    } else {
+        address
+    }
+}

@@ -1,0 +1,213 @@
+//! HTTP on hyper 1: the agent's `/metrics`, `/healthz`, `/readyz` and landing page, and the one
+//! accept loop with graceful shutdown that the simulator serves through as well.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use crate::health::Health;
+use crate::metrics::Metrics;
+
+/// How long in-flight requests may finish after shutdown begins.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A response with a fixed body.
+pub fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// Accepts HTTP/1 connections on `listener` until `shutdown` completes, then lets in-flight
+/// requests finish for a few seconds. `handle` answers each request.
+pub async fn serve<H, F>(
+    listener: TcpListener,
+    handle: H,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()>
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Response<Full<Bytes>>, std::io::Error>> + Send + 'static,
+{
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(error) => {
+                        // Running out of file descriptors is the usual cause: back off briefly
+                        // instead of spinning.
+                        tracing::warn!(%error, "cannot accept a connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let handle = handle.clone();
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service_fn(handle));
+                let connection = graceful.watch(connection);
+                tokio::spawn(async move {
+                    if let Err(error) = connection.await {
+                        tracing::debug!(%error, "connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::debug!("in-flight requests did not finish before shutdown");
+    }
+    Ok(())
+}
+
+/// What the agent's HTTP endpoints read.
+#[derive(Debug)]
+pub struct Endpoints {
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    pub telemetry_path: String,
+}
+
+impl Endpoints {
+    /// Answers one request to the agent.
+    pub fn answer<B>(&self, request: &Request<B>) -> Response<Full<Bytes>> {
+        const TEXT: &str = "text/plain; charset=utf-8";
+        if !matches!(*request.method(), Method::GET | Method::HEAD) {
+            return respond(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET and HEAD\n");
+        }
+        match request.uri().path() {
+            path if path == self.telemetry_path => match self.metrics.encode() {
+                Ok(text) => respond(
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    text,
+                ),
+                Err(error) => {
+                    tracing::error!(%error, "cannot encode metrics");
+                    respond(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        TEXT,
+                        format!("cannot encode metrics: {error}\n"),
+                    )
+                }
+            },
+            "/healthz" if self.health.is_alive() => {
+                respond(StatusCode::OK, TEXT, "ok: the poll loop is running\n")
+            }
+            "/healthz" => respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                TEXT,
+                "the poll loop has stopped checking in\n",
+            ),
+            "/readyz" if self.health.is_ready() => {
+                respond(StatusCode::OK, TEXT, "ok: IMDS has answered\n")
+            }
+            "/readyz" => respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                TEXT,
+                "waiting for a first valid document from IMDS\n",
+            ),
+            "/" => respond(
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                self.landing_page(),
+            ),
+            _ => respond(StatusCode::NOT_FOUND, TEXT, "not found\n"),
+        }
+    }
+
+    fn landing_page(&self) -> String {
+        let path = &self.telemetry_path;
+        format!(
+            "<!DOCTYPE html>\n<html><head><title>Azure Scheduled Events Exporter</title></head><body>\n\
+             <h1>Azure Scheduled Events Exporter</h1>\n<p>Version {version}</p>\n<ul>\n\
+             <li><a href=\"{path}\">{path}</a>: Prometheus metrics</li>\n\
+             <li><a href=\"/healthz\">/healthz</a>: the poll loop is alive</li>\n\
+             <li><a href=\"/readyz\">/readyz</a>: IMDS has answered</li>\n</ul>\n</body></html>\n",
+            version = env!("CARGO_PKG_VERSION"),
+            path = html_escape(path),
+        )
+    }
+}
+
+fn html_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Serves the agent's endpoints until `shutdown` completes.
+pub async fn serve_endpoints(
+    listener: TcpListener,
+    endpoints: Arc<Endpoints>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let handle = move |request: Request<Incoming>| {
+        let endpoints = Arc::clone(&endpoints);
+        async move { Ok::<_, std::io::Error>(endpoints.answer(&request)) }
+    };
+    serve(listener, handle, shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::EventSeries;
+
+    fn endpoints() -> Result<Endpoints, prometheus::Error> {
+        Ok(Endpoints {
+            metrics: Arc::new(Metrics::new("2020-07-01", EventSeries::ThisVm)?),
+            health: Arc::new(Health::new()),
+            telemetry_path: "/metrics".into(),
+        })
+    }
+
+    fn get(endpoints: &Endpoints, path: &str) -> Response<Full<Bytes>> {
+        endpoints.answer(&Request::get(path).body(()).unwrap_or_default())
+    }
+
+    #[test]
+    fn routes_answer_as_documented() -> Result<(), prometheus::Error> {
+        let e = endpoints()?;
+        assert_eq!(get(&e, "/metrics").status(), StatusCode::OK);
+        assert_eq!(get(&e, "/").status(), StatusCode::OK);
+        assert_eq!(get(&e, "/nope").status(), StatusCode::NOT_FOUND);
+        assert_eq!(get(&e, "/readyz").status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            get(&e, "/healthz").status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        e.health.set_ready();
+        e.health.expect_back_within(Duration::from_secs(60));
+        assert_eq!(get(&e, "/readyz").status(), StatusCode::OK);
+        assert_eq!(get(&e, "/healthz").status(), StatusCode::OK);
+        let post = e.answer(&Request::post("/metrics").body(()).unwrap_or_default());
+        assert_eq!(post.status(), StatusCode::METHOD_NOT_ALLOWED);
+        Ok(())
+    }
+}
