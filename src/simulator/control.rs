@@ -11,7 +11,9 @@ use serde::de::DeserializeOwned;
 
 use super::api_version::ApiVersion;
 use super::fault::Fault;
-use super::http::{Body, error, json_response, no_content, percent_decode, read_body, unavailable};
+use super::http::{
+    Body, Refused, error, json_response, no_content, percent_decode, read_body, unavailable,
+};
 use super::scenario::{Scenario, ScenarioEvent};
 use super::state::{AddEventError, Approval};
 use super::{Shared, SimulatorHandle};
@@ -50,7 +52,7 @@ pub(super) async fn handle(
                 shared.sim.set_document(body);
                 no_content()
             }),
-            Err(rejected) => rejected,
+            Err(rejected) => *rejected,
         },
         (("document", None), &Method::DELETE) => with_state(&sim, |shared| {
             shared.sim.clear_document();
@@ -61,7 +63,7 @@ pub(super) async fn handle(
         (("scenario", None), &Method::POST) => {
             let text = match read_text(req).await {
                 Ok(text) => text,
-                Err(rejected) => return rejected,
+                Err(rejected) => return *rejected,
             };
             match Scenario::parse(&text) {
                 Ok(scenario) => with_state(&sim, |shared| {
@@ -85,7 +87,7 @@ pub(super) async fn handle(
         (("events", None), &Method::POST) => {
             let event: ScenarioEvent = match read_json_or_yaml(req).await {
                 Ok(event) => event,
-                Err(rejected) => return rejected,
+                Err(rejected) => return *rejected,
             };
             with_state(&sim, |shared| {
                 match shared.sim.add_event(event, Utc::now()) {
@@ -125,7 +127,7 @@ pub(super) async fn handle(
         (("faults", None), &Method::POST) => {
             let fault: Fault = match read_json_or_yaml(req).await {
                 Ok(fault) => fault,
-                Err(rejected) => return rejected,
+                Err(rejected) => return *rejected,
             };
             with_state(&sim, |shared| {
                 shared.faults.push(fault);
@@ -179,21 +181,24 @@ fn not_allowed(allow: &'static str) -> Response<Body> {
     response
 }
 
-async fn read_text(req: Request<Incoming>) -> Result<String, Response<Body>> {
+async fn read_text(req: Request<Incoming>) -> Result<String, Refused> {
     let body: Bytes = read_body(req.into_body()).await?;
     String::from_utf8(body.to_vec())
-        .map_err(|_| error(StatusCode::BAD_REQUEST, "the body is not UTF-8 text"))
+        .map_err(|_| Box::new(error(StatusCode::BAD_REQUEST, "the body is not UTF-8 text")))
 }
 
 /// Reads a body that starts with `{` as JSON and anything else as YAML, like scenario files.
-async fn read_json_or_yaml<T: DeserializeOwned>(
-    req: Request<Incoming>,
-) -> Result<T, Response<Body>> {
+async fn read_json_or_yaml<T: DeserializeOwned>(req: Request<Incoming>) -> Result<T, Refused> {
     let text = read_text(req).await?;
     let parsed = if text.trim_start().starts_with('{') {
         serde_json::from_str(&text).map_err(|e| e.to_string())
     } else {
         serde_norway::from_str(&text).map_err(|e| e.to_string())
     };
-    parsed.map_err(|e| error(StatusCode::BAD_REQUEST, &format!("invalid body: {e}")))
+    parsed.map_err(|e| {
+        Box::new(error(
+            StatusCode::BAD_REQUEST,
+            &format!("invalid body: {e}"),
+        ))
+    })
 }

@@ -52,6 +52,8 @@ fn format_guid(bits: u128) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
     use std::collections::HashSet;
 
     fn is_upper_case_guid(id: &str) -> bool {
@@ -64,21 +66,23 @@ mod tests {
     }
 
     #[test]
-    fn ids_are_upper_case_guids() {
+    fn ids_are_upper_case_guids() -> TestResult {
         let mut ids = EventIds::new(7);
         for _ in 0..100 {
             let id = ids.next_id();
             assert!(is_upper_case_guid(&id), "{id}");
             assert_eq!(&id[14..15], "4", "{id}");
         }
+        Ok(())
     }
 
     #[test]
-    fn ids_never_repeat_and_depend_on_the_seed() {
+    fn ids_never_repeat_and_depend_on_the_seed() -> TestResult {
         let mut ids = EventIds::new(1);
         let seen: HashSet<String> = (0..10_000).map(|_| ids.next_id()).collect();
         assert_eq!(seen.len(), 10_000);
         assert_ne!(EventIds::new(1).next_id(), EventIds::new(2).next_id());
         assert_eq!(EventIds::new(3).next_id(), EventIds::new(3).next_id());
+        Ok(())
     }
 }

@@ -345,42 +345,46 @@ impl From<Fault> for FaultSpec {
 mod tests {
     use super::*;
 
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
     fn parse(json: &str) -> Result<Fault, String> {
         serde_json::from_str(json).map_err(|e| e.to_string())
     }
 
     #[test]
-    fn a_status_fault_reads_from_json_with_defaults() {
-        let fault = parse(r#"{"kind":"status","status":503,"count":2}"#).unwrap();
+    fn a_status_fault_reads_from_json_with_defaults() -> TestResult {
+        let fault = parse(r#"{"kind":"status","status":503,"count":2}"#)?;
         assert_eq!(fault, Fault::status(503).times(2));
-        let fault = parse(r#"{"kind":"status","status":429,"retry_after":3}"#).unwrap();
+        let fault = parse(r#"{"kind":"status","status":429,"retry_after":3}"#)?;
         assert_eq!(fault, Fault::status(429).with_retry_after(3));
         assert_eq!(fault.count, FaultCount::Requests(1));
         assert_eq!(fault.target, FaultTarget::ScheduledEvents);
+        Ok(())
     }
 
     #[test]
-    fn every_kind_reads_from_json() {
+    fn every_kind_reads_from_json() -> TestResult {
         assert_eq!(
-            parse(r#"{"kind":"delay","delay":"3s"}"#).unwrap(),
+            parse(r#"{"kind":"delay","delay":"3s"}"#)?,
             Fault::delay(Duration::from_secs(3))
         );
         assert_eq!(
-            parse(r#"{"kind":"garbage","target":"all"}"#).unwrap(),
+            parse(r#"{"kind":"garbage","target":"all"}"#)?,
             Fault::garbage().on(FaultTarget::All)
         );
         assert_eq!(
-            parse(r#"{"kind":"truncated","target":"instance"}"#).unwrap(),
+            parse(r#"{"kind":"truncated","target":"instance"}"#)?,
             Fault::truncated().on(FaultTarget::Instance)
         );
         assert_eq!(
-            parse(r#"{"kind":"drop","until_cleared":true}"#).unwrap(),
+            parse(r#"{"kind":"drop","until_cleared":true}"#)?,
             Fault::drop_connection().until_cleared()
         );
+        Ok(())
     }
 
     #[test]
-    fn faults_with_missing_misspelt_or_misplaced_fields_are_rejected() {
+    fn faults_with_missing_misspelt_or_misplaced_fields_are_rejected() -> TestResult {
         for bad in [
             r#"{"kind":"status"}"#,
             r#"{"kind":"status","status":99}"#,
@@ -394,17 +398,19 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad} was accepted");
         }
+        Ok(())
     }
 
     #[test]
-    fn faults_serialise_back_to_the_json_they_came_from() {
+    fn faults_serialise_back_to_the_json_they_came_from() -> TestResult {
         let fault = Fault::status(500).with_body("<html/>").times(3);
-        let json = serde_json::to_string(&fault).unwrap();
-        assert_eq!(parse(&json).unwrap(), fault);
+        let json = serde_json::to_string(&fault)?;
+        assert_eq!(parse(&json)?, fault);
+        Ok(())
     }
 
     #[test]
-    fn the_queue_serves_faults_in_order_and_uses_up_their_counts() {
+    fn the_queue_serves_faults_in_order_and_uses_up_their_counts() -> TestResult {
         let mut queue = FaultQueue::default();
         queue.push(Fault::status(503).times(2));
         queue.push(Fault::garbage());
@@ -419,10 +425,11 @@ mod tests {
         ));
         assert_eq!(status(&mut queue), Some(FaultAction::Garbage));
         assert_eq!(status(&mut queue), None);
+        Ok(())
     }
 
     #[test]
-    fn faults_only_hit_their_target() {
+    fn faults_only_hit_their_target() -> TestResult {
         let mut queue = FaultQueue::default();
         queue.push(Fault::drop_connection().on(FaultTarget::Instance));
         queue.push(Fault::garbage());
@@ -434,10 +441,11 @@ mod tests {
         assert_eq!(queue.take(Endpoint::Instance), Some(FaultAction::Drop));
         queue.push(Fault::truncated().on(FaultTarget::All));
         assert_eq!(queue.take(Endpoint::Instance), Some(FaultAction::Truncated));
+        Ok(())
     }
 
     #[test]
-    fn a_fault_until_cleared_stays_until_cleared() {
+    fn a_fault_until_cleared_stays_until_cleared() -> TestResult {
         let mut queue = FaultQueue::default();
         queue.push(Fault::status(500).until_cleared());
         queue.push(Fault::garbage());
@@ -449,5 +457,6 @@ mod tests {
         }
         queue.clear();
         assert_eq!(queue.take(Endpoint::ScheduledEvents), None);
+        Ok(())
     }
 }

@@ -31,6 +31,9 @@ pub(super) type Body = Full<Bytes>;
 /// What a handler produces: a response, or [`Dropped`] to close the connection unanswered.
 pub(super) type Reply = Result<Response<Body>, Dropped>;
 
+/// An error response, boxed so that `Result`s carrying one stay small.
+pub(super) type Refused = Box<Response<Body>>;
+
 /// Returned by a handler to make hyper close the connection without writing a response.
 #[derive(Debug, thiserror::Error)]
 #[error("connection dropped by an injected fault")]
@@ -121,7 +124,7 @@ async fn scheduled_events(sim: SimulatorHandle, req: Request<Incoming>) -> Reply
         return Ok(method_not_allowed("GET, POST"));
     }
     if let Err(rejected) = check_headers(&req) {
-        return Ok(rejected);
+        return Ok(*rejected);
     }
     let Some(version) = query_param(req.uri(), "api-version").and_then(|v| ApiVersion::parse(&v))
     else {
@@ -131,12 +134,12 @@ async fn scheduled_events(sim: SimulatorHandle, req: Request<Incoming>) -> Reply
     if req.method() == Method::GET {
         return Ok(match document_body(&sim, Some(version)) {
             Ok(body) => respond(StatusCode::OK, json(), body),
-            Err(failed) => failed,
+            Err(failed) => *failed,
         });
     }
     let body = match read_body(req.into_body()).await {
         Ok(body) => body,
-        Err(rejected) => return Ok(rejected),
+        Err(rejected) => return Ok(*rejected),
     };
     let now = Utc::now();
     let approved = match sim.lock() {
@@ -154,16 +157,13 @@ async fn scheduled_events(sim: SimulatorHandle, req: Request<Incoming>) -> Reply
 
 /// The scheduled-events body as of now, for `version` (the newest when the request gave none
 /// that is valid, which only happens for a truncated fault).
-fn document_body(
-    sim: &SimulatorHandle,
-    version: Option<ApiVersion>,
-) -> Result<Bytes, Response<Body>> {
-    let mut shared = sim.lock().map_err(unavailable)?;
+fn document_body(sim: &SimulatorHandle, version: Option<ApiVersion>) -> Result<Bytes, Refused> {
+    let mut shared = sim.lock().map_err(|p| Box::new(unavailable(p)))?;
     shared.sim.advance(Utc::now());
     shared
         .sim
         .body(version.unwrap_or(ApiVersion::LATEST))
-        .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))
+        .map_err(|e| Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -203,7 +203,7 @@ async fn instance_metadata(
         return Ok(method_not_allowed("GET"));
     }
     if let Err(rejected) = check_headers(&req) {
-        return Ok(rejected);
+        return Ok(*rejected);
     }
     if !query_param(req.uri(), "api-version").is_some_and(|v| api_version::is_instance_version(&v))
     {
@@ -211,12 +211,16 @@ async fn instance_metadata(
     }
     Ok(match instance_body(&sim, section) {
         Ok(body) => respond(StatusCode::OK, json(), body),
-        Err(failed) => failed,
+        Err(failed) => *failed,
     })
 }
 
-fn instance_body(sim: &SimulatorHandle, section: InstanceSection) -> Result<Bytes, Response<Body>> {
-    let compute = sim.lock().map_err(unavailable)?.instance.clone();
+fn instance_body(sim: &SimulatorHandle, section: InstanceSection) -> Result<Bytes, Refused> {
+    let compute = sim
+        .lock()
+        .map_err(|p| Box::new(unavailable(p)))?
+        .instance
+        .clone();
     let value = match section {
         InstanceSection::All => instance::instance_document(&compute),
         InstanceSection::Compute => instance::compute_section(&compute),
@@ -225,7 +229,7 @@ fn instance_body(sim: &SimulatorHandle, section: InstanceSection) -> Result<Byte
     value
         .and_then(|v| serde_json::to_vec(&v))
         .map(Bytes::from)
-        .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))
+        .map_err(|e| Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())))
 }
 
 /// Answers with an injected fault instead of processing the request. `normal` produces the body
@@ -233,7 +237,7 @@ fn instance_body(sim: &SimulatorHandle, section: InstanceSection) -> Result<Byte
 async fn perform(
     fault: FaultAction,
     req: Request<Incoming>,
-    normal: impl FnOnce() -> Result<Bytes, Response<Body>>,
+    normal: impl FnOnce() -> Result<Bytes, Refused>,
 ) -> Reply {
     match fault {
         FaultAction::Status {
@@ -262,7 +266,7 @@ async fn perform(
         FaultAction::Garbage => Ok(respond(StatusCode::OK, json(), Bytes::from_static(GARBAGE))),
         FaultAction::Truncated => Ok(match normal() {
             Ok(body) => respond(StatusCode::OK, json(), body.slice(..body.len() / 2)),
-            Err(failed) => failed,
+            Err(failed) => *failed,
         }),
         FaultAction::Drop => {
             // Read the whole request first, so the client has sent everything and then sees the
@@ -287,19 +291,19 @@ fn sniff_content_type(body: &str) -> HeaderValue {
 }
 
 /// IMDS's header checks, in its order: a proxied request first, then the Metadata header.
-fn check_headers(req: &Request<Incoming>) -> Result<(), Response<Body>> {
+fn check_headers(req: &Request<Incoming>) -> Result<(), Refused> {
     if req.headers().contains_key("x-forwarded-for") {
-        return Err(error(
+        return Err(Box::new(error(
             StatusCode::BAD_REQUEST,
             "Bad request. Request contains X-Forwarded-For header",
-        ));
+        )));
     }
     let metadata = req.headers().get("metadata").and_then(|v| v.to_str().ok());
     if !metadata.is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
-        return Err(error(
+        return Err(Box::new(error(
             StatusCode::BAD_REQUEST,
             "Bad request. Required metadata header not specified",
-        ));
+        )));
     }
     Ok(())
 }
@@ -382,17 +386,17 @@ pub(super) fn unavailable(poisoned: Poisoned) -> Response<Body> {
 }
 
 /// Reads a request body of at most [`MAX_BODY`] bytes.
-pub(super) async fn read_body(body: Incoming) -> Result<Bytes, Response<Body>> {
+pub(super) async fn read_body(body: Incoming) -> Result<Bytes, Refused> {
     match Limited::new(body, MAX_BODY).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(error(
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(Box::new(error(
             StatusCode::PAYLOAD_TOO_LARGE,
             &format!("Bad request. Body is larger than {MAX_BODY} bytes"),
-        )),
-        Err(e) => Err(error(
+        ))),
+        Err(e) => Err(Box::new(error(
             StatusCode::BAD_REQUEST,
             &format!("Bad request. Body could not be read: {e}"),
-        )),
+        ))),
     }
 }
 
@@ -438,30 +442,32 @@ pub(super) fn percent_decode(text: &str) -> String {
 mod tests {
     use super::*;
 
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
     #[test]
-    fn query_parameters_are_found_and_decoded() {
-        let uri: Uri = "/x?a=1&api-version=2020-07-01&api-version=2019-01-01"
-            .parse()
-            .unwrap();
+    fn query_parameters_are_found_and_decoded() -> TestResult {
+        let uri: Uri = "/x?a=1&api-version=2020-07-01&api-version=2019-01-01".parse()?;
         assert_eq!(
             query_param(&uri, "api-version").as_deref(),
             Some("2020-07-01")
         );
         assert_eq!(query_param(&uri, "b"), None);
-        let uri: Uri = "/x?api%2Dversion=2020%2D07%2D01&flag".parse().unwrap();
+        let uri: Uri = "/x?api%2Dversion=2020%2D07%2D01&flag".parse()?;
         assert_eq!(
             query_param(&uri, "api-version").as_deref(),
             Some("2020-07-01")
         );
         assert_eq!(query_param(&uri, "flag").as_deref(), Some(""));
-        let uri: Uri = "/x".parse().unwrap();
+        let uri: Uri = "/x".parse()?;
         assert_eq!(query_param(&uri, "api-version"), None);
+        Ok(())
     }
 
     #[test]
-    fn broken_percent_escapes_are_kept_as_written() {
+    fn broken_percent_escapes_are_kept_as_written() -> TestResult {
         assert_eq!(percent_decode("a%2"), "a%2");
         assert_eq!(percent_decode("%zz%41"), "%zzA");
         assert_eq!(percent_decode("%ff"), "\u{fffd}");
+        Ok(())
     }
 }

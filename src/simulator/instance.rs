@@ -69,19 +69,23 @@ pub fn example_compute(name: &str) -> Compute {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
     use crate::wire::InstanceMetadata;
 
     #[test]
-    fn the_instance_document_reads_back_as_the_compute_it_was_given() {
+    fn the_instance_document_reads_back_as_the_compute_it_was_given() -> TestResult {
         let compute = example_compute("web_3");
         assert_eq!(compute.vm_scale_set_name, "web");
-        let body = serde_json::to_vec(&instance_document(&compute).unwrap()).unwrap();
-        let read: InstanceMetadata = serde_json::from_slice(&body).unwrap();
+        let body = serde_json::to_vec(&instance_document(&compute)?)?;
+        let read: InstanceMetadata = serde_json::from_slice(&body)?;
         assert_eq!(read.compute, compute);
+        Ok(())
     }
 
     #[test]
-    fn a_plain_vm_name_has_no_scale_set() {
+    fn a_plain_vm_name_has_no_scale_set() -> TestResult {
         assert_eq!(example_compute("db01").vm_scale_set_name, "");
+        Ok(())
     }
 }

@@ -429,12 +429,20 @@ impl ScenarioEvent {
 mod tests {
     use super::*;
 
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    fn rejected(text: &str) -> ScenarioError {
+        match Scenario::parse(text) {
+            Ok(scenario) => panic!("accepted {scenario:?}"),
+            Err(e) => e,
+        }
+    }
+
     #[test]
-    fn a_yaml_scenario_parses_with_defaults_filled_in() {
+    fn a_yaml_scenario_parses_with_defaults_filled_in() -> TestResult {
         let scenario = Scenario::parse(
             "name: one\nloop: 2m\nevents:\n  - type: Freeze\n    resources: [vm_0]\n    at: 10s\n",
-        )
-        .unwrap();
+        )?;
         assert_eq!(scenario.name.as_deref(), Some("one"));
         assert_eq!(
             scenario.loop_every,
@@ -450,73 +458,74 @@ mod tests {
         assert_eq!(event.at.0, Duration::from_secs(10));
         assert_eq!(event.notice(), Duration::from_secs(15 * 60));
         assert_eq!(event.runs_for(), DEFAULT_RUN_SLACK);
+        Ok(())
     }
 
     #[test]
-    fn a_json_scenario_parses() {
+    fn a_json_scenario_parses() -> TestResult {
         let scenario = Scenario::parse(
             r#"{"events":[{"type":"Preempt","resources":["spot_1"],"duration_in_seconds":-1,
                 "status":"Scheduled","notice":"30s","runs_for":20}]}"#,
-        )
-        .unwrap();
+        )?;
         let event = &scenario.events[0];
         assert_eq!(event.notice(), Duration::from_secs(30));
         assert_eq!(event.runs_for(), Duration::from_secs(20));
+        Ok(())
     }
 
     #[test]
-    fn unknown_fields_are_rejected_with_the_field_name() {
-        let yaml = Scenario::parse("events:\n  - type: Freeze\n    notcie: 30s\n").unwrap_err();
+    fn unknown_fields_are_rejected_with_the_field_name() -> TestResult {
+        let yaml = rejected("events:\n  - type: Freeze\n    notcie: 30s\n");
         assert!(yaml.to_string().contains("notcie"), "{yaml}");
-        let json = Scenario::parse(r#"{"events":[],"lop":"3m"}"#).unwrap_err();
+        let json = rejected(r#"{"events":[],"lop":"3m"}"#);
         assert!(json.to_string().contains("lop"), "{json}");
+        Ok(())
     }
 
     #[test]
-    fn bad_durations_are_rejected() {
-        let err = Scenario::parse("events:\n  - type: Freeze\n    at: soon\n").unwrap_err();
+    fn bad_durations_are_rejected() -> TestResult {
+        let err = rejected("events:\n  - type: Freeze\n    at: soon\n");
         assert!(err.to_string().contains("soon"), "{err}");
         assert!(Scenario::parse("events:\n  - type: Freeze\n    at: -3\n").is_err());
         assert!(Scenario::parse("loop: 0s\nevents: []\n").is_err());
         assert!(Scenario::parse("events:\n  - type: Freeze\n    at: 100000000000s\n").is_err());
+        Ok(())
     }
 
     #[test]
-    fn cancel_after_must_come_before_not_before() {
-        let err =
-            Scenario::parse("events:\n  - type: Redeploy\n    notice: 1m\n    cancel_after: 2m\n")
-                .unwrap_err();
+    fn cancel_after_must_come_before_not_before() -> TestResult {
+        let err = rejected("events:\n  - type: Redeploy\n    notice: 1m\n    cancel_after: 2m\n");
         assert!(err.to_string().contains("cancel_after"), "{err}");
         assert!(
             Scenario::parse("events:\n  - type: Redeploy\n    notice: 2m\n    cancel_after: 1m\n")
                 .is_ok()
         );
+        Ok(())
     }
 
     #[test]
-    fn started_events_take_no_notice() {
-        let err =
-            Scenario::parse("events:\n  - type: Reboot\n    status: Started\n    notice: 1m\n")
-                .unwrap_err();
+    fn started_events_take_no_notice() -> TestResult {
+        let err = rejected("events:\n  - type: Reboot\n    status: Started\n    notice: 1m\n");
         assert!(err.to_string().contains("notice"), "{err}");
+        Ok(())
     }
 
     #[test]
-    fn events_must_appear_within_the_loop() {
-        let err = Scenario::parse("loop: 1m\nevents:\n  - type: Freeze\n    at: 1m\n").unwrap_err();
+    fn events_must_appear_within_the_loop() -> TestResult {
+        let err = rejected("loop: 1m\nevents:\n  - type: Freeze\n    at: 1m\n");
         assert!(err.to_string().contains("loop"), "{err}");
+        Ok(())
     }
 
     #[test]
-    fn duplicate_ids_are_rejected() {
-        let err =
-            Scenario::parse("events:\n  - type: Freeze\n    id: A\n  - type: Reboot\n    id: A\n")
-                .unwrap_err();
+    fn duplicate_ids_are_rejected() -> TestResult {
+        let err = rejected("events:\n  - type: Freeze\n    id: A\n  - type: Reboot\n    id: A\n");
         assert!(err.to_string().contains("\"A\""), "{err}");
+        Ok(())
     }
 
     #[test]
-    fn default_notice_follows_azures_minimum_per_type() {
+    fn default_notice_follows_azures_minimum_per_type() -> TestResult {
         let notice = |t: &str| ScenarioEvent::new(t, &[]).notice().as_secs();
         assert_eq!(notice("Freeze"), 900);
         assert_eq!(notice("Reboot"), 900);
@@ -524,17 +533,19 @@ mod tests {
         assert_eq!(notice("Preempt"), 30);
         assert_eq!(notice("Terminate"), 300);
         assert_eq!(notice("Hibernate"), 900);
+        Ok(())
     }
 
     #[test]
-    fn the_demo_is_valid_and_loops_within_three_minutes() {
+    fn the_demo_is_valid_and_loops_within_three_minutes() -> TestResult {
         let demo = Scenario::demo("a_0", "a_1");
-        demo.validate().unwrap();
+        demo.validate()?;
         assert_eq!(
             demo.loop_every,
             Some(HumanDuration(Duration::from_secs(180)))
         );
-        let round_trip = serde_json::to_string(&demo).unwrap();
-        assert_eq!(Scenario::parse(&round_trip).unwrap(), demo);
+        let round_trip = serde_json::to_string(&demo)?;
+        assert_eq!(Scenario::parse(&round_trip)?, demo);
+        Ok(())
     }
 }

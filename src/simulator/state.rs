@@ -366,12 +366,14 @@ impl Simulator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
     use crate::simulator::scenario::HumanDuration;
     use std::time::Duration;
 
     fn t(seconds: u64) -> DateTime<Utc> {
         after(
-            DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+            DateTime::from_timestamp(1_700_000_000, 0).unwrap_or_default(),
             Duration::from_secs(seconds),
         )
     }
@@ -419,14 +421,16 @@ mod tests {
     }
 
     #[test]
-    fn a_new_simulator_serves_an_empty_document_at_incarnation_1() {
+    fn a_new_simulator_serves_an_empty_document_at_incarnation_1() -> TestResult {
         let sim = Simulator::new(1);
-        let json = String::from_utf8(sim.body(ApiVersion::LATEST).unwrap().to_vec()).unwrap();
+        let json = String::from_utf8(sim.body(ApiVersion::LATEST)?.to_vec())?;
         assert_eq!(json, r#"{"DocumentIncarnation":1,"Events":[]}"#);
+        Ok(())
     }
 
     #[test]
-    fn an_event_is_scheduled_then_started_at_not_before_then_removed_after_runs_for() {
+    fn an_event_is_scheduled_then_started_at_not_before_then_removed_after_runs_for() -> TestResult
+    {
         let mut sim = loaded(vec![freeze()]);
         let event = only(&sim);
         assert_eq!(event.event_status, "Scheduled");
@@ -448,10 +452,11 @@ mod tests {
         assert_eq!(only(&sim).event_status, "Started");
         sim.advance(t(70));
         assert!(sim.document(ApiVersion::LATEST).events.is_empty());
+        Ok(())
     }
 
     #[test]
-    fn the_incarnation_goes_up_by_one_per_change_and_never_otherwise() {
+    fn the_incarnation_goes_up_by_one_per_change_and_never_otherwise() -> TestResult {
         let mut sim = Simulator::new(1);
         assert_eq!(sim.incarnation(), 1);
         assert!(!sim.advance(t(0)));
@@ -468,13 +473,14 @@ mod tests {
         assert_eq!(sim.incarnation(), 4);
         assert!(!sim.advance(t(100)));
         assert_eq!(sim.incarnation(), 4);
+        Ok(())
     }
 
     #[test]
-    fn an_approved_event_starts_at_the_next_advance_and_runs_from_its_approval() {
+    fn an_approved_event_starts_at_the_next_advance_and_runs_from_its_approval() -> TestResult {
         let mut sim = loaded(vec![freeze()]);
         sim.advance(t(10));
-        approve(&mut sim, "F", t(10)).unwrap();
+        approve(&mut sim, "F", t(10))?;
         assert_eq!(only(&sim).event_status, "Scheduled");
         sim.advance(t(11));
         assert_eq!(only(&sim).event_status, "Started");
@@ -489,22 +495,24 @@ mod tests {
                 known: true
             }]
         );
+        Ok(())
     }
 
     #[test]
-    fn approving_a_started_event_again_is_accepted_and_changes_nothing() {
+    fn approving_a_started_event_again_is_accepted_and_changes_nothing() -> TestResult {
         let mut sim = loaded(vec![freeze()]);
-        approve(&mut sim, "F", t(1)).unwrap();
+        approve(&mut sim, "F", t(1))?;
         sim.advance(t(2));
         let incarnation = sim.incarnation();
-        approve(&mut sim, "F", t(3)).unwrap();
+        approve(&mut sim, "F", t(3))?;
         assert!(!sim.advance(t(4)));
         assert_eq!(sim.incarnation(), incarnation);
         assert_eq!(sim.approvals().len(), 2);
+        Ok(())
     }
 
     #[test]
-    fn unknown_or_malformed_approvals_are_refused_and_unknown_ids_still_recorded() {
+    fn unknown_or_malformed_approvals_are_refused_and_unknown_ids_still_recorded() -> TestResult {
         let mut sim = loaded(vec![freeze()]);
         assert_eq!(
             approve(&mut sim, "NOPE", t(1)),
@@ -538,10 +546,11 @@ mod tests {
             .map(|a| (a.event_id.as_str(), a.known))
             .collect();
         assert_eq!(recorded, [("NOPE", false), ("F", true), ("X", false)]);
+        Ok(())
     }
 
     #[test]
-    fn cancel_after_removes_an_event_that_is_still_scheduled() {
+    fn cancel_after_removes_an_event_that_is_still_scheduled() -> TestResult {
         let mut sim = loaded(vec![ScenarioEvent {
             cancel_after: secs(30),
             ..freeze()
@@ -550,22 +559,24 @@ mod tests {
         assert_eq!(only(&sim).event_status, "Scheduled");
         assert!(sim.advance(t(30)));
         assert!(sim.document(ApiVersion::LATEST).events.is_empty());
+        Ok(())
     }
 
     #[test]
-    fn an_approval_before_the_cancellation_wins() {
+    fn an_approval_before_the_cancellation_wins() -> TestResult {
         let mut sim = loaded(vec![ScenarioEvent {
             cancel_after: secs(30),
             runs_for: secs(60),
             ..freeze()
         }]);
-        approve(&mut sim, "F", t(5)).unwrap();
+        approve(&mut sim, "F", t(5))?;
         sim.advance(t(31));
         assert_eq!(only(&sim).event_status, "Started");
+        Ok(())
     }
 
     #[test]
-    fn an_event_can_appear_already_started_with_an_empty_not_before() {
+    fn an_event_can_appear_already_started_with_an_empty_not_before() -> TestResult {
         let mut sim = loaded(vec![ScenarioEvent {
             status: InitialStatus::Started,
             notice: None,
@@ -577,10 +588,11 @@ mod tests {
         assert_eq!(event.not_before.as_deref(), Some(""));
         sim.advance(t(20));
         assert!(sim.document(ApiVersion::LATEST).events.is_empty());
+        Ok(())
     }
 
     #[test]
-    fn old_versions_lose_newer_fields_and_event_types() {
+    fn old_versions_lose_newer_fields_and_event_types() -> TestResult {
         let sim = loaded(vec![
             freeze(),
             ScenarioEvent::new("Preempt", &["vm_0"]),
@@ -621,10 +633,11 @@ mod tests {
             preview.resources.as_deref(),
             Some(&["_vm_0".to_owned(), "_vm_1".to_owned()][..])
         );
+        Ok(())
     }
 
     #[test]
-    fn generated_ids_are_fresh_for_every_loop() {
+    fn generated_ids_are_fresh_for_every_loop() -> TestResult {
         let mut sim = Simulator::new(9);
         let mut event = freeze();
         event.id = None;
@@ -641,10 +654,11 @@ mod tests {
         let second = only(&sim).event_id;
         assert_ne!(first, second);
         assert_eq!(sim.scenario_name(), Some("loop"));
+        Ok(())
     }
 
     #[test]
-    fn a_late_advance_replays_what_happened_meanwhile() {
+    fn a_late_advance_replays_what_happened_meanwhile() -> TestResult {
         let mut sim = loaded(vec![
             freeze(),
             ScenarioEvent {
@@ -662,14 +676,13 @@ mod tests {
             Some("Tue, 14 Nov 2023 22:16:05 GMT")
         );
         assert_eq!(sim.incarnation(), 3);
+        Ok(())
     }
 
     #[test]
-    fn added_events_appear_now_and_removed_ones_leave_now() {
+    fn added_events_appear_now_and_removed_ones_leave_now() -> TestResult {
         let mut sim = Simulator::new(1);
-        let id = sim
-            .add_event(ScenarioEvent::new("Reboot", &["vm_0"]), t(5))
-            .unwrap();
+        let id = sim.add_event(ScenarioEvent::new("Reboot", &["vm_0"]), t(5))?;
         assert_eq!(only(&sim).event_id, id);
         assert_eq!(sim.incarnation(), 2);
         assert_eq!(
@@ -686,34 +699,35 @@ mod tests {
         assert!(!sim.remove_event(&id, t(8)));
         assert_eq!(sim.incarnation(), 3);
         assert!(sim.document(ApiVersion::LATEST).events.is_empty());
+        Ok(())
     }
 
     #[test]
-    fn an_added_event_with_at_appears_later() {
+    fn an_added_event_with_at_appears_later() -> TestResult {
         let mut sim = Simulator::new(1);
-        let id = sim
-            .add_event(
-                ScenarioEvent {
-                    at: HumanDuration(Duration::from_secs(10)),
-                    ..ScenarioEvent::new("Reboot", &["vm_0"])
-                },
-                t(0),
-            )
-            .unwrap();
+        let id = sim.add_event(
+            ScenarioEvent {
+                at: HumanDuration(Duration::from_secs(10)),
+                ..ScenarioEvent::new("Reboot", &["vm_0"])
+            },
+            t(0),
+        )?;
         assert!(sim.document(ApiVersion::LATEST).events.is_empty());
         sim.advance(t(10));
         assert_eq!(only(&sim).event_id, id);
+        Ok(())
     }
 
     #[test]
-    fn a_verbatim_document_is_served_as_is_and_ids_in_it_can_be_approved() {
+    fn a_verbatim_document_is_served_as_is_and_ids_in_it_can_be_approved() -> TestResult {
         let mut sim = loaded(vec![freeze()]);
         let body = Bytes::from_static(b"{ \"DocumentIncarnation\": 7, \"Events\": [{\"EventId\":\"V\",\"EventStatus\":\"Scheduled\",\"EventType\":\"Reboot\"}] }");
         sim.set_document(body.clone());
-        assert_eq!(sim.body(ApiVersion::V2017_08_01).unwrap(), body);
+        assert_eq!(sim.body(ApiVersion::V2017_08_01)?, body);
         assert!(approve(&mut sim, "F", t(1)).is_err());
-        approve(&mut sim, "V", t(1)).unwrap();
+        approve(&mut sim, "V", t(1))?;
         sim.clear_document();
         assert_eq!(only(&sim).event_id, "F");
+        Ok(())
     }
 }
