@@ -25,7 +25,8 @@ pub const DEFAULT_API_VERSION: &str = "2020-07-01";
     name = "azure-scheduled-events-exporter",
     version,
     about = "Exports Azure Scheduled Events as Prometheus metrics and structured logs.",
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    args_override_self = true
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -332,6 +333,13 @@ mod tests {
                 Err(e) => assert!(e.contains(flag), "{args:?}: {e}"),
             }
         }
+    }
+
+    #[test]
+    fn a_repeated_flag_takes_the_last_value() -> Result<(), String> {
+        let config = parse(&["--poll.interval=5s", "--poll.interval=2s"])?;
+        assert_eq!(config.poll_interval, Duration::from_secs(2));
+        Ok(())
     }
 
     #[test]

@@ -1,0 +1,186 @@
+//! A simulator and an agent wired together over loopback, and readers of the exposition.
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the harness"
+)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use azure_scheduled_events_exporter::agent::{self, RunningAgent};
+use azure_scheduled_events_exporter::config::{Cli, LogFormat};
+use azure_scheduled_events_exporter::simulator::{self, SimulatorHandle, example_compute};
+use clap::Parser;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// The simulated VM's compute.name.
+pub const THIS_VM: &str = "test-vmss_0";
+
+/// How long a test waits for the agent to reach a state before it fails.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A simulated IMDS on 127.0.0.1:0.
+pub struct Imds {
+    pub sim: SimulatorHandle,
+    pub address: SocketAddr,
+    _stop: watch::Sender<bool>,
+}
+
+impl Imds {
+    pub async fn start() -> Result<Self, Box<dyn std::error::Error>> {
+        let sim = SimulatorHandle::new(example_compute(THIS_VM));
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        let (stop, mut stopped) = watch::channel(false);
+        let served = sim.clone();
+        tokio::spawn(async move {
+            let _ = simulator::serve(listener, served, async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            })
+            .await;
+        });
+        Ok(Self {
+            sim,
+            address,
+            _stop: stop,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+}
+
+/// An agent in this process polling `imds` fast, configured by `extra` flags.
+pub struct Agent {
+    pub running: Option<RunningAgent>,
+    pub http: reqwest::Client,
+    pub base: String,
+}
+
+impl Agent {
+    pub async fn start(imds: &Imds, extra: &[&str]) -> Result<Self, Box<dyn std::error::Error>> {
+        let url = format!("--imds.url={}", imds.url());
+        let mut args = vec![
+            "azure-scheduled-events-exporter",
+            &url,
+            "--web.listen-address=127.0.0.1:0",
+            "--poll.interval=50ms",
+            "--imds.timeout=1s",
+            "--imds.first-timeout=5s",
+            "--imds.max-backoff=200ms",
+        ];
+        args.extend_from_slice(extra);
+        let config = Cli::try_parse_from(args)?.agent.validate(LogFormat::Json)?;
+        let running = agent::start(config).await?;
+        let base = format!("http://{}", running.address());
+        let http = reqwest::Client::builder().no_proxy().build()?;
+        Ok(Self {
+            running: Some(running),
+            http,
+            base,
+        })
+    }
+
+    pub async fn get(&self, path: &str) -> Result<(u16, String), reqwest::Error> {
+        let response = self.http.get(format!("{}{path}", self.base)).send().await?;
+        let status = response.status().as_u16();
+        Ok((status, response.text().await?))
+    }
+
+    pub async fn metrics(&self) -> Result<Exposition, reqwest::Error> {
+        Ok(Exposition(self.get("/metrics").await?.1))
+    }
+
+    /// Scrapes until `condition` holds, returning that exposition; fails with the last one.
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        condition: impl Fn(&Exposition) -> bool,
+    ) -> Result<Exposition, String> {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let exposition = self.metrics().await.map_err(|e| e.to_string())?;
+            if condition(&exposition) {
+                return Ok(exposition);
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!(
+                    "timed out waiting for {what}; last scrape:\n{}",
+                    exposition.0
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    pub async fn stop(mut self) -> Result<(), Box<dyn std::error::Error>> {
+        if let Some(running) = self.running.take() {
+            running.stop().await?;
+        }
+        Ok(())
+    }
+}
+
+/// One scrape of `/metrics`.
+#[derive(Debug, Clone)]
+pub struct Exposition(pub String);
+
+impl Exposition {
+    /// The value of the series written exactly as `name{labels}` (labels in alphabetical order,
+    /// as the encoder writes them), or `name` alone.
+    pub fn value(&self, series: &str) -> Option<f64> {
+        self.0.lines().find_map(|line| {
+            let rest = line.strip_prefix(series)?.strip_prefix(' ')?;
+            rest.trim().parse().ok()
+        })
+    }
+
+    /// Like [`Exposition::value`], 0 when the series is absent.
+    pub fn get(&self, series: &str) -> f64 {
+        self.value(series).unwrap_or(0.0)
+    }
+
+    /// Whether any series line contains `needle`.
+    pub fn has(&self, needle: &str) -> bool {
+        self.0
+            .lines()
+            .any(|line| !line.starts_with('#') && line.contains(needle))
+    }
+
+    pub fn up(&self) -> Option<f64> {
+        self.value("azure_scheduled_events_up")
+    }
+
+    pub fn failures(&self, reason: &str) -> f64 {
+        self.get(&format!(r#"azure_scheduled_events_imds_request_failures_total{{operation="events",reason="{reason}"}}"#))
+    }
+
+    pub fn transitions(&self, event_type: &str, transition: &str) -> f64 {
+        self.get(&format!(r#"azure_scheduled_events_transitions_total{{event_type="{event_type}",transition="{transition}"}}"#))
+    }
+
+    pub fn pending(&self, event_type: &str, status: &str, affects: &str) -> f64 {
+        self.get(&format!(
+            r#"azure_scheduled_events_pending{{affects_this_vm="{affects}",event_status="{status}",event_type="{event_type}"}}"#
+        ))
+    }
+
+    /// `event_info` series of `event_id`, if present.
+    pub fn event_info(&self, event_id: &str) -> Option<&str> {
+        let needle = format!(r#"event_id="{event_id}""#);
+        self.0
+            .lines()
+            .find(|l| l.starts_with("azure_scheduled_events_event_info{") && l.contains(&needle))
+    }
+
+    pub fn event_value(&self, metric: &str, event_id: &str) -> Option<f64> {
+        self.value(&format!(
+            r#"azure_scheduled_events_{metric}{{event_id="{event_id}"}}"#
+        ))
+    }
+}
