@@ -1,0 +1,347 @@
+//! The built binary as users run it: exit codes, environment, signals, the log and promtool.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use azure_scheduled_events_exporter::simulator::Scenario;
+use common::{Imds, THIS_VM, TestResult};
+
+const BIN: &str = env!("CARGO_BIN_EXE_azure-scheduled-events-exporter");
+const EVENT: &str = "5DD55B64-45AD-49D3-BBC9-F57D4EA97BD7";
+
+/// A command for the binary with a clean environment: no inherited proxies or settings.
+fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command.args(args).env_clear().stdin(Stdio::null());
+    if let Some(path) = std::env::var_os("PATH") {
+        command.env("PATH", path);
+    }
+    command
+}
+
+/// The agent as a child process, with its JSON log lines arriving on a channel.
+struct Process {
+    child: Child,
+    lines: mpsc::Receiver<serde_json::Value>,
+    address: String,
+}
+
+impl Process {
+    fn spawn(mut command: Command) -> Result<Self, Box<dyn std::error::Error>> {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let (send, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                match serde_json::from_str(&line) {
+                    Ok(json) => {
+                        if send.send(json).is_err() {
+                            break;
+                        }
+                    }
+                    Err(_) => panic!("a log line is not JSON: {line}"),
+                }
+            }
+        });
+        let mut process = Self {
+            child,
+            lines,
+            address: String::new(),
+        };
+        let starting = process.next_line_where(|l| l["message"] == "starting")?;
+        process.address = starting["listen_address"]
+            .as_str()
+            .ok_or("no listen_address")?
+            .to_owned();
+        Ok(process)
+    }
+
+    fn next_line_where(
+        &self,
+        matches: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<serde_json::Value, String> {
+        let deadline = std::time::Instant::now() + common::PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if matches(&line) => return Ok(line),
+                Ok(_) => {}
+                Err(e) => return Err(format!("no matching log line: {e}")),
+            }
+        }
+    }
+
+    /// The body of `GET /metrics`, over a plain blocking socket (the agent is another process).
+    fn metrics(&self) -> std::io::Result<String> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&self.address)?;
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.address
+        )?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        Ok(response
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_owned())
+            .unwrap_or_default())
+    }
+
+    fn terminate(&mut self) -> Result<std::process::ExitStatus, Box<dyn std::error::Error>> {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status()?;
+        let deadline = std::time::Instant::now() + common::PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if std::time::Instant::now() > deadline {
+                self.child.kill()?;
+                return Err("did not exit after SIGTERM".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent_args(imds: &Imds) -> Vec<String> {
+    vec![
+        format!("--imds.url={}", imds.url()),
+        "--web.listen-address=127.0.0.1:0".into(),
+        "--poll.interval=50ms".into(),
+    ]
+}
+
+async fn imds_with_one_event() -> Result<Imds, Box<dyn std::error::Error>> {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        "events:\n  - {{ id: \"{EVENT}\", type: Reboot, source: User, resources: [{THIS_VM}], notice: 10m }}\n"
+    ))?);
+    Ok(imds)
+}
+
+#[test]
+fn a_bad_flag_exits_64_with_one_line_naming_it() -> TestResult {
+    for (args, flag) in [
+        (&["--poll.interval=fast"][..], "--poll.interval"),
+        (&["--imds.url=not a url"], "--imds.url"),
+        (&["--web.listen-address=everywhere"], "--web.listen-address"),
+        (&["--no-such-flag"], "--no-such-flag"),
+        (&["--log.level=loud["], "--log.level"),
+    ] {
+        let output = command(args).output()?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.trim_end().lines().count(),
+            1,
+            "{args:?}: one line: {stderr}"
+        );
+        assert!(stderr.contains(flag), "{args:?}: {stderr}");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_bad_environment_variable_exits_64() -> TestResult {
+    let output = command(&[])
+        .env("AZURE_SCHEDULED_EVENTS_POLL_INTERVAL", "often")
+        .output()?;
+    assert_eq!(output.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--poll.interval"));
+    Ok(())
+}
+
+#[test]
+fn help_and_version_exit_0() -> TestResult {
+    for flag in ["--help", "--version"] {
+        let output = command(&[flag]).output()?;
+        assert_eq!(output.status.code(), Some(0), "{flag}");
+    }
+    let help = String::from_utf8(command(&["--help"]).output()?.stdout)?;
+    for flag in [
+        "--imds.url",
+        "--poll.interval",
+        "--web.listen-address",
+        "--web.telemetry-path",
+        "--vm.name",
+        "AZURE_SCHEDULED_EVENTS_POLL_INTERVAL",
+    ] {
+        assert!(help.contains(flag), "--help mentions {flag}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn proxy_variables_pointing_at_a_dead_proxy_are_ignored() -> TestResult {
+    let imds = imds_with_one_event().await?;
+    let dead = "http://127.0.0.1:9"; // discard port: nothing listens
+    let mut command = command(
+        &agent_args(&imds)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    for variable in [
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        command.env(variable, dead);
+    }
+    let process = Process::spawn(command)?;
+    let line = tokio::task::spawn_blocking(move || {
+        let line = process.next_line_where(|l| l["message"] == "event scheduled");
+        (process, line)
+    })
+    .await?;
+    let (process, line) = line;
+    assert_eq!(line?["event_id"], EVENT);
+    let metrics = process.metrics()?;
+    assert!(metrics.contains("azure_scheduled_events_up 1"), "{metrics}");
+    assert!(metrics.contains(&format!(r#"event_id="{EVENT}""#)));
+    Ok(())
+}
+
+#[tokio::test]
+async fn logs_one_json_line_per_change_never_one_per_poll() -> TestResult {
+    let imds = imds_with_one_event().await?;
+    let process = Process::spawn(command(
+        &agent_args(&imds)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    ))?;
+    let (process, scheduled) = tokio::task::spawn_blocking(move || {
+        let line = process.next_line_where(|l| l["message"] == "event scheduled");
+        (process, line)
+    })
+    .await?;
+    let scheduled = scheduled?;
+    for field in [
+        "timestamp",
+        "level",
+        "vm_name",
+        "event_id",
+        "trace_id",
+        "event_type",
+        "event_status",
+        "event_source",
+        "resources",
+        "not_before",
+        "duration_in_seconds",
+        "affects_this_vm",
+        "document_incarnation",
+    ] {
+        assert!(
+            scheduled.get(field).is_some(),
+            "field {field} in {scheduled}"
+        );
+    }
+    assert_eq!(scheduled["trace_id"], "5dd55b6445ad49d3bbc9f57d4ea97bd7");
+    assert_eq!(scheduled["vm_name"], THIS_VM);
+    assert_eq!(scheduled["affects_this_vm"], "true");
+    assert_eq!(scheduled["event_source"], "User");
+
+    // Twenty more polls of an unchanged document: not one more line.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let extra: Vec<serde_json::Value> = process.lines.try_iter().collect();
+    assert!(extra.is_empty(), "unchanged polls logged: {extra:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_agent_cleanly() -> TestResult {
+    let imds = imds_with_one_event().await?;
+    let mut process = Process::spawn(command(
+        &agent_args(&imds)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    ))?;
+    let status = tokio::task::spawn_blocking(move || {
+        let _ = process.next_line_where(|l| l["message"] == "IMDS reachable");
+        let status = process.terminate();
+        let stopped = process.next_line_where(|l| l["message"] == "stopped");
+        (status.map_err(|e| e.to_string()), stopped)
+    })
+    .await?;
+    assert!(status.0?.success(), "exit status 0 on SIGTERM");
+    assert!(status.1.is_ok(), "logged that it stopped");
+    Ok(())
+}
+
+#[tokio::test]
+async fn promtool_accepts_the_live_exposition() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        r#"
+events:
+  - {{ type: Freeze, resources: [{THIS_VM}, other_1], notice: 10m, duration_in_seconds: 5 }}
+  - {{ type: Hibernate, status: Started, resources: [{THIS_VM}] }}
+  - {{ type: Preempt, resources: [{THIS_VM}], notice: 30s }}
+"#
+    ))?);
+    let process = Process::spawn(command(
+        &agent_args(&imds)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    ))?;
+    let (process, ready) = tokio::task::spawn_blocking(move || {
+        let line = process.next_line_where(|l| l["message"] == "event started");
+        (process, line)
+    })
+    .await?;
+    ready?;
+    let exposition = process.metrics()?;
+    assert!(
+        exposition.contains("azure_scheduled_events_event_seconds_until_not_before{"),
+        "{exposition}"
+    );
+
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("promtool is required (Debian package prometheus): {e}"))?;
+    std::io::Write::write_all(
+        promtool.stdin.as_mut().ok_or("stdin")?,
+        exposition.as_bytes(),
+    )?;
+    let output = promtool.wait_with_output()?;
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "promtool check metrics failed:\n{report}"
+    );
+    assert!(
+        report.trim().is_empty(),
+        "promtool found problems:\n{report}"
+    );
+    Ok(())
+}
