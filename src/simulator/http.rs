@@ -17,7 +17,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode, Uri};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use serde::Serialize;
 
@@ -70,7 +70,9 @@ pub async fn serve(
                 };
                 let sim = sim.clone();
                 let service = service_fn(move |req| route(sim.clone(), req));
+                // The timer lets hyper drop clients that never finish sending their headers.
                 let connection = http1::Builder::new()
+                    .timer(TokioTimer::new())
                     .serve_connection(TokioIo::new(stream), service);
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::timeline::MIN_LOOP;
+
 /// The VM that the shipped `scenarios/demo.yaml` treats as "this VM".
 pub const DEMO_VM: &str = "demo-vmss_0";
 /// The other VM of the demo's scale set, which shares one event with [`DEMO_VM`] and has one of
@@ -217,9 +219,10 @@ impl Scenario {
     /// Checks what serde cannot: durations that make sense together.
     pub fn validate(&self) -> Result<(), ScenarioError> {
         if let Some(period) = self.loop_every {
-            if period.0 < Duration::from_secs(1) {
+            if period.0 < MIN_LOOP {
                 return Err(ScenarioError::Invalid(format!(
-                    "`loop` ({period}) must be at least 1s"
+                    "`loop` ({period}) must be at least {}",
+                    HumanDuration(MIN_LOOP)
                 )));
             }
             check_duration("loop", period)?;

@@ -12,6 +12,10 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::scenario::{InitialStatus, ScenarioEvent};
 
+/// Shortest loop period. Scenario files are validated against it; scenarios built in Rust are
+/// held to it here, so a tiny period can never make one call replay millions of rounds.
+pub const MIN_LOOP: Duration = Duration::from_secs(1);
+
 /// `start + offset`, saturating instead of overflowing.
 pub fn after(start: DateTime<Utc>, offset: Duration) -> DateTime<Utc> {
     TimeDelta::from_std(offset)
@@ -47,7 +51,7 @@ impl Timeline {
             horizon: horizon.unwrap_or_default(),
             events,
             start,
-            period: period.filter(|p| !p.is_zero()),
+            period: period.map(|p| p.max(MIN_LOOP)),
             cycle: 0,
         }
     }
