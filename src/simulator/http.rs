@@ -115,10 +115,11 @@ async fn scheduled_events(sim: SimulatorHandle, req: Request<Incoming>) -> Reply
         }
         Err(poisoned) => return Ok(unavailable(poisoned)),
     };
+    let version = query_param(req.uri(), "api-version").and_then(|v| ApiVersion::parse(&v));
     if let Some(fault) = fault {
         match fault {
             FaultAction::Delay(delay) => tokio::time::sleep(delay).await,
-            other => return perform(other, req, || document_body(&sim, None)).await,
+            other => return perform(other, req, || document_body(&sim, version)).await,
         }
     }
 
@@ -128,8 +129,7 @@ async fn scheduled_events(sim: SimulatorHandle, req: Request<Incoming>) -> Reply
     if let Err(rejected) = check_headers(&req) {
         return Ok(*rejected);
     }
-    let Some(version) = query_param(req.uri(), "api-version").and_then(|v| ApiVersion::parse(&v))
-    else {
+    let Some(version) = version else {
         return Ok(bad_version());
     };
 

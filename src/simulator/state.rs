@@ -719,6 +719,41 @@ mod tests {
     }
 
     #[test]
+    fn the_demo_changes_every_half_minute_at_most_and_shows_every_kind_of_event() -> TestResult {
+        let mut sim = Simulator::new(5);
+        sim.load_scenario(Scenario::demo("this_0", "other_1"), t(0));
+        let mut changes = vec![0];
+        let mut seen = std::collections::HashMap::<String, Vec<(u64, String)>>::new();
+        for second in 0..360 {
+            if sim.advance(t(second)) {
+                changes.push(second);
+            }
+            for event in sim.document(ApiVersion::LATEST).events {
+                let history = seen.entry(event.event_id.clone()).or_default();
+                if history.last().map(|(_, s)| s) != Some(&event.event_status) {
+                    history.push((second, event.event_status.clone()));
+                }
+                if event.event_type == "Preempt" && event.event_status == "Scheduled" {
+                    let not_before = event.not_before.unwrap_or_default();
+                    let first = history.first().map_or(second, |(s, _)| *s);
+                    let expected = after(t(first), Duration::from_secs(30));
+                    assert_eq!(not_before, expected.format(NOT_BEFORE_FORMAT).to_string());
+                }
+            }
+        }
+        let longest_quiet = changes.windows(2).map(|w| w[1] - w[0]).max();
+        assert!(longest_quiet <= Some(30), "changes at {changes:?}");
+        // Two rounds of five events, each with its own id.
+        assert_eq!(seen.len(), 10);
+        let cancelled = seen.values().filter(|h| h.len() == 1).count();
+        assert_eq!(
+            cancelled, 2,
+            "one Redeploy per round never starts: {seen:?}"
+        );
+        Ok(())
+    }
+
+    #[test]
     fn a_verbatim_document_is_served_as_is_and_ids_in_it_can_be_approved() -> TestResult {
         let mut sim = loaded(vec![freeze()]);
         let body = Bytes::from_static(b"{ \"DocumentIncarnation\": 7, \"Events\": [{\"EventId\":\"V\",\"EventStatus\":\"Scheduled\",\"EventType\":\"Reboot\"}] }");
