@@ -6,11 +6,12 @@ use std::net::SocketAddr;
 use anyhow::Context;
 use reqwest::Url;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use crate::agent;
 use crate::config::{Config, SimulatorArgs};
-use crate::simulator::{self, DEMO_OTHER_VM, DEMO_VM, Scenario, SimulatorHandle, example_compute};
+use crate::simulator::{
+    self, DEMO_OTHER_VM, DEMO_VM, RunningSimulator, Scenario, SimulatorHandle, example_compute,
+};
 
 /// Completes on SIGTERM or SIGINT (Ctrl-C).
 pub async fn shutdown_signal() {
@@ -37,47 +38,28 @@ pub async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
-/// Starts a simulator on an ephemeral loopback port; it stops when `stopped` turns true.
-async fn start_simulator(
-    sim: SimulatorHandle,
-    listen: SocketAddr,
-    mut stopped: watch::Receiver<bool>,
-) -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
-    let address = listener.local_addr()?;
-    tokio::spawn(async move {
-        let stop = async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        };
-        if let Err(error) = simulator::serve(listener, sim, stop).await {
-            tracing::error!(%error, "the simulator stopped");
-        }
-    });
-    Ok(address)
-}
-
 /// Runs the agent against the built-in simulator playing the demo scenario on a loop.
 pub async fn demo(mut config: Config) -> anyhow::Result<()> {
     let sim = SimulatorHandle::new(example_compute(DEMO_VM));
     sim.load_scenario(Scenario::demo(DEMO_VM, DEMO_OTHER_VM));
-    let (stop, stopped) = watch::channel(false);
-    let sim_address = start_simulator(sim, SocketAddr::from(([127, 0, 0, 1], 0)), stopped).await?;
-    config.imds_url = Url::parse(&format!("http://{sim_address}"))?;
+    let imds = RunningSimulator::start(sim)
+        .await
+        .context("cannot start the simulator")?;
+    config.imds_url = Url::parse(&imds.url())?;
     let agent = agent::start(config.clone()).await?;
     let metrics = format!("http://{}{}", local(agent.address()), config.telemetry_path);
+    let sim_url = imds.url();
     eprintln!(
         "\n  The agent is polling a simulated IMDS that plays maintenance on VM {DEMO_VM} every 3 minutes:\n  \
          a Freeze shared with {DEMO_OTHER_VM}, a user Reboot, a Spot Preempt with 30 s notice, a Redeploy that\n  \
          is cancelled, and a Reboot of {DEMO_OTHER_VM} only. Each change is one log line below.\n\n  \
          metrics:         {metrics}\n  \
          watch events:    watch -n1 \"curl -s {metrics} | grep -E '^azure_scheduled_events_(event_|pending.* [1-9])'\"\n  \
-         simulator state: curl -s http://{sim_address}/control/state\n  \
+         simulator state: curl -s {sim_url}/control/state\n  \
          Ctrl-C to stop.\n"
     );
     let result = agent.run_until(shutdown_signal()).await;
-    let _ = stop.send(true);
+    imds.stop().await?;
     result
 }
 
@@ -95,16 +77,18 @@ pub async fn simulator(args: SimulatorArgs) -> anyhow::Result<()> {
         }
         None => {}
     }
-    let (stop, stopped) = watch::channel(false);
-    let address = start_simulator(sim, args.web_listen_address, stopped).await?;
+    let listen = args.web_listen_address;
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let address = listener.local_addr()?;
     tracing::info!(
         %address,
         vm_name = %args.vm_name,
         scenario = args.scenario.as_ref().map(|p| p.display().to_string()),
         "simulated IMDS listening: point --imds.url at http://{address}; control API at /control/state"
     );
-    shutdown_signal().await;
-    let _ = stop.send(true);
+    simulator::serve(listener, sim, shutdown_signal()).await?;
     Ok(())
 }
 

@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
@@ -36,15 +36,17 @@ pub fn respond(
 }
 
 /// Accepts HTTP/1 connections on `listener` until `shutdown` completes, then lets in-flight
-/// requests finish for a few seconds. `handle` answers each request.
-pub async fn serve<H, F>(
+/// requests finish for a few seconds. `handle` answers each request; an `Err` from it closes the
+/// connection without a response (the simulator's dropped-connection fault).
+pub async fn serve<H, F, E>(
     listener: TcpListener,
     handle: H,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()>
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Result<Response<Full<Bytes>>, std::io::Error>> + Send + 'static,
+    F: Future<Output = Result<Response<Full<Bytes>>, E>> + Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -62,7 +64,9 @@ where
                     }
                 };
                 let handle = handle.clone();
+                // The timer lets hyper drop clients that never finish sending their headers.
                 let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
                     .serve_connection(TokioIo::new(stream), service_fn(handle));
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {

@@ -7,18 +7,13 @@
 //! a poisoned state a 500.
 
 use std::future::Future;
-use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::Utc;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode, Uri};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use serde::Serialize;
 
 use super::api_version::{self, ApiVersion, NEWEST_VERSIONS};
@@ -42,9 +37,6 @@ pub(super) struct Dropped;
 /// Largest request body read; IMDS bodies are a few hundred bytes.
 const MAX_BODY: usize = 1 << 20;
 
-/// How long shutdown waits for requests in flight (a delay fault, say) before giving up on them.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
 const GARBAGE: &[u8] = b"\x1f\x8b\x08\x00garbage: this body is not JSON\r\n<<<>>>";
 
 /// Serves the simulator on `listener` until `shutdown` completes, then lets requests in flight
@@ -54,44 +46,7 @@ pub async fn serve(
     sim: SimulatorHandle,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let graceful = GracefulShutdown::new();
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(error) => {
-                        // Usually out of file descriptors: back off instead of spinning.
-                        tracing::warn!(%error, "simulator could not accept a connection");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let sim = sim.clone();
-                let service = service_fn(move |req| route(sim.clone(), req));
-                // The timer lets hyper drop clients that never finish sending their headers.
-                let connection = http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .serve_connection(TokioIo::new(stream), service);
-                let connection = graceful.watch(connection);
-                tokio::spawn(async move {
-                    if let Err(error) = connection.await {
-                        tracing::debug!(%error, "simulator connection ended with an error");
-                    }
-                });
-            }
-            () = &mut shutdown => break,
-        }
-    }
-    drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(SHUTDOWN_GRACE) => {
-            tracing::debug!("simulator stopped with requests still in flight");
-        }
-    }
-    Ok(())
+    crate::server::serve(listener, move |req| route(sim.clone(), req), shutdown).await
 }
 
 async fn route(sim: SimulatorHandle, req: Request<Incoming>) -> Reply {
@@ -402,42 +357,18 @@ pub(super) async fn read_body(body: Incoming) -> Result<Bytes, Refused> {
     }
 }
 
-/// The first value of a query parameter, percent-decoded.
+/// The first value of a query parameter, decoded as browsers and IMDS clients encode it.
 pub(super) fn query_param(uri: &Uri, name: &str) -> Option<String> {
-    uri.query()?
-        .split('&')
-        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
-        .find(|(key, _)| percent_decode(key) == name)
-        .map(|(_, value)| percent_decode(value))
+    form_urlencoded::parse(uri.query()?.as_bytes())
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.into_owned())
 }
 
-/// Decodes `%XX` escapes (and `+` as a space, as in forms); invalid escapes stay as written.
-pub(super) fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&byte) = bytes.get(i) {
-        let escaped = (byte == b'%')
-            .then(|| bytes.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|hex| std::str::from_utf8(hex).ok())
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match (byte, escaped) {
-            (_, Some(decoded)) => {
-                out.push(decoded);
-                i += 3;
-            }
-            (b'+', None) => {
-                out.push(b' ');
-                i += 1;
-            }
-            (other, None) => {
-                out.push(other);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// A path segment with its `%XX` escapes decoded; invalid escapes stay as written.
+pub(super) fn percent_decode(segment: &str) -> String {
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]

@@ -5,15 +5,14 @@
     reason = "each test binary uses a different part of the harness"
 )]
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use azure_scheduled_events_exporter::agent::{self, RunningAgent};
 use azure_scheduled_events_exporter::config::{Cli, LogFormat};
-use azure_scheduled_events_exporter::simulator::{self, SimulatorHandle, example_compute};
+use azure_scheduled_events_exporter::simulator::{
+    RunningSimulator, SimulatorHandle, example_compute,
+};
 use clap::Parser;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -23,35 +22,21 @@ pub const THIS_VM: &str = "test-vmss_0";
 /// How long a test waits for the agent to reach a state before it fails.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
-/// A simulated IMDS on 127.0.0.1:0.
+/// A simulated IMDS on 127.0.0.1:0, playing VM [`THIS_VM`].
 pub struct Imds {
     pub sim: SimulatorHandle,
-    pub address: SocketAddr,
-    _stop: watch::Sender<bool>,
+    running: RunningSimulator,
 }
 
 impl Imds {
     pub async fn start() -> Result<Self, Box<dyn std::error::Error>> {
         let sim = SimulatorHandle::new(example_compute(THIS_VM));
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let address = listener.local_addr()?;
-        let (stop, mut stopped) = watch::channel(false);
-        let served = sim.clone();
-        tokio::spawn(async move {
-            let _ = simulator::serve(listener, served, async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            })
-            .await;
-        });
-        Ok(Self {
-            sim,
-            address,
-            _stop: stop,
-        })
+        let running = RunningSimulator::start(sim.clone()).await?;
+        Ok(Self { sim, running })
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.address)
+        self.running.url()
     }
 }
 
