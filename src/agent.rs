@@ -245,22 +245,19 @@ impl Poller {
         }
     }
 
-    /// Exponential backoff from the poll interval, only when IMDS asked for it (429, 410, 5xx),
-    /// honouring `Retry-After`, and capped so that a 30-second Spot notice is still seen.
+    /// The delay before the next poll when IMDS asked to back off, resetting once it stops asking.
     fn backoff(&mut self, error: Option<&ImdsError>) -> Option<Duration> {
         let Some(error) = error.filter(|e| e.wants_backoff()) else {
             self.backoff_exponent = 0;
             return None;
         };
         self.backoff_exponent = (self.backoff_exponent + 1).min(16);
-        let exponential = self
-            .config
-            .poll_interval
-            .saturating_mul(1 << self.backoff_exponent);
-        let delay = exponential
-            .max(error.retry_after().unwrap_or_default())
-            .min(self.config.imds_max_backoff);
-        Some(delay.max(self.config.poll_interval))
+        Some(backoff_delay(
+            self.config.poll_interval,
+            self.config.imds_max_backoff,
+            self.backoff_exponent,
+            error.retry_after(),
+        ))
     }
 
     async fn read_instance(&mut self) {
@@ -359,6 +356,22 @@ impl Poller {
     }
 }
 
+/// Exponential backoff from the poll interval (doubling `exponent` times), at least IMDS's
+/// `Retry-After`, capped at `max` so that a 30-second Spot notice is still seen, and never
+/// shorter than the poll interval.
+fn backoff_delay(
+    interval: Duration,
+    max: Duration,
+    exponent: u32,
+    retry_after: Option<Duration>,
+) -> Duration {
+    let exponential = interval.saturating_mul(1u32.checked_shl(exponent).unwrap_or(u32::MAX));
+    exponential
+        .max(retry_after.unwrap_or_default())
+        .min(max)
+        .max(interval)
+}
+
 fn log_transition(transition: &Transition, vm_name: Option<&str>, incarnation: Option<u64>) {
     let event = transition.event();
     let changed = match transition {
@@ -395,4 +408,41 @@ fn log_transition(transition: &Transition, vm_name: Option<&str>, incarnation: O
         "event {}",
         transition.kind()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn backoff_doubles_from_the_poll_interval_up_to_the_cap() {
+        let delays: Vec<u64> = (1..=6)
+            .map(|n| backoff_delay(SECOND, 10 * SECOND, n, None).as_secs())
+            .collect();
+        assert_eq!(delays, [2, 4, 8, 10, 10, 10]);
+        assert_eq!(
+            backoff_delay(SECOND, 10 * SECOND, 40, None),
+            10 * SECOND,
+            "no overflow"
+        );
+    }
+
+    #[test]
+    fn backoff_honours_retry_after_within_the_cap() {
+        assert_eq!(
+            backoff_delay(SECOND, 10 * SECOND, 1, Some(5 * SECOND)),
+            5 * SECOND
+        );
+        assert_eq!(
+            backoff_delay(SECOND, 10 * SECOND, 1, Some(70 * SECOND)),
+            10 * SECOND
+        );
+    }
+
+    #[test]
+    fn backoff_is_never_shorter_than_the_poll_interval() {
+        assert_eq!(backoff_delay(5 * SECOND, 2 * SECOND, 1, None), 5 * SECOND);
+    }
 }

@@ -575,3 +575,81 @@ async fn an_older_api_version_is_requested_and_read() -> TestResult {
     assert!(m.has(r#"api_version="2017-08-01""#));
     agent.stop().await
 }
+
+#[tokio::test]
+async fn a_body_over_the_size_cap_is_refused_and_the_known_event_kept() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.set_document(fixture(
+        "15-docs-seq2-freeze-scheduled-livemigration-two-resources-di2-2022.json",
+    )?);
+    let agent = Agent::start(&imds, &["--vm.name=WestNO_0"]).await?;
+    let freeze = "C7061BAC-AFDC-4513-B24B-AA5F13A16123";
+    let known = agent
+        .wait_for("the docs Freeze", |m| m.event_info(freeze).is_some())
+        .await?;
+
+    // A valid but empty document padded past 4 MiB: read as-is it would cancel the Freeze.
+    let mut huge = br#"{"DocumentIncarnation":3,"Events":[]"#.to_vec();
+    huge.resize(5 * 1024 * 1024, b' ');
+    huge.push(b'}');
+    imds.sim.set_document(huge.into());
+    let m = agent
+        .wait_for("a too_large failure", |m| {
+            m.up() == Some(0.0) && m.failures("too_large") >= 1.0
+        })
+        .await?;
+    assert_eq!(m.event_info(freeze), known.event_info(freeze));
+    assert_eq!(m.transitions("Freeze", "cancelled"), 0.0);
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn a_redirect_is_not_followed() -> TestResult {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(scenario(&format!(
+        "events:\n  - {{ type: Reboot, resources: [{THIS_VM}], notice: 10m }}\n"
+    ))?);
+    // An endpoint that sends every request on to the simulator.
+    let redirector = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let redirector_url = format!("http://{}", redirector.local_addr()?);
+    let target = format!(
+        "{}/metadata/scheduledevents?api-version=2020-07-01",
+        imds.url()
+    );
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = redirector.accept().await {
+            let target = target.clone();
+            tokio::spawn(async move {
+                let mut request = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut request).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let answer = format!(
+                        "HTTP/1.1 302 Found\r\nLocation: {target}\r\nContent-Length: 0\r\n\r\n"
+                    );
+                    if stream.write_all(answer.as_bytes()).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+
+    let url = format!("--imds.url={redirector_url}");
+    let agent = Agent::start(&imds, &[&url]).await?;
+    let m = agent
+        .wait_for("redirects to be refused", |m| {
+            m.failures("http_other") >= 3.0
+        })
+        .await?;
+    assert_eq!(m.up(), Some(0.0));
+    assert_eq!(
+        imds.sim.requests(),
+        0,
+        "the simulator behind the redirect was never asked"
+    );
+    agent.stop().await
+}
