@@ -112,6 +112,19 @@ impl Process {
     }
 }
 
+/// Waits, off the async runtime, for the log line whose `message` is `message`.
+async fn wait_for_message(
+    process: Process,
+    message: &'static str,
+) -> Result<(Process, serde_json::Value), Box<dyn std::error::Error>> {
+    let (process, line) = tokio::task::spawn_blocking(move || {
+        let line = process.next_line_where(|l| l["message"] == message);
+        (process, line)
+    })
+    .await?;
+    Ok((process, line?))
+}
+
 impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -125,6 +138,16 @@ fn agent_args(imds: &Imds) -> Vec<String> {
         "--web.listen-address=127.0.0.1:0".into(),
         "--poll.interval=50ms".into(),
     ]
+}
+
+/// The agent polling `imds` every 50 ms, with a clean environment.
+fn spawn_agent(imds: &Imds) -> Result<Process, Box<dyn std::error::Error>> {
+    Process::spawn(command(
+        &agent_args(imds)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    ))
 }
 
 async fn imds_with_one_event() -> Result<Imds, Box<dyn std::error::Error>> {
@@ -207,14 +230,8 @@ async fn proxy_variables_pointing_at_a_dead_proxy_are_ignored() -> TestResult {
     ] {
         command.env(variable, dead);
     }
-    let process = Process::spawn(command)?;
-    let line = tokio::task::spawn_blocking(move || {
-        let line = process.next_line_where(|l| l["message"] == "event scheduled");
-        (process, line)
-    })
-    .await?;
-    let (process, line) = line;
-    assert_eq!(line?["event_id"], EVENT);
+    let (process, line) = wait_for_message(Process::spawn(command)?, "event scheduled").await?;
+    assert_eq!(line["event_id"], EVENT);
     let metrics = process.metrics()?;
     assert!(metrics.contains("azure_scheduled_events_up 1"), "{metrics}");
     assert!(metrics.contains(&format!(r#"event_id="{EVENT}""#)));
@@ -224,18 +241,8 @@ async fn proxy_variables_pointing_at_a_dead_proxy_are_ignored() -> TestResult {
 #[tokio::test]
 async fn logs_one_json_line_per_change_never_one_per_poll() -> TestResult {
     let imds = imds_with_one_event().await?;
-    let process = Process::spawn(command(
-        &agent_args(&imds)
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    ))?;
-    let (process, scheduled) = tokio::task::spawn_blocking(move || {
-        let line = process.next_line_where(|l| l["message"] == "event scheduled");
-        (process, line)
-    })
-    .await?;
-    let scheduled = scheduled?;
+    let process = spawn_agent(&imds)?;
+    let (process, scheduled) = wait_for_message(process, "event scheduled").await?;
     for field in [
         "timestamp",
         "level",
@@ -271,14 +278,9 @@ async fn logs_one_json_line_per_change_never_one_per_poll() -> TestResult {
 #[tokio::test]
 async fn sigterm_stops_the_agent_cleanly() -> TestResult {
     let imds = imds_with_one_event().await?;
-    let mut process = Process::spawn(command(
-        &agent_args(&imds)
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    ))?;
+    let process = spawn_agent(&imds)?;
+    let (mut process, _) = wait_for_message(process, "IMDS reachable").await?;
     let status = tokio::task::spawn_blocking(move || {
-        let _ = process.next_line_where(|l| l["message"] == "IMDS reachable");
         let status = process.terminate();
         let stopped = process.next_line_where(|l| l["message"] == "stopped");
         (status.map_err(|e| e.to_string()), stopped)
@@ -300,18 +302,8 @@ events:
   - {{ type: Preempt, resources: [{THIS_VM}], notice: 30s }}
 "#
     ))?);
-    let process = Process::spawn(command(
-        &agent_args(&imds)
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    ))?;
-    let (process, ready) = tokio::task::spawn_blocking(move || {
-        let line = process.next_line_where(|l| l["message"] == "event started");
-        (process, line)
-    })
-    .await?;
-    ready?;
+    let process = spawn_agent(&imds)?;
+    let (process, _) = wait_for_message(process, "event started").await?;
     let exposition = process.metrics()?;
     assert!(
         exposition.contains("azure_scheduled_events_event_seconds_until_not_before{"),
