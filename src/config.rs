@@ -121,11 +121,12 @@ pub struct SimulatorArgs {
     /// is empty until the control API changes it.
     #[arg(long = "scenario", env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_SCENARIO")]
     pub scenario: Option<PathBuf>,
-    /// compute.name of the simulated VM (what the agent takes as this VM's name).
+    /// compute.name of the simulated VM (what the agent takes as this VM's name); by default the
+    /// VM of the demo scenario.
     #[arg(
         long = "vm.name",
         env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_VM_NAME",
-        default_value = "sim-vm_0"
+        default_value = crate::simulator::DEMO_VM
     )]
     pub vm_name: String,
     /// Log format.
@@ -371,6 +372,11 @@ mod tests {
         let cli = Cli::try_parse_from(["x", "demo", "--web.listen-address=127.0.0.1:0"])
             .map_err(|e| e.to_string())?;
         assert!(matches!(cli.command, Some(Command::Demo(_))));
+        let cli = Cli::try_parse_from(["x", "simulator"]).map_err(|e| e.to_string())?;
+        assert!(
+            matches!(cli.command, Some(Command::Simulator(ref s)) if s.vm_name == crate::simulator::DEMO_VM),
+            "the simulator plays the demo scenario's VM unless told otherwise"
+        );
         Ok(())
     }
 }
