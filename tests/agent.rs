@@ -5,6 +5,7 @@ mod common;
 
 use std::time::Duration;
 
+use azure_scheduled_events_exporter::imds::ImdsError;
 use azure_scheduled_events_exporter::simulator::{Fault, Scenario};
 use common::{Agent, Exposition, Imds, THIS_VM, TestResult};
 
@@ -184,20 +185,11 @@ async fn fault_is_survived(fault: Fault, reason: &str) -> TestResult {
         1.0,
         "the event is not announced twice"
     );
-    let others: f64 = [
-        "timeout",
-        "connect",
-        "transport",
-        "http_4xx",
-        "http_410",
-        "http_429",
-        "http_5xx",
-        "decode",
-    ]
-    .iter()
-    .filter(|r| **r != reason)
-    .map(|r| recovered.failures(r))
-    .sum();
+    let others: f64 = ImdsError::KINDS
+        .iter()
+        .filter(|r| **r != reason)
+        .map(|r| recovered.failures(r))
+        .sum();
     assert_eq!(
         others, 0.0,
         "failures counted under {reason} only:\n{}",
