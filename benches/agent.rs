@@ -1,0 +1,543 @@
+//! The agent as it runs: CPU time per poll and memory while polling a simulated IMDS at 50 Hz,
+//! next to a bare GET+parse loop measured in the same run, then `/metrics` latency under
+//! concurrent scrapes, and the size of the binary.
+//!
+//! The simulator and the agent are the built binary, each in its own process on 127.0.0.1, so the
+//! bench process runs nothing else while it measures its own bare loop. CPU time is the sum of
+//! every thread's `/proc/<pid>/task/<tid>/schedstat` run time (nanoseconds; `utime + stime` from
+//! `/proc/<pid>/stat` is printed as a cross-check, but at 100 ticks per second it is too coarse for
+//! a window of a few hundred milliseconds of CPU). Memory is `VmRSS` and `VmHWM` from
+//! `/proc/<pid>/status`.
+//!
+//! `cargo bench --bench agent` runs the full windows (about a minute); without `--bench` (as
+//! under `cargo test`) it runs the same steps for about a second each, to keep the bench working.
+
+mod common;
+
+use std::error::Error;
+use std::hint::black_box;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use azure_scheduled_events_exporter::wire::ScheduledEventsDocument;
+use reqwest::header::{HeaderMap, HeaderValue};
+use tokio::time::{Instant, MissedTickBehavior};
+
+type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
+
+const BIN: &str = env!("CARGO_BIN_EXE_azure-scheduled-events-exporter");
+
+/// 50 Hz, fifty times Azure's recommended rate, so a window holds enough polls to divide by.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// The counter that says how many polls the agent made.
+const POLLS_SERIES: &str = "azure_scheduled_events_imds_requests_total{operation=\"events\"}";
+
+/// How long each step runs.
+#[derive(Debug)]
+struct Plan {
+    warm_up: Duration,
+    window: Duration,
+    scrape_phase: Duration,
+    concurrency: &'static [usize],
+}
+
+const FULL: Plan = Plan {
+    warm_up: Duration::from_secs(3),
+    window: Duration::from_secs(20),
+    scrape_phase: Duration::from_secs(5),
+    concurrency: &[1, 8, 32],
+};
+
+const SMOKE: Plan = Plan {
+    warm_up: Duration::from_millis(200),
+    window: Duration::from_millis(500),
+    scrape_phase: Duration::from_millis(300),
+    concurrency: &[1, 4],
+};
+
+macro_rules! say {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout(), $($arg)*)?
+    };
+}
+
+fn main() -> Result<()> {
+    let plan = if std::env::args().any(|arg| arg == "--bench") {
+        &FULL
+    } else {
+        &SMOKE
+    };
+    // One thread, like the agent's own runtime, so the bare loop pays for the same machinery.
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(plan))
+}
+
+async fn run(plan: &Plan) -> Result<()> {
+    let size = std::fs::metadata(BIN)?.len();
+    say!("binary: {BIN}");
+    say!(
+        "binary size: {size} bytes = {:.2} MiB = {:.2} MB",
+        size as f64 / 1_048_576.0,
+        size as f64 / 1e6
+    );
+    let ticks_per_second = clock_ticks();
+    say!(
+        "plan: warm-up {:?}, window {:?}, poll interval {:?}, scrapes {:?} per concurrency; CLK_TCK {ticks_per_second}",
+        plan.warm_up,
+        plan.window,
+        POLL_INTERVAL,
+        plan.scrape_phase
+    );
+
+    let sim_address = free_port()?;
+    let simulator = Process::spawn(
+        "simulator",
+        &[
+            "simulator".to_owned(),
+            format!("--web.listen-address={sim_address}"),
+            format!("--vm.name={}_0", common::SCALE_SET),
+        ],
+    )?;
+    let control = plain_client(1)?;
+    wait_for(
+        &control,
+        &format!("http://{sim_address}/control/state"),
+        &simulator,
+    )
+    .await?;
+    let document = common::document(3, 3)?;
+    let put = control
+        .put(format!("http://{sim_address}/control/document"))
+        .body(document.clone())
+        .send()
+        .await?;
+    if !put.status().is_success() {
+        return Err(format!("PUT /control/document answered {}", put.status()).into());
+    }
+    say!(
+        "document: 3 events x 3 resources, {} bytes, served verbatim by the simulator",
+        document.len()
+    );
+    let events_url =
+        format!("http://{sim_address}/metadata/scheduledevents?api-version=2020-07-01");
+
+    // The bare loop first, while the agent does not exist yet: nothing else runs in this process.
+    let bare = bare_loop(&events_url, plan).await?;
+
+    let agent_address = free_port()?;
+    let agent = Process::spawn(
+        "agent",
+        &[
+            format!("--poll.interval={}ms", POLL_INTERVAL.as_millis()),
+            format!("--imds.url=http://{sim_address}"),
+            format!("--web.listen-address={agent_address}"),
+            "--log.level=warn".to_owned(),
+        ],
+    )?;
+    let metrics_url = format!("http://{agent_address}/metrics");
+    wait_for(&control, &format!("http://{agent_address}/readyz"), &agent).await?;
+    tokio::time::sleep(plan.warm_up).await;
+    let exposition = scrape(&control, &metrics_url).await?;
+    if !exposition
+        .lines()
+        .any(|line| line == "azure_scheduled_events_document_incarnation 7")
+    {
+        return Err("the agent's /metrics does not show the document (incarnation 7)".into());
+    }
+    let polls_before = polls(&exposition)?;
+    let cpu_before = Cpu::of(&agent.pid)?;
+    let started = Instant::now();
+    tokio::time::sleep(plan.window).await;
+    let cpu_after = Cpu::of(&agent.pid)?;
+    let elapsed = started.elapsed();
+    let polls_after = polls(&scrape(&control, &metrics_url).await?)?;
+    let memory_after_polls = Memory::of(&agent.pid)?;
+    let agent_window = Window {
+        polls: polls_after.saturating_sub(polls_before),
+        elapsed,
+        cpu: cpu_after.since(&cpu_before),
+    };
+
+    say!("");
+    say!("CPU per poll at 50 Hz over {:?}", plan.window);
+    let header = [
+        "",
+        "polls",
+        "polls/s",
+        "CPU ns/poll",
+        "CPU %",
+        "ticks",
+        "ticks ns/poll",
+    ];
+    say!(
+        "{:<10} {:>6} {:>8} {:>12} {:>10} {:>6} {:>14}",
+        header[0],
+        header[1],
+        header[2],
+        header[3],
+        header[4],
+        header[5],
+        header[6]
+    );
+    for (name, window) in [("bare loop", &bare), ("agent", &agent_window)] {
+        say!(
+            "{name:<10} {:>6} {:>8.1} {:>12.0} {:>9.2}% {:>6} {:>14.0}",
+            window.polls,
+            window.polls as f64 / window.elapsed.as_secs_f64(),
+            window.ns_per_poll(),
+            window.cpu.nanos as f64 / window.elapsed.as_nanos() as f64 * 100.0,
+            window.cpu.ticks,
+            window.cpu.ticks as f64 * 1e9 / ticks_per_second as f64 / window.polls.max(1) as f64,
+        );
+    }
+    say!(
+        "agent / bare loop CPU per poll: {:.2}x (target at most 1.5x)",
+        agent_window.ns_per_poll() / bare.ns_per_poll()
+    );
+    say!(
+        "agent memory after the window: VmRSS {} KiB ({:.2} MiB), VmHWM {} KiB ({:.2} MiB) (target at most 8 MiB)",
+        memory_after_polls.rss_kib,
+        memory_after_polls.rss_kib as f64 / 1024.0,
+        memory_after_polls.hwm_kib,
+        memory_after_polls.hwm_kib as f64 / 1024.0
+    );
+
+    say!("");
+    say!(
+        "/metrics under concurrent scrapes ({} bytes per scrape), {:?} each, while the agent polls at 50 Hz",
+        exposition.len(),
+        plan.scrape_phase
+    );
+    let header = [
+        "clients",
+        "scrapes",
+        "scrapes/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "agent CPU %",
+        "CPU µs/scrape",
+        "agent polls/s",
+    ];
+    say!(
+        "{:>7} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>14} {:>14}",
+        header[0],
+        header[1],
+        header[2],
+        header[3],
+        header[4],
+        header[5],
+        header[6],
+        header[7],
+        header[8]
+    );
+    for &clients in plan.concurrency {
+        let latencies = scrape_concurrently(&metrics_url, clients, plan.scrape_phase / 5).await?;
+        drop(latencies);
+        let polls_before = polls(&scrape(&control, &metrics_url).await?)?;
+        let cpu_before = Cpu::of(&agent.pid)?;
+        let started = Instant::now();
+        let mut latencies = scrape_concurrently(&metrics_url, clients, plan.scrape_phase).await?;
+        let elapsed = started.elapsed();
+        let cpu = Cpu::of(&agent.pid)?.since(&cpu_before);
+        let polls_after = polls(&scrape(&control, &metrics_url).await?)?;
+        latencies.sort_unstable();
+        let ms = |q: f64| {
+            let index = ((latencies.len() as f64 - 1.0) * q).round() as usize;
+            latencies
+                .get(index)
+                .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+        };
+        let polls = polls_after.saturating_sub(polls_before);
+        // The agent's CPU minus what its polls cost in the quiet window, shared among the scrapes.
+        let scrape_nanos = cpu.nanos as f64 - polls as f64 * agent_window.ns_per_poll();
+        say!(
+            "{clients:>7} {:>8} {:>10.0} {:>10.3} {:>10.3} {:>10.3} {:>11.1}% {:>14.0} {:>14.1}",
+            latencies.len(),
+            latencies.len() as f64 / elapsed.as_secs_f64(),
+            ms(0.5),
+            ms(0.99),
+            ms(1.0),
+            cpu.nanos as f64 / elapsed.as_nanos() as f64 * 100.0,
+            scrape_nanos / 1000.0 / latencies.len().max(1) as f64,
+            polls as f64 / elapsed.as_secs_f64(),
+        );
+    }
+    let memory = Memory::of(&agent.pid)?;
+    say!(
+        "agent memory after the scrapes: VmRSS {} KiB ({:.2} MiB), VmHWM {} KiB ({:.2} MiB)",
+        memory.rss_kib,
+        memory.rss_kib as f64 / 1024.0,
+        memory.hwm_kib,
+        memory.hwm_kib as f64 / 1024.0
+    );
+    Ok(())
+}
+
+/// CPU time of one measured loop.
+#[derive(Debug)]
+struct Window {
+    polls: u64,
+    elapsed: Duration,
+    cpu: Cpu,
+}
+
+impl Window {
+    fn ns_per_poll(&self) -> f64 {
+        self.cpu.nanos as f64 / self.polls.max(1) as f64
+    }
+}
+
+/// GETs the document at 50 Hz and parses each body into the wire structs, as plainly as reqwest
+/// and serde allow, with the same client settings as the agent.
+async fn bare_loop(url: &str, plan: &Plan) -> Result<Window> {
+    let mut headers = HeaderMap::new();
+    headers.insert("Metadata", HeaderValue::from_static("true"));
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .default_headers(headers)
+        .pool_max_idle_per_host(1)
+        .build()?;
+    let mut ticks = tokio::time::interval(POLL_INTERVAL);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let warm = Instant::now() + plan.warm_up;
+    while Instant::now() < warm {
+        ticks.tick().await;
+        get_and_parse(&client, url).await?;
+    }
+    let before = Cpu::of("self")?;
+    let started = Instant::now();
+    let mut polls = 0;
+    while started.elapsed() < plan.window {
+        ticks.tick().await;
+        get_and_parse(&client, url).await?;
+        polls += 1;
+    }
+    let cpu = Cpu::of("self")?.since(&before);
+    Ok(Window {
+        polls,
+        elapsed: started.elapsed(),
+        cpu,
+    })
+}
+
+async fn get_and_parse(client: &reqwest::Client, url: &str) -> Result<usize> {
+    let body = client
+        .get(url)
+        .send()
+        .await?
+        .error_for_status()?
+        .bytes()
+        .await?;
+    let document: ScheduledEventsDocument = serde_json::from_slice(&body)?;
+    Ok(black_box(document).events.len())
+}
+
+/// `clients` tasks scraping `url` back to back for `phase`; the latency of every scrape.
+async fn scrape_concurrently(url: &str, clients: usize, phase: Duration) -> Result<Vec<Duration>> {
+    let client = plain_client(clients)?;
+    let deadline = Instant::now() + phase;
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.to_owned());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while Instant::now() < deadline {
+                    let started = Instant::now();
+                    let body = client
+                        .get(&url)
+                        .send()
+                        .await?
+                        .error_for_status()?
+                        .bytes()
+                        .await?;
+                    latencies.push(started.elapsed());
+                    black_box(body);
+                }
+                Ok::<_, reqwest::Error>(latencies)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await??);
+    }
+    Ok(all)
+}
+
+fn plain_client(connections: usize) -> Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(connections)
+        .build()?)
+}
+
+async fn scrape(client: &reqwest::Client, url: &str) -> Result<String> {
+    Ok(client
+        .get(url)
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?)
+}
+
+/// The agent's poll count, from its own exposition.
+fn polls(exposition: &str) -> Result<u64> {
+    let value = exposition
+        .lines()
+        .find_map(|line| line.strip_prefix(POLLS_SERIES)?.strip_prefix(' '))
+        .ok_or("no poll counter in /metrics")?;
+    Ok(value.trim().parse::<f64>()? as u64)
+}
+
+/// Waits until `url` answers 2xx, or fails if `process` exits or 30 s pass.
+async fn wait_for(client: &reqwest::Client, url: &str, process: &Process) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(response) = client.get(url).send().await
+            && response.status().is_success()
+        {
+            return Ok(());
+        }
+        process.check_running()?;
+        if Instant::now() > deadline {
+            return Err(format!("{url} did not answer within 30 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A loopback address with a port that was free a moment ago.
+fn free_port() -> Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+fn clock_ticks() -> u64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|output| String::from_utf8(output.stdout).ok())
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(100)
+}
+
+/// The built binary as a child process, killed when dropped.
+#[derive(Debug)]
+struct Process {
+    name: &'static str,
+    child: std::process::Child,
+    pid: String,
+}
+
+impl Process {
+    fn spawn(name: &'static str, args: &[String]) -> Result<Self> {
+        let mut command = Command::new(BIN);
+        // No inherited proxies or AZURE_SCHEDULED_EVENTS_* settings.
+        command
+            .args(args)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        if let Some(path) = std::env::var_os("PATH") {
+            command.env("PATH", path);
+        }
+        let child = command.spawn()?;
+        let pid = child.id().to_string();
+        Ok(Self { name, child, pid })
+    }
+
+    fn check_running(&self) -> Result<()> {
+        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
+            // State is the field after the parenthesised command name; Z is an exited child.
+            Ok(stat)
+                if !stat
+                    .rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('Z')) =>
+            {
+                Ok(())
+            }
+            _ => Err(format!("the {} exited early", self.name).into()),
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU time a process has used so far.
+#[derive(Debug)]
+struct Cpu {
+    /// Sum of every live thread's run time from `schedstat`.
+    nanos: u64,
+    /// `utime + stime` from `stat`, in clock ticks, including exited threads.
+    ticks: u64,
+}
+
+impl Cpu {
+    fn of(pid: &str) -> Result<Self> {
+        let mut nanos = 0;
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+            let schedstat = std::fs::read_to_string(task?.path().join("schedstat"))?;
+            nanos += schedstat
+                .split_whitespace()
+                .next()
+                .ok_or("empty schedstat")?
+                .parse::<u64>()?;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        let (_, rest) = stat.rsplit_once(") ").ok_or("unreadable stat")?;
+        // After the command name: state is field 3 of stat, utime 14 and stime 15.
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |n: usize| -> Result<u64> {
+            Ok(fields.get(n - 3).ok_or("short stat")?.parse::<u64>()?)
+        };
+        Ok(Self {
+            nanos,
+            ticks: field(14)? + field(15)?,
+        })
+    }
+
+    fn since(&self, before: &Cpu) -> Cpu {
+        Cpu {
+            nanos: self.nanos.saturating_sub(before.nanos),
+            ticks: self.ticks.saturating_sub(before.ticks),
+        }
+    }
+}
+
+/// Resident memory of a process, from `/proc/<pid>/status`.
+#[derive(Debug)]
+struct Memory {
+    rss_kib: u64,
+    hwm_kib: u64,
+}
+
+impl Memory {
+    fn of(pid: &str) -> Result<Self> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib = |key: &str| -> Result<u64> {
+            let line = status
+                .lines()
+                .find_map(|line| line.strip_prefix(key))
+                .ok_or_else(|| format!("no {key} in status"))?;
+            Ok(line.trim().trim_end_matches("kB").trim().parse()?)
+        };
+        Ok(Self {
+            rss_kib: kib("VmRSS:")?,
+            hwm_kib: kib("VmHWM:")?,
+        })
+    }
+}

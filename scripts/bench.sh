@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Reproduces docs/performance.md: parse+track times, CPU per poll and memory of the agent polling
+# the simulator at 50 Hz next to a bare GET+parse loop, /metrics latency under concurrent scrapes,
+# and the size of the release binary. Takes about five minutes on two cores, a release build included.
+#
+#   scripts/bench.sh              everything
+#   scripts/bench.sh agent        only the agent bench (or: parse_track)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+if (($#)); then
+    benches=("$@")
+else
+    benches=(parse_track agent)
+fi
+
+echo "== machine"
+echo "cpus:   $(nproc)"
+echo "model:  $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+echo "kernel: $(uname -sr)"
+echo "rustc:  $(rustc --version)"
+echo "commit: $(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)"
+
+for bench in "${benches[@]}"; do
+    echo
+    echo "== cargo bench --bench $bench"
+    cargo bench --bench "$bench"
+done
+
+# `cargo bench` builds the binary with the bench profile, which inherits every setting of
+# [profile.release] and writes to the same target/release directory.
+binary=target/release/azure-scheduled-events-exporter
+if [[ -f $binary ]]; then
+    bytes=$(stat -c %s "$binary")
+    echo
+    echo "== release binary"
+    echo "$binary: $bytes bytes ($(awk -v b="$bytes" 'BEGIN { printf "%.2f MiB, %.2f MB", b / 1048576, b / 1e6 }'))"
+fi
