@@ -397,7 +397,7 @@ fn log_transition(transition: &Transition, vm_name: Option<&str>, incarnation: O
         event_status = %event.status,
         event_source = event.source.as_ref().map(|s| s.as_str()),
         resource_type = %event.resource_type,
-        resources = %event.resources.join(","),
+        resources = %event.resources,
         not_before = %event.not_before.raw(),
         duration_in_seconds = event.duration.map(|d| d.0),
         description = event.description.as_deref(),

@@ -9,6 +9,7 @@
 use std::fmt;
 
 use crate::not_before::NotBefore;
+use crate::resources::Resources;
 use crate::wire;
 
 /// `EventId`, kept exactly as received: approvals must echo it byte for byte, and real IMDS sends
@@ -134,7 +135,7 @@ pub struct Event {
     pub status: EventStatus,
     /// `ResourceType`, `VirtualMachine` in every document seen; empty when missing.
     pub resource_type: String,
-    pub resources: Vec<String>,
+    pub resources: Resources,
     pub not_before: NotBefore,
     /// Free text, never used for decisions; `None` before api-version 2019-04-01.
     pub description: Option<String>,
@@ -147,23 +148,24 @@ impl Event {
     pub fn affects(&self, vm: Option<&str>) -> Affects {
         match vm {
             None => Affects::Unknown,
-            Some(vm) if self.resources.iter().any(|r| r.eq_ignore_ascii_case(vm)) => Affects::Yes,
+            Some(vm) if self.resources.contains_ignore_ascii_case(vm) => Affects::Yes,
             Some(_) => Affects::No,
         }
     }
 }
 
-impl From<&wire::ScheduledEvent> for Event {
-    fn from(wire: &wire::ScheduledEvent) -> Self {
+/// By value: the wire strings move into the event instead of being copied.
+impl From<wire::ScheduledEvent> for Event {
+    fn from(wire: wire::ScheduledEvent) -> Self {
         Self {
-            id: EventId::new(wire.event_id.as_str()),
             event_type: EventType::parse(&wire.event_type),
             status: EventStatus::parse(&wire.event_status),
-            resource_type: wire.resource_type.clone().unwrap_or_default(),
-            resources: wire.resources.clone().unwrap_or_default(),
             not_before: NotBefore::parse(wire.not_before.as_deref()),
-            description: wire.description.clone(),
             source: wire.event_source.as_deref().map(EventSource::parse),
+            id: EventId::new(wire.event_id),
+            resource_type: wire.resource_type.unwrap_or_default(),
+            resources: wire.resources.unwrap_or_default(),
+            description: wire.description,
             duration: wire.duration_in_seconds.map(DurationInSeconds),
         }
     }
@@ -189,14 +191,14 @@ impl Document {
     /// Reads a response body.
     pub fn from_json(body: &[u8]) -> Result<Self, DocumentError> {
         let wire: wire::ScheduledEventsDocument = serde_json::from_slice(body)?;
-        Self::try_from(&wire)
+        Self::try_from(wire)
     }
 }
 
-impl TryFrom<&wire::ScheduledEventsDocument> for Document {
+impl TryFrom<wire::ScheduledEventsDocument> for Document {
     type Error = DocumentError;
 
-    fn try_from(wire: &wire::ScheduledEventsDocument) -> Result<Self, Self::Error> {
+    fn try_from(wire: wire::ScheduledEventsDocument) -> Result<Self, Self::Error> {
         let incarnation = match &wire.document_incarnation {
             wire::Incarnation::Number(n) => n.as_u64(),
             wire::Incarnation::Text(text) => text.trim().parse().ok(),
@@ -210,7 +212,7 @@ impl TryFrom<&wire::ScheduledEventsDocument> for Document {
         })?;
         Ok(Self {
             incarnation,
-            events: wire.events.iter().map(Event::from).collect(),
+            events: wire.events.into_iter().map(Event::from).collect(),
         })
     }
 }
@@ -240,7 +242,10 @@ mod tests {
         assert_eq!(e.event_type, EventType::Freeze);
         assert_eq!(e.status, EventStatus::Scheduled);
         assert_eq!(e.resource_type, "VirtualMachine");
-        assert_eq!(e.resources, ["WestNO_0", "WestNO_1"]);
+        assert_eq!(
+            e.resources.iter().collect::<Vec<_>>(),
+            ["WestNO_0", "WestNO_1"]
+        );
         assert_eq!(
             e.not_before.at().map(|t| t.timestamp()),
             Some(1_649_716_018)

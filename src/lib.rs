@@ -16,6 +16,7 @@ pub mod logging;
 pub mod metrics;
 pub mod monitor;
 pub mod not_before;
+pub mod resources;
 pub mod server;
 pub mod simulator;
 pub mod trace_id;

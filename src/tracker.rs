@@ -272,6 +272,7 @@ mod tests {
     use super::*;
     use crate::event::{DurationInSeconds, EventType};
     use crate::not_before::NotBefore;
+    use crate::resources::Resources;
     use chrono::TimeZone;
 
     const NOT_BEFORE: &str = "Mon, 11 Apr 2022 22:26:58 GMT";
@@ -288,7 +289,7 @@ mod tests {
             event_type: EventType::Reboot,
             status: status.clone(),
             resource_type: "VirtualMachine".into(),
-            resources: vec!["vm_0".into()],
+            resources: Resources::from_iter(["vm_0"]),
             not_before: NotBefore::parse(Some(if status == EventStatus::Started {
                 ""
             } else {
@@ -476,7 +477,7 @@ mod tests {
         let mut moved = event("a", EventStatus::Scheduled);
         moved.not_before = NotBefore::parse(Some("Tue, 12 Apr 2022 22:26:58 GMT"));
         moved.duration = Some(DurationInSeconds(30));
-        moved.resources.push("vm_1".into());
+        moved.resources.push("vm_1");
         let o = tracker.observe(document(2, &[moved.clone()]), t(-800));
         assert_eq!(
             o.transitions,

@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::resources::Resources;
+
 /// Body of `GET /metadata/scheduledevents`.
 ///
 /// Both keys are required: a JSON body without `Events` (an error object, say) must never be read
@@ -43,7 +45,7 @@ pub struct ScheduledEvent {
     )]
     pub resource_type: Option<String>,
     #[serde(rename = "Resources", default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<Vec<String>>,
+    pub resources: Option<Resources>,
     #[serde(rename = "NotBefore", default, skip_serializing_if = "Option::is_none")]
     pub not_before: Option<String>,
     #[serde(

@@ -259,7 +259,13 @@ async fn old_api_versions_lose_newer_fields_and_newer_event_types() -> TestResul
     assert_eq!(freeze.description, None);
     assert_eq!(freeze.event_source, None);
     assert_eq!(freeze.duration_in_seconds, None);
-    assert_eq!(freeze.resources.as_deref(), Some(&[VM.to_owned()][..]));
+    assert_eq!(
+        freeze
+            .resources
+            .as_ref()
+            .map(|r| r.iter().collect::<Vec<_>>()),
+        Some(vec![VM])
+    );
 
     let types_in = |doc: &ScheduledEventsDocument| -> Vec<String> {
         doc.events.iter().map(|e| e.event_type.clone()).collect()

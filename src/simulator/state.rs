@@ -622,16 +622,19 @@ mod tests {
             (&None, &None, None)
         );
         assert_eq!(
-            old.resources.as_deref(),
-            Some(&["vm_0".to_owned(), "vm_1".to_owned()][..])
+            old.resources.as_ref().map(|r| r.iter().collect::<Vec<_>>()),
+            Some(vec!["vm_0", "vm_1"])
         );
         let v2019_04 = &sim.document(ApiVersion::V2019_04_01).events[0];
         assert_eq!(v2019_04.description.as_deref(), Some("paused"));
         assert_eq!(v2019_04.event_source, None);
         let preview = &sim.document(ApiVersion::V2017_03_01).events[0];
         assert_eq!(
-            preview.resources.as_deref(),
-            Some(&["_vm_0".to_owned(), "_vm_1".to_owned()][..])
+            preview
+                .resources
+                .as_ref()
+                .map(|r| r.iter().collect::<Vec<_>>()),
+            Some(vec!["_vm_0", "_vm_1"])
         );
         Ok(())
     }
