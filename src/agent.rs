@@ -184,11 +184,7 @@ impl Poller {
     /// Tells the health endpoint the longest the next wait plus step can take.
     fn promise_liveness(&self) {
         let config = &self.config;
-        let poll_timeout = if self.monitor.last_success().is_none() {
-            config.imds_first_timeout
-        } else {
-            config.imds_timeout
-        };
+        let poll_timeout = self.poll_timeout();
         let instance_timeout = if self.compute.is_none() {
             config.imds_timeout
         } else {
@@ -199,18 +195,22 @@ impl Poller {
             .expect_back_within(wait + poll_timeout + instance_timeout + LIVENESS_GRACE);
     }
 
+    /// The long first-request timeout until IMDS has given a document, the short one after.
+    fn poll_timeout(&self) -> Duration {
+        if self.monitor.last_success().is_none() {
+            self.config.imds_first_timeout
+        } else {
+            self.config.imds_timeout
+        }
+    }
+
     /// One poll; returns a longer delay before the next one when IMDS asked to back off.
     async fn step(&mut self) -> Option<Duration> {
         if self.compute.is_none() && Instant::now() >= self.next_instance_read {
             self.read_instance().await;
         }
-        let timeout = if self.monitor.last_success().is_none() {
-            self.config.imds_first_timeout
-        } else {
-            self.config.imds_timeout
-        };
         let started = Instant::now();
-        let result = self.client.scheduled_events(timeout).await;
+        let result = self.client.scheduled_events(self.poll_timeout()).await;
         self.metrics
             .record_request(Operation::Events, started.elapsed(), result.as_ref().err());
         let now = Utc::now();
