@@ -55,13 +55,14 @@ impl Imds {
         self.url(&format!("/metadata/scheduledevents?api-version={version}"))
     }
 
-    /// A GET as a well-behaved client sends it.
+    /// A GET of the scheduled-events document as a well-behaved client sends it.
     async fn get(&self, version: &str) -> reqwest::Result<reqwest::Response> {
-        self.client
-            .get(self.events_url(version))
-            .header("Metadata", "true")
-            .send()
-            .await
+        self.get_url(&self.events_url(version)).await
+    }
+
+    /// A GET of any URL with `Metadata: true`.
+    async fn get_url(&self, url: &str) -> reqwest::Result<reqwest::Response> {
+        self.client.get(url).header("Metadata", "true").send().await
     }
 
     async fn document(
@@ -188,12 +189,7 @@ async fn a_missing_or_undocumented_api_version_is_refused_with_newest_versions()
         imds.events_url("latest"),
         imds.events_url(""),
     ] {
-        let response = imds
-            .client
-            .get(&url)
-            .header("Metadata", "true")
-            .send()
-            .await?;
+        let response = imds.get_url(&url).await?;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{url}");
         let body = json(response).await?;
         assert_eq!(
@@ -491,12 +487,7 @@ async fn a_document_set_verbatim_is_served_byte_for_byte() -> TestResult {
 async fn instance_metadata_describes_the_vm() -> TestResult {
     let imds = Imds::start().await?;
     let url = imds.url("/metadata/instance?api-version=2021-02-01");
-    let response = imds
-        .client
-        .get(&url)
-        .header("Metadata", "true")
-        .send()
-        .await?;
+    let response = imds.get_url(&url).await?;
     assert_eq!(response.status(), StatusCode::OK);
     let body = response.bytes().await?;
     let metadata: InstanceMetadata = serde_json::from_slice(&body)?;
@@ -505,20 +496,14 @@ async fn instance_metadata_describes_the_vm() -> TestResult {
     assert!(raw["network"]["interface"].is_array());
 
     let compute = imds
-        .client
-        .get(imds.url("/metadata/instance/compute?api-version=2017-04-02"))
-        .header("Metadata", "true")
-        .send()
+        .get_url(&imds.url("/metadata/instance/compute?api-version=2017-04-02"))
         .await?;
     assert_eq!(json(compute).await?["name"], VM);
 
     let no_header = imds.client.get(&url).send().await?;
     assert_eq!(no_header.status(), StatusCode::BAD_REQUEST);
     let too_old = imds
-        .client
-        .get(imds.url("/metadata/instance?api-version=2017-03-01"))
-        .header("Metadata", "true")
-        .send()
+        .get_url(&imds.url("/metadata/instance?api-version=2017-03-01"))
         .await?;
     assert_eq!(too_old.status(), StatusCode::BAD_REQUEST);
     assert!(json(too_old).await?["newest-versions"].is_array());
@@ -680,22 +665,12 @@ async fn faults_hit_only_their_target_and_until_cleared_lasts_until_cleared() ->
         .inject_fault(Fault::status(410).on(FaultTarget::Instance).until_cleared());
     let instance_url = imds.url("/metadata/instance?api-version=2021-02-01");
     for _ in 0..3 {
-        let response = imds
-            .client
-            .get(&instance_url)
-            .header("Metadata", "true")
-            .send()
-            .await?;
+        let response = imds.get_url(&instance_url).await?;
         assert_eq!(response.status(), StatusCode::GONE);
     }
     assert_eq!(imds.get("2020-07-01").await?.status(), StatusCode::OK);
     imds.sim().clear_faults();
-    let response = imds
-        .client
-        .get(&instance_url)
-        .header("Metadata", "true")
-        .send()
-        .await?;
+    let response = imds.get_url(&instance_url).await?;
     assert_eq!(response.status(), StatusCode::OK);
     Ok(())
 }
