@@ -21,17 +21,20 @@ use crate::metrics::Metrics;
 /// How long in-flight requests may finish after shutdown begins.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
+const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
+const HTML: HeaderValue = HeaderValue::from_static("text/html; charset=utf-8");
+const EXPOSITION: HeaderValue =
+    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
+
 /// A response with a fixed body.
 pub fn respond(
     status: StatusCode,
-    content_type: &'static str,
+    content_type: HeaderValue,
     body: impl Into<Bytes>,
 ) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response.headers_mut().insert(CONTENT_TYPE, content_type);
     response
 }
 
@@ -99,17 +102,12 @@ pub struct Endpoints {
 impl Endpoints {
     /// Answers one request to the agent.
     pub fn answer<B>(&self, request: &Request<B>) -> Response<Full<Bytes>> {
-        const TEXT: &str = "text/plain; charset=utf-8";
         if !matches!(*request.method(), Method::GET | Method::HEAD) {
             return respond(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET and HEAD\n");
         }
         match request.uri().path() {
             path if path == self.telemetry_path => match self.metrics.encode() {
-                Ok(text) => respond(
-                    StatusCode::OK,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                    text,
-                ),
+                Ok(text) => respond(StatusCode::OK, EXPOSITION, text),
                 Err(error) => {
                     tracing::error!(%error, "cannot encode metrics");
                     respond(
@@ -135,11 +133,7 @@ impl Endpoints {
                 TEXT,
                 "waiting for a first valid document from IMDS\n",
             ),
-            "/" => respond(
-                StatusCode::OK,
-                "text/html; charset=utf-8",
-                self.landing_page(),
-            ),
+            "/" => respond(StatusCode::OK, HTML, self.landing_page()),
             _ => respond(StatusCode::NOT_FOUND, TEXT, "not found\n"),
         }
     }

@@ -20,6 +20,7 @@ use super::api_version::{self, ApiVersion, NEWEST_VERSIONS};
 use super::fault::{Endpoint, FaultAction};
 use super::instance;
 use super::{Poisoned, SimulatorHandle, control};
+pub(super) use crate::server::respond;
 
 pub(super) type Body = Full<Bytes>;
 
@@ -295,20 +296,6 @@ fn method_not_allowed(allow: &'static str) -> Response<Body> {
 /// The Content-Type IMDS sends with every JSON body.
 pub(super) fn json() -> HeaderValue {
     HeaderValue::from_static("application/json; charset=utf-8")
-}
-
-/// A response with a body; never fails.
-pub(super) fn respond(
-    status: StatusCode,
-    content_type: HeaderValue,
-    body: Bytes,
-) -> Response<Body> {
-    let mut response = Response::new(Full::new(body));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, content_type);
-    response
 }
 
 /// A response without a body.
