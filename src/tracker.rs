@@ -168,22 +168,37 @@ impl Tracker {
     /// Takes in a document read at `now` and returns what changed since the last one.
     pub fn observe(&mut self, document: Document, now: DateTime<Utc>) -> Observation {
         let incarnation = IncarnationChange::between(self.incarnation, document.incarnation);
-        let mut previous: HashMap<EventId, Tracked> = std::mem::take(&mut self.events)
-            .into_iter()
-            .map(|tracked| (tracked.event.id.clone(), tracked))
-            .collect();
+        let previous = std::mem::take(&mut self.events);
         let mut transitions = Vec::new();
         let mut duplicates = Vec::new();
         let mut current = Vec::with_capacity(document.events.len());
-        let mut seen = HashSet::with_capacity(document.events.len());
+        let mut still_present = vec![false; previous.len()];
+        // Both lookups borrow the ids in place: an unchanged poll allocates no strings.
+        let repeated: Vec<bool> = {
+            let mut seen = HashSet::with_capacity(document.events.len());
+            document
+                .events
+                .iter()
+                .map(|e| !seen.insert(e.id.as_str()))
+                .collect()
+        };
+        let index: HashMap<&str, usize> = previous
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.event.id.as_str(), i))
+            .collect();
 
-        for event in document.events {
-            if !seen.insert(event.id.clone()) {
+        for (event, repeated) in document.events.into_iter().zip(repeated) {
+            if repeated {
                 duplicates.push(event.id);
                 continue;
             }
             let started = event.status == EventStatus::Started;
-            let tracked = match previous.remove(&event.id) {
+            let old = index.get(event.id.as_str()).and_then(|&i| {
+                still_present[i] = true;
+                previous.get(i)
+            });
+            current.push(match old {
                 None => {
                     transitions.push(Transition::Appeared(event.clone()));
                     Tracked {
@@ -193,32 +208,30 @@ impl Tracker {
                     }
                 }
                 Some(old) => {
-                    if let Some(transition) = compare(&old.event, &event) {
-                        transitions.push(transition);
-                    }
+                    transitions.extend(compare(&old.event, &event));
                     Tracked {
                         event,
                         first_seen: old.first_seen,
                         seen_started: old.seen_started || started,
                     }
                 }
-            };
-            current.push(tracked);
+            });
         }
+        drop(index);
 
-        // Gone from the document: finished or called off. HashMap order is arbitrary, so removals
-        // are reported in the order the events were first seen, to keep logs stable.
-        let mut removed: Vec<Tracked> = previous.into_values().collect();
-        removed.sort_by(|a, b| {
-            a.first_seen
-                .cmp(&b.first_seen)
-                .then_with(|| a.event.id.cmp(&b.event.id))
-        });
-        for Tracked {
-            event,
-            seen_started,
-            ..
-        } in removed
+        // Gone from the document: finished or called off, reported in the previous document's order.
+        let removed = previous
+            .into_iter()
+            .zip(still_present)
+            .filter(|(_, present)| !present);
+        for (
+            Tracked {
+                event,
+                seen_started,
+                ..
+            },
+            _,
+        ) in removed
         {
             let overdue = event.not_before.at().is_some_and(|at| at <= now);
             transitions.push(
@@ -521,6 +534,24 @@ mod tests {
             .map(|t| t.event.id.as_str())
             .collect();
         assert_eq!(ids, ["b", "c"]);
+    }
+
+    #[test]
+    fn events_removed_together_are_reported_in_the_previous_documents_order() {
+        let mut tracker = Tracker::new();
+        let ids = ["d", "a", "c", "b"];
+        let events: Vec<Event> = ids
+            .iter()
+            .map(|id| event(id, EventStatus::Scheduled))
+            .collect();
+        tracker.observe(document(1, &events), t(-900));
+        let gone = tracker.observe(document(2, &[]), t(-600));
+        let order: Vec<&str> = gone
+            .transitions
+            .iter()
+            .map(|t| t.event().id.as_str())
+            .collect();
+        assert_eq!(order, ids);
     }
 
     #[test]
