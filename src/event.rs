@@ -115,8 +115,6 @@ pub enum Affects {
 }
 
 impl Affects {
-    pub const ALL: [Affects; 3] = [Affects::Yes, Affects::No, Affects::Unknown];
-
     /// The `affects_this_vm` label value.
     pub fn as_str(self) -> &'static str {
         match self {

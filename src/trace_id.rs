@@ -12,7 +12,7 @@ pub fn trace_id(event_id: &str) -> String {
     format!("{:032x}", trace_id_u128(event_id))
 }
 
-pub fn trace_id_u128(event_id: &str) -> u128 {
+fn trace_id_u128(event_id: &str) -> u128 {
     guid(event_id)
         .filter(|&id| id != 0)
         .unwrap_or_else(|| fnv1a_128(event_id.as_bytes()))

@@ -14,7 +14,7 @@ use super::fault::Fault;
 use super::http::{
     Body, Refused, error, json_response, no_content, percent_decode, read_body, unavailable,
 };
-use super::scenario::{Scenario, ScenarioEvent};
+use super::scenario::{Scenario, ScenarioEvent, from_json_or_yaml};
 use super::state::{AddEventError, Approval};
 use super::{Shared, SimulatorHandle};
 use crate::wire::ScheduledEventsDocument;
@@ -187,15 +187,10 @@ async fn read_text(req: Request<Incoming>) -> Result<String, Refused> {
         .map_err(|_| Box::new(error(StatusCode::BAD_REQUEST, "the body is not UTF-8 text")))
 }
 
-/// Reads a body that starts with `{` as JSON and anything else as YAML, like scenario files.
+/// Reads a body as JSON or YAML, like scenario files.
 async fn read_json_or_yaml<T: DeserializeOwned>(req: Request<Incoming>) -> Result<T, Refused> {
     let text = read_text(req).await?;
-    let parsed = if text.trim_start().starts_with('{') {
-        serde_json::from_str(&text).map_err(|e| e.to_string())
-    } else {
-        serde_norway::from_str(&text).map_err(|e| e.to_string())
-    };
-    parsed.map_err(|e| {
+    from_json_or_yaml(&text).map_err(|e| {
         Box::new(error(
             StatusCode::BAD_REQUEST,
             &format!("invalid body: {e}"),

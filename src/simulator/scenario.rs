@@ -9,6 +9,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::timeline::MIN_LOOP;
@@ -178,18 +179,6 @@ pub enum ScenarioError {
     },
 }
 
-impl ScenarioError {
-    /// A bounded name for the kind of error, for logs and metric labels.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            ScenarioError::Read { .. } => "read",
-            ScenarioError::Json(_) | ScenarioError::Yaml(_) => "syntax",
-            ScenarioError::Invalid(_) => "invalid",
-            ScenarioError::InFile { source, .. } => source.kind(),
-        }
-    }
-}
-
 impl Scenario {
     /// Reads and validates a scenario file (JSON or YAML, whatever its extension).
     pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
@@ -203,15 +192,9 @@ impl Scenario {
         })
     }
 
-    /// Parses and validates a scenario. Text that starts with `{` is read as JSON (for JSON's
-    /// clearer error messages), anything else as YAML.
+    /// Parses and validates a scenario, JSON or YAML (see [`from_json_or_yaml`]).
     pub fn parse(text: &str) -> Result<Self, ScenarioError> {
-        let text = text.trim_start_matches('\u{feff}');
-        let scenario: Scenario = if looks_like_json(text) {
-            serde_json::from_str(text)?
-        } else {
-            serde_norway::from_str(text)?
-        };
+        let scenario: Scenario = from_json_or_yaml(text)?;
         scenario.validate()?;
         Ok(scenario)
     }
@@ -321,8 +304,15 @@ impl Scenario {
     }
 }
 
-fn looks_like_json(text: &str) -> bool {
-    text.trim_start().starts_with('{')
+/// Reads text that starts with `{` as JSON (for its clearer error messages) and anything else as
+/// YAML: scenario files and the control API's bodies alike.
+pub(super) fn from_json_or_yaml<T: DeserializeOwned>(text: &str) -> Result<T, ScenarioError> {
+    let text = text.trim_start_matches('\u{feff}');
+    if text.trim_start().starts_with('{') {
+        Ok(serde_json::from_str(text)?)
+    } else {
+        Ok(serde_norway::from_str(text)?)
+    }
 }
 
 fn check_duration(field: &str, duration: HumanDuration) -> Result<(), ScenarioError> {
