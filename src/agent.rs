@@ -15,13 +15,16 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
+use tracing::Instrument;
 
 use crate::config::Config;
+use crate::event_span::{EventSpans, Seen};
 use crate::health::Health;
 use crate::imds::{ImdsClient, ImdsError, Operation};
 use crate::metrics::Metrics;
 use crate::monitor::{Change, Monitor};
 use crate::server::{self, Endpoints};
+use crate::telemetry::{Telemetry, Traces, VmIdentity};
 use crate::trace_id::trace_id;
 use crate::tracker::{IncarnationChange, Transition};
 use crate::wire;
@@ -41,8 +44,13 @@ pub struct RunningAgent {
     poller: JoinHandle<()>,
 }
 
-/// Binds the HTTP listener and starts the poll loop and the server.
+/// Binds the HTTP listener and starts the poll loop and the server, without traces.
 pub async fn start(config: Config) -> anyhow::Result<RunningAgent> {
+    start_with(config, Telemetry::disabled()).await
+}
+
+/// As [`start`], exporting traces as `telemetry` says.
+pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<RunningAgent> {
     let metrics = Arc::new(Metrics::new(&config.api_version, config.event_series)?);
     let health = Arc::new(Health::new());
     let client = ImdsClient::new(&config.imds_url, &config.api_version)?;
@@ -68,6 +76,21 @@ pub async fn start(config: Config) -> anyhow::Result<RunningAgent> {
         tracing::warn!(poll_interval = ?config.poll_interval, "polling faster than 5 requests per second: Azure IMDS answers 429 beyond that");
     }
     metrics.set_vm(config.vm_name.as_deref(), None);
+    if let Some(otlp) = telemetry.config() {
+        tracing::info!(
+            endpoint = %otlp.endpoint,
+            protocol = otlp.protocol.as_str(),
+            timeout = ?otlp.timeout,
+            "exporting traces over OTLP"
+        );
+    }
+    let traces = telemetry.start(
+        metrics.otlp_counters(),
+        VmIdentity {
+            vm_name: config.vm_name.as_deref(),
+            compute: None,
+        },
+    )?;
 
     let (stop, stopped) = watch::channel(false);
     let endpoints = Arc::new(Endpoints {
@@ -93,6 +116,8 @@ pub async fn start(config: Config) -> anyhow::Result<RunningAgent> {
             instance_failures: 0,
             next_instance_read: Instant::now(),
             backoff_exponent: 0,
+            traces,
+            spans: EventSpans::new(),
         }
         .run(stopped),
     );
@@ -154,6 +179,9 @@ struct Poller {
     instance_failures: u64,
     next_instance_read: Instant,
     backoff_exponent: u32,
+    /// OTLP export, when configured, and this VM's open event spans.
+    traces: Option<Traces>,
+    spans: EventSpans,
 }
 
 impl Poller {
@@ -179,6 +207,40 @@ impl Poller {
                 }
             }
         }
+        self.flush_traces().await;
+    }
+
+    /// Hands each transition's spans to the export queue (nothing at all when traces are off).
+    fn trace(&mut self, changes: &[Change], now: chrono::DateTime<Utc>) {
+        let Some(traces) = &self.traces else { return };
+        let seen = Seen {
+            vm_name: self.vm_name.as_deref(),
+            incarnation: self.monitor.tracker().incarnation().map(|i| i.0),
+            at: now,
+        };
+        for change in changes {
+            if let Change::Transition(transition) = change {
+                for span in self.spans.record(transition, seen) {
+                    traces.submit(span);
+                }
+            }
+        }
+    }
+
+    /// Ends the open event spans and exports what is queued, before the process exits.
+    async fn flush_traces(&mut self) {
+        let Some(traces) = self.traces.take() else {
+            return;
+        };
+        let seen = Seen {
+            vm_name: self.vm_name.as_deref(),
+            incarnation: self.monitor.tracker().incarnation().map(|i| i.0),
+            at: Utc::now(),
+        };
+        for span in self.spans.close_all(seen) {
+            traces.submit(span);
+        }
+        traces.shutdown().await;
     }
 
     /// Tells the health endpoint the longest the next wait plus step can take.
@@ -210,7 +272,30 @@ impl Poller {
             self.read_instance().await;
         }
         let started = Instant::now();
-        let result = self.client.scheduled_events(self.poll_timeout()).await;
+        // Exported only at debug level: one trace per poll is noise, but useful when IMDS is slow.
+        let span = tracing::debug_span!(
+            "GET /metadata/scheduledevents",
+            otel.kind = "client",
+            http.request.method = "GET",
+            http.response.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let result = self
+            .client
+            .scheduled_events(self.poll_timeout())
+            .instrument(span.clone())
+            .await;
+        if !span.is_disabled() {
+            match &result {
+                Ok(_) => span.record("http.response.status_code", 200),
+                Err(error) => {
+                    if let ImdsError::Status { status, .. } = error {
+                        span.record("http.response.status_code", status.as_u16());
+                    }
+                    span.record("error.type", error.kind())
+                }
+            };
+        }
         self.metrics
             .record_request(Operation::Events, started.elapsed(), result.as_ref().err());
         let now = Utc::now();
@@ -224,6 +309,7 @@ impl Poller {
         for change in &changes {
             self.report(change);
         }
+        self.trace(&changes, now);
         self.metrics
             .record_poll(self.monitor.is_up().then_some(now));
         if self.monitor.is_up() {
@@ -274,6 +360,12 @@ impl Poller {
                     self.vm_name = Some(compute.name.clone());
                 }
                 self.metrics.set_vm(self.vm_name.as_deref(), Some(&compute));
+                if let Some(traces) = &self.traces {
+                    traces.set_vm(VmIdentity {
+                        vm_name: self.vm_name.as_deref(),
+                        compute: Some(&compute),
+                    });
+                }
                 tracing::info!(
                     vm_name = self.vm_name.as_deref(),
                     compute_name = %compute.name,

@@ -12,6 +12,7 @@ use crate::config::{Config, SimulatorArgs};
 use crate::simulator::{
     self, DEMO_OTHER_VM, DEMO_VM, RunningSimulator, Scenario, SimulatorHandle, example_compute,
 };
+use crate::telemetry::Telemetry;
 
 /// Completes on SIGTERM or SIGINT (Ctrl-C).
 pub async fn shutdown_signal() {
@@ -39,14 +40,15 @@ pub async fn shutdown_signal() {
 }
 
 /// Runs the agent against the built-in simulator playing the demo scenario on a loop.
-pub async fn demo(mut config: Config) -> anyhow::Result<()> {
+/// Traces go wherever `telemetry` says (the `OTEL_*` variables or `--otlp.*` flags).
+pub async fn demo(mut config: Config, telemetry: Telemetry) -> anyhow::Result<()> {
     let sim = SimulatorHandle::new(example_compute(DEMO_VM));
     sim.load_scenario(Scenario::demo(DEMO_VM, DEMO_OTHER_VM));
     let imds = RunningSimulator::start(sim)
         .await
         .context("cannot start the simulator")?;
     config.imds_url = Url::parse(&imds.url())?;
-    let agent = agent::start(config.clone()).await?;
+    let agent = agent::start_with(config.clone(), telemetry).await?;
     let metrics = format!("http://{}{}", local(agent.address()), config.telemetry_path);
     let sim_url = imds.url();
     eprintln!(

@@ -35,6 +35,10 @@ pub struct Cli {
     pub agent: AgentArgs,
 }
 
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once at startup; the agent's flags are the large part"
+)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the agent against a built-in simulator playing a scenario on a loop: see it work anywhere.
@@ -104,6 +108,8 @@ pub struct AgentArgs {
         default_value = "info"
     )]
     pub log_level: String,
+    #[command(flatten)]
+    pub otlp: crate::telemetry::OtlpArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -153,6 +159,8 @@ pub struct Config {
     pub event_series: EventSeries,
     pub log_format: LogFormat,
     pub log_level: String,
+    /// The `--otlp.*` flags, resolved with the `OTEL_*` variables by [`crate::telemetry`].
+    pub otlp: crate::telemetry::OtlpArgs,
 }
 
 /// An invalid setting, named by its flag.
@@ -236,12 +244,13 @@ impl AgentArgs {
             },
             log_format: self.log_format.unwrap_or(default_log_format),
             log_level: self.log_level,
+            otlp: self.otlp,
         })
     }
 }
 
 /// `1s`, `250ms`, `2m`, `1h30m`.
-fn duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text)
         .map_err(|e| format!("{e} (use a duration like 1s, 250ms or 2m)"))
 }

@@ -1,15 +1,19 @@
-//! azure-scheduled-events-exporter turns Azure Scheduled Events into Prometheus metrics and logs.
+//! azure-scheduled-events-exporter turns Azure Scheduled Events into Prometheus metrics, traces
+//! and logs.
 //!
 //! How the pieces fit: [`imds`] fetches documents over HTTP and [`wire`] mirrors their JSON;
 //! [`event`] and [`not_before`] turn that into domain types; [`tracker`] is the pure state machine
 //! that works out each event's lifecycle; [`agent`] runs the one poll loop and hands every change
 //! to the log and to [`metrics`]; [`server`] serves `/metrics` and health; [`config`] is the command
 //! line; [`simulator`] is a faithful local IMDS used by `demo`, by users' tests and by ours.
+//! [`event_span`] turns transitions into OpenTelemetry spans keyed by EventId ([`trace_id`]),
+//! which [`telemetry`] exports over OTLP.
 
 pub mod agent;
 pub mod commands;
 pub mod config;
 pub mod event;
+pub mod event_span;
 pub mod health;
 pub mod imds;
 pub mod logging;
@@ -19,6 +23,7 @@ pub mod not_before;
 pub mod resources;
 pub mod server;
 pub mod simulator;
+pub mod telemetry;
 pub mod trace_id;
 pub mod tracker;
 pub mod wire;

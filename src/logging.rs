@@ -1,31 +1,48 @@
 //! The log subscriber: JSON lines on stdout by default, plain text on request.
 //!
-//! Each line is one change (see [`crate::agent`]), never one per poll.
+//! Each line is one change (see [`crate::agent`]), never one per poll. When traces are on, the
+//! same subscriber bridges the agent's own `tracing` spans to OpenTelemetry: only spans of this
+//! crate, and only at the levels the log filter lets through, so the per-poll IMDS request spans
+//! (debug) are exported only with `--log.level=debug`, and the exporter's own HTTP and gRPC
+//! internals never feed back into it.
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
+use opentelemetry_sdk::trace::Tracer;
+use tracing_subscriber::filter::{EnvFilter, FilterExt, filter_fn};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{Layer, fmt};
 
 use crate::config::LogFormat;
 
 /// Installs the global subscriber. `level` was validated with the configuration.
-pub fn init(format: LogFormat, level: &str) {
-    let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stdout);
-    // A second initialisation (tests that start several agents) keeps the first subscriber.
-    let _ = match format {
-        LogFormat::Json => builder
+pub fn init(format: LogFormat, level: &str, tracer: Option<Tracer>) {
+    let filter = || EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let lines = match format {
+        LogFormat::Json => fmt::layer()
             .json()
             .flatten_event(true)
             .with_current_span(false)
             .with_span_list(false)
             .with_target(false)
-            .try_init(),
-        LogFormat::Text => builder
+            .with_writer(std::io::stdout)
+            .boxed(),
+        LogFormat::Text => fmt::layer()
             .with_target(false)
             .with_ansi(std::io::stdout().is_terminal())
-            .try_init(),
+            .with_writer(std::io::stdout)
+            .boxed(),
     };
+    let spans = tracer.map(|tracer| {
+        let ours = filter_fn(|metadata| metadata.target().starts_with(env!("CARGO_CRATE_NAME")));
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_filter(filter().and(ours))
+    });
+    // A second initialisation (tests that start several agents) keeps the first subscriber.
+    let _ = tracing_subscriber::registry()
+        .with(spans)
+        .with(lines.with_filter(filter()))
+        .try_init();
 }

@@ -2,7 +2,10 @@
 
 use std::process::ExitCode;
 
-use azure_scheduled_events_exporter::config::{Cli, Command, EXIT_USAGE, LogFormat};
+use azure_scheduled_events_exporter::config::{
+    AgentArgs, Cli, Command, Config, ConfigError, EXIT_USAGE, LogFormat,
+};
+use azure_scheduled_events_exporter::telemetry::{ProcessEnv, Telemetry};
 use azure_scheduled_events_exporter::{agent, commands, logging};
 use clap::Parser;
 use clap::error::ErrorKind;
@@ -42,11 +45,11 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        None => match cli.agent.validate(LogFormat::Json) {
-            Ok(config) => {
-                logging::init(config.log_format, &config.log_level);
+        None => match prepare(cli.agent, LogFormat::Json) {
+            Ok((config, telemetry)) => {
+                logging::init(config.log_format, &config.log_level, telemetry.tracer());
                 runtime.block_on(async {
-                    agent::start(config)
+                    agent::start_with(config, telemetry)
                         .await?
                         .run_until(commands::shutdown_signal())
                         .await
@@ -54,15 +57,15 @@ fn main() -> ExitCode {
             }
             Err(error) => return usage_error(&error.to_string()),
         },
-        Some(Command::Demo(args)) => match args.agent.validate(LogFormat::Text) {
-            Ok(config) => {
-                logging::init(config.log_format, &config.log_level);
-                runtime.block_on(commands::demo(config))
+        Some(Command::Demo(args)) => match prepare(args.agent, LogFormat::Text) {
+            Ok((config, telemetry)) => {
+                logging::init(config.log_format, &config.log_level, telemetry.tracer());
+                runtime.block_on(commands::demo(config, telemetry))
             }
             Err(error) => return usage_error(&error.to_string()),
         },
         Some(Command::Simulator(args)) => {
-            logging::init(args.log_format, "info");
+            logging::init(args.log_format, "info", None);
             runtime.block_on(commands::simulator(args))
         }
     };
@@ -74,6 +77,13 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Validates the flags and resolves traces from them and the `OTEL_*` variables.
+fn prepare(args: AgentArgs, default_format: LogFormat) -> Result<(Config, Telemetry), ConfigError> {
+    let config = args.validate(default_format)?;
+    let otlp = config.otlp.resolve(&ProcessEnv)?;
+    Ok((config, Telemetry::new(otlp)))
 }
 
 fn usage_error(line: &str) -> ExitCode {

@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::event::{Affects, Event, EventStatus, EventType};
@@ -52,6 +52,7 @@ pub struct Metrics {
     transitions: IntCounterVec,
     vm_info: IntGaugeVec,
     events: Arc<EventsCollector>,
+    otlp: crate::telemetry::ExportCounters,
 }
 
 impl Metrics {
@@ -134,6 +135,17 @@ impl Metrics {
             ],
         )?;
         let events = Arc::new(EventsCollector::new(series, clock)?);
+        let otlp_exported = IntCounter::with_opts(opts(
+            "otlp_spans_exported_total",
+            "Spans the OTLP collector accepted (0 while traces are off).",
+        ))?;
+        let otlp_dropped = IntCounterVec::new(
+            opts(
+                "otlp_spans_dropped_total",
+                "Spans never exported, by reason: queue_full (the bounded export queue was full), export_failed (the collector refused or did not answer, retries included).",
+            ),
+            &["reason"],
+        )?;
 
         for op in Operation::ALL {
             requests.with_label_values(&[op.as_str()]);
@@ -165,6 +177,13 @@ impl Metrics {
         registry.register(Box::new(build_info))?;
         registry.register(Box::new(vm_info.clone()))?;
         registry.register(Box::new(SharedCollector(Arc::clone(&events))))?;
+        registry.register(Box::new(otlp_exported.clone()))?;
+        registry.register(Box::new(otlp_dropped.clone()))?;
+        let otlp = crate::telemetry::ExportCounters {
+            exported: otlp_exported,
+            dropped_queue_full: otlp_dropped.with_label_values(&["queue_full"]),
+            dropped_export_failed: otlp_dropped.with_label_values(&["export_failed"]),
+        };
 
         Ok(Self {
             registry,
@@ -177,7 +196,13 @@ impl Metrics {
             transitions,
             vm_info,
             events,
+            otlp,
         })
+    }
+
+    /// The counters of OTLP export, for the export queue.
+    pub fn otlp_counters(&self) -> crate::telemetry::ExportCounters {
+        self.otlp.clone()
     }
 
     /// Counts one IMDS request and, when it failed, why.

@@ -6,13 +6,19 @@
 //! IMDS and the lower-case ones of the docs agree). Any other id (fixtures use `123`), and the
 //! all-zero GUID that is not a valid trace id, is hashed with 128-bit FNV-1a over its UTF-8 bytes:
 //! stable across versions, platforms and VMs.
+//!
+//! Each VM's lifecycle span of an event has a span id worked out the same way on every start:
+//! 64-bit FNV-1a over the trace id's 32 hex digits, `/`, and this VM's name in lower case (Azure
+//! names are case-insensitive). A restarted agent therefore ends the same span it began, and
+//! child spans exported before the restart keep their parent.
 
 /// 32 lower-case hex digits.
 pub fn trace_id(event_id: &str) -> String {
     format!("{:032x}", trace_id_u128(event_id))
 }
 
-fn trace_id_u128(event_id: &str) -> u128 {
+/// The trace id as a number, for the OpenTelemetry `TraceId`.
+pub fn trace_id_u128(event_id: &str) -> u128 {
     guid(event_id)
         .filter(|&id| id != 0)
         .unwrap_or_else(|| fnv1a_128(event_id.as_bytes()))
@@ -31,6 +37,23 @@ fn guid(text: &str) -> Option<u128> {
         return None;
     }
     u128::from_str_radix(&groups.concat(), 16).ok()
+}
+
+/// The span id of `vm_name`'s lifecycle span of `event_id` (never 0, which is not a valid span id).
+pub fn lifecycle_span_id(event_id: &str, vm_name: &str) -> u64 {
+    let key = format!("{}/{}", trace_id(event_id), vm_name.to_lowercase());
+    match fnv1a_64(key.as_bytes()) {
+        0 => 1,
+        id => id,
+    }
+}
+
+fn fnv1a_64(bytes: &[u8]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf29ce484222325;
+    const PRIME: u64 = 0x100000001b3;
+    bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+    })
 }
 
 fn fnv1a_128(bytes: &[u8]) -> u128 {
@@ -58,6 +81,31 @@ mod tests {
         assert_eq!(
             trace_id("{c7061bac-afdc-4513-b24b-aa5f13a16123}"),
             "c7061bacafdc4513b24baa5f13a16123"
+        );
+    }
+
+    #[test]
+    fn a_lifecycle_span_id_depends_on_the_event_and_the_vm_only() {
+        let id = lifecycle_span_id("C7061BAC-AFDC-4513-B24B-AA5F13A16123", "WestNO_0");
+        assert_eq!(
+            id,
+            lifecycle_span_id("c7061bac-afdc-4513-b24b-aa5f13a16123", "westno_0"),
+            "case of the id and of the name does not matter"
+        );
+        assert_ne!(
+            id,
+            lifecycle_span_id("C7061BAC-AFDC-4513-B24B-AA5F13A16123", "WestNO_1")
+        );
+        assert_ne!(
+            id,
+            lifecycle_span_id("C7061BAC-AFDC-4513-B24B-AA5F13A16124", "WestNO_0")
+        );
+        // FNV-1a 64 of "a" is the published test vector.
+        assert_eq!(fnv1a_64(b"a"), 0xaf63dc4c8601ec8c);
+        assert_eq!(
+            id,
+            fnv1a_64(b"c7061bacafdc4513b24baa5f13a16123/westno_0"),
+            "the documented recipe"
         );
     }
 

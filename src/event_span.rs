@@ -1,0 +1,410 @@
+//! Each VM's view of an event as OpenTelemetry spans, built from the tracker's transitions.
+//!
+//! The trace id is the EventId ([`crate::trace_id`]), so every VM that sees an event writes into
+//! the same trace. Per VM and event there is one **lifecycle span** (span id from EventId and VM
+//! name, the same after a restart) from the moment this agent first saw the event until it left
+//! the document, carrying the event's last fields and its outcome. Because it is only exported
+//! when it ends, every **transition** is also exported at once as a short child span of it.
+//! Unchanged polls produce no transitions and so no spans. Pure: the caller passes the time and
+//! gets finished spans back to queue.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use chrono::{DateTime, Utc};
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry::{InstrumentationScope, KeyValue, StringValue, Value};
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SpanData, SpanEvents, SpanLinks};
+
+use crate::event::Event;
+use crate::telemetry::SCOPE;
+use crate::trace_id::{lifecycle_span_id, trace_id_u128};
+use crate::tracker::Transition;
+
+/// The namespace of every span attribute of ours.
+pub const NAMESPACE: &str = "azure.scheduled_event";
+
+/// Where and when a transition was seen.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    /// This VM's name in `Resources`, if known.
+    pub vm_name: Option<&'a str>,
+    /// DocumentIncarnation of the document that showed the transition.
+    pub incarnation: Option<u64>,
+    pub at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+struct Open {
+    span_id: SpanId,
+    first_seen: DateTime<Utc>,
+    seen_started: bool,
+    /// The event as last seen.
+    event: Event,
+}
+
+/// The lifecycle spans still open, one per event in the document.
+#[derive(Debug, Default)]
+pub struct EventSpans {
+    open: HashMap<String, Open>,
+    ids: RandomIdGenerator,
+}
+
+impl EventSpans {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The spans one transition finishes: its own child span, and the lifecycle span when the
+    /// event left the document.
+    pub fn record(&mut self, transition: &Transition, seen: Seen<'_>) -> Vec<SpanData> {
+        let event = transition.event();
+        let key = event.id.as_str();
+        let trace_id = TraceId::from(trace_id_u128(key));
+        let span_id = SpanId::from(lifecycle_span_id(key, seen.vm_name.unwrap_or_default()));
+        let started = transition.kind() == "started";
+        let mut spans = Vec::with_capacity(2);
+        let open = self.open.entry(key.to_owned()).or_insert_with(|| Open {
+            span_id,
+            first_seen: seen.at,
+            seen_started: false,
+            event: event.clone(),
+        });
+        open.seen_started |= started;
+        open.event = event.clone();
+        let parent = open.span_id;
+
+        let mut attributes = event_attributes(event, seen);
+        attributes.push(KeyValue::new(
+            format!("{NAMESPACE}.transition"),
+            transition.kind(),
+        ));
+        if let Transition::Updated { changed, .. } = transition {
+            let names: Vec<StringValue> = changed.iter().map(|f| f.as_str().into()).collect();
+            attributes.push(KeyValue::new(
+                format!("{NAMESPACE}.changed"),
+                Value::Array(names.into()),
+            ));
+        }
+        let at = SystemTime::from(seen.at);
+        spans.push(span(
+            SpanContext::new(
+                trace_id,
+                self.ids.new_span_id(),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::default(),
+            ),
+            parent,
+            format!("{} {}", event.event_type, transition.kind()),
+            (at, at),
+            attributes,
+        ));
+
+        let outcome = match transition {
+            Transition::Completed { .. } => Some("completed"),
+            Transition::Cancelled(_) => Some("cancelled"),
+            _ => None,
+        };
+        if let Some(outcome) = outcome
+            && let Some(open) = self.open.remove(key)
+        {
+            spans.push(lifecycle(trace_id, open, outcome, seen));
+        }
+        spans
+    }
+
+    /// Ends every open lifecycle span with outcome `open` (the agent is stopping while the
+    /// events are still in the document), so that an event that reboots this VM still has its
+    /// span. A later agent that sees the event end exports the span again, same id, final outcome.
+    pub fn close_all(&mut self, seen: Seen<'_>) -> Vec<SpanData> {
+        self.open
+            .drain()
+            .map(|(key, open)| lifecycle(TraceId::from(trace_id_u128(&key)), open, "open", seen))
+            .collect()
+    }
+
+    /// How many lifecycle spans are open.
+    pub fn open_count(&self) -> usize {
+        self.open.len()
+    }
+}
+
+fn lifecycle(trace_id: TraceId, open: Open, outcome: &'static str, seen: Seen<'_>) -> SpanData {
+    let mut attributes = event_attributes(&open.event, seen);
+    attributes.push(KeyValue::new(format!("{NAMESPACE}.outcome"), outcome));
+    attributes.push(KeyValue::new(
+        format!("{NAMESPACE}.seen_started"),
+        open.seen_started,
+    ));
+    span(
+        SpanContext::new(
+            trace_id,
+            open.span_id,
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::default(),
+        ),
+        SpanId::INVALID,
+        open.event.event_type.to_string(),
+        (SystemTime::from(open.first_seen), SystemTime::from(seen.at)),
+        attributes,
+    )
+}
+
+/// The event's fields, as this VM saw them.
+fn event_attributes(event: &Event, seen: Seen<'_>) -> Vec<KeyValue> {
+    let key = |name: &str| format!("{NAMESPACE}.{name}");
+    let mut attributes = vec![
+        KeyValue::new(key("id"), event.id.as_str().to_owned()),
+        KeyValue::new(key("type"), event.event_type.as_str().to_owned()),
+        KeyValue::new(key("status"), event.status.as_str().to_owned()),
+        KeyValue::new(key("resource_type"), event.resource_type.clone()),
+        KeyValue::new(
+            key("resources"),
+            Value::Array(
+                event
+                    .resources
+                    .iter()
+                    .map(|r| StringValue::from(r.to_owned()))
+                    .collect::<Vec<_>>()
+                    .into(),
+            ),
+        ),
+        KeyValue::new(key("not_before"), event.not_before.raw().to_owned()),
+        KeyValue::new(key("affects_this_vm"), event.affects(seen.vm_name).as_str()),
+    ];
+    if let Some(at) = event.not_before.at() {
+        attributes.push(KeyValue::new(key("not_before_unix"), at.timestamp()));
+    }
+    if let Some(source) = &event.source {
+        attributes.push(KeyValue::new(key("source"), source.as_str().to_owned()));
+    }
+    if let Some(duration) = event.duration {
+        attributes.push(KeyValue::new(key("duration_in_seconds"), duration.0));
+    }
+    if let Some(description) = &event.description {
+        attributes.push(KeyValue::new(key("description"), description.clone()));
+    }
+    if let Some(vm) = seen.vm_name {
+        attributes.push(KeyValue::new(key("vm_name"), vm.to_owned()));
+    }
+    if let Some(incarnation) = seen.incarnation {
+        attributes.push(KeyValue::new(
+            key("document_incarnation"),
+            i64::try_from(incarnation).unwrap_or(i64::MAX),
+        ));
+    }
+    attributes
+}
+
+fn span(
+    context: SpanContext,
+    parent: SpanId,
+    name: String,
+    (start_time, end_time): (SystemTime, SystemTime),
+    attributes: Vec<KeyValue>,
+) -> SpanData {
+    SpanData {
+        span_context: context,
+        parent_span_id: parent,
+        parent_span_is_remote: false,
+        span_kind: SpanKind::Internal,
+        name: name.into(),
+        start_time,
+        end_time,
+        attributes,
+        dropped_attributes_count: 0,
+        events: SpanEvents::default(),
+        links: SpanLinks::default(),
+        status: Status::Unset,
+        instrumentation_scope: InstrumentationScope::builder(SCOPE)
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Document;
+    use crate::tracker::Tracker;
+    use chrono::TimeZone;
+
+    const ID: &str = "C7061BAC-AFDC-4513-B24B-AA5F13A16123";
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_700_000_000 + s, 0)
+            .single()
+            .unwrap_or_default()
+    }
+
+    fn doc(incarnation: u64, status: Option<&str>) -> Document {
+        let events = match status {
+            Some(status) => format!(
+                r#"[{{"EventId":"{ID}","EventStatus":"{status}","EventType":"Reboot","ResourceType":"VirtualMachine",
+                "Resources":["vmss_0","vmss_1"],"NotBefore":"","EventSource":"Platform","DurationInSeconds":-1}}]"#
+            ),
+            None => "[]".to_owned(),
+        };
+        Document::from_json(
+            format!(r#"{{"DocumentIncarnation":{incarnation},"Events":{events}}}"#).as_bytes(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn attr<'a>(span: &'a SpanData, name: &str) -> Option<&'a Value> {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == format!("{NAMESPACE}.{name}"))
+            .map(|kv| &kv.value)
+    }
+
+    /// Feeds documents through a tracker into the span model, as the poll loop does.
+    fn play(vm: &str, docs: &[(i64, Document)]) -> Vec<SpanData> {
+        let mut tracker = Tracker::new();
+        let mut spans = EventSpans::new();
+        let mut out = Vec::new();
+        for (at, doc) in docs {
+            let incarnation = doc.incarnation.0;
+            for transition in tracker.observe(doc.clone(), t(*at)).transitions {
+                out.extend(spans.record(
+                    &transition,
+                    Seen {
+                        vm_name: Some(vm),
+                        incarnation: Some(incarnation),
+                        at: t(*at),
+                    },
+                ));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn each_transition_is_a_child_of_the_lifecycle_span_in_the_event_trace() {
+        let spans = play(
+            "vmss_0",
+            &[
+                (0, doc(1, Some("Scheduled"))),
+                (1, doc(1, Some("Scheduled"))),
+                (60, doc(2, Some("Started"))),
+                (600, doc(3, None)),
+            ],
+        );
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+        assert_eq!(
+            names,
+            [
+                "Reboot scheduled",
+                "Reboot started",
+                "Reboot completed",
+                "Reboot"
+            ],
+            "nothing for the unchanged second document"
+        );
+        let lifecycle = &spans[3];
+        let trace = format!("{:032x}", lifecycle.span_context.trace_id());
+        assert_eq!(trace, "c7061bacafdc4513b24baa5f13a16123");
+        assert_eq!(
+            u64::from_be_bytes(lifecycle.span_context.span_id().to_bytes()),
+            lifecycle_span_id(ID, "vmss_0")
+        );
+        assert_eq!(lifecycle.parent_span_id, SpanId::INVALID);
+        for child in &spans[..3] {
+            assert_eq!(
+                child.span_context.trace_id(),
+                lifecycle.span_context.trace_id()
+            );
+            assert_eq!(child.parent_span_id, lifecycle.span_context.span_id());
+        }
+        assert_eq!(lifecycle.start_time, SystemTime::from(t(0)));
+        assert_eq!(lifecycle.end_time, SystemTime::from(t(600)));
+        assert_eq!(attr(lifecycle, "outcome"), Some(&Value::from("completed")));
+        assert_eq!(attr(lifecycle, "seen_started"), Some(&Value::from(true)));
+        assert_eq!(
+            attr(lifecycle, "document_incarnation"),
+            Some(&Value::from(3_i64))
+        );
+        assert_eq!(
+            attr(lifecycle, "affects_this_vm"),
+            Some(&Value::from("true"))
+        );
+        assert_eq!(attr(lifecycle, "id"), Some(&Value::from(ID)));
+        assert_eq!(attr(&spans[1], "status"), Some(&Value::from("Started")));
+        assert_eq!(
+            attr(&spans[1], "document_incarnation"),
+            Some(&Value::from(2_i64))
+        );
+        assert_eq!(
+            attr(&spans[0], "duration_in_seconds"),
+            Some(&Value::from(-1_i64))
+        );
+    }
+
+    #[test]
+    fn a_cancelled_event_ends_its_span_as_cancelled() {
+        let future = Utc::now() + chrono::Duration::days(1);
+        let scheduled = Document::from_json(format!(
+            r#"{{"DocumentIncarnation":1,"Events":[{{"EventId":"{ID}","EventStatus":"Scheduled","EventType":"Freeze",
+            "Resources":["vmss_1"],"NotBefore":"{}"}}]}}"#,
+            future.format("%a, %d %b %Y %H:%M:%S GMT")
+        ).as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let spans = play("vmss_0", &[(0, scheduled), (5, doc(2, None))]);
+        assert_eq!(spans.len(), 3);
+        assert_eq!(attr(&spans[2], "outcome"), Some(&Value::from("cancelled")));
+        assert_eq!(
+            attr(&spans[2], "affects_this_vm"),
+            Some(&Value::from("false"))
+        );
+        assert_eq!(attr(&spans[2], "seen_started"), Some(&Value::from(false)));
+    }
+
+    #[test]
+    fn every_vm_writes_into_one_trace_with_its_own_lifecycle_span() {
+        let ids: Vec<(TraceId, SpanId)> = ["vmss_0", "vmss_1", "vmss_2"]
+            .iter()
+            .map(|vm| {
+                let spans = play(vm, &[(0, doc(1, Some("Started"))), (9, doc(2, None))]);
+                let last = spans
+                    .last()
+                    .map(|s| s.span_context.clone())
+                    .unwrap_or_else(SpanContext::empty_context);
+                (last.trace_id(), last.span_id())
+            })
+            .collect();
+        assert!(ids.iter().all(|(trace, _)| *trace == ids[0].0));
+        assert_ne!(ids[0].1, ids[1].1);
+        assert_ne!(ids[1].1, ids[2].1);
+        let again = play(
+            "vmss_0",
+            &[(100, doc(7, Some("Started"))), (109, doc(8, None))],
+        );
+        assert_eq!(
+            again.last().map(|s| s.span_context.span_id()),
+            Some(ids[0].1),
+            "a restarted agent ends the same span"
+        );
+    }
+
+    #[test]
+    fn stopping_ends_open_spans_as_open() {
+        let mut tracker = Tracker::new();
+        let mut spans = EventSpans::new();
+        let seen = Seen {
+            vm_name: Some("vmss_0"),
+            incarnation: Some(1),
+            at: t(0),
+        };
+        for transition in tracker.observe(doc(1, Some("Scheduled")), t(0)).transitions {
+            spans.record(&transition, seen);
+        }
+        assert_eq!(spans.open_count(), 1);
+        let closed = spans.close_all(Seen { at: t(30), ..seen });
+        assert_eq!(closed.len(), 1);
+        assert_eq!(attr(&closed[0], "outcome"), Some(&Value::from("open")));
+        assert_eq!(spans.open_count(), 0);
+    }
+}

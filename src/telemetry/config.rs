@@ -1,0 +1,519 @@
+//! Where traces go: the `--otlp.*` flags and the standard `OTEL_*` variables, resolved into one
+//! [`OtlpConfig`] (or none: tracing is off unless an endpoint is configured).
+//!
+//! The variables are read through an [`EnvSource`], so tests resolve from a map and never touch
+//! the process environment. Precedence, highest first: `OTEL_SDK_DISABLED=true` (off, whatever
+//! else is set); a flag (or its `AZURE_SCHEDULED_EVENTS_OTLP_*` variable); the traces-specific
+//! `OTEL_EXPORTER_OTLP_TRACES_*` variable; the generic `OTEL_EXPORTER_OTLP_*` one; the default.
+//! An empty variable counts as unset, as the OpenTelemetry specification requires.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use reqwest::Url;
+
+use crate::config::ConfigError;
+
+/// Default of `--otlp.timeout` (and of `OTEL_EXPORTER_OTLP_TIMEOUT`): the specification's 10 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Spans held while the collector is slow or down; beyond this they are dropped and counted.
+pub const DEFAULT_MAX_QUEUE_SIZE: usize = 2048;
+/// Spans per export request.
+pub const DEFAULT_MAX_EXPORT_BATCH_SIZE: usize = 512;
+/// How long a span waits for others to share its export request. Shorter than the
+/// specification's 5 s because every span here is a transition someone may be watching for.
+pub const DEFAULT_SCHEDULE_DELAY: Duration = Duration::from_secs(1);
+/// `service.name` unless `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` says otherwise.
+pub const DEFAULT_SERVICE_NAME: &str = "azure-scheduled-events-exporter";
+
+/// The process environment, or a map in tests.
+pub trait EnvSource {
+    /// The value of `name`; `None` when unset or empty.
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// Reads the real process environment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessEnv;
+
+impl EnvSource for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    }
+}
+
+impl EnvSource for HashMap<&str, &str> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.get(name)
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| (*v).to_owned())
+    }
+}
+
+/// OTLP wire protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Protocol {
+    /// OTLP over gRPC (collectors listen on 4317).
+    #[value(name = "grpc")]
+    Grpc,
+    /// OTLP over HTTP with protobuf bodies (collectors listen on 4318).
+    #[value(name = "http/protobuf")]
+    HttpProtobuf,
+}
+
+impl Protocol {
+    fn parse(text: &str) -> Option<Self> {
+        match text.trim() {
+            "grpc" => Some(Protocol::Grpc),
+            "http/protobuf" => Some(Protocol::HttpProtobuf),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Grpc => "grpc",
+            Protocol::HttpProtobuf => "http/protobuf",
+        }
+    }
+}
+
+/// The `--otlp.*` flags; each overrides the matching `OTEL_*` variable.
+#[derive(Debug, Clone, Default, Args)]
+pub struct OtlpArgs {
+    /// OTLP collector base URL, as OTEL_EXPORTER_OTLP_ENDPOINT (`/v1/traces` is appended for
+    /// http/protobuf). Traces are off unless this or an OTEL_EXPORTER_OTLP_*ENDPOINT is set.
+    #[arg(long = "otlp.endpoint", env = "AZURE_SCHEDULED_EVENTS_OTLP_ENDPOINT")]
+    pub endpoint: Option<String>,
+    /// OTLP protocol [default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf].
+    #[arg(long = "otlp.protocol", env = "AZURE_SCHEDULED_EVENTS_OTLP_PROTOCOL")]
+    pub protocol: Option<Protocol>,
+    /// Headers sent with every export, `key=value,key2=value2` (values percent-encoded), as
+    /// OTEL_EXPORTER_OTLP_HEADERS.
+    #[arg(long = "otlp.headers", env = "AZURE_SCHEDULED_EVENTS_OTLP_HEADERS")]
+    pub headers: Option<String>,
+    /// Timeout of one export, retries included [default: OTEL_EXPORTER_OTLP_TIMEOUT, else 10s].
+    #[arg(long = "otlp.timeout", env = "AZURE_SCHEDULED_EVENTS_OTLP_TIMEOUT", value_parser = crate::config::duration)]
+    pub timeout: Option<Duration>,
+}
+
+/// Where and how to export traces, once resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpConfig {
+    /// The URL the exporter sends to: for http/protobuf the full traces URL, for gRPC the
+    /// collector's address.
+    pub endpoint: String,
+    pub protocol: Protocol,
+    /// Header names and their values as written (still percent-encoded).
+    pub headers: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// `OTEL_SERVICE_NAME`.
+    pub service_name: Option<String>,
+    /// `OTEL_RESOURCE_ATTRIBUTES`, decoded, in order.
+    pub resource_attributes: Vec<(String, String)>,
+    pub max_queue_size: usize,
+    pub max_export_batch_size: usize,
+    pub schedule_delay: Duration,
+}
+
+fn invalid(flag: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        flag,
+        reason: reason.into(),
+    }
+}
+
+impl OtlpArgs {
+    /// Resolves the flags and the `OTEL_*` variables; `None` when traces are off.
+    pub fn resolve(&self, env: &impl EnvSource) -> Result<Option<OtlpConfig>, ConfigError> {
+        if env
+            .var("OTEL_SDK_DISABLED")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+        {
+            return Ok(None);
+        }
+        let protocol = match self.protocol {
+            Some(protocol) => protocol,
+            None => match first(
+                env,
+                &[
+                    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+                    "OTEL_EXPORTER_OTLP_PROTOCOL",
+                ],
+            ) {
+                Some((name, value)) => Protocol::parse(&value).ok_or_else(|| {
+                    invalid(
+                        "otlp.protocol",
+                        format!("{name}={value:?}: use grpc or http/protobuf"),
+                    )
+                })?,
+                None => Protocol::HttpProtobuf,
+            },
+        };
+        // A flag and the generic variable name a base URL; the traces variable the whole URL.
+        let (source, base, is_base) = match (&self.endpoint, env) {
+            (Some(flag), _) if !flag.trim().is_empty() => ("--otlp.endpoint", flag.clone(), true),
+            _ => match env.var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+                Some(value) => ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", value, false),
+                None => match env.var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+                    Some(value) => ("OTEL_EXPORTER_OTLP_ENDPOINT", value, true),
+                    None => return Ok(None),
+                },
+            },
+        };
+        let url = Url::parse(base.trim())
+            .map_err(|e| invalid("otlp.endpoint", format!("{source}={base:?}: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+            return Err(invalid(
+                "otlp.endpoint",
+                format!("{source}={base:?} is not an http:// or https:// URL"),
+            ));
+        }
+        let endpoint = match protocol {
+            Protocol::HttpProtobuf if is_base => {
+                format!("{}/v1/traces", base.trim().trim_end_matches('/'))
+            }
+            _ => base.trim().to_owned(),
+        };
+        let headers_text = self.headers.clone().or_else(|| {
+            first(
+                env,
+                &[
+                    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                    "OTEL_EXPORTER_OTLP_HEADERS",
+                ],
+            )
+            .map(|(_, v)| v)
+        });
+        let headers = match headers_text {
+            Some(text) => key_values(&text, false).map_err(|e| invalid("otlp.headers", e))?,
+            None => Vec::new(),
+        };
+        let timeout = match self.timeout {
+            Some(timeout) => timeout,
+            None => match first(
+                env,
+                &[
+                    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+                    "OTEL_EXPORTER_OTLP_TIMEOUT",
+                ],
+            ) {
+                Some((name, value)) => millis(&value)
+                    .map_err(|e| invalid("otlp.timeout", format!("{name}={value:?}: {e}")))?,
+                None => DEFAULT_TIMEOUT,
+            },
+        };
+        if timeout.is_zero() {
+            return Err(invalid("otlp.timeout", "must be greater than zero"));
+        }
+        let resource_attributes = match env.var("OTEL_RESOURCE_ATTRIBUTES") {
+            Some(text) => key_values(&text, true).map_err(|e| {
+                invalid(
+                    "otlp.endpoint",
+                    format!("OTEL_RESOURCE_ATTRIBUTES={text:?}: {e}"),
+                )
+            })?,
+            None => Vec::new(),
+        };
+        let max_queue_size = count(env, "OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_MAX_QUEUE_SIZE)?;
+        let max_export_batch_size = count(
+            env,
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+            DEFAULT_MAX_EXPORT_BATCH_SIZE,
+        )?
+        .min(max_queue_size);
+        let schedule_delay = match env.var("OTEL_BSP_SCHEDULE_DELAY") {
+            Some(value) => millis(&value).map_err(|e| {
+                invalid(
+                    "otlp.endpoint",
+                    format!("OTEL_BSP_SCHEDULE_DELAY={value:?}: {e}"),
+                )
+            })?,
+            None => DEFAULT_SCHEDULE_DELAY,
+        };
+        Ok(Some(OtlpConfig {
+            endpoint,
+            protocol,
+            headers,
+            timeout,
+            service_name: env.var("OTEL_SERVICE_NAME").map(|s| s.trim().to_owned()),
+            resource_attributes,
+            max_queue_size,
+            max_export_batch_size,
+            schedule_delay,
+        }))
+    }
+}
+
+/// The first of `names` that is set, with its name.
+fn first(env: &impl EnvSource, names: &[&'static str]) -> Option<(&'static str, String)> {
+    names
+        .iter()
+        .find_map(|name| env.var(name).map(|value| (*name, value)))
+}
+
+fn millis(text: &str) -> Result<Duration, String> {
+    text.trim()
+        .parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|_| "not a whole number of milliseconds".to_owned())
+}
+
+fn count(env: &impl EnvSource, name: &'static str, default: usize) -> Result<usize, ConfigError> {
+    match env.var(name) {
+        None => Ok(default),
+        Some(value) => match value.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(invalid(
+                "otlp.endpoint",
+                format!("{name}={value:?} is not a positive whole number"),
+            )),
+        },
+    }
+}
+
+/// `key1=value1,key2=value2` as the W3C Baggage-like format of `OTEL_EXPORTER_OTLP_HEADERS` and
+/// `OTEL_RESOURCE_ATTRIBUTES`. Values are percent-decoded when `decode` is set.
+fn key_values(text: &str, decode: bool) -> Result<Vec<(String, String)>, String> {
+    let mut pairs = Vec::new();
+    for item in text.split(',').filter(|item| !item.trim().is_empty()) {
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(format!("{:?} is not key=value", item.trim()));
+        };
+        let key = key.trim();
+        if key.is_empty() {
+            return Err(format!("{:?} has an empty key", item.trim()));
+        }
+        let value = value.trim();
+        let value = if decode {
+            percent_encoding::percent_decode_str(value)
+                .decode_utf8()
+                .map_err(|_| format!("the value of {key} is not UTF-8 once decoded"))?
+                .into_owned()
+        } else {
+            value.to_owned()
+        };
+        pairs.push((key.to_owned(), value));
+    }
+    Ok(pairs)
+}
+
+/// Percent-decodes a header value, keeping it as written when it does not decode.
+pub fn decode_header(value: &str) -> String {
+    percent_encoding::percent_decode_str(value)
+        .decode_utf8()
+        .map(|v| v.into_owned())
+        .unwrap_or_else(|_| value.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(
+        args: OtlpArgs,
+        env: &[(&'static str, &'static str)],
+    ) -> Result<Option<OtlpConfig>, String> {
+        let env: HashMap<&str, &str> = env.iter().copied().collect();
+        args.resolve(&env).map_err(|e| e.to_string())
+    }
+
+    fn flag_endpoint(url: &str) -> OtlpArgs {
+        OtlpArgs {
+            endpoint: Some(url.to_owned()),
+            ..OtlpArgs::default()
+        }
+    }
+
+    #[test]
+    fn traces_are_off_without_an_endpoint() -> Result<(), String> {
+        assert_eq!(resolve(OtlpArgs::default(), &[])?, None);
+        assert_eq!(
+            resolve(
+                OtlpArgs::default(),
+                &[
+                    ("OTEL_SERVICE_NAME", "x"),
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+                ]
+            )?,
+            None,
+            "an empty variable is unset"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn the_generic_endpoint_gets_the_traces_path_for_http() -> Result<(), String> {
+        let config = resolve(
+            OtlpArgs::default(),
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")],
+        )?
+        .ok_or("off")?;
+        assert_eq!(config.endpoint, "http://collector:4318/v1/traces");
+        assert_eq!(config.protocol, Protocol::HttpProtobuf);
+        assert_eq!(config.timeout, DEFAULT_TIMEOUT);
+        Ok(())
+    }
+
+    #[test]
+    fn the_traces_endpoint_is_used_as_given_and_beats_the_generic_one() -> Result<(), String> {
+        let config = resolve(
+            OtlpArgs::default(),
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://generic:4318"),
+                (
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    "https://tempo.example/otlp/traces",
+                ),
+            ],
+        )?
+        .ok_or("off")?;
+        assert_eq!(config.endpoint, "https://tempo.example/otlp/traces");
+        Ok(())
+    }
+
+    #[test]
+    fn a_flag_beats_every_variable() -> Result<(), String> {
+        let args = OtlpArgs {
+            endpoint: Some("http://flag:4317".into()),
+            protocol: Some(Protocol::Grpc),
+            headers: Some("a=1".into()),
+            timeout: Some(Duration::from_secs(3)),
+        };
+        let config = resolve(
+            args,
+            &[
+                (
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    "http://env:4318/v1/traces",
+                ),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+                ("OTEL_EXPORTER_OTLP_HEADERS", "b=2"),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "500"),
+            ],
+        )?
+        .ok_or("off")?;
+        assert_eq!(config.endpoint, "http://flag:4317");
+        assert_eq!(config.protocol, Protocol::Grpc);
+        assert_eq!(config.headers, [("a".to_owned(), "1".to_owned())]);
+        assert_eq!(config.timeout, Duration::from_secs(3));
+        Ok(())
+    }
+
+    #[test]
+    fn traces_specific_variables_beat_generic_ones() -> Result<(), String> {
+        let config = resolve(
+            flag_endpoint("http://c:4317"),
+            &[
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+                ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"),
+                ("OTEL_EXPORTER_OTLP_HEADERS", "generic=1"),
+                (
+                    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                    "authorization=Basic%20abc, x-scope-orgid=ops",
+                ),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "500"),
+                ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "2500"),
+            ],
+        )?
+        .ok_or("off")?;
+        assert_eq!(config.protocol, Protocol::Grpc);
+        assert_eq!(config.endpoint, "http://c:4317", "no path for gRPC");
+        assert_eq!(
+            config.headers,
+            [
+                ("authorization".to_owned(), "Basic%20abc".to_owned()),
+                ("x-scope-orgid".to_owned(), "ops".to_owned())
+            ]
+        );
+        assert_eq!(decode_header(&config.headers[0].1), "Basic abc");
+        assert_eq!(config.timeout, Duration::from_millis(2500));
+        Ok(())
+    }
+
+    #[test]
+    fn otel_sdk_disabled_wins_over_everything() -> Result<(), String> {
+        assert_eq!(
+            resolve(
+                flag_endpoint("http://c:4318"),
+                &[("OTEL_SDK_DISABLED", "TRUE")]
+            )?,
+            None
+        );
+        assert!(
+            resolve(
+                flag_endpoint("http://c:4318"),
+                &[("OTEL_SDK_DISABLED", "false")]
+            )?
+            .is_some()
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn resource_attributes_and_service_name_are_read_and_decoded() -> Result<(), String> {
+        let config = resolve(
+            flag_endpoint("http://c:4318"),
+            &[
+                (
+                    "OTEL_RESOURCE_ATTRIBUTES",
+                    "deployment.environment.name=prod,team=sre%2Con-call",
+                ),
+                ("OTEL_SERVICE_NAME", "se-agent"),
+            ],
+        )?
+        .ok_or("off")?;
+        assert_eq!(
+            config.resource_attributes,
+            [
+                ("deployment.environment.name".to_owned(), "prod".to_owned()),
+                ("team".to_owned(), "sre,on-call".to_owned())
+            ]
+        );
+        assert_eq!(config.service_name.as_deref(), Some("se-agent"));
+        Ok(())
+    }
+
+    #[test]
+    fn invalid_values_name_their_source() {
+        for (args, env, needle) in [
+            (flag_endpoint("collector:4318"), vec![], "--otlp.endpoint"),
+            (
+                OtlpArgs::default(),
+                vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://c")],
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ),
+            (
+                flag_endpoint("http://c"),
+                vec![("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")],
+                "OTEL_EXPORTER_OTLP_PROTOCOL",
+            ),
+            (
+                flag_endpoint("http://c"),
+                vec![("OTEL_EXPORTER_OTLP_HEADERS", "novalue")],
+                "--otlp.headers",
+            ),
+            (
+                flag_endpoint("http://c"),
+                vec![("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")],
+                "OTEL_EXPORTER_OTLP_TIMEOUT",
+            ),
+            (
+                flag_endpoint("http://c"),
+                vec![("OTEL_RESOURCE_ATTRIBUTES", "=x")],
+                "OTEL_RESOURCE_ATTRIBUTES",
+            ),
+            (
+                flag_endpoint("http://c"),
+                vec![("OTEL_BSP_MAX_QUEUE_SIZE", "0")],
+                "OTEL_BSP_MAX_QUEUE_SIZE",
+            ),
+        ] {
+            match resolve(args, &env) {
+                Ok(config) => panic!("{env:?} accepted: {config:?}"),
+                Err(e) => assert!(e.contains(needle), "{env:?}: {e}"),
+            }
+        }
+    }
+}
