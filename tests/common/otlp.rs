@@ -1,0 +1,264 @@
+//! A real OTLP receiver on 127.0.0.1:0, built on the official protobuf definitions
+//! (`opentelemetry-proto`): the `TraceService` over gRPC, and `POST /v1/traces` with
+//! `application/x-protobuf` bodies over HTTP. It keeps every span it receives, with its resource.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
+use prost::Message;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::common::PATIENCE;
+
+/// One received span, flattened with its resource.
+#[derive(Debug, Clone)]
+pub struct ReceivedSpan {
+    pub trace_id: String,
+    pub span_id: String,
+    /// Empty for a root span.
+    pub parent_span_id: String,
+    pub name: String,
+    pub start_unix_nano: u64,
+    pub end_unix_nano: u64,
+    pub attributes: BTreeMap<String, String>,
+    pub resource: BTreeMap<String, String>,
+    /// `grpc` or `http`.
+    pub via: &'static str,
+}
+
+impl ReceivedSpan {
+    /// An attribute under `azure.scheduled_event.`, as text.
+    pub fn event(&self, name: &str) -> Option<&str> {
+        self.attributes
+            .get(&format!("azure.scheduled_event.{name}"))
+            .map(String::as_str)
+    }
+
+    pub fn is_lifecycle(&self) -> bool {
+        self.event("outcome").is_some()
+    }
+}
+
+type Spans = Arc<Mutex<Vec<ReceivedSpan>>>;
+
+/// The receiver; stops when dropped.
+pub struct Receiver {
+    spans: Spans,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Receiver {
+    pub async fn start() -> std::io::Result<Self> {
+        let spans = Spans::default();
+        let grpc_listener = TcpListener::bind("127.0.0.1:0").await?;
+        let grpc = grpc_listener.local_addr()?;
+        let http_listener = TcpListener::bind("127.0.0.1:0").await?;
+        let http = http_listener.local_addr()?;
+        let service = TraceServiceServer::new(Grpc(Arc::clone(&spans)));
+        let grpc_task = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(grpc_listener))
+                .await;
+        });
+        let http_spans = Arc::clone(&spans);
+        let http_task = tokio::spawn(async move {
+            while let Ok((stream, _)) = http_listener.accept().await {
+                let spans = Arc::clone(&http_spans);
+                tokio::spawn(async move {
+                    let service =
+                        service_fn(move |request| http_export(Arc::clone(&spans), request));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Self {
+            spans,
+            grpc,
+            http,
+            tasks: vec![grpc_task, http_task],
+        })
+    }
+
+    pub fn grpc_url(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.http)
+    }
+
+    /// Every span received so far.
+    pub fn spans(&self) -> Vec<ReceivedSpan> {
+        self.spans.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Polls the received spans until `condition` holds; fails with what arrived.
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        condition: impl Fn(&[ReceivedSpan]) -> bool,
+    ) -> Result<Vec<ReceivedSpan>, String> {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let spans = self.spans();
+            if condition(&spans) {
+                return Ok(spans);
+            }
+            if tokio::time::Instant::now() > deadline {
+                let names: Vec<String> = spans
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "{} {} {:?}",
+                            s.trace_id,
+                            s.name,
+                            s.attributes.get("azure.scheduled_event.vm_name")
+                        )
+                    })
+                    .collect();
+                return Err(format!(
+                    "timed out waiting for {what}; received: {names:#?}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+struct Grpc(Spans);
+
+#[tonic::async_trait]
+impl TraceService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        keep(&self.0, request.into_inner(), "grpc");
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+async fn http_export(
+    spans: Spans,
+    request: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    let reply = |status: u16, body: Vec<u8>| {
+        let mut response = Response::new(Full::new(Bytes::from(body)));
+        *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
+        response.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/x-protobuf"),
+        );
+        response
+    };
+    let content_type = request
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    if request.uri().path() != "/v1/traces" || request.method() != hyper::Method::POST {
+        return Ok(reply(404, Vec::new()));
+    }
+    if content_type != "application/x-protobuf" {
+        return Ok(reply(415, Vec::new()));
+    }
+    let body = request.into_body().collect().await?.to_bytes();
+    match ExportTraceServiceRequest::decode(body) {
+        Ok(export) => {
+            keep(&spans, export, "http");
+            Ok(reply(
+                200,
+                ExportTraceServiceResponse::default().encode_to_vec(),
+            ))
+        }
+        Err(_) => Ok(reply(400, Vec::new())),
+    }
+}
+
+fn keep(spans: &Spans, export: ExportTraceServiceRequest, via: &'static str) {
+    let mut received = Vec::new();
+    for resource_spans in export.resource_spans {
+        let resource = attributes(
+            resource_spans
+                .resource
+                .map(|r| r.attributes)
+                .unwrap_or_default(),
+        );
+        for scope_spans in resource_spans.scope_spans {
+            for span in scope_spans.spans {
+                received.push(ReceivedSpan {
+                    trace_id: hex(&span.trace_id),
+                    span_id: hex(&span.span_id),
+                    parent_span_id: hex(&span.parent_span_id),
+                    name: span.name,
+                    start_unix_nano: span.start_time_unix_nano,
+                    end_unix_nano: span.end_time_unix_nano,
+                    attributes: attributes(span.attributes),
+                    resource: resource.clone(),
+                    via,
+                });
+            }
+        }
+    }
+    if let Ok(mut spans) = spans.lock() {
+        spans.extend(received);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn attributes(kvs: Vec<KeyValue>) -> BTreeMap<String, String> {
+    kvs.into_iter()
+        .map(|kv| (kv.key, kv.value.map(text).unwrap_or_default()))
+        .collect()
+}
+
+/// An attribute value as text; arrays joined with commas.
+fn text(value: AnyValue) -> String {
+    match value.value {
+        Some(Value::StringValue(s)) => s,
+        Some(Value::BoolValue(b)) => b.to_string(),
+        Some(Value::IntValue(i)) => i.to_string(),
+        Some(Value::DoubleValue(d)) => d.to_string(),
+        Some(Value::ArrayValue(array)) => array
+            .values
+            .into_iter()
+            .map(text)
+            .collect::<Vec<_>>()
+            .join(","),
+        Some(other) => format!("{other:?}"),
+        None => String::new(),
+    }
+}

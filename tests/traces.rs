@@ -1,0 +1,653 @@
+//! Traces as a collector receives them: the built binary, configured by the standard `OTEL_*`
+//! variables or its flags, exporting to a real OTLP receiver (gRPC and HTTP/protobuf) while
+//! polling the simulator.
+
+mod common;
+#[path = "common/otlp.rs"]
+mod otlp;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use azure_scheduled_events_exporter::simulator::example_compute;
+use azure_scheduled_events_exporter::trace_id::{lifecycle_span_id, trace_id};
+use bytes::Bytes;
+use common::{Exposition, Imds, PATIENCE, THIS_VM, TestResult};
+use otlp::{ReceivedSpan, Receiver};
+
+const BIN: &str = env!("CARGO_BIN_EXE_azure-scheduled-events-exporter");
+/// Upper case, as real IMDS sends it.
+const EVENT: &str = "5DD55B64-45AD-49D3-BBC9-F57D4EA97BD7";
+const EVENT_TRACE: &str = "5dd55b6445ad49d3bbc9f57d4ea97bd7";
+
+/// The agent as a child process with a clean environment plus `env`, its JSON log lines on a
+/// channel.
+struct Agent {
+    child: Child,
+    lines: mpsc::Receiver<serde_json::Value>,
+    address: String,
+}
+
+impl Agent {
+    fn spawn(args: &[&str], env: &[(&str, &str)]) -> Result<Self, Box<dyn std::error::Error>> {
+        let mut command = Command::new(BIN);
+        command.args(args).env_clear().stdin(Stdio::null());
+        if let Some(path) = std::env::var_os("PATH") {
+            command.env("PATH", path);
+        }
+        command.envs(env.iter().copied());
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let (send, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(json) = serde_json::from_str(&line)
+                    && send.send(json).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let mut agent = Self {
+            child,
+            lines,
+            address: String::new(),
+        };
+        let starting = agent.next_line_where(|l| l["message"] == "starting")?;
+        agent.address = starting["listen_address"]
+            .as_str()
+            .ok_or("no listen_address")?
+            .to_owned();
+        Ok(agent)
+    }
+
+    /// The agent polling `imds` every 50 ms as `vm_name`.
+    fn polling(
+        imds: &Imds,
+        vm_name: &str,
+        env: &[(&str, &str)],
+        extra: &[&str],
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        let url = format!("--imds.url={}", imds.url());
+        let vm = format!("--vm.name={vm_name}");
+        let mut args = vec![
+            url.as_str(),
+            vm.as_str(),
+            "--web.listen-address=127.0.0.1:0",
+            "--poll.interval=50ms",
+        ];
+        args.extend_from_slice(extra);
+        Self::spawn(&args, env)
+    }
+
+    fn next_line_where(
+        &self,
+        matches: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<serde_json::Value, String> {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if matches(&line) => return Ok(line),
+                Ok(_) => {}
+                Err(e) => return Err(format!("no matching log line: {e}")),
+            }
+        }
+    }
+
+    /// `GET /metrics` over a plain socket, off the async runtime.
+    async fn metrics(&self) -> Result<Exposition, Box<dyn std::error::Error>> {
+        let address = self.address.clone();
+        let body = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+            use std::io::{Read, Write};
+            let mut stream = std::net::TcpStream::connect(&address)?;
+            write!(
+                stream,
+                "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+            )?;
+            let mut response = String::new();
+            stream.read_to_string(&mut response)?;
+            Ok(response
+                .split_once("\r\n\r\n")
+                .map(|(_, body)| body.to_owned())
+                .unwrap_or_default())
+        })
+        .await??;
+        Ok(Exposition(body))
+    }
+
+    /// Scrapes until `condition` holds.
+    async fn wait_for_metrics(
+        &self,
+        what: &str,
+        condition: impl Fn(&Exposition) -> bool,
+    ) -> Result<Exposition, Box<dyn std::error::Error>> {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let exposition = self.metrics().await?;
+            if condition(&exposition) {
+                return Ok(exposition);
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!("timed out waiting for {what}:\n{}", exposition.0).into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGTERM, then waits for the exit.
+    async fn terminate(mut self) -> Result<std::process::ExitStatus, Box<dyn std::error::Error>> {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status()?;
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err("did not exit after SIGTERM".into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn polls(exposition: &Exposition) -> f64 {
+    exposition.get(r#"azure_scheduled_events_imds_requests_total{operation="events"}"#)
+}
+
+fn dropped(exposition: &Exposition, reason: &str) -> f64 {
+    exposition.get(&format!(
+        r#"azure_scheduled_events_otlp_spans_dropped_total{{reason="{reason}"}}"#
+    ))
+}
+
+/// A document with `events` (JSON objects) at `incarnation`.
+fn document(incarnation: u64, events: &[String]) -> Bytes {
+    Bytes::from(format!(
+        r#"{{"DocumentIncarnation":{incarnation},"Events":[{}]}}"#,
+        events.join(",")
+    ))
+}
+
+fn event(id: &str, event_type: &str, status: &str, resources: &[&str], not_before: &str) -> String {
+    let resources: Vec<String> = resources.iter().map(|r| format!("\"{r}\"")).collect();
+    format!(
+        r#"{{"EventId":"{id}","EventStatus":"{status}","EventType":"{event_type}","ResourceType":"VirtualMachine",
+        "Resources":[{}],"NotBefore":"{not_before}","Description":"","EventSource":"Platform","DurationInSeconds":-1}}"#,
+        resources.join(",")
+    )
+}
+
+/// NotBefore ten minutes from now, RFC 1123.
+fn in_ten_minutes() -> String {
+    (chrono::Utc::now() + chrono::Duration::minutes(10))
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string()
+}
+
+fn named<'a>(spans: &'a [ReceivedSpan], name: &str) -> Vec<&'a ReceivedSpan> {
+    spans.iter().filter(|s| s.name == name).collect()
+}
+
+fn has(name: &'static str) -> impl Fn(&[ReceivedSpan]) -> bool {
+    move |spans| spans.iter().any(|s| s.name == name)
+}
+
+fn span_id_hex(event_id: &str, vm_name: &str) -> String {
+    format!("{:016x}", lifecycle_span_id(event_id, vm_name))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_grpc_each_transition_arrives_in_the_event_trace_from_this_vm() -> TestResult {
+    let receiver = Receiver::start().await?;
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        1,
+        &[event(
+            EVENT,
+            "Reboot",
+            "Scheduled",
+            &[THIS_VM],
+            &in_ten_minutes(),
+        )],
+    ));
+    let endpoint = receiver.grpc_url();
+    let agent = Agent::polling(
+        &imds,
+        THIS_VM,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment.name=test,cloud.region=from-attributes,service.name=from-attributes",
+            ),
+            ("OTEL_SERVICE_NAME", "se-test"),
+        ],
+        &[],
+    )?;
+    let line = agent.next_line_where(|l| l["message"] == "event scheduled")?;
+
+    let spans = receiver
+        .wait_for("the scheduled transition", has("Reboot scheduled"))
+        .await?;
+    let scheduled = named(&spans, "Reboot scheduled")[0];
+    assert_eq!(scheduled.via, "grpc");
+    assert_eq!(
+        scheduled.trace_id, EVENT_TRACE,
+        "the trace id is the EventId"
+    );
+    assert_eq!(
+        line["trace_id"], EVENT_TRACE,
+        "the log line names the same trace"
+    );
+    assert_eq!(scheduled.parent_span_id, span_id_hex(EVENT, THIS_VM));
+    assert_eq!(scheduled.event("id"), Some(EVENT));
+    assert_eq!(scheduled.event("transition"), Some("scheduled"));
+    assert_eq!(scheduled.event("status"), Some("Scheduled"));
+    assert_eq!(scheduled.event("affects_this_vm"), Some("true"));
+    assert_eq!(scheduled.event("document_incarnation"), Some("1"));
+    assert_eq!(scheduled.event("vm_name"), Some(THIS_VM));
+
+    let compute = example_compute(THIS_VM);
+    let resource = &scheduled.resource;
+    let expected: BTreeMap<&str, &str> = [
+        ("service.name", "se-test"),
+        ("service.version", env!("CARGO_PKG_VERSION")),
+        ("service.instance.id", THIS_VM),
+        ("cloud.provider", "azure"),
+        ("cloud.platform", "azure_vm"),
+        ("cloud.region", "from-attributes"),
+        ("cloud.availability_zone", compute.zone.as_str()),
+        ("cloud.account.id", compute.subscription_id.as_str()),
+        ("host.id", compute.vm_id.as_str()),
+        ("host.name", THIS_VM),
+        ("host.type", compute.vm_size.as_str()),
+        ("azure.vm.scaleset.name", compute.vm_scale_set_name.as_str()),
+        (
+            "azure.resourcegroup.name",
+            compute.resource_group_name.as_str(),
+        ),
+        ("azure.vm.platform_fault_domain", "0"),
+        ("azure.vm.platform_update_domain", "0"),
+        ("deployment.environment.name", "test"),
+    ]
+    .into_iter()
+    .collect();
+    for (key, value) in expected {
+        assert_eq!(
+            resource.get(key).map(String::as_str),
+            Some(value),
+            "resource {key}"
+        );
+    }
+
+    imds.sim.set_document(document(
+        2,
+        &[event(EVENT, "Reboot", "Started", &[THIS_VM], "")],
+    ));
+    let spans = receiver
+        .wait_for("the started transition", has("Reboot started"))
+        .await?;
+    let started = named(&spans, "Reboot started")[0];
+    assert_eq!(started.trace_id, EVENT_TRACE);
+    assert_eq!(started.parent_span_id, scheduled.parent_span_id);
+    assert_eq!(started.event("document_incarnation"), Some("2"));
+    assert!(
+        named(&spans, "Reboot").is_empty(),
+        "the lifecycle span is exported only when the event ends"
+    );
+
+    imds.sim.set_document(document(3, &[]));
+    let spans = receiver
+        .wait_for("the lifecycle span", has("Reboot"))
+        .await?;
+    let lifecycle = named(&spans, "Reboot")[0];
+    assert_eq!(lifecycle.trace_id, EVENT_TRACE);
+    assert_eq!(lifecycle.span_id, span_id_hex(EVENT, THIS_VM));
+    assert_eq!(lifecycle.parent_span_id, "");
+    assert_eq!(lifecycle.event("outcome"), Some("completed"));
+    assert_eq!(lifecycle.event("seen_started"), Some("true"));
+    assert_eq!(lifecycle.event("document_incarnation"), Some("3"));
+    assert!(lifecycle.start_unix_nano <= scheduled.start_unix_nano);
+    assert!(lifecycle.end_unix_nano >= started.end_unix_nano);
+    let completed = named(&spans, "Reboot completed");
+    assert_eq!(completed.len(), 1);
+    assert_eq!(completed[0].parent_span_id, lifecycle.span_id);
+
+    assert!(agent.terminate().await?.success());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_protobuf_set_by_flag_a_cancelled_event_ends_its_span_as_cancelled() -> TestResult
+{
+    let receiver = Receiver::start().await?;
+    let imds = Imds::start().await?;
+    let lower = EVENT.to_lowercase();
+    let other = "not-a-guid-42";
+    imds.sim.set_document(document(
+        5,
+        &[
+            event(
+                &lower,
+                "Freeze",
+                "Scheduled",
+                &["test-vmss_1"],
+                &in_ten_minutes(),
+            ),
+            event(
+                other,
+                "Redeploy",
+                "Scheduled",
+                &[THIS_VM],
+                &in_ten_minutes(),
+            ),
+        ],
+    ));
+    let endpoint = format!("--otlp.endpoint={}", receiver.http_url());
+    let agent = Agent::polling(
+        &imds,
+        THIS_VM,
+        // The flag wins over the variable, which points at nothing.
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")],
+        &[&endpoint],
+    )?;
+    receiver
+        .wait_for("both scheduled transitions", |s| {
+            s.iter().any(|s| s.name == "Freeze scheduled")
+                && s.iter().any(|s| s.name == "Redeploy scheduled")
+        })
+        .await?;
+    imds.sim.set_document(document(6, &[]));
+    let spans = receiver
+        .wait_for("both lifecycle spans", |s| {
+            s.iter().filter(|s| s.is_lifecycle()).count() == 2
+        })
+        .await?;
+    let freeze = named(&spans, "Freeze")[0];
+    assert_eq!(freeze.via, "http");
+    assert_eq!(
+        freeze.trace_id, EVENT_TRACE,
+        "a lower-case GUID gives the same trace"
+    );
+    assert_eq!(freeze.event("outcome"), Some("cancelled"));
+    assert_eq!(freeze.event("affects_this_vm"), Some("false"));
+    assert_eq!(freeze.event("seen_started"), Some("false"));
+    assert_eq!(
+        freeze.resource.get("service.name").map(String::as_str),
+        Some("azure-scheduled-events-exporter")
+    );
+    let redeploy = named(&spans, "Redeploy")[0];
+    assert_eq!(
+        redeploy.trace_id,
+        trace_id(other),
+        "a non-GUID id is hashed"
+    );
+    assert_eq!(redeploy.trace_id.len(), 32);
+    assert_eq!(redeploy.event("outcome"), Some("cancelled"));
+    assert_eq!(
+        named(&spans, "Redeploy cancelled")[0].parent_span_id,
+        redeploy.span_id
+    );
+    let exposition = agent
+        .wait_for_metrics("the exported count", |e| {
+            e.get("azure_scheduled_events_otlp_spans_exported_total") >= 6.0
+        })
+        .await?;
+    assert_eq!(dropped(&exposition, "export_failed"), 0.0);
+    assert!(agent.terminate().await?.success());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_polls_export_nothing_and_shutdown_flushes_the_open_span() -> TestResult {
+    let receiver = Receiver::start().await?;
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        1,
+        &[event(
+            EVENT,
+            "Freeze",
+            "Scheduled",
+            &[THIS_VM],
+            &in_ten_minutes(),
+        )],
+    ));
+    let endpoint = receiver.http_url();
+    let agent = Agent::polling(
+        &imds,
+        THIS_VM,
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                &format!("{endpoint}/v1/traces"),
+            ),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+        &[],
+    )?;
+    receiver
+        .wait_for("the scheduled transition", has("Freeze scheduled"))
+        .await?;
+    let before = agent.metrics().await?;
+    // At least 40 more polls of the same document.
+    let after = agent
+        .wait_for_metrics("40 unchanged polls", |e| polls(e) >= polls(&before) + 40.0)
+        .await?;
+    assert_eq!(
+        after.get("azure_scheduled_events_otlp_spans_exported_total"),
+        1.0
+    );
+    assert_eq!(receiver.spans().len(), 1, "{:#?}", receiver.spans());
+
+    assert!(agent.terminate().await?.success());
+    let spans = receiver.spans();
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["Freeze scheduled", "Freeze"],
+        "only the lifecycle span, flushed at shutdown"
+    );
+    assert_eq!(spans[1].event("outcome"), Some("open"));
+    assert_eq!(spans[1].span_id, spans[0].parent_span_id);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_neither_stops_polling_nor_queues_without_bound() -> TestResult {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let endpoint = format!("http://{}", closed.local_addr()?);
+    drop(closed);
+    let imds = Imds::start().await?;
+    let events: Vec<String> = (0..5)
+        .map(|n| {
+            event(
+                &format!("5DD55B64-45AD-49D3-BBC9-F57D4EA97BD{n}"),
+                "Freeze",
+                "Scheduled",
+                &[THIS_VM],
+                &in_ten_minutes(),
+            )
+        })
+        .collect();
+    imds.sim.set_document(document(1, &events));
+    let agent = Agent::polling(
+        &imds,
+        THIS_VM,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2000"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "2"),
+        ],
+        &[],
+    )?;
+    let exposition = agent
+        .wait_for_metrics("a failed export", |e| dropped(e, "export_failed") >= 1.0)
+        .await?;
+    assert_eq!(
+        dropped(&exposition, "queue_full"),
+        3.0,
+        "five spans in one poll, two fit in the queue"
+    );
+    assert_eq!(
+        exposition.get("azure_scheduled_events_otlp_spans_exported_total"),
+        0.0
+    );
+    assert_eq!(exposition.up(), Some(1.0));
+    let polled = polls(&exposition);
+    imds.sim.set_document(document(2, &[]));
+    let exposition = agent
+        .wait_for_metrics("polls going on and the events cancelled", |e| {
+            polls(e) >= polled + 20.0 && e.transitions("Freeze", "cancelled") == 5.0
+        })
+        .await?;
+    assert_eq!(exposition.up(), Some(1.0));
+    assert!(agent.terminate().await?.success());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_five_agents_writes_one_trace_with_one_lifecycle_span_per_vm() -> TestResult {
+    let receiver = Receiver::start().await?;
+    let imds = Imds::start().await?;
+    let vms = ["vmss_0", "vmss_1", "vmss_2", "vmss_3", "vmss_4"];
+    let grpc = receiver.grpc_url();
+    let http = receiver.http_url();
+    let mut agents = Vec::new();
+    for (n, vm) in vms.iter().enumerate() {
+        // Some over gRPC, some over HTTP: one trace whatever the protocol.
+        let env: Vec<(&str, &str)> = if n % 2 == 0 {
+            vec![
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", grpc.as_str()),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ]
+        } else {
+            vec![("OTEL_EXPORTER_OTLP_ENDPOINT", http.as_str())]
+        };
+        agents.push(Agent::polling(&imds, vm, &env, &[])?);
+    }
+    imds.sim.set_document(document(
+        1,
+        &[event(
+            EVENT,
+            "Freeze",
+            "Scheduled",
+            &["vmss_0", "VMSS_1"],
+            &in_ten_minutes(),
+        )],
+    ));
+    receiver
+        .wait_for("every VM's scheduled transition", |s| {
+            s.iter().filter(|s| s.name == "Freeze scheduled").count() == vms.len()
+        })
+        .await?;
+    imds.sim.set_document(document(2, &[]));
+    let spans = receiver
+        .wait_for("every VM's lifecycle span", |s| {
+            s.iter().filter(|s| s.is_lifecycle()).count() == vms.len()
+        })
+        .await?;
+
+    assert!(spans.iter().all(|s| s.trace_id == EVENT_TRACE), "one trace");
+    let lifecycles: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.is_lifecycle()).collect();
+    let by_vm: BTreeMap<&str, &ReceivedSpan> = lifecycles
+        .iter()
+        .map(|s| (s.event("vm_name").unwrap_or_default(), *s))
+        .collect();
+    assert_eq!(
+        by_vm.keys().copied().collect::<Vec<_>>(),
+        vms,
+        "one lifecycle span per VM"
+    );
+    let span_ids: BTreeSet<&str> = lifecycles.iter().map(|s| s.span_id.as_str()).collect();
+    assert_eq!(span_ids.len(), vms.len());
+    for vm in vms {
+        let lifecycle = by_vm[vm];
+        assert_eq!(lifecycle.span_id, span_id_hex(EVENT, vm));
+        assert_eq!(
+            lifecycle
+                .resource
+                .get("service.instance.id")
+                .map(String::as_str),
+            Some(vm)
+        );
+        assert_eq!(lifecycle.event("outcome"), Some("cancelled"));
+        let affects = if matches!(vm, "vmss_0" | "vmss_1") {
+            "true"
+        } else {
+            "false"
+        };
+        assert_eq!(lifecycle.event("affects_this_vm"), Some(affects), "{vm}");
+        let children: Vec<&str> = spans
+            .iter()
+            .filter(|s| s.parent_span_id == lifecycle.span_id)
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(children, ["Freeze scheduled", "Freeze cancelled"], "{vm}");
+    }
+    for agent in agents {
+        assert!(agent.terminate().await?.success());
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_exports_when_the_variables_are_set() -> TestResult {
+    let receiver = Receiver::start().await?;
+    let endpoint = receiver.http_url();
+    let agent = Agent::spawn(
+        &[
+            "demo",
+            "--web.listen-address=127.0.0.1:0",
+            "--log.format=json",
+        ],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)],
+    )?;
+    let spans = receiver
+        .wait_for("the demo's first Freeze", has("Freeze scheduled"))
+        .await?;
+    let freeze = named(&spans, "Freeze scheduled")[0];
+    assert_eq!(
+        freeze.resource.get("host.name").map(String::as_str),
+        Some("demo-vmss_0")
+    );
+    assert_eq!(freeze.event("affects_this_vm"), Some("true"));
+    assert!(agent.terminate().await?.success());
+    Ok(())
+}
+
+#[test]
+fn an_invalid_otel_variable_exits_64_with_one_line() -> TestResult {
+    for (name, value) in [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+    ] {
+        let mut command = Command::new(BIN);
+        command.env_clear().env(name, value);
+        if name != "OTEL_EXPORTER_OTLP_ENDPOINT" {
+            command.env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318");
+        }
+        let output = command.output()?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{name}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(name), "{stderr}");
+    }
+    Ok(())
+}
