@@ -17,6 +17,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
+use crate::approval::{self, Approver, Decision};
+use crate::boot;
 use crate::config::Config;
 use crate::event_span::{EventSpans, Seen};
 use crate::health::Health;
@@ -24,6 +26,7 @@ use crate::imds::{ImdsClient, ImdsError, Operation};
 use crate::metrics::Metrics;
 use crate::monitor::{Change, Monitor};
 use crate::server::{self, Endpoints};
+use crate::state::{Opened, StateStore};
 use crate::telemetry::{Telemetry, Traces, VmIdentity};
 use crate::trace_id::trace_id;
 use crate::tracker::{IncarnationChange, Transition};
@@ -91,6 +94,19 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
             compute: None,
         },
     )?;
+    metrics.set_approval_mode(config.approval.mode);
+    let store = open_state(&config, &metrics);
+    let approver = Approver::new(config.approval.clone());
+    if config.approval.mode != approval::Mode::Off {
+        let approval = &config.approval;
+        tracing::info!(
+            mode = approval.mode.as_str(),
+            policy = ?approval.policy,
+            hook = approval.hook.as_ref().map(|h| h.argv().join(" ")),
+            hook_timeout = ?approval.hook_timeout,
+            "approval enabled"
+        );
+    }
 
     let (stop, stopped) = watch::channel(false);
     let endpoints = Arc::new(Endpoints {
@@ -118,6 +134,8 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
             backoff_exponent: 0,
             traces,
             spans: EventSpans::new(),
+            approver,
+            store,
         }
         .run(stopped),
     );
@@ -182,6 +200,8 @@ struct Poller {
     /// OTLP export, when configured, and this VM's open event spans.
     traces: Option<Traces>,
     spans: EventSpans,
+    approver: Approver,
+    store: StateStore,
 }
 
 impl Poller {
@@ -310,6 +330,7 @@ impl Poller {
             self.report(change);
         }
         self.trace(&changes, now);
+        self.approve(&changes, now).await;
         self.metrics
             .record_poll(self.monitor.is_up().then_some(now));
         if self.monitor.is_up() {
@@ -317,6 +338,49 @@ impl Poller {
             self.publish(changes.iter().any(|c| matches!(c, Change::Transition(_))));
         }
         backoff
+    }
+
+    /// Runs hooks for the changes and, after a valid document, the approval decisions; then
+    /// writes the state file if anything in it changed.
+    async fn approve(&mut self, changes: &[Change], now: chrono::DateTime<Utc>) {
+        let vm_name = self.vm_name.clone();
+        let vm = vm_name.as_deref();
+        let mut decisions = self.approver.finished_hooks();
+        let transitions = changes.iter().filter_map(|change| match change {
+            Change::Transition(transition) => Some(transition),
+            _ => None,
+        });
+        decisions.extend(self.approver.on_transitions(transitions, vm));
+        if self.monitor.is_up() {
+            let tracker = self.monitor.tracker();
+            self.store.state_mut().observe(
+                tracker.incarnation().map(|i| i.0),
+                tracker.events(),
+                vm,
+                now,
+            );
+            let imds = approval::Imds {
+                client: &self.client,
+                timeout: self.config.imds_timeout,
+                metrics: &self.metrics,
+            };
+            let decided = self
+                .approver
+                .after_document(tracker.events(), vm, now, &imds, &mut self.store)
+                .await;
+            decisions.extend(decided);
+        }
+        for decision in &decisions {
+            self.decided(decision);
+        }
+        self.store.flush();
+        self.metrics.set_state_up(self.store.is_healthy());
+    }
+
+    /// One log line, and its counters, for one approval decision.
+    fn decided(&self, decision: &Decision) {
+        self.metrics.record_decision(decision);
+        decision.log(self.vm_name.as_deref());
     }
 
     /// Hands the tracker's events to the metrics when the document changed them.
@@ -446,6 +510,69 @@ impl Poller {
             ),
         }
     }
+}
+
+/// Opens the state file, classifies this start (reboot or not) against it, and records the
+/// current boot. Never fails: an unusable file leaves state in memory.
+fn open_state(config: &Config, metrics: &Metrics) -> StateStore {
+    let (mut store, opened) = StateStore::open(config.state_file.as_deref());
+    let state_file = config
+        .state_file
+        .as_ref()
+        .map_or_else(|| "(in memory)".to_owned(), |p| p.display().to_string());
+    let previous = match &opened {
+        Opened::Fresh => {
+            tracing::info!(%state_file, "no state file yet: starting fresh");
+            None
+        }
+        Opened::Loaded => Some(store.state().clone()),
+        Opened::Replaced { error, aside } => {
+            tracing::warn!(
+                %state_file,
+                %error,
+                set_aside = aside.as_ref().map(|p| p.display().to_string()),
+                "state file not usable: starting fresh"
+            );
+            None
+        }
+    };
+    let boot_id = boot::read_boot_id(&config.boot_id_file);
+    let restart = boot::classify(previous.as_ref(), boot_id.as_deref());
+    let vm_name = config.vm_name.as_deref();
+    match &restart {
+        boot::Restart::FirstStart => {}
+        boot::Restart::Unknown => tracing::info!(
+            vm_name,
+            boot_id_file = %config.boot_id_file.display(),
+            "cannot tell whether the machine rebooted: boot id unknown now or in the state file"
+        ),
+        boot::Restart::SameBoot => {
+            tracing::info!(vm_name, "agent restarted; the machine did not reboot")
+        }
+        boot::Restart::Reboot {
+            expected_by: Some(impact),
+        } => tracing::info!(
+            vm_name,
+            expected = true,
+            event_id = %impact.event_id,
+            trace_id = %crate::trace_id::trace_id(&impact.event_id),
+            event_type = %impact.event_type,
+            started_seen = %impact.started_seen.to_rfc3339(),
+            "the machine rebooted, as expected after an event of this VM that started"
+        ),
+        boot::Restart::Reboot { expected_by: None } => tracing::warn!(
+            vm_name,
+            expected = false,
+            "the machine rebooted unexpectedly: no event of this VM was seen Started before"
+        ),
+    }
+    if let Some(expected) = restart.expected_label() {
+        metrics.record_reboot(expected);
+    }
+    store.state_mut().boot_id = boot_id;
+    store.flush();
+    metrics.set_state_up(store.is_healthy());
+    store
 }
 
 /// Exponential backoff from the poll interval (doubling `exponent` times), at least IMDS's

@@ -12,6 +12,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use reqwest::Url;
 
+use crate::approval::{ApprovalConfig, HookCommand, Mode, Policy, When};
+use crate::event::EventType;
 use crate::metrics::EventSeries;
 
 /// Exit code for an invalid command line or configuration (sysexits.h `EX_USAGE`).
@@ -110,7 +112,216 @@ pub struct AgentArgs {
     pub log_level: String,
     #[command(flatten)]
     pub otlp: crate::telemetry::OtlpArgs,
+    #[command(flatten)]
+    pub approve: ApproveArgs,
 }
+
+/// Approval, hooks and the state file (docs/approval.md, docs/state.md).
+#[derive(Debug, Clone, Args)]
+pub struct ApproveArgs {
+    /// Approve the events the policy allows (POST StartRequests to IMDS). Off by default.
+    #[arg(long = "approve", env = "AZURE_SCHEDULED_EVENTS_APPROVE")]
+    pub approve: bool,
+    /// Decide, log and count approvals, but never run the approval hook nor POST.
+    #[arg(
+        long = "approve.dry-run",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_DRY_RUN"
+    )]
+    pub dry_run: bool,
+    /// Policy file (YAML or JSON) with the keys of the policy flags; a flag given wins over it.
+    #[arg(
+        long = "approve.policy-file",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_POLICY_FILE"
+    )]
+    pub policy_file: Option<PathBuf>,
+    /// Approve user-initiated events (EventSource User) [default: true].
+    #[arg(
+        long = "approve.user-events",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_USER_EVENTS",
+        value_name = "BOOL"
+    )]
+    pub user_events: Option<bool>,
+    /// Approve Freezes with 0 <= DurationInSeconds < this; 0s turns the rule off [default: 9s].
+    #[arg(long = "approve.freeze-max-duration", env = "AZURE_SCHEDULED_EVENTS_APPROVE_FREEZE_MAX_DURATION", value_parser = duration)]
+    pub freeze_max_duration: Option<Duration>,
+    /// Approve every event of these types (comma-separated, e.g. Reboot,Redeploy) [default: none].
+    #[arg(
+        long = "approve.event-types",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_EVENT_TYPES"
+    )]
+    pub event_types: Option<String>,
+    /// Never approve events of these types (comma-separated); wins over every other rule.
+    #[arg(
+        long = "approve.deny-event-types",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_DENY_EVENT_TYPES"
+    )]
+    pub deny_event_types: Option<String>,
+    /// When to approve: `immediately`, or a duration before NotBefore such as 30s [default: immediately].
+    #[arg(
+        long = "approve.before-not-before",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_BEFORE_NOT_BEFORE"
+    )]
+    pub before_not_before: Option<String>,
+    /// Shared events: the k-th VM in Resources approves only after k times this delay [default: 30s].
+    #[arg(long = "approve.takeover-delay", env = "AZURE_SCHEDULED_EVENTS_APPROVE_TAKEOVER_DELAY", value_parser = duration)]
+    pub takeover_delay: Option<Duration>,
+    /// Command that must exit 0 before an event is approved: a JSON array or words (no shell).
+    #[arg(long = "approve.hook", env = "AZURE_SCHEDULED_EVENTS_APPROVE_HOOK")]
+    pub hook: Option<String>,
+    /// Command run when an event affecting this VM appears.
+    #[arg(
+        long = "approve.prepare-hook",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_PREPARE_HOOK"
+    )]
+    pub prepare_hook: Option<String>,
+    /// Command run when an event affecting this VM completes or is cancelled.
+    #[arg(
+        long = "approve.recover-hook",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_RECOVER_HOOK"
+    )]
+    pub recover_hook: Option<String>,
+    /// Time a hook has to exit before it is killed and counted as failed.
+    #[arg(long = "approve.hook-timeout", env = "AZURE_SCHEDULED_EVENTS_APPROVE_HOOK_TIMEOUT", default_value = "2m", value_parser = duration)]
+    pub hook_timeout: Duration,
+    /// State file (approvals sent, first-seen times, expected impact); empty keeps state in memory.
+    #[arg(long = "state.file", env = "AZURE_SCHEDULED_EVENTS_STATE_FILE", default_value = crate::state::DEFAULT_PATH)]
+    pub state_file: String,
+    /// File holding the current boot's id, compared with the state file to classify reboots.
+    #[arg(long = "state.boot-id-file", env = "AZURE_SCHEDULED_EVENTS_STATE_BOOT_ID_FILE", default_value = crate::boot::DEFAULT_BOOT_ID_FILE)]
+    pub boot_id_file: PathBuf,
+}
+
+/// The policy file: the policy flags' names without `approve.` and with underscores.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct PolicyFile {
+    user_events: Option<bool>,
+    freeze_max_duration: Option<String>,
+    event_types: Option<Vec<String>>,
+    deny_event_types: Option<Vec<String>>,
+    before_not_before: Option<String>,
+    takeover_delay: Option<String>,
+}
+
+impl ApproveArgs {
+    fn validate(self) -> Result<(ApprovalConfig, Option<PathBuf>, PathBuf), ConfigError> {
+        let file = match &self.policy_file {
+            None => PolicyFile::default(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    invalid("approve.policy-file", format!("{}: {e}", path.display()))
+                })?;
+                serde_norway::from_str(&text).map_err(|e| {
+                    invalid("approve.policy-file", format!("{}: {e}", path.display()))
+                })?
+            }
+        };
+        let file_duration = |flag: &'static str, text: Option<String>| {
+            text.map(|t| {
+                duration(&t).map_err(|e| invalid(flag, format!("in the policy file: {e}")))
+            })
+            .transpose()
+        };
+        let defaults = Policy::default();
+        let event_types = |flag: &'static str, arg: Option<String>, listed: Option<Vec<String>>| {
+            let names: Vec<String> = match arg {
+                Some(text) => text
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+                None => listed.unwrap_or_default(),
+            };
+            names
+                .iter()
+                .map(|name| match EventType::parse(name) {
+                    EventType::Other(_) => Err(invalid(
+                        flag,
+                        format!(
+                            "{name:?} is not one of Freeze, Reboot, Redeploy, Preempt, Terminate"
+                        ),
+                    )),
+                    known => Ok(known),
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let when_text = self.before_not_before.or(file.before_not_before);
+        let when = match when_text.as_deref().map(str::trim) {
+            None | Some("immediately") => When::Immediately,
+            Some(text) => When::BeforeNotBefore(duration(text).map_err(|e| {
+                invalid(
+                    "approve.before-not-before",
+                    format!("{text:?}: use immediately or a duration: {e}"),
+                )
+            })?),
+        };
+        let policy = Policy {
+            user_events: self
+                .user_events
+                .or(file.user_events)
+                .unwrap_or(defaults.user_events),
+            freeze_max_duration: match self.freeze_max_duration {
+                Some(d) => d,
+                None => file_duration("approve.freeze-max-duration", file.freeze_max_duration)?
+                    .unwrap_or(defaults.freeze_max_duration),
+            },
+            event_types: event_types("approve.event-types", self.event_types, file.event_types)?,
+            deny_event_types: event_types(
+                "approve.deny-event-types",
+                self.deny_event_types,
+                file.deny_event_types,
+            )?,
+            when,
+            takeover_delay: match self.takeover_delay {
+                Some(d) => d,
+                None => file_duration("approve.takeover-delay", file.takeover_delay)?
+                    .unwrap_or(defaults.takeover_delay),
+            },
+        };
+        for (flag, value) in [
+            ("approve.freeze-max-duration", policy.freeze_max_duration),
+            ("approve.takeover-delay", policy.takeover_delay),
+        ] {
+            if value > MAX_POLICY_DURATION {
+                return Err(invalid(flag, "must be at most 7 days"));
+            }
+        }
+        if let When::BeforeNotBefore(lead) = policy.when
+            && lead > MAX_POLICY_DURATION
+        {
+            return Err(invalid(
+                "approve.before-not-before",
+                "must be at most 7 days",
+            ));
+        }
+        if self.hook_timeout.is_zero() {
+            return Err(invalid("approve.hook-timeout", "must be greater than zero"));
+        }
+        let hook = |flag: &'static str, text: Option<String>| {
+            text.map(|t| HookCommand::parse(&t).map_err(|e| invalid(flag, format!("{t:?}: {e}"))))
+                .transpose()
+        };
+        let approval = ApprovalConfig {
+            mode: match (self.approve, self.dry_run) {
+                (_, true) => Mode::DryRun,
+                (true, false) => Mode::On,
+                (false, false) => Mode::Off,
+            },
+            policy,
+            hook: hook("approve.hook", self.hook)?,
+            prepare_hook: hook("approve.prepare-hook", self.prepare_hook)?,
+            recover_hook: hook("approve.recover-hook", self.recover_hook)?,
+            hook_timeout: self.hook_timeout,
+        };
+        let state_file =
+            (!self.state_file.trim().is_empty()).then(|| PathBuf::from(self.state_file));
+        Ok((approval, state_file, self.boot_id_file))
+    }
+}
+
+/// Longest duration a policy setting may have: Azure announces events at most about 7 days ahead.
+const MAX_POLICY_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
@@ -161,6 +372,10 @@ pub struct Config {
     pub log_level: String,
     /// The `--otlp.*` flags, resolved with the `OTEL_*` variables by [`crate::telemetry`].
     pub otlp: crate::telemetry::OtlpArgs,
+    pub approval: ApprovalConfig,
+    /// `None` keeps state in memory.
+    pub state_file: Option<PathBuf>,
+    pub boot_id_file: PathBuf,
 }
 
 /// An invalid setting, named by its flag.
@@ -227,6 +442,7 @@ impl AgentArgs {
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
             return Err(invalid("log.level", format!("{:?}: {e}", self.log_level)));
         }
+        let (approval, state_file, boot_id_file) = self.approve.validate()?;
         Ok(Config {
             imds_url,
             api_version: self.imds_api_version,
@@ -245,6 +461,9 @@ impl AgentArgs {
             log_format: self.log_format.unwrap_or(default_log_format),
             log_level: self.log_level,
             otlp: self.otlp,
+            approval,
+            state_file,
+            boot_id_file,
         })
     }
 }

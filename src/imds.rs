@@ -11,7 +11,7 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{StatusCode, Url};
 
-use crate::event::{Document, DocumentError};
+use crate::event::{Document, DocumentError, EventId};
 use crate::wire;
 
 /// Largest body the agent reads. Real documents are a few kilobytes; the cap leaves room for
@@ -28,15 +28,18 @@ pub enum Operation {
     Events,
     /// `GET /metadata/instance`
     Instance,
+    /// `POST /metadata/scheduledevents` (approval)
+    Approve,
 }
 
 impl Operation {
-    pub const ALL: [Operation; 2] = [Operation::Events, Operation::Instance];
+    pub const ALL: [Operation; 3] = [Operation::Events, Operation::Instance, Operation::Approve];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Operation::Events => "events",
             Operation::Instance => "instance",
+            Operation::Approve => "approve",
         }
     }
 }
@@ -188,9 +191,34 @@ impl ImdsClient {
             .map_err(|error| ImdsError::Decode(format!("not instance metadata: {error}")))
     }
 
+    /// Approves one event: `POST {"StartRequests":[{"EventId":"..."}]}` with the id exactly as
+    /// received. One event per request, so that an id IMDS refuses cannot hold back another.
+    pub async fn approve(&self, event_id: &EventId, timeout: Duration) -> Result<(), ImdsError> {
+        let body = wire::StartRequests {
+            start_requests: vec![wire::StartRequest {
+                event_id: event_id.as_str().to_owned(),
+            }],
+        };
+        let body = serde_json::to_vec(&body).map_err(|e| ImdsError::Decode(e.to_string()))?;
+        let request = self
+            .http
+            .post(self.events_url.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        self.send(request, timeout).await.map(drop)
+    }
+
     async fn get(&self, url: &Url, timeout: Duration) -> Result<Vec<u8>, ImdsError> {
+        self.send(self.http.get(url.clone()), timeout).await
+    }
+
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, ImdsError> {
         let exchange = async {
-            let mut response = self.http.get(url.clone()).send().await?;
+            let mut response = request.send().await?;
             let status = response.status();
             let retry_after = response
                 .headers()

@@ -8,8 +8,12 @@
 //! line; [`simulator`] is a faithful local IMDS used by `demo`, by users' tests and by ours.
 //! [`event_span`] turns transitions into OpenTelemetry spans keyed by EventId ([`trace_id`]),
 //! which [`telemetry`] exports over OTLP.
+//! [`approval`] decides (pure policy and takeover order) and POSTs approvals when enabled, running
+//! hooks; [`state`] is the file that survives restarts, and [`boot`] tells reboots from restarts.
 
 pub mod agent;
+pub mod approval;
+pub mod boot;
 pub mod commands;
 pub mod config;
 pub mod event;
@@ -23,6 +27,7 @@ pub mod not_before;
 pub mod resources;
 pub mod server;
 pub mod simulator;
+pub mod state;
 pub mod telemetry;
 pub mod trace_id;
 pub mod tracker;

@@ -16,6 +16,7 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use crate::approval::{Decision, HookFailure, HookKind, Mode, Outcome};
 use crate::event::{Affects, Event, EventStatus, EventType};
 use crate::imds::{ImdsError, Operation};
 use crate::tracker::Transition;
@@ -53,6 +54,107 @@ pub struct Metrics {
     vm_info: IntGaugeVec,
     events: Arc<EventsCollector>,
     otlp: crate::telemetry::ExportCounters,
+    approval: ApprovalMetrics,
+}
+
+/// The approval, hook, state and reboot metrics.
+#[derive(Debug)]
+struct ApprovalMetrics {
+    approvals: IntCounterVec,
+    failures: IntCounterVec,
+    decisions: IntCounterVec,
+    hook_runs: IntCounterVec,
+    mode: IntGaugeVec,
+    state_up: IntGauge,
+    reboots: IntCounterVec,
+}
+
+impl ApprovalMetrics {
+    fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let approvals = IntCounterVec::new(
+            opts(
+                "approvals_total",
+                "Events this agent approved (POST StartRequests answered 200), by event type.",
+            ),
+            &["event_type"],
+        )?;
+        let failures = IntCounterVec::new(
+            opts(
+                "approval_failures_total",
+                "Approvals that failed, by event type and reason: the approval hook failed, timed out or could not run, or the POST failed (IMDS failure reasons).",
+            ),
+            &["event_type", "reason"],
+        )?;
+        let decisions = IntCounterVec::new(
+            opts(
+                "approval_decisions_total",
+                "Approval decisions, each also one log line: approved, dry_run, waiting, skipped, hook_failed, post_failed, with the rule or reason.",
+            ),
+            &["decision", "reason"],
+        )?;
+        let hook_runs = IntCounterVec::new(
+            opts(
+                "hook_runs_total",
+                "Hook commands that finished, by hook (approve, prepare, recover) and result.",
+            ),
+            &["hook", "result"],
+        )?;
+        let mode = IntGaugeVec::new(
+            opts(
+                "approval_mode",
+                "1 for the approval mode set by --approve and --approve.dry-run: off, dry_run or on.",
+            ),
+            &["mode"],
+        )?;
+        let state_up = IntGauge::with_opts(opts(
+            "state_up",
+            "1 if the state file was read and the last write of it succeeded (or state is in memory by choice), 0 if the agent keeps state in memory because the file cannot be written.",
+        ))?;
+        let reboots = IntCounterVec::new(
+            opts(
+                "reboots_total",
+                "Reboots of the machine found at start by comparing its boot id with the state file: expected after an event of this VM seen Started, else unexpected.",
+            ),
+            &["expected"],
+        )?;
+        for event_type in EventType::KNOWN {
+            approvals.with_label_values(&[event_type.as_str()]);
+            for reason in Outcome::failure_reasons() {
+                failures.with_label_values(&[event_type.as_str(), reason]);
+            }
+        }
+        for (decision, reason) in Outcome::decision_labels() {
+            decisions.with_label_values(&[decision, reason]);
+        }
+        for hook in HookKind::ALL {
+            for result in std::iter::once("ok").chain(HookFailure::KINDS) {
+                hook_runs.with_label_values(&[hook.as_str(), result]);
+            }
+        }
+        for mode_value in Mode::ALL {
+            mode.with_label_values(&[mode_value.as_str()]);
+        }
+        for expected in ["true", "false"] {
+            reboots.with_label_values(&[expected]);
+        }
+        state_up.set(1);
+        registry.register(Box::new(approvals.clone()))?;
+        registry.register(Box::new(failures.clone()))?;
+        registry.register(Box::new(decisions.clone()))?;
+        registry.register(Box::new(hook_runs.clone()))?;
+        registry.register(Box::new(mode.clone()))?;
+        registry.register(Box::new(state_up.clone()))?;
+        registry.register(Box::new(reboots.clone()))?;
+        Ok(Self {
+            approvals,
+            failures,
+            decisions,
+            hook_runs,
+            mode,
+            state_up,
+            reboots,
+        })
+    }
 }
 
 impl Metrics {
@@ -184,6 +286,7 @@ impl Metrics {
             dropped_queue_full: otlp_dropped.with_label_values(&["queue_full"]),
             dropped_export_failed: otlp_dropped.with_label_values(&["export_failed"]),
         };
+        let approval = ApprovalMetrics::new(&registry)?;
 
         Ok(Self {
             registry,
@@ -197,12 +300,55 @@ impl Metrics {
             vm_info,
             events,
             otlp,
+            approval,
         })
     }
 
     /// The counters of OTLP export, for the export queue.
     pub fn otlp_counters(&self) -> crate::telemetry::ExportCounters {
         self.otlp.clone()
+    }
+
+    /// Counts one approval decision or hook run.
+    pub fn record_decision(&self, decision: &Decision) {
+        let m = &self.approval;
+        let event_type = decision.event.event_type.as_str();
+        if let Some((name, reason)) = decision.outcome.decision() {
+            m.decisions.with_label_values(&[name, reason]).inc();
+        }
+        if let Some(reason) = decision.outcome.failure() {
+            m.failures.with_label_values(&[event_type, reason]).inc();
+        }
+        match &decision.outcome {
+            Outcome::Approved { .. } => m.approvals.with_label_values(&[event_type]).inc(),
+            Outcome::HookFinished(run) => {
+                let result = run.result.as_ref().err().map_or("ok", HookFailure::kind);
+                m.hook_runs
+                    .with_label_values(&[run.kind.as_str(), result])
+                    .inc();
+            }
+            _ => {}
+        }
+    }
+
+    /// Sets `..._approval_mode`.
+    pub fn set_approval_mode(&self, mode: Mode) {
+        for value in Mode::ALL {
+            self.approval
+                .mode
+                .with_label_values(&[value.as_str()])
+                .set(i64::from(value == mode));
+        }
+    }
+
+    /// Sets `..._state_up`.
+    pub fn set_state_up(&self, up: bool) {
+        self.approval.state_up.set(i64::from(up));
+    }
+
+    /// Counts a reboot found at start; `expected` is `"true"` or `"false"`.
+    pub fn record_reboot(&self, expected: &str) {
+        self.approval.reboots.with_label_values(&[expected]).inc();
     }
 
     /// Counts one IMDS request and, when it failed, why.

@@ -1,0 +1,261 @@
+//! Hook commands: run an operator's program for an event, without a shell, within a timeout.
+//!
+//! The command is an argv (a JSON array, or words separated by spaces); it is executed directly,
+//! so event fields are never interpreted by a shell unless the operator's command is itself a
+//! shell (`["sh","-c","..."]`). The event goes to the hook as Azure's JSON on stdin and as
+//! `EVENT_*` environment variables. Its output is captured (up to a cap) for the log. A hook that
+//! does not exit 0 within the timeout has failed; it is killed on timeout.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use crate::event::Event;
+use crate::trace_id::trace_id;
+use crate::wire;
+
+/// Output kept from each of stdout and stderr, for the log line.
+const OUTPUT_CAP: usize = 4096;
+
+/// Which hook ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HookKind {
+    /// Before approving an event (drain, fail over, checkpoint); must succeed for the approval.
+    Approve,
+    /// When an event affecting this VM appears.
+    Prepare,
+    /// When an event affecting this VM completes (or is cancelled).
+    Recover,
+}
+
+impl HookKind {
+    pub const ALL: [HookKind; 3] = [HookKind::Approve, HookKind::Prepare, HookKind::Recover];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookKind::Approve => "approve",
+            HookKind::Prepare => "prepare",
+            HookKind::Recover => "recover",
+        }
+    }
+}
+
+/// A command to run: program and arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookCommand {
+    argv: Vec<String>,
+}
+
+impl HookCommand {
+    /// `["/path/prog","arg"]` (JSON, for arguments with spaces) or `/path/prog arg` (split on
+    /// whitespace, no quoting).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let argv: Vec<String> = if text.starts_with('[') {
+            serde_json::from_str(text).map_err(|e| format!("not a JSON array of strings: {e}"))?
+        } else {
+            text.split_whitespace().map(str::to_owned).collect()
+        };
+        match argv.first() {
+            Some(program) if !program.is_empty() => Ok(Self { argv }),
+            _ => Err("names no program".to_owned()),
+        }
+    }
+
+    pub fn argv(&self) -> &[String] {
+        &self.argv
+    }
+}
+
+/// Why a hook did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookFailure {
+    #[error("exited with {0}")]
+    Exit(String),
+    #[error("did not finish within {0:?} and was killed")]
+    Timeout(Duration),
+    #[error("could not run: {0}")]
+    Spawn(String),
+}
+
+impl HookFailure {
+    pub const KINDS: [&'static str; 3] = ["hook_failed", "hook_timeout", "hook_error"];
+
+    /// Bounded name for metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HookFailure::Exit(_) => "hook_failed",
+            HookFailure::Timeout(_) => "hook_timeout",
+            HookFailure::Spawn(_) => "hook_error",
+        }
+    }
+}
+
+/// What one run of a hook gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookRun {
+    pub kind: HookKind,
+    pub result: Result<(), HookFailure>,
+    pub elapsed: Duration,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `command` for `event` and waits for it, at most `timeout`.
+pub async fn run(
+    command: &HookCommand,
+    kind: HookKind,
+    event: &Event,
+    vm: Option<&str>,
+    timeout: Duration,
+) -> HookRun {
+    let started = Instant::now();
+    let finish = |result, stdout: &[u8], stderr: &[u8]| HookRun {
+        kind,
+        result,
+        elapsed: started.elapsed(),
+        stdout: capped(stdout),
+        stderr: capped(stderr),
+    };
+    let (program, args) = match command.argv.split_first() {
+        Some(split) => split,
+        None => return finish(Err(HookFailure::Spawn("no program".into())), b"", b""),
+    };
+    let mut child = match Command::new(program)
+        .args(args)
+        .envs(environment(kind, event, vm))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(error) => {
+            return finish(
+                Err(HookFailure::Spawn(format!("{program}: {error}"))),
+                b"",
+                b"",
+            );
+        }
+    };
+    let stdin = child.stdin.take();
+    let body = serde_json::to_vec(&wire_event(event)).unwrap_or_default();
+    let exchange = async move {
+        if let Some(mut stdin) = stdin {
+            // A hook that ignores stdin may exit before reading it: that is not a failure.
+            let _ = stdin.write_all(&body).await;
+            let _ = stdin.shutdown().await;
+        }
+        child.wait_with_output().await
+    };
+    // On timeout the future, and with it the child, is dropped: kill_on_drop kills it.
+    match tokio::time::timeout(timeout, exchange).await {
+        Err(_) => finish(Err(HookFailure::Timeout(timeout)), b"", b""),
+        Ok(Err(error)) => finish(Err(HookFailure::Spawn(error.to_string())), b"", b""),
+        Ok(Ok(output)) => {
+            let result = if output.status.success() {
+                Ok(())
+            } else {
+                Err(HookFailure::Exit(output.status.to_string()))
+            };
+            finish(result, &output.stdout, &output.stderr)
+        }
+    }
+}
+
+/// The `EVENT_*` variables a hook receives.
+pub fn environment(kind: HookKind, event: &Event, vm: Option<&str>) -> Vec<(&'static str, String)> {
+    vec![
+        ("EVENT_HOOK", kind.as_str().to_owned()),
+        ("EVENT_ID", event.id.as_str().to_owned()),
+        ("EVENT_TRACE_ID", trace_id(event.id.as_str())),
+        ("EVENT_TYPE", event.event_type.as_str().to_owned()),
+        ("EVENT_STATUS", event.status.as_str().to_owned()),
+        (
+            "EVENT_SOURCE",
+            event
+                .source
+                .as_ref()
+                .map(|s| s.as_str().to_owned())
+                .unwrap_or_default(),
+        ),
+        ("EVENT_RESOURCE_TYPE", event.resource_type.clone()),
+        ("EVENT_RESOURCES", event.resources.to_string()),
+        ("EVENT_NOT_BEFORE", event.not_before.raw().to_owned()),
+        (
+            "EVENT_DURATION_IN_SECONDS",
+            event.duration.map(|d| d.0.to_string()).unwrap_or_default(),
+        ),
+        (
+            "EVENT_DESCRIPTION",
+            event.description.clone().unwrap_or_default(),
+        ),
+        (
+            "EVENT_AFFECTS_THIS_VM",
+            event.affects(vm).as_str().to_owned(),
+        ),
+        ("EVENT_VM_NAME", vm.unwrap_or_default().to_owned()),
+    ]
+}
+
+/// The event as Azure's JSON, as the hook's stdin.
+pub fn wire_event(event: &Event) -> wire::ScheduledEvent {
+    wire::ScheduledEvent {
+        event_id: event.id.as_str().to_owned(),
+        event_status: event.status.as_str().to_owned(),
+        event_type: event.event_type.as_str().to_owned(),
+        resource_type: Some(event.resource_type.clone()),
+        resources: Some(event.resources.clone()),
+        not_before: Some(event.not_before.raw().to_owned()),
+        description: event.description.clone(),
+        event_source: event.source.as_ref().map(|s| s.as_str().to_owned()),
+        duration_in_seconds: event.duration.map(|d| d.0),
+    }
+}
+
+fn capped(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim_end();
+    if text.len() <= OUTPUT_CAP {
+        return text.to_owned();
+    }
+    let mut end = OUTPUT_CAP;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_json_arrays_or_words() -> Result<(), String> {
+        assert_eq!(
+            HookCommand::parse("/usr/bin/drain --fast")?.argv(),
+            ["/usr/bin/drain", "--fast"]
+        );
+        assert_eq!(
+            HookCommand::parse(r#"["sh", "-c", "drain && checkpoint"]"#)?.argv(),
+            ["sh", "-c", "drain && checkpoint"]
+        );
+        assert!(HookCommand::parse("").is_err());
+        assert!(HookCommand::parse("  ").is_err());
+        assert!(HookCommand::parse("[]").is_err());
+        assert!(HookCommand::parse(r#"[""]"#).is_err());
+        assert!(HookCommand::parse("[1, 2]").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn long_output_is_cut_at_a_character_boundary() {
+        let text = "é".repeat(OUTPUT_CAP);
+        let cut = capped(text.as_bytes());
+        assert!(cut.len() <= OUTPUT_CAP + 3 && cut.ends_with("..."));
+        assert_eq!(capped(b"ok\n"), "ok");
+    }
+}

@@ -1,0 +1,134 @@
+//! Was the last stop of the agent a reboot of the machine, and was it expected?
+//!
+//! [`classify`] is pure: it compares the boot identity saved in the state file with the current
+//! one, and looks at the impact the state says this VM was under. A reboot that follows an event of
+//! this VM seen Started (Reboot, Redeploy, Freeze, Preempt; see [`crate::state::IMPACT_TYPES`]) is
+//! expected; any other is unexpected. [`read_boot_id`] is the edge: Linux's
+//! `/proc/sys/kernel/random/boot_id`, a random id the kernel draws at each boot (the path is a
+//! flag, so tests present another boot without touching the machine).
+
+use std::path::Path;
+
+use crate::state::{Impact, State};
+
+/// Where Linux keeps the current boot's id.
+pub const DEFAULT_BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
+
+/// How this start of the agent relates to the previous one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Restart {
+    /// No state from a previous run: nothing to compare with.
+    FirstStart,
+    /// The boot identity is unreadable now or was not saved: cannot tell.
+    Unknown,
+    /// The agent restarted on the same boot.
+    SameBoot,
+    /// The machine booted since the state was written.
+    Reboot { expected_by: Option<Impact> },
+}
+
+impl Restart {
+    /// The `expected` label of `..._reboots_total`, for reboots.
+    pub fn expected_label(&self) -> Option<&'static str> {
+        match self {
+            Restart::Reboot {
+                expected_by: Some(_),
+            } => Some("true"),
+            Restart::Reboot { expected_by: None } => Some("false"),
+            _ => None,
+        }
+    }
+}
+
+/// Classifies this start from the previous run's state (`None` when there was none) and the
+/// current boot id.
+pub fn classify(previous: Option<&State>, boot_id: Option<&str>) -> Restart {
+    let Some(previous) = previous else {
+        return Restart::FirstStart;
+    };
+    match (previous.boot_id.as_deref(), boot_id) {
+        (Some(before), Some(now)) if before == now => Restart::SameBoot,
+        (Some(_), Some(_)) => Restart::Reboot {
+            expected_by: previous.expected_impact.clone(),
+        },
+        _ => Restart::Unknown,
+    }
+}
+
+/// The current boot id, trimmed; `None` if it cannot be read or is empty.
+pub fn read_boot_id(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let id = text.trim();
+    (!id.is_empty() && id.len() <= 128).then(|| id.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::DateTime;
+
+    fn state(boot: Option<&str>, impact: Option<&str>) -> State {
+        State {
+            boot_id: boot.map(str::to_owned),
+            expected_impact: impact.map(|t| Impact {
+                event_id: "E".into(),
+                event_type: t.into(),
+                started_seen: DateTime::UNIX_EPOCH,
+            }),
+            ..State::new()
+        }
+    }
+
+    #[test]
+    fn a_new_boot_after_a_started_impact_is_an_expected_reboot() {
+        let previous = state(Some("a"), Some("Reboot"));
+        let restart = classify(Some(&previous), Some("b"));
+        assert_eq!(restart.expected_label(), Some("true"));
+        assert!(
+            matches!(restart, Restart::Reboot { expected_by: Some(ref i) } if i.event_id == "E")
+        );
+    }
+
+    #[test]
+    fn a_new_boot_without_an_impact_is_unexpected() {
+        let restart = classify(Some(&state(Some("a"), None)), Some("b"));
+        assert_eq!(restart, Restart::Reboot { expected_by: None });
+        assert_eq!(restart.expected_label(), Some("false"));
+    }
+
+    #[test]
+    fn the_same_boot_is_a_restart_of_the_agent_only_even_during_an_impact() {
+        let restart = classify(Some(&state(Some("a"), Some("Reboot"))), Some("a"));
+        assert_eq!(restart, Restart::SameBoot);
+        assert_eq!(restart.expected_label(), None);
+    }
+
+    #[test]
+    fn without_both_boot_ids_nothing_is_claimed() {
+        assert_eq!(classify(None, Some("a")), Restart::FirstStart);
+        assert_eq!(
+            classify(Some(&state(None, Some("Reboot"))), Some("a")),
+            Restart::Unknown
+        );
+        assert_eq!(
+            classify(Some(&state(Some("a"), None)), None),
+            Restart::Unknown
+        );
+    }
+
+    #[test]
+    fn boot_ids_are_read_trimmed_and_an_unreadable_one_is_none() {
+        let dir = std::env::temp_dir().join(format!("boot-id-test-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let file = dir.join("boot_id");
+        let _ = std::fs::write(&file, "6f1c2a1e-8a3b-4c4d-9e5f-0a1b2c3d4e5f\n");
+        assert_eq!(
+            read_boot_id(&file).as_deref(),
+            Some("6f1c2a1e-8a3b-4c4d-9e5f-0a1b2c3d4e5f")
+        );
+        let _ = std::fs::write(&file, " \n");
+        assert_eq!(read_boot_id(&file), None);
+        assert_eq!(read_boot_id(&dir.join("missing")), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

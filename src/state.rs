@@ -1,0 +1,500 @@
+//! What survives a restart: a small, versioned JSON file, written atomically.
+//!
+//! [`State`] is plain data: the last `DocumentIncarnation`, the events known with their first-seen
+//! times and status, the approvals sent, the impact last expected for this VM, and the boot of the
+//! machine that wrote it. [`StateStore`] is the edge that reads and writes it. A write goes to a
+//! temporary file in the same directory, which is flushed to disk, renamed over the old file, and
+//! the directory flushed too, so a crash at any instant leaves either the old file or the new one,
+//! never a mix. It writes only when the state changed, never once per poll.
+//!
+//! Nothing here is fatal: a missing file starts fresh; a corrupt file, or one from a newer version,
+//! is logged, renamed aside (`<file>.corrupt`, `<file>.newer`) and replaced; a file that cannot be
+//! written leaves the agent working from memory, logged once, with `..._state_up` at 0.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::event::{Affects, EventStatus, EventType};
+use crate::tracker::Tracked;
+
+/// The format version this agent writes. A file with a higher version is set aside, not read.
+pub const VERSION: u32 = 1;
+
+/// Where the state lives unless `--state.file` says otherwise.
+pub const DEFAULT_PATH: &str = "/var/lib/azure-scheduled-events-exporter/state.json";
+
+/// Approvals are forgotten this long after they were sent, once their event has left the
+/// document, so the file stays small.
+const APPROVAL_RETENTION: chrono::TimeDelta = chrono::TimeDelta::days(7);
+
+/// Event types after which, once this VM saw them Started, a reboot is expected. A Freeze does not
+/// reboot, but a reboot during one is what the operator was told to expect; a Preempt deallocates,
+/// and the next start of the VM is a new boot.
+pub const IMPACT_TYPES: [EventType; 4] = [
+    EventType::Reboot,
+    EventType::Redeploy,
+    EventType::Freeze,
+    EventType::Preempt,
+];
+
+/// Everything the state file holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct State {
+    pub version: u32,
+    /// Boot identity of the machine when the file was written (see [`crate::boot`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub document_incarnation: Option<u64>,
+    /// Events of the last document, in document order.
+    pub events: Vec<KnownEvent>,
+    /// Approvals by EventId.
+    pub approvals: BTreeMap<String, ApprovalRecord>,
+    /// The event affecting this VM that was last seen Started, while it lasts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_impact: Option<Impact>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnownEvent {
+    pub event_id: String,
+    pub event_type: String,
+    pub event_status: String,
+    pub first_seen: DateTime<Utc>,
+    pub affects_this_vm: bool,
+}
+
+/// One approval this agent sent, or was sending when it stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRecord {
+    pub event_type: String,
+    /// When the last attempt started.
+    pub at: DateTime<Utc>,
+    pub status: ApprovalStatus,
+    pub attempts: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    /// Written before the POST. Found after a restart, it means the POST may have reached IMDS,
+    /// so it counts as sent: at most once wins over at least once.
+    Sending,
+    /// IMDS answered 200.
+    Sent,
+    /// IMDS answered 4xx: never sent again.
+    Rejected,
+    /// Timeout, connection failure or 5xx: may be retried while the event is Scheduled.
+    Failed,
+}
+
+impl ApprovalStatus {
+    /// Whether no further POST may be sent for the event.
+    pub fn is_final(self) -> bool {
+        !matches!(self, ApprovalStatus::Failed)
+    }
+}
+
+/// An event that affects this VM with an impact that can reboot it, seen Started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Impact {
+    pub event_id: String,
+    pub event_type: String,
+    pub started_seen: DateTime<Utc>,
+}
+
+impl State {
+    pub fn new() -> Self {
+        Self {
+            version: VERSION,
+            ..Self::default()
+        }
+    }
+
+    /// Folds in the events of a valid document read at `now`: first-seen times are kept for
+    /// events already known, the expected impact follows the Started events of this VM, and
+    /// approvals of events long gone are dropped.
+    pub fn observe(
+        &mut self,
+        incarnation: Option<u64>,
+        events: &[Tracked],
+        vm: Option<&str>,
+        now: DateTime<Utc>,
+    ) {
+        self.document_incarnation = incarnation;
+        let previous = std::mem::take(&mut self.events);
+        self.events = events
+            .iter()
+            .map(|tracked| {
+                let id = tracked.event.id.as_str();
+                let first_seen = previous
+                    .iter()
+                    .find(|known| known.event_id == id)
+                    .map_or(tracked.first_seen, |known| {
+                        known.first_seen.min(tracked.first_seen)
+                    });
+                KnownEvent {
+                    event_id: id.to_owned(),
+                    event_type: tracked.event.event_type.as_str().to_owned(),
+                    event_status: tracked.event.status.as_str().to_owned(),
+                    first_seen,
+                    affects_this_vm: tracked.event.affects(vm) == Affects::Yes,
+                }
+            })
+            .collect();
+        let impact = events.iter().find(|tracked| {
+            tracked.event.status == EventStatus::Started
+                && tracked.event.affects(vm) == Affects::Yes
+                && IMPACT_TYPES.contains(&tracked.event.event_type)
+        });
+        self.expected_impact = match (impact, self.expected_impact.take()) {
+            (Some(tracked), Some(known)) if known.event_id == tracked.event.id.as_str() => {
+                Some(known)
+            }
+            (Some(tracked), _) => Some(Impact {
+                event_id: tracked.event.id.as_str().to_owned(),
+                event_type: tracked.event.event_type.as_str().to_owned(),
+                started_seen: now,
+            }),
+            // It ended without restarting this agent: whatever it did is over.
+            (None, _) => None,
+        };
+        let in_document: Vec<&str> = self.events.iter().map(|e| e.event_id.as_str()).collect();
+        self.approvals.retain(|id, record| {
+            in_document.contains(&id.as_str()) || now - record.at < APPROVAL_RETENTION
+        });
+    }
+
+    /// When this agent first saw the event, as remembered across restarts.
+    pub fn first_seen(&self, event_id: &str) -> Option<DateTime<Utc>> {
+        self.events
+            .iter()
+            .find(|e| e.event_id == event_id)
+            .map(|e| e.first_seen)
+    }
+
+    /// Reads a state file's bytes.
+    pub fn parse(bytes: &[u8]) -> Result<Self, LoadError> {
+        #[derive(Deserialize)]
+        struct Versioned {
+            version: u32,
+        }
+        let versioned: Versioned =
+            serde_json::from_slice(bytes).map_err(|e| LoadError::Corrupt(e.to_string()))?;
+        if versioned.version > VERSION {
+            return Err(LoadError::Newer(versioned.version));
+        }
+        if versioned.version == 0 {
+            return Err(LoadError::Corrupt("version 0".into()));
+        }
+        serde_json::from_slice(bytes).map_err(|e| LoadError::Corrupt(e.to_string()))
+    }
+
+    /// The file's bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec_pretty(self).unwrap_or_default();
+        bytes.push(b'\n');
+        bytes
+    }
+}
+
+/// Why a state file was not used.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("not a state file: {0}")]
+    Corrupt(String),
+    #[error(
+        "written by a newer version of the agent (format {0}, this agent reads up to {VERSION})"
+    )]
+    Newer(u32),
+    #[error("cannot read it: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What happened when the state file was opened, for one log line at start.
+#[derive(Debug)]
+pub enum Opened {
+    /// No file yet (or state is kept in memory only).
+    Fresh,
+    Loaded,
+    /// Not usable: set aside at `aside` (if that worked) and replaced by a fresh state.
+    Replaced {
+        error: LoadError,
+        aside: Option<PathBuf>,
+    },
+}
+
+/// Reads and writes the state file, remembering what is on disk to write only changes.
+#[derive(Debug)]
+pub struct StateStore {
+    path: Option<PathBuf>,
+    state: State,
+    written: Option<State>,
+    healthy: bool,
+}
+
+impl StateStore {
+    /// Opens the state at `path`; `None` keeps state in memory only.
+    pub fn open(path: Option<&Path>) -> (Self, Opened) {
+        let Some(path) = path else {
+            return (Self::in_memory(), Opened::Fresh);
+        };
+        let store = |state: State, written: Option<State>| Self {
+            path: Some(path.to_owned()),
+            state,
+            written,
+            healthy: true,
+        };
+        match fs::read(path) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                (store(State::new(), None), Opened::Fresh)
+            }
+            Err(error) => {
+                let mut opened = store(State::new(), None);
+                opened.healthy = false;
+                (
+                    opened,
+                    Opened::Replaced {
+                        error: LoadError::Io(error),
+                        aside: None,
+                    },
+                )
+            }
+            Ok(bytes) => match State::parse(&bytes) {
+                Ok(state) => (store(state.clone(), Some(state)), Opened::Loaded),
+                Err(error) => {
+                    let suffix = match error {
+                        LoadError::Newer(_) => "newer",
+                        _ => "corrupt",
+                    };
+                    let aside = sibling(path, suffix);
+                    let aside = fs::rename(path, &aside).ok().map(|()| aside);
+                    (store(State::new(), None), Opened::Replaced { error, aside })
+                }
+            },
+        }
+    }
+
+    fn in_memory() -> Self {
+        Self {
+            path: None,
+            state: State::new(),
+            written: None,
+            healthy: true,
+        }
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    pub fn state_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+
+    /// Whether the last write (or the first read) worked; true when state is in memory by choice.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy
+    }
+
+    /// Writes the state if it changed since the last successful write. The first failure after a
+    /// success is logged; the next success is logged too.
+    pub fn flush(&mut self) {
+        let Some(path) = self.path.clone() else {
+            return;
+        };
+        if self.written.as_ref() == Some(&self.state) {
+            return;
+        }
+        match write_atomically(&path, &self.state.to_bytes()) {
+            Ok(()) => {
+                if !self.healthy {
+                    tracing::info!(state_file = %path.display(), "state file written again");
+                }
+                self.healthy = true;
+                self.written = Some(self.state.clone());
+            }
+            Err(error) => {
+                if self.healthy {
+                    tracing::warn!(
+                        state_file = %path.display(),
+                        %error,
+                        "cannot write the state file: keeping state in memory, so approvals and reboot classification do not survive a restart"
+                    );
+                }
+                self.healthy = false;
+            }
+        }
+    }
+}
+
+/// `<file>.<suffix>` next to `path`.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".");
+    name.push(suffix);
+    path.with_file_name(name)
+}
+
+/// Temp file in the same directory, fsync, rename over `path`, fsync the directory.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let temp = sibling(path, "tmp");
+    let result = (|| {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&temp, path)?;
+        // The rename is durable only once the directory entry is.
+        fs::File::open(&dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Event, EventId};
+    use crate::not_before::NotBefore;
+
+    fn t(seconds: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000 + seconds, 0).unwrap_or_default()
+    }
+
+    fn tracked(id: &str, event_type: EventType, status: EventStatus, seen: i64) -> Tracked {
+        Tracked {
+            event: Event {
+                id: EventId::new(id),
+                event_type,
+                status,
+                resource_type: "VirtualMachine".into(),
+                resources: ["me"].into_iter().collect(),
+                not_before: NotBefore::parse(None),
+                description: None,
+                source: None,
+                duration: None,
+            },
+            first_seen: t(seen),
+            seen_started: false,
+        }
+    }
+
+    #[test]
+    fn first_seen_times_survive_a_restart_of_the_tracker() {
+        let mut state = State::new();
+        let a = tracked("A", EventType::Reboot, EventStatus::Scheduled, 10);
+        state.observe(Some(1), std::slice::from_ref(&a), Some("me"), t(10));
+        let restarted = tracked("A", EventType::Reboot, EventStatus::Scheduled, 500);
+        state.observe(Some(2), &[restarted], Some("me"), t(500));
+        assert_eq!(state.first_seen("A"), Some(t(10)));
+        assert_eq!(state.document_incarnation, Some(2));
+    }
+
+    #[test]
+    fn the_expected_impact_follows_started_events_of_this_vm_and_ends_with_them() {
+        let mut state = State::new();
+        let scheduled = tracked("R", EventType::Reboot, EventStatus::Scheduled, 0);
+        state.observe(Some(1), &[scheduled], Some("me"), t(0));
+        assert_eq!(state.expected_impact, None);
+        let started = tracked("R", EventType::Reboot, EventStatus::Started, 0);
+        state.observe(Some(2), std::slice::from_ref(&started), Some("me"), t(5));
+        state.observe(Some(2), &[started], Some("me"), t(6));
+        assert_eq!(
+            state.expected_impact,
+            Some(Impact {
+                event_id: "R".into(),
+                event_type: "Reboot".into(),
+                started_seen: t(5)
+            })
+        );
+        state.observe(Some(3), &[], Some("me"), t(7));
+        assert_eq!(state.expected_impact, None);
+        let other_vm = tracked("O", EventType::Reboot, EventStatus::Started, 8);
+        state.observe(Some(4), &[other_vm], Some("someone-else"), t(8));
+        assert_eq!(state.expected_impact, None);
+    }
+
+    #[test]
+    fn a_file_from_a_newer_version_or_without_a_version_is_not_read() {
+        assert!(matches!(
+            State::parse(br#"{"version":2,"events":[]}"#),
+            Err(LoadError::Newer(2))
+        ));
+        assert!(matches!(
+            State::parse(br#"{"events":[]}"#),
+            Err(LoadError::Corrupt(_))
+        ));
+        assert!(matches!(
+            State::parse(br#"{"version":1,"events":7}"#),
+            Err(LoadError::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn a_state_reads_back_as_written() -> Result<(), LoadError> {
+        let mut state = State::new();
+        state.boot_id = Some("b".into());
+        state.observe(
+            Some(7),
+            &[tracked("A", EventType::Freeze, EventStatus::Started, 3)],
+            Some("me"),
+            t(4),
+        );
+        state.approvals.insert(
+            "A".into(),
+            ApprovalRecord {
+                event_type: "Freeze".into(),
+                at: t(4),
+                status: ApprovalStatus::Sent,
+                attempts: 1,
+            },
+        );
+        assert_eq!(State::parse(&state.to_bytes())?, state);
+        Ok(())
+    }
+
+    #[test]
+    fn approvals_are_forgotten_a_week_after_their_event_left() {
+        let mut state = State::new();
+        for id in ["gone", "present"] {
+            state.approvals.insert(
+                id.into(),
+                ApprovalRecord {
+                    event_type: "Freeze".into(),
+                    at: t(0),
+                    status: ApprovalStatus::Sent,
+                    attempts: 1,
+                },
+            );
+        }
+        let present = tracked("present", EventType::Freeze, EventStatus::Started, 0);
+        state.observe(Some(1), std::slice::from_ref(&present), None, t(86_400));
+        assert_eq!(state.approvals.len(), 2, "a day later both are kept");
+        state.observe(Some(1), &[present], None, t(8 * 86_400));
+        assert_eq!(
+            state.approvals.keys().collect::<Vec<_>>(),
+            ["present"],
+            "an approval is kept while its event is in the document"
+        );
+    }
+}
