@@ -565,6 +565,136 @@ mod tests {
     }
 
     #[test]
+    fn approval_is_off_by_default_with_microsofts_sample_policy() -> Result<(), String> {
+        let config = parse(&[])?;
+        assert_eq!(config.approval.mode, Mode::Off);
+        assert_eq!(config.approval.policy, Policy::default());
+        assert_eq!(config.approval.hook, None);
+        assert_eq!(
+            config.state_file.as_deref(),
+            Some(std::path::Path::new(crate::state::DEFAULT_PATH))
+        );
+        assert_eq!(parse(&["--approve"])?.approval.mode, Mode::On);
+        assert_eq!(
+            parse(&["--approve", "--approve.dry-run"])?.approval.mode,
+            Mode::DryRun,
+            "dry run wins: it never POSTs"
+        );
+        assert_eq!(parse(&["--approve.dry-run"])?.approval.mode, Mode::DryRun);
+        assert_eq!(parse(&["--state.file="])?.state_file, None);
+        Ok(())
+    }
+
+    #[test]
+    fn policy_flags_set_every_rule() -> Result<(), String> {
+        let config = parse(&[
+            "--approve",
+            "--approve.user-events=false",
+            "--approve.freeze-max-duration=0s",
+            "--approve.event-types=reboot, Redeploy",
+            "--approve.deny-event-types=Preempt",
+            "--approve.before-not-before=30s",
+            "--approve.takeover-delay=1m",
+            r#"--approve.hook=["sh","-c","drain && checkpoint"]"#,
+            "--approve.recover-hook=/usr/local/bin/undrain --all",
+            "--approve.hook-timeout=45s",
+        ])?;
+        let policy = &config.approval.policy;
+        assert!(!policy.user_events);
+        assert_eq!(policy.freeze_max_duration, Duration::ZERO);
+        assert_eq!(policy.event_types, [EventType::Reboot, EventType::Redeploy]);
+        assert_eq!(policy.deny_event_types, [EventType::Preempt]);
+        assert_eq!(policy.when, When::BeforeNotBefore(Duration::from_secs(30)));
+        assert_eq!(policy.takeover_delay, Duration::from_secs(60));
+        let hook = config.approval.hook.as_ref().map(HookCommand::argv);
+        assert_eq!(
+            hook,
+            Some(&["sh".to_owned(), "-c".into(), "drain && checkpoint".into()][..])
+        );
+        let recover = config.approval.recover_hook.as_ref().map(HookCommand::argv);
+        assert_eq!(
+            recover,
+            Some(&["/usr/local/bin/undrain".to_owned(), "--all".into()][..])
+        );
+        assert_eq!(config.approval.hook_timeout, Duration::from_secs(45));
+        assert_eq!(
+            parse(&["--approve.before-not-before=immediately"])?
+                .approval
+                .policy
+                .when,
+            When::Immediately
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn the_example_policy_file_is_read_and_flags_win_over_it() -> Result<(), String> {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/approval-policy.yaml");
+        let config = parse(&["--approve", &format!("--approve.policy-file={file}")])?;
+        let policy = &config.approval.policy;
+        assert_eq!(
+            policy.deny_event_types,
+            [EventType::Preempt, EventType::Terminate]
+        );
+        assert_eq!(policy.when, When::BeforeNotBefore(Duration::from_secs(30)));
+        assert_eq!(policy.freeze_max_duration, Duration::from_secs(9));
+        let config = parse(&[
+            &format!("--approve.policy-file={file}"),
+            "--approve.before-not-before=immediately",
+            "--approve.deny-event-types=Terminate",
+        ])?;
+        assert_eq!(config.approval.policy.when, When::Immediately);
+        assert_eq!(
+            config.approval.policy.deny_event_types,
+            [EventType::Terminate]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn invalid_approval_settings_name_their_flag() {
+        for (args, flag) in [
+            (
+                &["--approve.event-types=Reboot,Rebooot"][..],
+                "--approve.event-types",
+            ),
+            (
+                &["--approve.deny-event-types=Other"],
+                "--approve.deny-event-types",
+            ),
+            (
+                &["--approve.before-not-before=soon"],
+                "--approve.before-not-before",
+            ),
+            (
+                &["--approve.before-not-before=30d"],
+                "--approve.before-not-before",
+            ),
+            (
+                &["--approve.takeover-delay=-1s"],
+                "--approve.takeover-delay",
+            ),
+            (
+                &["--approve.freeze-max-duration=9"],
+                "--approve.freeze-max-duration",
+            ),
+            (&["--approve.user-events=maybe"], "--approve.user-events"),
+            (&["--approve.hook="], "--approve.hook"),
+            (&["--approve.hook=[1]"], "--approve.hook"),
+            (&["--approve.hook-timeout=0s"], "--approve.hook-timeout"),
+            (
+                &["--approve.policy-file=/nonexistent.yaml"],
+                "--approve.policy-file",
+            ),
+        ] {
+            match parse(args) {
+                Ok(_) => panic!("{args:?} was accepted"),
+                Err(e) => assert!(e.contains(flag), "{args:?}: {e}"),
+            }
+        }
+    }
+
+    #[test]
     fn a_repeated_flag_takes_the_last_value() -> Result<(), String> {
         let config = parse(&["--poll.interval=5s", "--poll.interval=2s"])?;
         assert_eq!(config.poll_interval, Duration::from_secs(2));

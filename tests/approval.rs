@@ -1,0 +1,889 @@
+//! Approval against the simulator over real HTTP: off by default, the default policy, once per
+//! EventId across restarts, shared events, hooks, and how failed POSTs are retried or not.
+
+mod common;
+
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use azure_scheduled_events_exporter::simulator::{Approval, Scenario};
+use bytes::Bytes;
+use common::{Agent, Exposition, Imds, THIS_VM, TestResult};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+
+const USER_REBOOT: &str = "A0000000-0000-4000-8000-000000000001";
+const SHORT_FREEZE: &str = "A0000000-0000-4000-8000-000000000002";
+const LONG_FREEZE: &str = "A0000000-0000-4000-8000-000000000003";
+const PLATFORM_REBOOT: &str = "A0000000-0000-4000-8000-000000000004";
+const OTHER_VM_USER_REBOOT: &str = "A0000000-0000-4000-8000-000000000005";
+const HARDWARE: &str = "A0000000-0000-4000-8000-000000000006";
+const UNKNOWN_FREEZE: &str = "A0000000-0000-4000-8000-000000000007";
+const OTHER_VM: &str = "test-vmss_1";
+
+/// A directory of its own for each test, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Result<Self, std::io::Error> {
+        let dir = std::env::temp_dir().join(format!(
+            "ase-approval-{name}-{}-{}",
+            std::process::id(),
+            chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self(dir))
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// `--state.file=...` and `--state.boot-id-file=...` inside this directory.
+    fn state_flags(&self) -> Result<[String; 2], std::io::Error> {
+        let boot = self.path("boot_id");
+        if !boot.exists() {
+            std::fs::write(&boot, "boot-1\n")?;
+        }
+        Ok([
+            format!("--state.file={}", self.path("state.json").display()),
+            format!("--state.boot-id-file={}", boot.display()),
+        ])
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+async fn start(imds: &Imds, flags: &[String]) -> Result<Agent, Box<dyn std::error::Error>> {
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    Agent::start(imds, &flags).await
+}
+
+fn flags(dir: &TempDir, extra: &[&str]) -> Result<Vec<String>, std::io::Error> {
+    let mut flags: Vec<String> = dir.state_flags()?.into();
+    flags.extend(extra.iter().map(|s| (*s).to_owned()));
+    Ok(flags)
+}
+
+/// One event of a verbatim document, which stays exactly as written whatever is POSTed.
+fn event_json(
+    id: &str,
+    status: &str,
+    event_type: &str,
+    source: &str,
+    resources: &[&str],
+    duration: i64,
+) -> String {
+    let not_before = if status == "Started" {
+        String::new()
+    } else {
+        (chrono::Utc::now() + chrono::TimeDelta::minutes(15))
+            .format("%a, %d %b %Y %H:%M:%S GMT")
+            .to_string()
+    };
+    serde_json::json!({
+        "EventId": id, "EventStatus": status, "EventType": event_type, "ResourceType": "VirtualMachine",
+        "Resources": resources, "NotBefore": not_before, "Description": "", "EventSource": source,
+        "DurationInSeconds": duration
+    })
+    .to_string()
+}
+
+fn document(incarnation: u64, events: &[String]) -> Bytes {
+    Bytes::from(format!(
+        r#"{{"DocumentIncarnation":{incarnation},"Events":[{}]}}"#,
+        events.join(",")
+    ))
+}
+
+/// The seven kinds of event the default policy must tell apart, all Scheduled for 15 minutes
+/// except the hardware failure, which appears Started.
+fn mixed_scenario() -> Result<Scenario, Box<dyn std::error::Error>> {
+    Ok(Scenario::parse(&format!(
+        r#"
+events:
+  - {{ id: "{USER_REBOOT}", type: Reboot, source: User, resources: [{THIS_VM}], notice: 15m, runs_for: 1h }}
+  - {{ id: "{SHORT_FREEZE}", type: Freeze, duration_in_seconds: 5, resources: [{THIS_VM}], notice: 15m, runs_for: 1h }}
+  - {{ id: "{LONG_FREEZE}", type: Freeze, duration_in_seconds: 9, resources: [{THIS_VM}], notice: 15m }}
+  - {{ id: "{UNKNOWN_FREEZE}", type: Freeze, duration_in_seconds: -1, resources: [{THIS_VM}], notice: 15m }}
+  - {{ id: "{PLATFORM_REBOOT}", type: Reboot, resources: [{THIS_VM}], notice: 15m }}
+  - {{ id: "{OTHER_VM_USER_REBOOT}", type: Reboot, source: User, resources: [{OTHER_VM}], notice: 15m }}
+  - {{ id: "{HARDWARE}", type: Reboot, source: User, status: Started, resources: [{THIS_VM}], runs_for: 1h }}
+"#
+    ))?)
+}
+
+fn decisions(m: &Exposition, decision: &str, reason: &str) -> f64 {
+    m.get(&format!(
+        r#"azure_scheduled_events_approval_decisions_total{{decision="{decision}",reason="{reason}"}}"#
+    ))
+}
+
+fn approvals(m: &Exposition, event_type: &str) -> f64 {
+    m.get(&format!(
+        r#"azure_scheduled_events_approvals_total{{event_type="{event_type}"}}"#
+    ))
+}
+
+fn failures(m: &Exposition, event_type: &str, reason: &str) -> f64 {
+    m.get(&format!(
+        r#"azure_scheduled_events_approval_failures_total{{event_type="{event_type}",reason="{reason}"}}"#
+    ))
+}
+
+fn events_requests(m: &Exposition) -> f64 {
+    m.get(r#"azure_scheduled_events_imds_requests_total{operation="events"}"#)
+}
+
+fn ids(approvals: &[Approval]) -> Vec<&str> {
+    approvals.iter().map(|a| a.event_id.as_str()).collect()
+}
+
+/// Lets the agent poll `polls` more times.
+async fn more_polls(agent: &Agent, polls: f64) -> Result<(), String> {
+    let now = events_requests(&agent.metrics().await.map_err(|e| e.to_string())?);
+    agent
+        .wait_for("more polls", |m| events_requests(m) >= now + polls)
+        .await
+        .map(drop)
+}
+
+#[tokio::test]
+async fn nothing_is_posted_by_default() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(mixed_scenario()?);
+    let dir = TempDir::new("default")?;
+    let agent = start(&imds, &flags(&dir, &[])?).await?;
+    let m = agent
+        .wait_for("every event", |m| {
+            m.event_info(HARDWARE).is_some() && m.event_info(USER_REBOOT).is_some()
+        })
+        .await?;
+    assert_eq!(
+        m.get(r#"azure_scheduled_events_approval_mode{mode="off"}"#),
+        1.0
+    );
+    more_polls(&agent, 20.0).await?;
+    assert!(
+        imds.sim.approvals().is_empty(),
+        "{:?}",
+        imds.sim.approvals()
+    );
+    let m = agent.metrics().await?;
+    assert_eq!(
+        m.get(r#"azure_scheduled_events_imds_requests_total{operation="approve"}"#),
+        0.0
+    );
+    assert_eq!(
+        decisions(&m, "skipped", "not_allowed"),
+        0.0,
+        "approval off decides nothing"
+    );
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn dry_run_decides_and_counts_but_never_posts() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(mixed_scenario()?);
+    let dir = TempDir::new("dry-run")?;
+    let agent = start(&imds, &flags(&dir, &["--approve", "--approve.dry-run"])?).await?;
+    let m = agent
+        .wait_for("the dry-run decisions", |m| {
+            decisions(m, "dry_run", "user_event") == 1.0
+                && decisions(m, "dry_run", "short_freeze") == 1.0
+        })
+        .await?;
+    assert_eq!(
+        m.get(r#"azure_scheduled_events_approval_mode{mode="dry_run"}"#),
+        1.0
+    );
+    more_polls(&agent, 20.0).await?;
+    let m = agent.metrics().await?;
+    assert!(
+        imds.sim.approvals().is_empty(),
+        "{:?}",
+        imds.sim.approvals()
+    );
+    assert_eq!(
+        decisions(&m, "dry_run", "user_event"),
+        1.0,
+        "once per event, not per poll"
+    );
+    assert_eq!(approvals(&m, "Reboot") + approvals(&m, "Freeze"), 0.0);
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn the_default_policy_approves_exactly_the_user_reboot_and_the_short_freeze_once()
+-> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(mixed_scenario()?);
+    let dir = TempDir::new("default-policy")?;
+    let agent = start(&imds, &flags(&dir, &["--approve"])?).await?;
+    let m = agent
+        .wait_for("two approvals", |m| {
+            approvals(m, "Reboot") + approvals(m, "Freeze") >= 2.0
+        })
+        .await?;
+    assert_eq!(approvals(&m, "Reboot"), 1.0);
+    assert_eq!(approvals(&m, "Freeze"), 1.0);
+    agent
+        .wait_for("the approved events to start", |m| {
+            [USER_REBOOT, SHORT_FREEZE].iter().all(|id| {
+                m.event_info(id)
+                    .is_some_and(|l| l.contains(r#"event_status="Started""#))
+            })
+        })
+        .await?;
+    more_polls(&agent, 20.0).await?;
+    let posted = imds.sim.approvals();
+    let mut posted_ids = ids(&posted);
+    posted_ids.sort_unstable();
+    assert_eq!(posted_ids, [USER_REBOOT, SHORT_FREEZE], "{posted:?}");
+    assert!(posted.iter().all(|a| a.known));
+    let m = agent.metrics().await?;
+    for reason in [
+        "freeze_too_long",
+        "freeze_duration_unknown",
+        "not_allowed",
+        "not_this_vm",
+        "started",
+    ] {
+        assert!(decisions(&m, "skipped", reason) >= 1.0, "skipped {reason}");
+    }
+    for id in [LONG_FREEZE, UNKNOWN_FREEZE, PLATFORM_REBOOT] {
+        assert!(
+            m.event_info(id)
+                .is_some_and(|l| l.contains(r#"event_status="Scheduled""#)),
+            "{id} is left for NotBefore"
+        );
+    }
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn another_vms_event_and_a_started_event_are_never_approved_even_when_every_type_is_allowed()
+-> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        3,
+        &[
+            event_json(
+                OTHER_VM_USER_REBOOT,
+                "Scheduled",
+                "Reboot",
+                "User",
+                &[OTHER_VM, "test-vmss_2"],
+                -1,
+            ),
+            event_json(HARDWARE, "Started", "Reboot", "User", &[THIS_VM], -1),
+            event_json(PLATFORM_REBOOT, "Scheduled", "Reboot", "Platform", &[], -1),
+        ],
+    ));
+    let dir = TempDir::new("never")?;
+    let agent = start(
+        &imds,
+        &flags(
+            &dir,
+            &[
+                "--approve",
+                "--approve.event-types=Freeze,Reboot,Redeploy,Preempt,Terminate",
+                "--approve.takeover-delay=0s",
+            ],
+        )?,
+    )
+    .await?;
+    let m = agent
+        .wait_for("the decisions", |m| {
+            decisions(m, "skipped", "not_this_vm") == 2.0
+                && decisions(m, "skipped", "started") == 1.0
+        })
+        .await?;
+    assert_eq!(decisions(&m, "approved", "event_type"), 0.0);
+    more_polls(&agent, 20.0).await?;
+    assert!(
+        imds.sim.approvals().is_empty(),
+        "{:?}",
+        imds.sim.approvals()
+    );
+    let m = agent.metrics().await?;
+    assert_eq!(
+        decisions(&m, "skipped", "not_this_vm"),
+        2.0,
+        "one decision per event, not per poll"
+    );
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn a_restart_with_the_same_state_file_does_not_approve_again() -> TestResult {
+    let imds = Imds::start().await?;
+    // A verbatim document stays Scheduled after the approval, so only the state file can stop a
+    // second POST.
+    imds.sim.set_document(document(
+        5,
+        &[event_json(
+            USER_REBOOT,
+            "Scheduled",
+            "Reboot",
+            "User",
+            &[THIS_VM],
+            -1,
+        )],
+    ));
+    let dir = TempDir::new("restart")?;
+    let agent = start(&imds, &flags(&dir, &["--approve"])?).await?;
+    agent
+        .wait_for("the approval", |m| approvals(m, "Reboot") == 1.0)
+        .await?;
+    more_polls(&agent, 20.0).await?;
+    assert_eq!(
+        ids(&imds.sim.approvals()),
+        [USER_REBOOT],
+        "not once per poll"
+    );
+    agent.stop().await?;
+
+    let again = start(&imds, &flags(&dir, &["--approve"])?).await?;
+    again
+        .wait_for("the already-approved decision", |m| {
+            decisions(m, "skipped", "already_approved") == 1.0
+        })
+        .await?;
+    more_polls(&again, 20.0).await?;
+    assert_eq!(
+        ids(&imds.sim.approvals()),
+        [USER_REBOOT],
+        "approved before the restart"
+    );
+    assert_eq!(approvals(&again.metrics().await?, "Reboot"), 0.0);
+    again.stop().await?;
+
+    let fresh_dir = TempDir::new("restart-fresh")?;
+    let fresh = start(&imds, &flags(&fresh_dir, &["--approve"])?).await?;
+    fresh
+        .wait_for("an approval", |m| approvals(m, "Reboot") == 1.0)
+        .await?;
+    assert_eq!(
+        ids(&imds.sim.approvals()),
+        [USER_REBOOT, USER_REBOOT],
+        "without the state file the same event is approved again: the file is what prevents it"
+    );
+    fresh.stop().await
+}
+
+#[tokio::test]
+async fn a_shared_event_is_approved_by_the_leader_at_once_and_by_the_second_vm_only_after_its_delay()
+-> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        2,
+        &[event_json(
+            SHORT_FREEZE,
+            "Scheduled",
+            "Freeze",
+            "Platform",
+            &[THIS_VM, OTHER_VM],
+            5,
+        )],
+    ));
+    let delay = chrono::TimeDelta::seconds(2);
+    let (leader_dir, second_dir) = (TempDir::new("leader")?, TempDir::new("second")?);
+    let second_started = chrono::Utc::now();
+    let second = start(
+        &imds,
+        &flags(
+            &second_dir,
+            &[
+                "--approve",
+                "--approve.takeover-delay=2s",
+                "--vm.name=test-vmss_1",
+            ],
+        )?,
+    )
+    .await?;
+    let waiting = second
+        .wait_for("the second VM to wait its turn", |m| {
+            decisions(m, "waiting", "takeover") == 1.0
+        })
+        .await?;
+    assert_eq!(approvals(&waiting, "Freeze"), 0.0);
+    let leader_started = chrono::Utc::now();
+    let leader = start(
+        &imds,
+        &flags(&leader_dir, &["--approve", "--approve.takeover-delay=2s"])?,
+    )
+    .await?;
+    leader
+        .wait_for("the leader's approval", |m| approvals(m, "Freeze") == 1.0)
+        .await?;
+    second
+        .wait_for("the second VM's approval", |m| {
+            approvals(m, "Freeze") == 1.0
+        })
+        .await?;
+    let posted = imds.sim.approvals();
+    assert_eq!(posted.len(), 2, "{posted:?}");
+    let (first, then) = (&posted[0], &posted[1]);
+    assert!(
+        first.at - leader_started < delay,
+        "the leader approves at once: {:?} after it started",
+        first.at - leader_started
+    );
+    assert!(
+        then.at - second_started >= delay,
+        "the second VM approves no earlier than its delay after it first saw the event: {:?}",
+        then.at - second_started
+    );
+    leader.stop().await?;
+    second.stop().await
+}
+
+#[tokio::test]
+async fn the_second_vm_never_approves_an_event_the_leader_already_started() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        r#"
+events:
+  - {{ id: "{SHORT_FREEZE}", type: Freeze, duration_in_seconds: 5, resources: [{THIS_VM}, {OTHER_VM}], notice: 15m, runs_for: 1h }}
+"#
+    ))?);
+    let (leader_dir, second_dir) = (
+        TempDir::new("started-leader")?,
+        TempDir::new("started-second")?,
+    );
+    let leader = start(
+        &imds,
+        &flags(&leader_dir, &["--approve", "--approve.takeover-delay=1s"])?,
+    )
+    .await?;
+    let second = start(
+        &imds,
+        &flags(
+            &second_dir,
+            &[
+                "--approve",
+                "--approve.takeover-delay=1s",
+                "--vm.name=test-vmss_1",
+            ],
+        )?,
+    )
+    .await?;
+    leader
+        .wait_for("the leader's approval", |m| approvals(m, "Freeze") == 1.0)
+        .await?;
+    second
+        .wait_for("the second VM to see it started", |m| {
+            decisions(m, "skipped", "started") == 1.0
+        })
+        .await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    more_polls(&second, 10.0).await?;
+    assert_eq!(ids(&imds.sim.approvals()), [SHORT_FREEZE]);
+    assert_eq!(approvals(&second.metrics().await?, "Freeze"), 0.0);
+    leader.stop().await?;
+    second.stop().await
+}
+
+#[tokio::test]
+async fn a_hook_that_fails_or_times_out_prevents_approval() -> TestResult {
+    for (hook, timeout, reason) in [
+        (
+            r#"["sh","-c","echo draining failed >&2; exit 3"]"#,
+            "5s",
+            "hook_failed",
+        ),
+        (r#"["sleep","30"]"#, "300ms", "hook_timeout"),
+        ("/nonexistent/drain", "5s", "hook_error"),
+    ] {
+        let imds = Imds::start().await?;
+        imds.sim.set_document(document(
+            2,
+            &[event_json(
+                USER_REBOOT,
+                "Scheduled",
+                "Reboot",
+                "User",
+                &[THIS_VM],
+                -1,
+            )],
+        ));
+        let dir = TempDir::new(reason)?;
+        let hook_flag = format!("--approve.hook={hook}");
+        let timeout_flag = format!("--approve.hook-timeout={timeout}");
+        let agent = start(
+            &imds,
+            &flags(&dir, &["--approve", &hook_flag, &timeout_flag])?,
+        )
+        .await?;
+        let m = agent
+            .wait_for(reason, |m| failures(m, "Reboot", reason) == 1.0)
+            .await?;
+        assert_eq!(decisions(&m, "hook_failed", reason), 1.0);
+        assert_eq!(
+            m.get(&format!(
+                r#"azure_scheduled_events_hook_runs_total{{hook="approve",result="{reason}"}}"#
+            )),
+            1.0
+        );
+        more_polls(&agent, 20.0).await?;
+        assert!(
+            imds.sim.approvals().is_empty(),
+            "{reason}: {:?}",
+            imds.sim.approvals()
+        );
+        assert_eq!(
+            failures(&agent.metrics().await?, "Reboot", reason),
+            1.0,
+            "{reason}: not retried in a loop"
+        );
+        agent.stop().await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_slow_hook_gets_the_event_and_the_loop_keeps_polling_until_it_succeeds() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        2,
+        &[event_json(
+            USER_REBOOT,
+            "Scheduled",
+            "Reboot",
+            "User",
+            &[THIS_VM],
+            -1,
+        )],
+    ));
+    let dir = TempDir::new("slow-hook")?;
+    let out = dir.path("hook-out");
+    let hook = format!(
+        r#"--approve.hook=["sh","-c","cat > \"$0.json\"; printf '%s %s %s' \"$EVENT_ID\" \"$EVENT_TYPE\" \"$EVENT_RESOURCES\" > \"$0.env\"; sleep 1","{}"]"#,
+        out.display()
+    );
+    let agent = start(&imds, &flags(&dir, &["--approve", &hook])?).await?;
+    let before = agent
+        .wait_for("the hook to start", |m| {
+            events_requests(m) > 0.0 && approvals(m, "Reboot") == 0.0
+        })
+        .await?;
+    let m = agent
+        .wait_for("the approval", |m| approvals(m, "Reboot") == 1.0)
+        .await?;
+    assert!(
+        events_requests(&m) - events_requests(&before) >= 5.0,
+        "the loop kept polling while the hook ran: {} polls",
+        events_requests(&m) - events_requests(&before)
+    );
+    assert_eq!(ids(&imds.sim.approvals()), [USER_REBOOT]);
+    let stdin: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(with_suffix(&out, "json"))?)?;
+    assert_eq!(stdin["EventId"], USER_REBOOT);
+    assert_eq!(stdin["Resources"], serde_json::json!([THIS_VM]));
+    assert_eq!(
+        std::fs::read_to_string(with_suffix(&out, "env"))?,
+        format!("{USER_REBOOT} Reboot {THIS_VM}")
+    );
+    assert_eq!(
+        m.get(r#"azure_scheduled_events_hook_runs_total{hook="approve",result="ok"}"#),
+        1.0
+    );
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn prepare_and_recover_hooks_run_for_this_vms_events_only() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        r#"
+events:
+  - {{ id: "{PLATFORM_REBOOT}", type: Reboot, resources: [{THIS_VM}], notice: 1s, runs_for: 1s }}
+  - {{ id: "{OTHER_VM_USER_REBOOT}", type: Reboot, resources: [{OTHER_VM}], notice: 1s, runs_for: 1s }}
+"#
+    ))?);
+    let dir = TempDir::new("prepare-recover")?;
+    let log = dir.path("hooks.log");
+    let hook = |kind: &str| {
+        format!(
+            r#"--approve.{kind}-hook=["sh","-c","echo \"$EVENT_HOOK $EVENT_ID $EVENT_STATUS\" >> \"$0\"","{}"]"#,
+            log.display()
+        )
+    };
+    let agent = start(&imds, &flags(&dir, &[&hook("prepare"), &hook("recover")])?).await?;
+    agent
+        .wait_for("both hooks", |m| {
+            m.get(r#"azure_scheduled_events_hook_runs_total{hook="recover",result="ok"}"#) == 1.0
+                && m.get(r#"azure_scheduled_events_hook_runs_total{hook="prepare",result="ok"}"#)
+                    == 1.0
+        })
+        .await?;
+    assert_eq!(
+        std::fs::read_to_string(&log)?,
+        format!("prepare {PLATFORM_REBOOT} Scheduled\nrecover {PLATFORM_REBOOT} Started\n")
+    );
+    assert!(imds.sim.approvals().is_empty(), "hooks alone never approve");
+    agent.stop().await
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".");
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// A front for the simulator that answers approval POSTs as told and records them, and passes
+/// every other request through: IMDS's POST failures without disturbing its GETs.
+#[derive(Clone)]
+struct Front {
+    upstream: String,
+    /// Statuses for the next POSTs; once empty, POSTs go to the simulator.
+    script: Arc<Mutex<Vec<u16>>>,
+    posts: Arc<Mutex<Vec<(Option<String>, String)>>>,
+    http: reqwest::Client,
+}
+
+impl Front {
+    async fn start(
+        imds: &Imds,
+        script: Vec<u16>,
+    ) -> Result<(Self, String), Box<dyn std::error::Error>> {
+        let front = Front {
+            upstream: imds.url(),
+            script: Arc::new(Mutex::new(script)),
+            posts: Arc::default(),
+            http: reqwest::Client::builder().no_proxy().build()?,
+        };
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let serving = front.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let front = serving.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| front.clone().handle(req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok((front, url))
+    }
+
+    fn posts(&self) -> Vec<(Option<String>, String)> {
+        self.posts.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    async fn handle(self, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+        let method = req.method().clone();
+        let uri = req.uri().clone();
+        let metadata = req
+            .headers()
+            .get("metadata")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = req
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        if method == hyper::Method::POST {
+            if let Ok(mut posts) = self.posts.lock() {
+                posts.push((
+                    metadata.clone(),
+                    String::from_utf8_lossy(&body).into_owned(),
+                ));
+            }
+            let scripted = self
+                .script
+                .lock()
+                .ok()
+                .and_then(|mut s| (!s.is_empty()).then(|| s.remove(0)));
+            if let Some(status) = scripted {
+                let mut response =
+                    Response::new(Full::new(Bytes::from_static(b"{\"error\":\"scripted\"}")));
+                *response.status_mut() = hyper::StatusCode::from_u16(status)
+                    .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+                return Ok(response);
+            }
+        }
+        let mut forward = self
+            .http
+            .request(method, format!("{}{path}", self.upstream))
+            .body(body);
+        if let Some(metadata) = metadata {
+            forward = forward.header("Metadata", metadata);
+        }
+        let (status, bytes) = match forward.send().await {
+            Ok(response) => (
+                response.status().as_u16(),
+                response.bytes().await.unwrap_or_default(),
+            ),
+            Err(_) => (502, Bytes::new()),
+        };
+        let mut response = Response::new(Full::new(bytes));
+        *response.status_mut() =
+            hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::BAD_GATEWAY);
+        Ok(response)
+    }
+}
+
+/// An agent whose IMDS is `url` (a [`Front`] of `imds`).
+async fn start_at(
+    imds: &Imds,
+    url: &str,
+    flags: &[String],
+) -> Result<Agent, Box<dyn std::error::Error>> {
+    let imds_flag = format!("--imds.url={url}");
+    let mut all: Vec<&str> = flags.iter().map(String::as_str).collect();
+    // The last --imds.url wins over the helper's.
+    all.push(&imds_flag);
+    Agent::start(imds, &all).await
+}
+
+#[tokio::test]
+async fn the_approval_post_carries_metadata_true_and_exactly_the_event_id() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        2,
+        &[event_json(
+            USER_REBOOT,
+            "Scheduled",
+            "Reboot",
+            "User",
+            &[THIS_VM],
+            -1,
+        )],
+    ));
+    let (front, url) = Front::start(&imds, vec![]).await?;
+    let dir = TempDir::new("metadata")?;
+    let agent = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
+    agent
+        .wait_for("the approval", |m| approvals(m, "Reboot") == 1.0)
+        .await?;
+    let posts = front.posts();
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    assert_eq!(posts[0].0.as_deref(), Some("true"));
+    let body: serde_json::Value = serde_json::from_str(&posts[0].1)?;
+    assert_eq!(
+        body,
+        serde_json::json!({"StartRequests":[{"EventId": USER_REBOOT}]})
+    );
+    assert_eq!(ids(&imds.sim.approvals()), [USER_REBOOT]);
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn a_500_on_post_is_retried_with_backoff_until_it_succeeds() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        2,
+        &[event_json(
+            USER_REBOOT,
+            "Scheduled",
+            "Reboot",
+            "User",
+            &[THIS_VM],
+            -1,
+        )],
+    ));
+    let (front, url) = Front::start(&imds, vec![500, 503]).await?;
+    let dir = TempDir::new("retry")?;
+    let agent = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
+    let m = agent
+        .wait_for("the approval", |m| approvals(m, "Reboot") == 1.0)
+        .await?;
+    assert_eq!(failures(&m, "Reboot", "http_5xx"), 2.0);
+    assert_eq!(decisions(&m, "post_failed", "http_5xx"), 2.0);
+    assert_eq!(front.posts().len(), 3, "two failures, then the success");
+    assert_eq!(ids(&imds.sim.approvals()), [USER_REBOOT]);
+    more_polls(&agent, 20.0).await?;
+    assert_eq!(front.posts().len(), 3, "nothing after the success");
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn a_400_on_post_is_logged_and_never_sent_again() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        2,
+        &[event_json(
+            USER_REBOOT,
+            "Scheduled",
+            "Reboot",
+            "User",
+            &[THIS_VM],
+            -1,
+        )],
+    ));
+    let (front, url) = Front::start(&imds, vec![400; 50]).await?;
+    let dir = TempDir::new("400")?;
+    let agent = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
+    agent
+        .wait_for("the refusal", |m| failures(m, "Reboot", "http_4xx") == 1.0)
+        .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    more_polls(&agent, 20.0).await?;
+    let m = agent.metrics().await?;
+    assert_eq!(front.posts().len(), 1, "a 400 is not retried");
+    assert_eq!(failures(&m, "Reboot", "http_4xx"), 1.0);
+    assert_eq!(approvals(&m, "Reboot"), 0.0);
+    agent.stop().await?;
+
+    let again = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
+    again
+        .wait_for("the remembered refusal", |m| {
+            decisions(m, "skipped", "rejected") == 1.0
+        })
+        .await?;
+    more_polls(&again, 20.0).await?;
+    assert_eq!(front.posts().len(), 1, "nor after a restart");
+    again.stop().await
+}
+
+#[tokio::test]
+async fn polls_go_on_while_posts_fail() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        2,
+        &[event_json(
+            USER_REBOOT,
+            "Scheduled",
+            "Reboot",
+            "User",
+            &[THIS_VM],
+            -1,
+        )],
+    ));
+    let (_front, url) = Front::start(&imds, vec![500; 1000]).await?;
+    let dir = TempDir::new("failing")?;
+    let agent = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
+    agent
+        .wait_for("two failed attempts", |m| {
+            failures(m, "Reboot", "http_5xx") >= 2.0
+        })
+        .await?;
+    let m = agent
+        .wait_for("more polls", |m| events_requests(m) >= 30.0)
+        .await?;
+    assert_eq!(m.up(), Some(1.0));
+    assert!(
+        failures(&m, "Reboot", "http_5xx") < 10.0,
+        "retries back off instead of following the 50 ms poll: {}",
+        failures(&m, "Reboot", "http_5xx")
+    );
+    agent.stop().await
+}
