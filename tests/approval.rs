@@ -642,6 +642,9 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// One POST the front received: its `Metadata` header and its body.
+type Post = (Option<String>, String);
+
 /// A front for the simulator that answers approval POSTs as told and records them, and passes
 /// every other request through: IMDS's POST failures without disturbing its GETs.
 #[derive(Clone)]
@@ -649,7 +652,7 @@ struct Front {
     upstream: String,
     /// Statuses for the next POSTs; once empty, POSTs go to the simulator.
     script: Arc<Mutex<Vec<u16>>>,
-    posts: Arc<Mutex<Vec<(Option<String>, String)>>>,
+    posts: Arc<Mutex<Vec<Post>>>,
     http: reqwest::Client,
 }
 
@@ -681,7 +684,7 @@ impl Front {
         Ok((front, url))
     }
 
-    fn posts(&self) -> Vec<(Option<String>, String)> {
+    fn posts(&self) -> Vec<Post> {
         self.posts.lock().map(|p| p.clone()).unwrap_or_default()
     }
 
