@@ -346,13 +346,18 @@ impl Poller {
         let vm_name = self.vm_name.clone();
         let vm = vm_name.as_deref();
         let mut decisions = self.approver.finished_hooks();
-        let transitions = changes.iter().filter_map(|change| match change {
-            Change::Transition(transition) => Some(transition),
-            _ => None,
-        });
-        decisions.extend(self.approver.on_transitions(transitions, vm));
         if self.monitor.is_up() {
             let tracker = self.monitor.tracker();
+            let transitions = changes.iter().filter_map(|change| match change {
+                Change::Transition(transition) => Some(transition),
+                _ => None,
+            });
+            decisions.extend(self.approver.hooks_for_document(
+                transitions,
+                tracker.events(),
+                vm,
+                self.store.state(),
+            ));
             self.store.state_mut().observe(
                 tracker.incarnation().map(|i| i.0),
                 tracker.events(),

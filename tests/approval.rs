@@ -635,6 +635,63 @@ events:
     agent.stop().await
 }
 
+#[tokio::test]
+async fn across_restarts_an_event_is_prepared_once_and_recovered_when_it_ended_while_away()
+-> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        r#"
+events:
+  - {{ id: "{PLATFORM_REBOOT}", type: Reboot, resources: [{THIS_VM}], notice: 15m }}
+"#
+    ))?);
+    let dir = TempDir::new("hooks-restart")?;
+    let log = dir.path("hooks.log");
+    let hook = |kind: &str| {
+        format!(
+            r#"--approve.{kind}-hook=["sh","-c","echo \"$EVENT_HOOK $EVENT_ID $EVENT_TYPE $EVENT_RESOURCES\" >> \"$0\"","{}"]"#,
+            log.display()
+        )
+    };
+    let hook_flags = flags(&dir, &[&hook("prepare"), &hook("recover")])?;
+    let prepared = |m: &Exposition| {
+        m.get(r#"azure_scheduled_events_hook_runs_total{hook="prepare",result="ok"}"#) == 1.0
+    };
+    let agent = start(&imds, &hook_flags).await?;
+    agent.wait_for("the prepare hook", prepared).await?;
+    agent.stop().await?;
+
+    let again = start(&imds, &hook_flags).await?;
+    again
+        .wait_for("the event", |m| m.event_info(PLATFORM_REBOOT).is_some())
+        .await?;
+    more_polls(&again, 20.0).await?;
+    again.stop().await?;
+    assert_eq!(
+        std::fs::read_to_string(&log)?,
+        format!("prepare {PLATFORM_REBOOT} Reboot {THIS_VM}\n"),
+        "an event known before the restart is not prepared again"
+    );
+
+    assert!(imds.sim.remove_event(PLATFORM_REBOOT));
+    let after = start(&imds, &hook_flags).await?;
+    after
+        .wait_for("the recover hook", |m| {
+            m.get(r#"azure_scheduled_events_hook_runs_total{hook="recover",result="ok"}"#) == 1.0
+        })
+        .await?;
+    more_polls(&after, 20.0).await?;
+    after.stop().await?;
+    assert_eq!(
+        std::fs::read_to_string(&log)?,
+        format!(
+            "prepare {PLATFORM_REBOOT} Reboot {THIS_VM}\nrecover {PLATFORM_REBOOT} Reboot {THIS_VM}\n"
+        ),
+        "the event that ended while the agent was away is recovered, once"
+    );
+    Ok(())
+}
+
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(".");

@@ -25,10 +25,11 @@ use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use tokio::sync::mpsc;
 
-use crate::event::{Affects, Event, EventId};
+use crate::event::{Affects, Event, EventId, EventStatus, EventType};
 use crate::imds::{ImdsClient, ImdsError, Operation};
 use crate::metrics::Metrics;
-use crate::state::{ApprovalRecord, ApprovalStatus, StateStore};
+use crate::not_before::NotBefore;
+use crate::state::{ApprovalRecord, ApprovalStatus, KnownEvent, State, StateStore};
 use crate::trace_id::trace_id;
 use crate::tracker::{Tracked, Transition};
 
@@ -302,6 +303,8 @@ pub struct Approver {
     hooks_running: HashSet<EventId>,
     finished_tx: mpsc::UnboundedSender<Finished>,
     finished_rx: mpsc::UnboundedReceiver<Finished>,
+    /// Whether a valid document has been handled since the start.
+    seen_document: bool,
 }
 
 impl Approver {
@@ -313,6 +316,7 @@ impl Approver {
             hooks_running: HashSet::new(),
             finished_tx,
             finished_rx,
+            seen_document: false,
         }
     }
 
@@ -344,22 +348,50 @@ impl Approver {
         decisions
     }
 
-    /// Starts the prepare and recover hooks for the transitions of events affecting this VM.
-    pub fn on_transitions<'a>(
-        &self,
+    /// Starts the prepare and recover hooks for a valid document: prepare for events of this VM
+    /// that appeared, recover for those that completed or were cancelled. `previous` is the state
+    /// before this document: an event it already knew (from before a restart) is not prepared
+    /// again, and at the first document after a start, its events of this VM that are gone were
+    /// completed while the agent was away and are recovered.
+    pub fn hooks_for_document<'a>(
+        &mut self,
         transitions: impl IntoIterator<Item = &'a Transition>,
+        events: &[Tracked],
         vm: Option<&str>,
+        previous: &State,
     ) -> Vec<Decision> {
         let mut decisions = Vec::new();
+        let first_document = !std::mem::replace(&mut self.seen_document, true);
+        if first_document && let Some(command) = &self.config.recover_hook {
+            for known in previous.events.iter().filter(|known| {
+                known.affects_this_vm
+                    && !events.iter().any(|t| t.event.id.as_str() == known.event_id)
+            }) {
+                let event = known_event(known, vm);
+                self.spawn_hook(command, HookKind::Recover, &event, vm);
+                decisions.push(Decision {
+                    event,
+                    outcome: Outcome::HookStarted(HookKind::Recover),
+                });
+            }
+        }
         for transition in transitions {
+            let event = transition.event();
             let (kind, command) = match transition {
+                Transition::Appeared(_)
+                    if previous
+                        .events
+                        .iter()
+                        .any(|known| known.event_id == event.id.as_str()) =>
+                {
+                    continue;
+                }
                 Transition::Appeared(_) => (HookKind::Prepare, &self.config.prepare_hook),
                 Transition::Completed { .. } | Transition::Cancelled(_) => {
                     (HookKind::Recover, &self.config.recover_hook)
                 }
                 Transition::Started(_) | Transition::Updated { .. } => continue,
             };
-            let event = transition.event();
             if let Some(command) = command
                 && event.affects(vm) == Affects::Yes
             {
@@ -564,6 +596,22 @@ pub struct Imds<'a> {
     pub client: &'a ImdsClient,
     pub timeout: Duration,
     pub metrics: &'a Metrics,
+}
+
+/// An event known only from the state file (it left the document while the agent was away),
+/// with the fields the file keeps; `Resources` names only this VM.
+fn known_event(known: &KnownEvent, vm: Option<&str>) -> Event {
+    Event {
+        id: EventId::new(known.event_id.clone()),
+        event_type: EventType::parse(&known.event_type),
+        status: EventStatus::parse(&known.event_status),
+        resource_type: String::new(),
+        resources: vm.into_iter().collect(),
+        not_before: NotBefore::parse(None),
+        description: None,
+        source: None,
+        duration: None,
+    }
 }
 
 fn outcome_of(verdict: Verdict) -> Outcome {
