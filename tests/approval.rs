@@ -692,6 +692,112 @@ events:
     Ok(())
 }
 
+/// The built binary's JSON log lines until one matches `done` (or 20 s pass); the process is killed.
+fn binary_log_lines(
+    imds_url: &str,
+    args: &[String],
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> Result<Vec<serde_json::Value>, Box<dyn std::error::Error>> {
+    use std::io::BufRead;
+    let mut child =
+        std::process::Command::new(env!("CARGO_BIN_EXE_azure-scheduled-events-exporter"))
+            .arg(format!("--imds.url={imds_url}"))
+            .args(["--web.listen-address=127.0.0.1:0", "--poll.interval=50ms"])
+            .args(args)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut lines = Vec::new();
+    let result = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match receive.recv_timeout(left) {
+            Ok(line) => {
+                let json: serde_json::Value = serde_json::from_str(&line)?;
+                let finished = done(&json);
+                lines.push(json);
+                if finished {
+                    break Ok(lines);
+                }
+            }
+            Err(_) => break Err(format!("no matching log line; got {lines:#?}").into()),
+        }
+    };
+    child.kill()?;
+    child.wait()?;
+    result
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_decision_is_one_json_log_line_with_the_event_id_trace_id_and_vm_name() -> TestResult
+{
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        2,
+        &[
+            event_json(USER_REBOOT, "Scheduled", "Reboot", "User", &[THIS_VM], -1),
+            event_json(
+                LONG_FREEZE,
+                "Scheduled",
+                "Freeze",
+                "Platform",
+                &[THIS_VM],
+                30,
+            ),
+        ],
+    ));
+    let dir = TempDir::new("log-lines")?;
+    let args = flags(&dir, &["--approve"])?;
+    let url = imds.url();
+    let lines = tokio::task::spawn_blocking(move || {
+        binary_log_lines(&url, &args, |l| {
+            l["fields"]["message"] == "event approved" || l["message"] == "event approved"
+        })
+        .map_err(|e| e.to_string())
+    })
+    .await??;
+    let field = |line: &serde_json::Value, name: &str| {
+        line.get(name)
+            .or_else(|| line["fields"].get(name))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let about = |id: &str| -> Vec<&serde_json::Value> {
+        lines
+            .iter()
+            .filter(|l| field(l, "event_id") == id && !field(l, "decision").is_null())
+            .collect()
+    };
+    let approved = about(USER_REBOOT);
+    assert_eq!(approved.len(), 1, "{approved:#?}");
+    let line = approved[0];
+    assert_eq!(field(line, "message"), "event approved");
+    assert_eq!(field(line, "decision"), "approved");
+    assert_eq!(field(line, "reason"), "user_event");
+    assert_eq!(field(line, "vm_name"), THIS_VM);
+    assert_eq!(field(line, "event_type"), "Reboot");
+    assert_eq!(field(line, "trace_id"), "a0000000000040008000000000000001");
+    let skipped = about(LONG_FREEZE);
+    assert_eq!(skipped.len(), 1, "{skipped:#?}");
+    assert_eq!(field(skipped[0], "decision"), "skipped");
+    assert_eq!(field(skipped[0], "reason"), "freeze_too_long");
+    Ok(())
+}
+
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(".");
