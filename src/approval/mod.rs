@@ -430,14 +430,23 @@ impl Approver {
         if self.config.mode == Mode::Off {
             return decisions;
         }
-        self.progress
-            .retain(|id, _| events.iter().any(|tracked| tracked.event.id == *id));
+        let present: HashSet<&EventId> = events.iter().map(|t| &t.event.id).collect();
+        self.progress.retain(|id, _| present.contains(id));
+        let remembered: HashMap<&str, DateTime<Utc>> = store
+            .state()
+            .events
+            .iter()
+            .map(|known| (known.event_id.as_str(), known.first_seen))
+            .collect();
         let mut due = Vec::new();
         for tracked in events {
             let event = &tracked.event;
-            let first_seen = store
-                .state()
-                .first_seen(event.id.as_str())
+            if self.progress.get(&event.id) == Some(&Progress::Done) {
+                continue;
+            }
+            let first_seen = remembered
+                .get(event.id.as_str())
+                .copied()
                 .unwrap_or(tracked.first_seen);
             let verdict = self.config.policy.verdict(event, vm, first_seen, now);
             let progress = match self.progress.get(&event.id) {
