@@ -505,7 +505,11 @@ mod tests {
         state.observe(Some(1), std::slice::from_ref(&present), None, t(86_400));
         assert_eq!(state.approvals.len(), 2, "a day later both are kept");
         state.observe(Some(1), std::slice::from_ref(&present), None, t(8 * 86_400));
-        assert_eq!(state.approvals.len(), 2, "an unchanged document changes nothing");
+        assert_eq!(
+            state.approvals.len(),
+            2,
+            "an unchanged document changes nothing"
+        );
         state.observe(Some(2), &[present], None, t(8 * 86_400));
         assert_eq!(
             state.approvals.keys().collect::<Vec<_>>(),

@@ -816,6 +816,8 @@ struct Front {
     /// Statuses for the next POSTs; once empty, POSTs go to the simulator.
     script: Arc<Mutex<Vec<u16>>>,
     posts: Arc<Mutex<Vec<Post>>>,
+    /// Every request's method in arrival order: `G` or `P`.
+    sequence: Arc<Mutex<String>>,
     http: reqwest::Client,
 }
 
@@ -828,6 +830,7 @@ impl Front {
             upstream: imds.url(),
             script: Arc::new(Mutex::new(script)),
             posts: Arc::default(),
+            sequence: Arc::default(),
             http: reqwest::Client::builder().no_proxy().build()?,
         };
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
@@ -866,6 +869,15 @@ impl Front {
             .map(|b| b.to_bytes())
             .unwrap_or_default();
         let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        if path.starts_with("/metadata/scheduledevents")
+            && let Ok(mut sequence) = self.sequence.lock()
+        {
+            sequence.push(if method == hyper::Method::POST {
+                'P'
+            } else {
+                'G'
+            });
+        }
         if method == hyper::Method::POST {
             if let Ok(mut posts) = self.posts.lock() {
                 posts.push((
@@ -949,6 +961,43 @@ async fn the_approval_post_carries_metadata_true_and_exactly_the_event_id() -> T
         serde_json::json!({"StartRequests":[{"EventId": USER_REBOOT}]})
     );
     assert_eq!(ids(&imds.sim.approvals()), [USER_REBOOT]);
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn many_events_due_at_once_are_all_approved_once_a_few_per_poll() -> TestResult {
+    let imds = Imds::start().await?;
+    let ids: Vec<String> = (1..=7)
+        .map(|i| format!("C0000000-0000-4000-8000-00000000000{i}"))
+        .collect();
+    let events: Vec<String> = ids
+        .iter()
+        .map(|id| event_json(id, "Scheduled", "Reboot", "User", &[THIS_VM], -1))
+        .collect();
+    imds.sim.set_document(document(2, &events));
+    let (front, url) = Front::start(&imds, vec![]).await?;
+    let dir = TempDir::new("many")?;
+    let agent = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
+    agent
+        .wait_for("seven approvals", |m| approvals(m, "Reboot") == 7.0)
+        .await?;
+    more_polls(&agent, 20.0).await?;
+    let mut posted: Vec<String> = imds
+        .sim
+        .approvals()
+        .into_iter()
+        .map(|a| a.event_id)
+        .collect();
+    posted.sort();
+    assert_eq!(posted, ids, "each once");
+    assert_eq!(front.posts().len(), 7);
+    let sequence = front.sequence.lock().map(|s| s.clone()).unwrap_or_default();
+    let longest = sequence.split('G').map(str::len).max().unwrap_or(0);
+    assert!(
+        longest <= 3,
+        "at most 3 POSTs between two polls: {sequence}"
+    );
+    assert!(sequence.contains("PPP"), "{sequence}");
     agent.stop().await
 }
 

@@ -40,6 +40,9 @@ pub use policy::{Policy, Rule, SkipReason, Verdict, WaitReason, When};
 pub const RETRY_FIRST: Duration = Duration::from_secs(1);
 /// Longest wait between two attempts of one POST.
 pub const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Approval POSTs sent after one poll at most: with the poll's GET, this keeps the agent under
+/// IMDS's limit of 5 requests per second at the default 1 s poll.
+pub const MAX_POSTS_PER_POLL: usize = 3;
 
 /// Whether approval is off, deciding only, or sending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -511,7 +514,12 @@ impl Approver {
                             outcome: outcome_of(other),
                         });
                     }
-                    Progress::Deciding(Some(other))
+                    if other == Verdict::Skip(SkipReason::Started) {
+                        // An event never goes back from Started: nothing more to decide.
+                        Progress::Done
+                    } else {
+                        Progress::Deciding(Some(other))
+                    }
                 }
                 // Ready or retrying, and the policy no longer approves now.
                 (Progress::Ready | Progress::Retry(_), Verdict::Wait { .. }) => progress,
@@ -523,11 +531,29 @@ impl Approver {
                     Progress::Done
                 }
             };
-            self.progress.insert(event.id.clone(), next);
+            match self.progress.get_mut(&event.id) {
+                Some(progress) => *progress = next,
+                None => {
+                    self.progress.insert(event.id.clone(), next);
+                }
+            }
         }
+        // Events left out keep their progress and are sent at a following poll.
+        due.truncate(MAX_POSTS_PER_POLL);
         for (event, rule) in due {
             let decision = self.post(event, rule, now, imds, store).await;
+            let timed_out = matches!(
+                decision.outcome,
+                Outcome::PostFailed {
+                    reason: "timeout",
+                    ..
+                }
+            );
             decisions.push(decision);
+            if timed_out {
+                // IMDS is not answering: do not hold the poll loop for every remaining POST.
+                break;
+            }
         }
         decisions
     }
