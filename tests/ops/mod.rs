@@ -1,0 +1,367 @@
+//! What on-call imports, read as the tests need it: the dashboards' PromQL, the alert rules, and the
+//! agent binary running as a separate process.
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the harness"
+)]
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub type Error = Box<dyn std::error::Error>;
+
+/// The prefix of every metric the agent exports.
+pub const PREFIX: &str = "azure_scheduled_events_";
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Files in `dir` (relative to the repository) whose names end with `suffix`, sorted.
+pub fn files(dir: &str, suffix: &str) -> Result<Vec<PathBuf>, Error> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(repo().join(dir))? {
+        let path = entry?.path();
+        if path.to_string_lossy().ends_with(suffix) {
+            found.push(path);
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+pub fn dashboards() -> Result<Vec<(String, Value)>, Error> {
+    let mut all = Vec::new();
+    for path in files("dashboards", ".json")? {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let json = serde_json::from_str(&std::fs::read_to_string(&path)?)
+            .map_err(|e| format!("{name}: {e}"))?;
+        all.push((name, json));
+    }
+    if all.is_empty() {
+        return Err("no dashboards in dashboards/".into());
+    }
+    Ok(all)
+}
+
+/// Rule files: alerts/*.yml except the unit tests (`*test*.yml`).
+pub fn rule_files() -> Result<Vec<PathBuf>, Error> {
+    let rules: Vec<PathBuf> = files("alerts", ".yml")?
+        .into_iter()
+        .filter(|p| !file_name(p).contains("test"))
+        .collect();
+    if rules.is_empty() {
+        return Err("no rule files in alerts/".into());
+    }
+    Ok(rules)
+}
+
+pub fn rule_tests() -> Result<Vec<PathBuf>, Error> {
+    Ok(files("alerts", ".yml")?
+        .into_iter()
+        .filter(|p| file_name(p).contains("test"))
+        .collect())
+}
+
+pub fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+pub fn yaml(path: &Path) -> Result<Value, Error> {
+    let text = std::fs::read_to_string(path)?;
+    serde_norway::from_str(&text).map_err(|e| format!("{}: {e}", path.display()).into())
+}
+
+/// One alerting rule as written in a rule file.
+#[derive(Debug, Clone)]
+pub struct Alert {
+    pub name: String,
+    pub expr: String,
+    pub rule: Value,
+}
+
+pub fn alerts() -> Result<Vec<Alert>, Error> {
+    let mut all = Vec::new();
+    for path in rule_files()? {
+        let doc = yaml(&path)?;
+        for group in doc["groups"].as_array().into_iter().flatten() {
+            for rule in group["rules"].as_array().into_iter().flatten() {
+                if let Some(name) = rule["alert"].as_str() {
+                    all.push(Alert {
+                        name: name.to_owned(),
+                        expr: rule["expr"].as_str().unwrap_or_default().to_owned(),
+                        rule: rule.clone(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(all)
+}
+
+/// Where a dashboard expression comes from, and how Grafana runs it.
+#[derive(Debug, Clone)]
+pub struct Query {
+    pub dashboard: String,
+    /// Panel title and refId, or the variable's name.
+    pub place: String,
+    pub expr: String,
+    /// A template variable's query: `label_values(selector, label)` or `query_result(expr)`.
+    pub variable: bool,
+}
+
+/// Every PromQL expression of a dashboard: panel targets (rows included) and query variables.
+pub fn queries(dashboard: &str, json: &Value) -> Vec<Query> {
+    let mut found = Vec::new();
+    let mut panels: Vec<&Value> = json["panels"].as_array().into_iter().flatten().collect();
+    while let Some(panel) = panels.pop() {
+        panels.extend(panel["panels"].as_array().into_iter().flatten());
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            if let Some(expr) = target["expr"].as_str() {
+                found.push(Query {
+                    dashboard: dashboard.to_owned(),
+                    place: format!(
+                        "panel {:?} target {}",
+                        panel["title"].as_str().unwrap_or_default(),
+                        target["refId"].as_str().unwrap_or_default()
+                    ),
+                    expr: expr.to_owned(),
+                    variable: false,
+                });
+            }
+        }
+    }
+    for variable in json["templating"]["list"].as_array().into_iter().flatten() {
+        if variable["type"] == "query" {
+            found.push(Query {
+                dashboard: dashboard.to_owned(),
+                place: format!(
+                    "variable ${}",
+                    variable["name"].as_str().unwrap_or_default()
+                ),
+                expr: variable["query"].as_str().unwrap_or_default().to_owned(),
+                variable: true,
+            });
+        }
+    }
+    found
+}
+
+/// The PromQL inside a Grafana variable query: `label_values(selector, label)` gives `selector`
+/// and `label`, `query_result(expr)` gives `expr`.
+pub fn variable_promql(query: &str) -> Option<(String, Option<String>)> {
+    if let Some(inner) = query
+        .strip_prefix("label_values(")
+        .and_then(|q| q.strip_suffix(')'))
+    {
+        let (selector, label) = inner.rsplit_once(',')?;
+        return Some((selector.trim().to_owned(), Some(label.trim().to_owned())));
+    }
+    let inner = query
+        .strip_prefix("query_result(")
+        .and_then(|q| q.strip_suffix(')'))?;
+    Some((inner.to_owned(), None))
+}
+
+/// Replaces Grafana's variables with the values given, longest names first so `$__range` is not
+/// mistaken for a shorter name. Capture references such as `$1` in `label_replace` are not
+/// variables and stay. Fails when a `$name` is left that was not given.
+pub fn substitute(expr: &str, values: &[(&str, &str)]) -> Result<String, String> {
+    let mut values = values.to_vec();
+    values.sort_by_key(|(name, _)| std::cmp::Reverse(name.len()));
+    let mut out = expr.to_owned();
+    for (name, value) in &values {
+        out = out.replace(&format!("${{{name}}}"), value);
+        out = out.replace(&format!("${name}"), value);
+    }
+    let leftover = out.match_indices('$').find(|(i, _)| {
+        out[i + 1..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '{')
+    });
+    match leftover {
+        Some((i, _)) => Err(format!(
+            "unknown variable at {:?} in {expr}",
+            &out[i..out.len().min(i + 20)]
+        )),
+        None => Ok(out),
+    }
+}
+
+/// Every `azure_scheduled_events_*` name in `text`.
+pub fn metric_names(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(PREFIX) {
+        let preceded_by_word = rest[..start]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+        let tail = &rest[start..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        if !preceded_by_word {
+            names.insert(tail[..end].to_owned());
+        }
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// The sample names an exposition can be queried by: each `# TYPE` family, with `_bucket`,
+/// `_sum` and `_count` for histograms and summaries.
+pub fn exported_names(exposition: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in exposition.lines() {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("#") || words.next() != Some("TYPE") {
+            continue;
+        }
+        let (Some(name), Some(kind)) = (words.next(), words.next()) else {
+            continue;
+        };
+        names.insert(name.to_owned());
+        if kind == "histogram" || kind == "summary" {
+            for suffix in ["_bucket", "_sum", "_count"] {
+                names.insert(format!("{name}{suffix}"));
+            }
+        }
+    }
+    names
+}
+
+/// A free TCP port on 127.0.0.1 (bound, read and released: another process may take it, which
+/// the caller notices when its server fails to start).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(what: &str) -> std::io::Result<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or_default();
+        let path = std::env::temp_dir().join(format!("ase-{what}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&path)?;
+        Ok(Self(path))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process killed and reaped on drop.
+pub struct Process {
+    pub child: Child,
+    pub name: String,
+}
+
+impl Process {
+    pub fn spawn(name: &str, command: &mut Command) -> Result<Self, Error> {
+        let child = command
+            .spawn()
+            .map_err(|e| format!("cannot start {name}: {e}"))?;
+        Ok(Self {
+            child,
+            name: name.to_owned(),
+        })
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The agent binary as a separate process, with a clean environment (no inherited proxies).
+pub struct AgentProcess {
+    pub process: Process,
+    pub address: String,
+}
+
+impl AgentProcess {
+    /// Starts the agent with `args` plus a loopback listener, and waits for its `starting` line.
+    pub fn start(name: &str, args: &[String]) -> Result<Self, Error> {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_azure-scheduled-events-exporter"));
+        command
+            .args(args)
+            .arg("--web.listen-address=127.0.0.1:0")
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if let Some(path) = std::env::var_os("PATH") {
+            command.env("PATH", path);
+        }
+        let mut process = Process::spawn(name, &mut command)?;
+        let stdout = process.child.stdout.take().ok_or("no stdout")?;
+        let (send, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(json) = serde_json::from_str::<Value>(&line)
+                    && json["message"] == "starting"
+                    && send.send(json).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let starting = lines
+            .recv_timeout(Duration::from_secs(20))
+            .map_err(|e| format!("{name}: no `starting` log line: {e}"))?;
+        let address = starting["listen_address"]
+            .as_str()
+            .ok_or("no listen_address")?
+            .to_owned();
+        Ok(Self { process, address })
+    }
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, for at most `patience`.
+pub async fn eventually<T, F, Fut>(what: &str, patience: Duration, mut check: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, Error>>,
+{
+    let deadline = Instant::now() + patience;
+    loop {
+        let last = match check().await {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => "not yet".to_owned(),
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}: {last}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
