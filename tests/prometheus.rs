@@ -342,7 +342,9 @@ async fn a_real_prometheus_evaluates_every_dashboard_and_alert_expression_agains
     imds.sim.load_scenario(Scenario::from_file(
         &ops::repo().join("scenarios/fleet.yaml"),
     )?);
-    let unreachable = format!("http://127.0.0.1:{}", ops::free_port()?);
+    // web_3's IMDS: a socket that is bound but never answers, held for the whole test.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let unreachable = format!("http://{}", silent.local_addr()?);
     let mut agents = Vec::new();
     for (name, url) in [
         ("web_0", imds.url()),
@@ -529,5 +531,6 @@ async fn a_real_prometheus_evaluates_every_dashboard_and_alert_expression_agains
     );
     drop(agents);
     drop(imds);
+    drop(silent);
     Ok(())
 }
