@@ -398,52 +398,50 @@ async fn a_shared_event_is_approved_by_the_leader_at_once_and_by_the_second_vm_o
     ));
     let delay = chrono::TimeDelta::seconds(2);
     let (leader_dir, second_dir) = (TempDir::new("leader")?, TempDir::new("second")?);
+    // Each VM reaches IMDS through a front of its own, which says when each one POSTed.
+    let (leader_front, leader_url) = Front::start(&imds, vec![]).await?;
+    let (second_front, second_url) = Front::start(&imds, vec![]).await?;
     let second_started = chrono::Utc::now();
-    let second = start(
-        &imds,
-        &flags(
-            &second_dir,
-            &[
-                "--approve",
-                "--approve.takeover-delay=2s",
-                "--vm.name=test-vmss_1",
-            ],
-        )?,
-    )
-    .await?;
+    let second_flags = flags(
+        &second_dir,
+        &[
+            "--approve",
+            "--approve.takeover-delay=2s",
+            "--vm.name=test-vmss_1",
+        ],
+    )?;
+    let second = start_at(&imds, &second_url, &second_flags).await?;
     let waiting = second
         .wait_for("the second VM to wait its turn", |m| {
             decisions(m, "waiting", "takeover") == 1.0
         })
         .await?;
     assert_eq!(approvals(&waiting, "Freeze"), 0.0);
-    let leader_started = chrono::Utc::now();
-    let leader = start(
-        &imds,
-        &flags(&leader_dir, &["--approve", "--approve.takeover-delay=2s"])?,
-    )
-    .await?;
-    leader
+    let leader_flags = flags(&leader_dir, &["--approve", "--approve.takeover-delay=2s"])?;
+    let leader = start_at(&imds, &leader_url, &leader_flags).await?;
+    let led = leader
         .wait_for("the leader's approval", |m| approvals(m, "Freeze") == 1.0)
         .await?;
+    assert_eq!(
+        decisions(&led, "waiting", "takeover"),
+        0.0,
+        "the leader approves at once, without waiting a turn"
+    );
+    assert_eq!(decisions(&led, "approved", "short_freeze"), 1.0);
     second
         .wait_for("the second VM's approval", |m| {
             approvals(m, "Freeze") == 1.0
         })
         .await?;
-    let posted = imds.sim.approvals();
-    assert_eq!(posted.len(), 2, "{posted:?}");
-    let (first, then) = (&posted[0], &posted[1]);
+    assert_eq!(leader_front.posts().len(), 1);
+    let second_posts = second_front.posts();
+    assert_eq!(second_posts.len(), 1, "{second_posts:?}");
     assert!(
-        first.at - leader_started < delay,
-        "the leader approves at once: {:?} after it started",
-        first.at - leader_started
-    );
-    assert!(
-        then.at - second_started >= delay,
+        second_posts[0].at - second_started >= delay,
         "the second VM approves no earlier than its delay after it first saw the event: {:?}",
-        then.at - second_started
+        second_posts[0].at - second_started
     );
+    assert_eq!(ids(&imds.sim.approvals()), [SHORT_FREEZE, SHORT_FREEZE]);
     leader.stop().await?;
     second.stop().await
 }
@@ -552,7 +550,7 @@ async fn a_hook_that_fails_or_times_out_prevents_approval() -> TestResult {
 }
 
 #[tokio::test]
-async fn a_slow_hook_gets_the_event_and_the_loop_keeps_polling_until_it_succeeds() -> TestResult {
+async fn a_hook_gets_the_event_and_the_loop_keeps_polling_until_it_exits_0() -> TestResult {
     let imds = Imds::start().await?;
     imds.sim.set_document(document(
         2,
@@ -567,24 +565,33 @@ async fn a_slow_hook_gets_the_event_and_the_loop_keeps_polling_until_it_succeeds
     ));
     let dir = TempDir::new("slow-hook")?;
     let out = dir.path("hook-out");
+    // The hook reports what it got, then waits until the test releases it.
     let hook = format!(
-        r#"--approve.hook=["sh","-c","cat > \"$0.json\"; printf '%s %s %s' \"$EVENT_ID\" \"$EVENT_TYPE\" \"$EVENT_RESOURCES\" > \"$0.env\"; sleep 1","{}"]"#,
+        r#"--approve.hook=["sh","-c","cat > \"$0.json\"; printf '%s %s %s' \"$EVENT_ID\" \"$EVENT_TYPE\" \"$EVENT_RESOURCES\" > \"$0.env\"; while [ ! -e \"$0.release\" ]; do sleep 0.05; done","{}"]"#,
         out.display()
     );
     let agent = start(&imds, &flags(&dir, &["--approve", &hook])?).await?;
-    let before = agent
-        .wait_for("the hook to start", |m| {
-            events_requests(m) > 0.0 && approvals(m, "Reboot") == 0.0
+    let deadline = tokio::time::Instant::now() + common::PATIENCE;
+    while !with_suffix(&out, "env").exists() {
+        assert!(tokio::time::Instant::now() < deadline, "the hook never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let running = agent.metrics().await?;
+    let during = agent
+        .wait_for("polls while the hook runs", |m| {
+            events_requests(m) >= events_requests(&running) + 5.0
         })
         .await?;
+    assert_eq!(
+        approvals(&during, "Reboot"),
+        0.0,
+        "not before the hook exits 0"
+    );
+    assert!(imds.sim.approvals().is_empty());
+    std::fs::write(with_suffix(&out, "release"), b"")?;
     let m = agent
         .wait_for("the approval", |m| approvals(m, "Reboot") == 1.0)
         .await?;
-    assert!(
-        events_requests(&m) - events_requests(&before) >= 5.0,
-        "the loop kept polling while the hook ran: {} polls",
-        events_requests(&m) - events_requests(&before)
-    );
     assert_eq!(ids(&imds.sim.approvals()), [USER_REBOOT]);
     let stdin: serde_json::Value =
         serde_json::from_slice(&std::fs::read(with_suffix(&out, "json"))?)?;
@@ -805,8 +812,13 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// One POST the front received: its `Metadata` header and its body.
-type Post = (Option<String>, String);
+/// One POST the front received: its `Metadata` header, its body, and when.
+#[derive(Debug, Clone)]
+struct Post {
+    metadata: Option<String>,
+    body: String,
+    at: chrono::DateTime<chrono::Utc>,
+}
 
 /// A front for the simulator that answers approval POSTs as told and records them, and passes
 /// every other request through: IMDS's POST failures without disturbing its GETs.
@@ -880,10 +892,11 @@ impl Front {
         }
         if method == hyper::Method::POST {
             if let Ok(mut posts) = self.posts.lock() {
-                posts.push((
-                    metadata.clone(),
-                    String::from_utf8_lossy(&body).into_owned(),
-                ));
+                posts.push(Post {
+                    metadata: metadata.clone(),
+                    body: String::from_utf8_lossy(&body).into_owned(),
+                    at: chrono::Utc::now(),
+                });
             }
             let scripted = self
                 .script
@@ -954,8 +967,8 @@ async fn the_approval_post_carries_metadata_true_and_exactly_the_event_id() -> T
         .await?;
     let posts = front.posts();
     assert_eq!(posts.len(), 1, "{posts:?}");
-    assert_eq!(posts[0].0.as_deref(), Some("true"));
-    let body: serde_json::Value = serde_json::from_str(&posts[0].1)?;
+    assert_eq!(posts[0].metadata.as_deref(), Some("true"));
+    let body: serde_json::Value = serde_json::from_str(&posts[0].body)?;
     assert_eq!(
         body,
         serde_json::json!({"StartRequests":[{"EventId": USER_REBOOT}]})
