@@ -219,7 +219,7 @@ async fn exported() -> Result<BTreeSet<String>, Error> {
     imds.sim.load_scenario(Scenario::from_file(
         &ops::repo().join("scenarios/fleet.yaml"),
     )?);
-    let agent = Agent::start(&imds, &["--vm.name=web_0"]).await?;
+    let agent = Agent::start(&imds, &["--vm.name=web_0", "--state.file="]).await?;
     let exposition = agent
         .wait_for("per-event series and vm_info", |e| {
             e.has("azure_scheduled_events_vm_info{")

@@ -192,6 +192,15 @@ fn the_unit_is_hardened_and_keeps_state_in_its_state_directory() -> TestResult {
     ] {
         assert!(settings.contains(line), "{UNIT} lacks {line}");
     }
+    let help = String::from_utf8(Command::new(BIN).arg("--help").output()?.stdout)?;
+    assert!(
+        help.contains("[default: /var/lib/azure-scheduled-events-exporter/state.json]"),
+        "the agent's default --state.file is no longer in the unit's StateDirectory"
+    );
+    assert!(
+        !settings.contains("ProcSubset=pid"),
+        "ProcSubset=pid hides /proc/sys/kernel/random/boot_id, which classifies reboots"
+    );
     let (_dir, path) = unit_for_verify()?;
     let output = systemd_analyze(&["security", "--offline=yes", &path.to_string_lossy()])?;
     let text = report(&output);
@@ -286,7 +295,7 @@ async fn the_agent_answers_the_probes_and_reads_the_variables_the_service_files_
     let ds = daemonset()?;
     let container = &ds["spec"]["template"]["spec"]["containers"][0];
     let imds = Imds::start().await?;
-    let agent = Agent::start(&imds, &[]).await?;
+    let agent = Agent::start(&imds, &["--state.file="]).await?;
     agent
         .wait_for("a first document", |e| e.up() == Some(1.0))
         .await?;

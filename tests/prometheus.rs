@@ -5,6 +5,7 @@ mod common;
 mod ops;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -317,22 +318,32 @@ impl Prometheus {
     }
 }
 
-fn agent(name: &str, imds_url: &str) -> Result<AgentProcess, Error> {
-    AgentProcess::start(
-        name,
-        &[
-            format!("--imds.url={imds_url}"),
-            format!("--vm.name={name}"),
-            "--poll.interval=200ms".into(),
-            "--imds.timeout=1s".into(),
-            "--imds.first-timeout=2s".into(),
-            "--imds.max-backoff=500ms".into(),
-        ],
-    )
+/// The agent as VM `name`, polling `imds_url` fast, its state file and boot id in `dir`.
+fn agent(name: &str, imds_url: &str, dir: &Path, extra: &[&str]) -> Result<AgentProcess, Error> {
+    let boot_id = dir.join(format!("{name}.boot_id"));
+    if !boot_id.exists() {
+        std::fs::write(&boot_id, "boot-1\n")?;
+    }
+    let mut args = vec![
+        format!("--imds.url={imds_url}"),
+        format!("--vm.name={name}"),
+        "--poll.interval=200ms".into(),
+        "--imds.timeout=1s".into(),
+        "--imds.first-timeout=2s".into(),
+        "--imds.max-backoff=500ms".into(),
+        format!(
+            "--state.file={}",
+            dir.join(format!("{name}.json")).display()
+        ),
+        format!("--state.boot-id-file={}", boot_id.display()),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    AgentProcess::start(name, &args)
 }
 
 /// scenarios/fleet.yaml played to five agents scraped by one Prometheus with the alert rules:
-/// web_0..web_2 see the scenario, web_3 cannot reach IMDS, web_4 stops after its first scrapes.
+/// web_0..web_2 see the scenario (web_1 approves Spot evictions through a hook that fails; web_2's
+/// machine reboots without warning), web_3 cannot reach IMDS, web_4 stops after its first scrapes.
 /// Every dashboard expression (variables set to real values) and every alert expression must
 /// parse and return data, the alerts without a delay must fire, and the others must be pending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,15 +356,21 @@ async fn a_real_prometheus_evaluates_every_dashboard_and_alert_expression_agains
     // web_3's IMDS: a socket that is bound but never answers, held for the whole test.
     let silent = std::net::TcpListener::bind("127.0.0.1:0")?;
     let unreachable = format!("http://{}", silent.local_addr()?);
+    let dir = TempDir::new("fleet")?;
+    let approve = [
+        "--approve",
+        "--approve.event-types=Preempt",
+        "--approve.hook=false",
+    ];
     let mut agents = Vec::new();
-    for (name, url) in [
-        ("web_0", imds.url()),
-        ("web_1", imds.url()),
-        ("web_2", imds.url()),
-        ("web_3", unreachable),
-        ("web_4", imds.url()),
+    for (name, url, extra) in [
+        ("web_0", imds.url(), &[][..]),
+        ("web_1", imds.url(), &approve[..]),
+        ("web_2", imds.url(), &[]),
+        ("web_3", unreachable, &[]),
+        ("web_4", imds.url(), &[]),
     ] {
-        agents.push(agent(name, &url)?);
+        agents.push(agent(name, &url, &dir.0, extra)?);
     }
     let targets: Vec<String> = agents.iter().map(|a| a.address.clone()).collect();
     let prometheus = Prometheus::start(&targets, &ops::rule_files()?).await?;
@@ -383,6 +400,33 @@ async fn a_real_prometheus_evaluates_every_dashboard_and_alert_expression_agains
     let down = format!("up{{instance=\"{web_4_address}\"}} == 0");
     ops::eventually("web_4 to be seen down", patience, || async {
         Ok((!prometheus.query(&down).await?.is_empty()).then_some(()))
+    })
+    .await?;
+    // web_2's machine reboots: a new boot id, and the agent back on the same address.
+    let web_2 = agents.remove(2);
+    let web_2_address = web_2.address.clone();
+    drop(web_2);
+    std::fs::write(dir.0.join("web_2.boot_id"), "boot-2\n")?;
+    let listen = format!("--web.listen-address={web_2_address}");
+    let web_2 = ops::eventually("web_2 to restart on its address", patience, || async {
+        Ok(agent("web_2", &imds.url(), &dir.0, &[listen.as_str()]).ok())
+    })
+    .await?;
+    agents.insert(2, web_2);
+    let rebooted = format!(
+        "increase(azure_scheduled_events_reboots_total{{instance=\"{web_2_address}\",expected=\"false\"}}[1m]) > 0"
+    );
+    ops::eventually(
+        "web_2's unexpected reboot to be counted",
+        patience,
+        || async { Ok((!prometheus.query(&rebooted).await?.is_empty()).then_some(())) },
+    )
+    .await?;
+    ops::eventually("web_1's approval hook to fail", patience, || async {
+        let failed = prometheus
+            .query("increase(azure_scheduled_events_approval_failures_total{reason=\"hook_failed\"}[1m]) > 0")
+            .await?;
+        Ok((!failed.is_empty()).then_some(()))
     })
     .await?;
     ops::eventually("the Spot eviction to page", patience, || async {

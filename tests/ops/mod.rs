@@ -309,12 +309,15 @@ pub struct AgentProcess {
 }
 
 impl AgentProcess {
-    /// Starts the agent with `args` plus a loopback listener, and waits for its `starting` line.
+    /// Starts the agent with `args` (plus a free loopback port unless they give
+    /// `--web.listen-address`), and waits for its `starting` line.
     pub fn start(name: &str, args: &[String]) -> Result<Self, Error> {
         let mut command = Command::new(env!("CARGO_BIN_EXE_azure-scheduled-events-exporter"));
+        command.args(args);
+        if !args.iter().any(|a| a.starts_with("--web.listen-address")) {
+            command.arg("--web.listen-address=127.0.0.1:0");
+        }
         command
-            .args(args)
-            .arg("--web.listen-address=127.0.0.1:0")
             .env_clear()
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
