@@ -202,6 +202,30 @@ fn the_event_dashboard_picks_event_ids_from_the_metrics_and_links_each_to_its_tr
         text.contains("%22uid%22%3A%22${tempo}%22"),
         "trace links do not use $tempo"
     );
+    // Each Explore link decodes to a pane that queries ${tempo} for the trace id.
+    let mut links = 0;
+    for object in objects(event) {
+        let Some(url) = object.get("url").and_then(Value::as_str) else {
+            continue;
+        };
+        let Some(panes) = url.strip_prefix("/explore?schemaVersion=1&panes=") else {
+            continue;
+        };
+        let decoded = percent_encoding::percent_decode_str(panes).decode_utf8()?;
+        let pane: Value = serde_json::from_str(&decoded)?;
+        let query = &pane["trace"]["queries"][0];
+        assert_eq!(pane["trace"]["datasource"], "${tempo}", "{decoded}");
+        assert_eq!(query["datasource"]["type"], "tempo", "{decoded}");
+        assert!(
+            matches!(
+                query["query"].as_str(),
+                Some("${trace_id}" | "${__data.fields.trace_id}")
+            ),
+            "{decoded}"
+        );
+        links += 1;
+    }
+    assert!(links >= 2, "only {links} trace links");
     let trace = variable(event, "trace_id").ok_or("no $trace_id")?;
     assert!(
         trace["query"]
