@@ -9,10 +9,16 @@
 //! a window of a few hundred milliseconds of CPU). Memory is `VmRSS` and `VmHWM` from
 //! `/proc/<pid>/status`.
 //!
+//! Last, three agents poll the same unchanged document side by side for one window: one without
+//! traces, one exporting over OTLP/gRPC and one over OTLP/HTTP to a live receiver in this process,
+//! which shows what configuring traces costs a poll that changes nothing.
+//!
 //! `cargo bench --bench agent` runs the full windows (about a minute); without `--bench` (as
 //! under `cargo test`) it runs the same steps for about a second each, to keep the bench working.
 
 mod common;
+#[path = "../tests/common/otlp.rs"]
+mod otlp;
 
 use std::error::Error;
 use std::hint::black_box;
@@ -276,6 +282,103 @@ async fn run(plan: &Plan) -> Result<()> {
         memory.hwm_kib,
         memory.hwm_kib as f64 / 1024.0
     );
+    drop(agent);
+    otlp_overhead(&control, sim_address, plan).await
+}
+
+/// CPU per poll of agents without and with OTLP export, polling the same unchanged document in
+/// the same window so that they share whatever else the machine is doing.
+async fn otlp_overhead(
+    control: &reqwest::Client,
+    sim_address: SocketAddr,
+    plan: &Plan,
+) -> Result<()> {
+    let receiver = otlp::Receiver::start().await?;
+    let grpc = receiver.grpc_url();
+    let http = receiver.http_url();
+    let setups: [(&str, Vec<(&str, &str)>); 3] = [
+        ("no OTLP", vec![]),
+        (
+            "OTLP gRPC",
+            vec![
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", grpc.as_str()),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ],
+        ),
+        (
+            "OTLP HTTP",
+            vec![("OTEL_EXPORTER_OTLP_ENDPOINT", http.as_str())],
+        ),
+    ];
+    let mut agents = Vec::new();
+    for (name, env) in &setups {
+        let address = free_port()?;
+        let agent = Process::spawn_with_env(
+            "agent",
+            &[
+                format!("--poll.interval={}ms", POLL_INTERVAL.as_millis()),
+                format!("--imds.url=http://{sim_address}"),
+                format!("--web.listen-address={address}"),
+                "--log.level=warn".to_owned(),
+            ],
+            env,
+        )?;
+        wait_for(control, &format!("http://{address}/readyz"), &agent).await?;
+        agents.push((*name, agent, format!("http://{address}/metrics")));
+    }
+    // Each exporting agent sends the three events' `scheduled` spans once, at its first document.
+    let expected = 3 * (setups.len() - 1);
+    receiver
+        .wait_for("the first spans", |spans| spans.len() >= expected)
+        .await?;
+    tokio::time::sleep(plan.warm_up).await;
+    let spans_before = receiver.spans().len();
+    let mut before = Vec::new();
+    for (_, agent, metrics) in &agents {
+        before.push((
+            polls(&scrape(control, metrics).await?)?,
+            Cpu::of(&agent.pid)?,
+        ));
+    }
+    let started = Instant::now();
+    tokio::time::sleep(plan.window).await;
+    let mut windows = Vec::new();
+    for ((_, agent, metrics), (polls_before, cpu_before)) in agents.iter().zip(&before) {
+        let cpu = Cpu::of(&agent.pid)?.since(cpu_before);
+        let polls_after = polls(&scrape(control, metrics).await?)?;
+        windows.push(Window {
+            polls: polls_after.saturating_sub(*polls_before),
+            elapsed: started.elapsed(),
+            cpu,
+        });
+    }
+    say!("");
+    say!(
+        "OTLP configured, document unchanged: three agents side by side at 50 Hz over {:?}",
+        plan.window
+    );
+    say!(
+        "{:<10} {:>6} {:>12} {:>10} {:>10}",
+        "",
+        "polls",
+        "CPU ns/poll",
+        "vs no OTLP",
+        "VmRSS KiB"
+    );
+    let baseline = windows[0].ns_per_poll();
+    for ((name, agent, _), window) in agents.iter().zip(&windows) {
+        say!(
+            "{name:<10} {:>6} {:>12.0} {:>9.1}% {:>10}",
+            window.polls,
+            window.ns_per_poll(),
+            (window.ns_per_poll() / baseline - 1.0) * 100.0,
+            Memory::of(&agent.pid)?.rss_kib
+        );
+    }
+    say!(
+        "spans received during the window: {} (target 0); extra CPU per poll target at most 10%",
+        receiver.spans().len() - spans_before
+    );
     Ok(())
 }
 
@@ -439,6 +542,10 @@ struct Process {
 
 impl Process {
     fn spawn(name: &'static str, args: &[String]) -> Result<Self> {
+        Self::spawn_with_env(name, args, &[])
+    }
+
+    fn spawn_with_env(name: &'static str, args: &[String], env: &[(&str, &str)]) -> Result<Self> {
         let mut command = Command::new(BIN);
         // No inherited proxies or AZURE_SCHEDULED_EVENTS_* settings.
         command
@@ -450,6 +557,7 @@ impl Process {
         if let Some(path) = std::env::var_os("PATH") {
             command.env("PATH", path);
         }
+        command.envs(env.iter().copied());
         let child = command.spawn()?;
         let pid = child.id().to_string();
         Ok(Self { name, child, pid })

@@ -1,6 +1,9 @@
 //! A real OTLP receiver on 127.0.0.1:0, built on the official protobuf definitions
 //! (`opentelemetry-proto`): the `TraceService` over gRPC, and `POST /v1/traces` with
 //! `application/x-protobuf` bodies over HTTP. It keeps every span it receives, with its resource.
+//! Self-contained, so the benchmarks use it too.
+
+#![allow(dead_code, reason = "the benchmarks use only part of the receiver")]
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -24,7 +27,8 @@ use prost::Message;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::common::PATIENCE;
+/// How long [`Receiver::wait_for`] waits before it fails.
+const PATIENCE: Duration = Duration::from_secs(20);
 
 /// One received span, flattened with its resource.
 #[derive(Debug, Clone)]
