@@ -28,7 +28,7 @@ use crate::monitor::{Change, Monitor};
 use crate::server::{self, Endpoints};
 use crate::state::{Opened, StateStore};
 use crate::telemetry::{Telemetry, Traces, VmIdentity};
-use crate::trace_id::trace_id;
+use crate::trace_id::{lifecycle_span_id, trace_id};
 use crate::tracker::{IncarnationChange, Transition};
 use crate::wire;
 
@@ -494,6 +494,7 @@ impl Poller {
             Change::DuplicateEventId(id) => tracing::warn!(
                 vm_name,
                 event_id = %id,
+                trace_id = %trace_id(id.as_str()),
                 "an EventId appears twice in the document; the first is kept"
             ),
             Change::Unreachable { reason, error } => tracing::warn!(
@@ -617,6 +618,7 @@ fn log_transition(transition: &Transition, vm_name: Option<&str>, incarnation: O
         transition = transition.kind(),
         event_id = %event.id,
         trace_id = %trace_id(event.id.as_str()),
+        span_id = vm_name.map(|vm| format!("{:016x}", lifecycle_span_id(event.id.as_str(), vm))),
         event_type = %event.event_type,
         event_status = %event.status,
         event_source = event.source.as_ref().map(|s| s.as_str()),

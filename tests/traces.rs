@@ -237,6 +237,10 @@ async fn over_grpc_each_transition_arrives_in_the_event_trace_from_this_vm() -> 
                 "deployment.environment.name=test,cloud.region=from-attributes,service.name=from-attributes",
             ),
             ("OTEL_SERVICE_NAME", "se-test"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "authorization=Bearer%20t0ken,x-scope-orgid=ops",
+            ),
         ],
         &[],
     )?;
@@ -262,6 +266,15 @@ async fn over_grpc_each_transition_arrives_in_the_event_trace_from_this_vm() -> 
     assert_eq!(scheduled.event("affects_this_vm"), Some("true"));
     assert_eq!(scheduled.event("document_incarnation"), Some("1"));
     assert_eq!(scheduled.event("vm_name"), Some(THIS_VM));
+    assert_eq!(
+        scheduled.headers.get("authorization").map(String::as_str),
+        Some("Bearer t0ken"),
+        "header values are percent-decoded"
+    );
+    assert_eq!(
+        scheduled.headers.get("x-scope-orgid").map(String::as_str),
+        Some("ops")
+    );
 
     let compute = example_compute(THIS_VM);
     let resource = &scheduled.resource;
@@ -319,6 +332,11 @@ async fn over_grpc_each_transition_arrives_in_the_event_trace_from_this_vm() -> 
     let lifecycle = named(&spans, "Reboot")[0];
     assert_eq!(lifecycle.trace_id, EVENT_TRACE);
     assert_eq!(lifecycle.span_id, span_id_hex(EVENT, THIS_VM));
+    assert_eq!(
+        line["span_id"],
+        lifecycle.span_id.as_str(),
+        "the log line names the span"
+    );
     assert_eq!(lifecycle.parent_span_id, "");
     assert_eq!(lifecycle.event("outcome"), Some("completed"));
     assert_eq!(lifecycle.event("seen_started"), Some("true"));
@@ -363,9 +381,12 @@ async fn over_http_protobuf_set_by_flag_a_cancelled_event_ends_its_span_as_cance
     let agent = Agent::polling(
         &imds,
         THIS_VM,
-        // The flag wins over the variable, which points at nothing.
-        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")],
-        &[&endpoint],
+        // Flags win over the variables; the variable's endpoint points at nothing.
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-scope-orgid=from-variable"),
+        ],
+        &[&endpoint, "--otlp.headers=x-scope-orgid=from-flag"],
     )?;
     receiver
         .wait_for("both scheduled transitions", |s| {
@@ -381,6 +402,10 @@ async fn over_http_protobuf_set_by_flag_a_cancelled_event_ends_its_span_as_cance
         .await?;
     let freeze = named(&spans, "Freeze")[0];
     assert_eq!(freeze.via, "http");
+    assert_eq!(
+        freeze.headers.get("x-scope-orgid").map(String::as_str),
+        Some("from-flag")
+    );
     assert_eq!(
         freeze.trace_id, EVENT_TRACE,
         "a lower-case GUID gives the same trace"
@@ -604,6 +629,43 @@ async fn a_fleet_of_five_agents_writes_one_trace_with_one_lifecycle_span_per_vm(
     for agent in agents {
         assert!(agent.terminate().await?.success());
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_debug_level_each_poll_is_a_client_span_of_its_own() -> TestResult {
+    let receiver = Receiver::start().await?;
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(1, &[]));
+    let endpoint = receiver.http_url();
+    let agent = Agent::polling(
+        &imds,
+        THIS_VM,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)],
+        &["--log.level=debug"],
+    )?;
+    let spans = receiver
+        .wait_for("three IMDS request spans", |spans| {
+            named(spans, "GET /metadata/scheduledevents").len() >= 3
+        })
+        .await?;
+    let polls = named(&spans, "GET /metadata/scheduledevents");
+    assert_eq!(
+        polls[0]
+            .attributes
+            .get("http.response.status_code")
+            .map(String::as_str),
+        Some("200")
+    );
+    assert_eq!(polls[0].parent_span_id, "");
+    assert_ne!(polls[0].trace_id, polls[1].trace_id, "a trace per poll");
+    assert!(
+        spans
+            .iter()
+            .all(|s| s.name == "GET /metadata/scheduledevents"),
+        "only the agent's own spans, never the HTTP or gRPC libraries'"
+    );
+    assert!(agent.terminate().await?.success());
     Ok(())
 }
 

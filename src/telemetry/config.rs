@@ -190,6 +190,16 @@ impl OtlpArgs {
             Some(text) => key_values(&text, false).map_err(|e| invalid("otlp.headers", e))?,
             None => Vec::new(),
         };
+        for (name, value) in &headers {
+            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err()
+                || reqwest::header::HeaderValue::from_str(&decode_header(value)).is_err()
+            {
+                return Err(invalid(
+                    "otlp.headers",
+                    format!("{name:?} is not a valid header name and value"),
+                ));
+            }
+        }
         let timeout = match self.timeout {
             Some(timeout) => timeout,
             None => match first(
@@ -297,6 +307,23 @@ fn key_values(text: &str, decode: bool) -> Result<Vec<(String, String)>, String>
         pairs.push((key.to_owned(), value));
     }
     Ok(pairs)
+}
+
+/// The headers as HTTP types: names lower case, values percent-decoded. [`OtlpArgs::resolve`]
+/// checked that each one is valid.
+pub fn http_headers(
+    headers: &[(String, String)],
+) -> Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)> {
+    headers
+        .iter()
+        .filter_map(|(name, value)| {
+            Some((
+                reqwest::header::HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())
+                    .ok()?,
+                reqwest::header::HeaderValue::from_str(&decode_header(value)).ok()?,
+            ))
+        })
+        .collect()
 }
 
 /// Percent-decodes a header value, keeping it as written when it does not decode.
@@ -492,6 +519,11 @@ mod tests {
             (
                 flag_endpoint("http://c"),
                 vec![("OTEL_EXPORTER_OTLP_HEADERS", "novalue")],
+                "--otlp.headers",
+            ),
+            (
+                flag_endpoint("http://c"),
+                vec![("OTEL_EXPORTER_OTLP_HEADERS", "bad name=1")],
                 "--otlp.headers",
             ),
             (

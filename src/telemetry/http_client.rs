@@ -1,7 +1,9 @@
 //! OTLP/HTTP over the agent's own `reqwest` (rustls), so traces add no second HTTP or TLS stack.
 //!
 //! Unlike the IMDS client this one honours `HTTPS_PROXY`/`NO_PROXY`: a collector may well sit
-//! behind a proxy, IMDS never does.
+//! behind a proxy, IMDS never does. The resolved headers are set last on every request, because
+//! the exporter library also reads `OTEL_EXPORTER_OTLP_HEADERS` itself and would otherwise let
+//! the variable override `--otlp.headers`.
 
 use std::time::Duration;
 
@@ -11,25 +13,36 @@ use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 /// Largest collector answer read; an OTLP response is a few bytes (a partial-success message at most).
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 
+use reqwest::header::{HeaderName, HeaderValue};
+
 #[derive(Debug, Clone)]
-pub struct ReqwestClient(reqwest::Client);
+pub struct ReqwestClient {
+    client: reqwest::Client,
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
 
 impl ReqwestClient {
-    pub fn new(timeout: Duration) -> Result<Self, reqwest::Error> {
-        reqwest::Client::builder()
+    pub fn new(
+        timeout: Duration,
+        headers: Vec<(HeaderName, HeaderValue)>,
+    ) -> Result<Self, reqwest::Error> {
+        let client = reqwest::Client::builder()
             .timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map(Self)
+            .build()?;
+        Ok(Self { client, headers })
     }
 }
 
 #[async_trait]
 impl HttpClient for ReqwestClient {
     async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
+        for (name, value) in &self.headers {
+            parts.headers.insert(name.clone(), value.clone());
+        }
         let mut response = self
-            .0
+            .client
             .request(parts.method, parts.uri.to_string())
             .headers(parts.headers)
             .body(body)

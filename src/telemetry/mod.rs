@@ -11,7 +11,6 @@ pub mod export;
 pub mod http_client;
 pub mod resource;
 
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use anyhow::Context as _;
@@ -148,39 +147,42 @@ fn exporter(config: &OtlpConfig) -> anyhow::Result<opentelemetry_otlp::SpanExpor
     let builder = opentelemetry_otlp::SpanExporter::builder();
     let exporter = match config.protocol {
         Protocol::Grpc => {
-            let mut metadata = tonic::metadata::MetadataMap::new();
-            for (name, value) in &config.headers {
-                let key =
-                    tonic::metadata::MetadataKey::from_bytes(name.to_ascii_lowercase().as_bytes())
-                        .with_context(|| format!("header name {name:?}"))?;
-                let value = config::decode_header(value)
-                    .parse()
-                    .with_context(|| format!("header value of {name}"))?;
-                metadata.insert(key, value);
-            }
+            let headers = config::http_headers(&config.headers);
+            // An interceptor runs after the library has added OTEL_EXPORTER_OTLP_HEADERS, so the
+            // resolved headers (a flag over the variable) have the last word.
+            let interceptor = move |mut request: tonic::Request<()>| {
+                for (name, value) in &headers {
+                    if let (Ok(key), Ok(value)) = (
+                        tonic::metadata::MetadataKey::from_bytes(name.as_str().as_bytes()),
+                        tonic::metadata::MetadataValue::try_from(value.as_bytes()),
+                    ) {
+                        request.metadata_mut().insert(key, value);
+                    }
+                }
+                Ok(request)
+            };
             let mut builder = builder
                 .with_tonic()
                 .with_endpoint(&config.endpoint)
                 .with_protocol(opentelemetry_otlp::Protocol::Grpc)
                 .with_timeout(config.timeout)
-                .with_metadata(metadata);
+                .with_interceptor(interceptor);
             if config.endpoint.starts_with("https:") {
                 builder = builder
                     .with_tls_config(tonic::transport::ClientTlsConfig::new().with_webpki_roots());
             }
             builder.build()?
         }
-        Protocol::HttpProtobuf => {
-            let headers: HashMap<String, String> = config.headers.iter().cloned().collect();
-            builder
-                .with_http()
-                .with_http_client(http_client::ReqwestClient::new(config.timeout)?)
-                .with_endpoint(&config.endpoint)
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .with_timeout(config.timeout)
-                .with_headers(headers)
-                .build()?
-        }
+        Protocol::HttpProtobuf => builder
+            .with_http()
+            .with_http_client(http_client::ReqwestClient::new(
+                config.timeout,
+                config::http_headers(&config.headers),
+            )?)
+            .with_endpoint(&config.endpoint)
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .with_timeout(config.timeout)
+            .build()?,
     };
     Ok(exporter)
 }

@@ -44,6 +44,8 @@ pub struct ReceivedSpan {
     pub resource: BTreeMap<String, String>,
     /// `grpc` or `http`.
     pub via: &'static str,
+    /// Headers (gRPC metadata) of the export request that carried the span.
+    pub headers: BTreeMap<String, String>,
 }
 
 impl ReceivedSpan {
@@ -166,7 +168,8 @@ impl TraceService for Grpc {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        keep(&self.0, request.into_inner(), "grpc");
+        let headers = header_map(request.metadata().clone().into_headers());
+        keep(&self.0, request.into_inner(), "grpc", headers);
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
 }
@@ -196,10 +199,11 @@ async fn http_export(
     if content_type != "application/x-protobuf" {
         return Ok(reply(415, Vec::new()));
     }
+    let headers = header_map(request.headers().clone());
     let body = request.into_body().collect().await?.to_bytes();
     match ExportTraceServiceRequest::decode(body) {
         Ok(export) => {
-            keep(&spans, export, "http");
+            keep(&spans, export, "http", headers);
             Ok(reply(
                 200,
                 ExportTraceServiceResponse::default().encode_to_vec(),
@@ -209,7 +213,24 @@ async fn http_export(
     }
 }
 
-fn keep(spans: &Spans, export: ExportTraceServiceRequest, via: &'static str) {
+fn header_map(headers: hyper::HeaderMap) -> BTreeMap<String, String> {
+    headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                v.to_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn keep(
+    spans: &Spans,
+    export: ExportTraceServiceRequest,
+    via: &'static str,
+    headers: BTreeMap<String, String>,
+) {
     let mut received = Vec::new();
     for resource_spans in export.resource_spans {
         let resource = attributes(
@@ -230,6 +251,7 @@ fn keep(spans: &Spans, export: ExportTraceServiceRequest, via: &'static str) {
                     attributes: attributes(span.attributes),
                     resource: resource.clone(),
                     via,
+                    headers: headers.clone(),
                 });
             }
         }
