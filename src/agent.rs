@@ -247,6 +247,19 @@ impl Poller {
         }
     }
 
+    /// One child span of the event's lifecycle span per approval decision or hook run.
+    fn trace_decisions(&mut self, decisions: &[Decision], now: chrono::DateTime<Utc>) {
+        let Some(traces) = &self.traces else { return };
+        let seen = Seen {
+            vm_name: self.vm_name.as_deref(),
+            incarnation: self.monitor.tracker().incarnation().map(|i| i.0),
+            at: now,
+        };
+        for decision in decisions {
+            traces.submit(self.spans.decision(decision, seen));
+        }
+    }
+
     /// Ends the open event spans and exports what is queued, before the process exits.
     async fn flush_traces(&mut self) {
         let Some(traces) = self.traces.take() else {
@@ -378,6 +391,7 @@ impl Poller {
         for decision in &decisions {
             self.decided(decision);
         }
+        self.trace_decisions(&decisions, now);
         self.store.flush();
         self.metrics.set_state_up(self.store.is_healthy());
     }

@@ -5,6 +5,7 @@
 //! name, the same after a restart) from the moment this agent first saw the event until it left
 //! the document, carrying the event's last fields and its outcome. Because it is only exported
 //! when it ends, every **transition** is also exported at once as a short child span of it.
+//! Approval decisions and hook runs ([`crate::approval::Decision`]) are child spans of it too.
 //! Unchanged polls produce no transitions and so no spans. Pure: the caller passes the time and
 //! gets finished spans back to queue.
 
@@ -18,6 +19,7 @@ use opentelemetry::trace::{
 use opentelemetry::{InstrumentationScope, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SpanData, SpanEvents, SpanLinks};
 
+use crate::approval::{Decision, Outcome};
 use crate::event::Event;
 use crate::telemetry::SCOPE;
 use crate::trace_id::{lifecycle_span_id, trace_id_u128};
@@ -43,6 +45,8 @@ struct Open {
     seen_started: bool,
     /// The event as last seen.
     event: Event,
+    /// The last approval decision (`approved`, `waiting`, ...), if any.
+    approval: Option<&'static str>,
 }
 
 /// The lifecycle spans still open, one per event in the document.
@@ -71,6 +75,7 @@ impl EventSpans {
             first_seen: seen.at,
             seen_started: false,
             event: event.clone(),
+            approval: None,
         });
         open.seen_started |= started;
         open.event = event.clone();
@@ -116,6 +121,96 @@ impl EventSpans {
         spans
     }
 
+    /// The child span of one approval decision or hook run. Its parent is this VM's lifecycle
+    /// span of the event, also when the event has already left the document (a hook that
+    /// finished after it). A hook run spans the hook's run time.
+    pub fn decision(&mut self, decision: &Decision, seen: Seen<'_>) -> SpanData {
+        let event = &decision.event;
+        let key = event.id.as_str();
+        let parent = SpanId::from(lifecycle_span_id(key, seen.vm_name.unwrap_or_default()));
+        let at = SystemTime::from(seen.at);
+        let name = |what: &str| format!("{NAMESPACE}.{what}");
+        let mut attributes = event_attributes(event, seen);
+        let mut start = at;
+        let mut failed = false;
+        let label = match &decision.outcome {
+            Outcome::HookStarted(kind) => {
+                attributes.push(KeyValue::new(name("hook.kind"), kind.as_str()));
+                format!("{} hook {} started", event.event_type, kind.as_str())
+            }
+            Outcome::HookFinished(run) if decision.outcome.decision().is_none() => {
+                attributes.push(KeyValue::new(name("hook.kind"), run.kind.as_str()));
+                attributes.push(KeyValue::new(
+                    name("hook.elapsed_seconds"),
+                    run.elapsed.as_secs_f64(),
+                ));
+                start = at.checked_sub(run.elapsed).unwrap_or(at);
+                let result = match &run.result {
+                    Ok(()) => "succeeded",
+                    Err(failure) => {
+                        failed = true;
+                        attributes.push(KeyValue::new(name("hook.error"), failure.to_string()));
+                        "failed"
+                    }
+                };
+                format!("{} hook {} {result}", event.event_type, run.kind.as_str())
+            }
+            outcome => {
+                let (what, reason) = outcome.decision().unwrap_or(("", ""));
+                attributes.push(KeyValue::new(name("approval.decision"), what));
+                attributes.push(KeyValue::new(name("approval.reason"), reason));
+                match outcome {
+                    Outcome::Approved { attempts, .. } => attributes.push(KeyValue::new(
+                        name("approval.attempts"),
+                        i64::from(*attempts),
+                    )),
+                    Outcome::Waiting { until, .. } => {
+                        attributes.push(KeyValue::new(name("approval.until"), until.to_rfc3339()))
+                    }
+                    Outcome::HookFinished(run) => {
+                        start = at.checked_sub(run.elapsed).unwrap_or(at);
+                        attributes.push(KeyValue::new(name("hook.kind"), run.kind.as_str()));
+                        if let Err(failure) = &run.result {
+                            attributes.push(KeyValue::new(name("hook.error"), failure.to_string()));
+                        }
+                    }
+                    Outcome::PostFailed {
+                        error, retry_at, ..
+                    } => {
+                        attributes.push(KeyValue::new(name("approval.error"), error.clone()));
+                        if let Some(at) = retry_at {
+                            attributes
+                                .push(KeyValue::new(name("approval.retry_at"), at.to_rfc3339()));
+                        }
+                    }
+                    _ => {}
+                }
+                failed = outcome.failure().is_some();
+                if let Some(open) = self.open.get_mut(key) {
+                    open.approval = Some(what);
+                }
+                format!("{} approval {what}", event.event_type)
+            }
+        };
+        let mut span = span(
+            SpanContext::new(
+                TraceId::from(trace_id_u128(key)),
+                self.ids.new_span_id(),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::default(),
+            ),
+            parent,
+            label,
+            (start, at),
+            attributes,
+        );
+        if failed {
+            span.status = Status::error("");
+        }
+        span
+    }
+
     /// Ends every open lifecycle span with outcome `open` (the agent is stopping while the
     /// events are still in the document), so that an event that reboots this VM still has its
     /// span. A later agent that sees the event end exports the span again, same id, final outcome.
@@ -139,6 +234,12 @@ fn lifecycle(trace_id: TraceId, open: Open, outcome: &'static str, seen: Seen<'_
         format!("{NAMESPACE}.seen_started"),
         open.seen_started,
     ));
+    if let Some(decision) = open.approval {
+        attributes.push(KeyValue::new(
+            format!("{NAMESPACE}.approval.decision"),
+            decision,
+        ));
+    }
     span(
         SpanContext::new(
             trace_id,
@@ -386,6 +487,91 @@ mod tests {
             again.last().map(|s| s.span_context.span_id()),
             Some(ids[0].1),
             "a restarted agent ends the same span"
+        );
+    }
+
+    #[test]
+    fn approval_decisions_are_children_of_the_lifecycle_span_and_the_last_one_is_kept_on_it() {
+        use crate::approval::{HookFailure, HookKind, HookRun, Rule, WaitReason};
+        let mut tracker = Tracker::new();
+        let mut spans = EventSpans::new();
+        let seen = Seen {
+            vm_name: Some("vmss_0"),
+            incarnation: Some(1),
+            at: t(0),
+        };
+        let transitions = tracker.observe(doc(1, Some("Scheduled")), t(0)).transitions;
+        for transition in &transitions {
+            spans.record(transition, seen);
+        }
+        let event = transitions[0].event().clone();
+        let decide = |spans: &mut EventSpans, outcome: Outcome, at: i64| {
+            spans.decision(
+                &Decision {
+                    event: event.clone(),
+                    outcome,
+                },
+                Seen { at: t(at), ..seen },
+            )
+        };
+        let waiting = decide(
+            &mut spans,
+            Outcome::Waiting {
+                rule: Rule::UserEvent,
+                until: t(30),
+                reason: WaitReason::BeforeNotBefore,
+            },
+            1,
+        );
+        let hook = decide(
+            &mut spans,
+            Outcome::HookFinished(HookRun {
+                kind: HookKind::Approve,
+                result: Err(HookFailure::Timeout(std::time::Duration::from_secs(5))),
+                elapsed: std::time::Duration::from_secs(5),
+                stdout: String::new(),
+                stderr: String::new(),
+            }),
+            40,
+        );
+        let approved = decide(
+            &mut spans,
+            Outcome::Approved {
+                rule: Rule::UserEvent,
+                attempts: 1,
+            },
+            41,
+        );
+        let lifecycle_id = SpanId::from(lifecycle_span_id(ID, "vmss_0"));
+        for span in [&waiting, &hook, &approved] {
+            assert_eq!(span.parent_span_id, lifecycle_id);
+            assert_eq!(
+                format!("{:032x}", span.span_context.trace_id()),
+                "c7061bacafdc4513b24baa5f13a16123"
+            );
+        }
+        assert_eq!(waiting.name, "Reboot approval waiting");
+        assert_eq!(
+            attr(&waiting, "approval.reason"),
+            Some(&Value::from("before_not_before"))
+        );
+        assert_eq!(hook.name, "Reboot approval hook_failed");
+        assert_eq!(
+            hook.start_time,
+            SystemTime::from(t(35)),
+            "the hook's run time"
+        );
+        assert!(matches!(hook.status, Status::Error { .. }));
+        assert_eq!(approved.name, "Reboot approval approved");
+        assert_eq!(
+            attr(&approved, "approval.attempts"),
+            Some(&Value::from(1_i64))
+        );
+        assert_eq!(approved.status, Status::Unset);
+        let closed = spans.close_all(Seen { at: t(50), ..seen });
+        assert_eq!(
+            attr(&closed[0], "approval.decision"),
+            Some(&Value::from("approved"))
         );
     }
 

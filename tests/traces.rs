@@ -81,6 +81,8 @@ impl Agent {
             vm.as_str(),
             "--web.listen-address=127.0.0.1:0",
             "--poll.interval=50ms",
+            // No state file: each agent of these tests starts afresh.
+            "--state.file=",
         ];
         args.extend_from_slice(extra);
         Self::spawn(&args, env)
@@ -629,6 +631,54 @@ async fn a_fleet_of_five_agents_writes_one_trace_with_one_lifecycle_span_per_vm(
     for agent in agents {
         assert!(agent.terminate().await?.success());
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_is_a_child_span_of_the_lifecycle_span_and_its_outcome() -> TestResult {
+    let receiver = Receiver::start().await?;
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(azure_scheduled_events_exporter::simulator::Scenario::parse(
+        &format!(
+            "events:\n  - {{ id: \"{EVENT}\", type: Reboot, source: User, resources: [{THIS_VM}], notice: 10m }}\n"
+        ),
+    )?);
+    let endpoint = receiver.grpc_url();
+    let agent = Agent::polling(
+        &imds,
+        THIS_VM,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ],
+        &["--approve"],
+    )?;
+    let spans = receiver
+        .wait_for("the approval and the start", |s| {
+            s.iter().any(|s| s.name == "Reboot approval approved")
+                && s.iter().any(|s| s.name == "Reboot started")
+        })
+        .await?;
+    let approved = named(&spans, "Reboot approval approved")[0];
+    assert_eq!(approved.trace_id, EVENT_TRACE);
+    assert_eq!(approved.parent_span_id, span_id_hex(EVENT, THIS_VM));
+    assert_eq!(approved.event("approval.decision"), Some("approved"));
+    assert_eq!(approved.event("approval.reason"), Some("user_event"));
+    assert_eq!(approved.event("approval.attempts"), Some("1"));
+    assert_eq!(imds.sim.approvals().len(), 1);
+    assert!(imds.sim.remove_event(EVENT));
+    let spans = receiver
+        .wait_for("the lifecycle span", has("Reboot"))
+        .await?;
+    let lifecycle = named(&spans, "Reboot")[0];
+    assert_eq!(lifecycle.event("approval.decision"), Some("approved"));
+    assert_eq!(lifecycle.event("outcome"), Some("completed"));
+    assert_eq!(
+        named(&spans, "Reboot approval approved").len(),
+        1,
+        "one span per decision, not per poll"
+    );
+    assert!(agent.terminate().await?.success());
     Ok(())
 }
 
