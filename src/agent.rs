@@ -442,6 +442,19 @@ impl Poller {
                 if self.vm_name.is_none() && !compute.name.is_empty() {
                     self.vm_name = Some(compute.name.clone());
                 }
+                if let Some(name) = self.vm_name.as_deref()
+                    && !compute.name.is_empty()
+                    && !name.eq_ignore_ascii_case(&compute.name)
+                {
+                    // Approval acts for the VM this name designates: a wrong name approves
+                    // another VM's events.
+                    tracing::warn!(
+                        vm_name = name,
+                        compute_name = %compute.name,
+                        approval = self.config.approval.mode.as_str(),
+                        "--vm.name differs from compute.name in instance metadata: events are matched, and approved, as --vm.name"
+                    );
+                }
                 self.metrics.set_vm(self.vm_name.as_deref(), Some(&compute));
                 if let Some(traces) = &self.traces {
                     traces.set_vm(VmIdentity {
