@@ -652,6 +652,27 @@ mod tests {
     }
 
     #[test]
+    fn a_typo_in_the_policy_file_is_an_error_not_a_silent_default() -> Result<(), String> {
+        let dir = std::env::temp_dir().join(format!("policy-typo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let file = dir.join("policy.yaml");
+        for (text, expected) in [
+            ("user_event: false\n", "user_event"),
+            ("deny_event_types: [Preemt]\n", "Preemt"),
+            ("before_not_before: soon\n", "soon"),
+            ("event_types: Reboot\n", "event_types"),
+        ] {
+            std::fs::write(&file, text).map_err(|e| e.to_string())?;
+            match parse(&[&format!("--approve.policy-file={}", file.display())]) {
+                Ok(_) => panic!("{text:?} was accepted"),
+                Err(e) => assert!(e.contains(expected), "{text:?}: {e}"),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    }
+
+    #[test]
     fn invalid_approval_settings_name_their_flag() {
         for (args, flag) in [
             (
