@@ -20,7 +20,7 @@ use tracing::Instrument;
 use crate::approval::{self, Approver, Decision};
 use crate::boot;
 use crate::config::Config;
-use crate::event_span::{EventSpans, Seen};
+use crate::event_span::{EventSpans, Remembered, Seen};
 use crate::health::Health;
 use crate::imds::{ImdsClient, ImdsError, Operation};
 use crate::metrics::Metrics;
@@ -238,9 +238,20 @@ impl Poller {
             incarnation: self.monitor.tracker().incarnation().map(|i| i.0),
             at: now,
         };
+        let state = self.store.state();
         for change in changes {
             if let Change::Transition(transition) = change {
-                for span in self.spans.record(transition, seen) {
+                let id = transition.event().id.as_str();
+                let remembered =
+                    state
+                        .events
+                        .iter()
+                        .find(|k| k.event_id == id)
+                        .map(|k| Remembered {
+                            first_seen: k.first_seen,
+                            seen_started: k.event_status.eq_ignore_ascii_case("Started"),
+                        });
+                for span in self.spans.record(transition, seen, remembered) {
                     traces.submit(span);
                 }
             }

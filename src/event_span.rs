@@ -28,6 +28,13 @@ use crate::tracker::Transition;
 /// The namespace of every span attribute of ours.
 pub const NAMESPACE: &str = "azure.scheduled_event";
 
+/// What the state file remembers of an event from before a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remembered {
+    pub first_seen: DateTime<Utc>,
+    pub seen_started: bool,
+}
+
 /// Where and when a transition was seen.
 #[derive(Debug, Clone, Copy)]
 pub struct Seen<'a> {
@@ -62,18 +69,25 @@ impl EventSpans {
     }
 
     /// The spans one transition finishes: its own child span, and the lifecycle span when the
-    /// event left the document.
-    pub fn record(&mut self, transition: &Transition, seen: Seen<'_>) -> Vec<SpanData> {
+    /// event left the document. `remembered` is what the state file kept of the event from
+    /// before a restart: the lifecycle span then starts at the first sight of the earlier run.
+    pub fn record(
+        &mut self,
+        transition: &Transition,
+        seen: Seen<'_>,
+        remembered: Option<Remembered>,
+    ) -> Vec<SpanData> {
         let event = transition.event();
         let key = event.id.as_str();
         let trace_id = TraceId::from(trace_id_u128(key));
         let span_id = SpanId::from(lifecycle_span_id(key, seen.vm_name.unwrap_or_default()));
         let started = transition.kind() == "started";
         let mut spans = Vec::with_capacity(2);
+        let earlier = remembered.filter(|r| r.first_seen < seen.at);
         let open = self.open.entry(key.to_owned()).or_insert_with(|| Open {
             span_id,
-            first_seen: seen.at,
-            seen_started: false,
+            first_seen: earlier.map_or(seen.at, |r| r.first_seen),
+            seen_started: earlier.is_some_and(|r| r.seen_started),
             event: event.clone(),
             approval: None,
         });
@@ -378,6 +392,7 @@ mod tests {
                         incarnation: Some(incarnation),
                         at: t(*at),
                     },
+                    None,
                 ));
             }
         }
@@ -502,7 +517,7 @@ mod tests {
         };
         let transitions = tracker.observe(doc(1, Some("Scheduled")), t(0)).transitions;
         for transition in &transitions {
-            spans.record(transition, seen);
+            spans.record(transition, seen, None);
         }
         let event = transitions[0].event().clone();
         let decide = |spans: &mut EventSpans, outcome: Outcome, at: i64| {
@@ -576,6 +591,31 @@ mod tests {
     }
 
     #[test]
+    fn after_a_restart_the_lifecycle_span_starts_at_the_remembered_first_sight() {
+        let mut tracker = Tracker::new();
+        let mut spans = EventSpans::new();
+        let seen = Seen {
+            vm_name: Some("vmss_0"),
+            incarnation: Some(4),
+            at: t(100),
+        };
+        let remembered = Remembered {
+            first_seen: t(10),
+            seen_started: true,
+        };
+        for transition in tracker.observe(doc(4, Some("Started")), t(100)).transitions {
+            spans.record(&transition, seen, Some(remembered));
+        }
+        let mut out = Vec::new();
+        for transition in tracker.observe(doc(5, None), t(160)).transitions {
+            out.extend(spans.record(&transition, Seen { at: t(160), ..seen }, Some(remembered)));
+        }
+        let lifecycle = out.last().cloned().unwrap_or_else(|| panic!("no span"));
+        assert_eq!(lifecycle.start_time, SystemTime::from(t(10)));
+        assert_eq!(attr(&lifecycle, "seen_started"), Some(&Value::from(true)));
+    }
+
+    #[test]
     fn stopping_ends_open_spans_as_open() {
         let mut tracker = Tracker::new();
         let mut spans = EventSpans::new();
@@ -585,7 +625,7 @@ mod tests {
             at: t(0),
         };
         for transition in tracker.observe(doc(1, Some("Scheduled")), t(0)).transitions {
-            spans.record(&transition, seen);
+            spans.record(&transition, seen, None);
         }
         assert_eq!(spans.open_count(), 1);
         let closed = spans.close_all(Seen { at: t(30), ..seen });

@@ -683,6 +683,64 @@ async fn an_approval_is_a_child_span_of_the_lifecycle_span_and_its_outcome() -> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_ends_the_same_lifecycle_span_from_the_same_first_sight() -> TestResult {
+    let receiver = Receiver::start().await?;
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        1,
+        &[event(EVENT, "Reboot", "Started", &[THIS_VM], "")],
+    ));
+    let dir = std::env::temp_dir().join(format!("ase-traces-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let state = format!("--state.file={}", dir.join("state.json").display());
+    let endpoint = receiver.http_url();
+    let env = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())];
+
+    let first = Agent::polling(&imds, THIS_VM, &env, &[&state])?;
+    receiver
+        .wait_for("the started transition", has("Reboot started"))
+        .await?;
+    first
+        .wait_for_metrics("the state file written", |e| {
+            e.get("azure_scheduled_events_state_up") == 1.0 && dir.join("state.json").exists()
+        })
+        .await?;
+    assert!(first.terminate().await?.success());
+    let spans = receiver
+        .wait_for("the open lifecycle span", has("Reboot"))
+        .await?;
+    let open = named(&spans, "Reboot")[0].clone();
+    assert_eq!(open.event("outcome"), Some("open"));
+
+    let second = Agent::polling(&imds, THIS_VM, &env, &[&state])?;
+    receiver
+        .wait_for("the second run's started transition", |s| {
+            named(s, "Reboot started").len() == 2
+        })
+        .await?;
+    imds.sim.set_document(document(2, &[]));
+    let spans = receiver
+        .wait_for("the final lifecycle span", |s| {
+            named(s, "Reboot").len() == 2
+        })
+        .await?;
+    let last = named(&spans, "Reboot")[1];
+    assert_eq!(last.event("outcome"), Some("completed"));
+    assert_eq!(last.span_id, open.span_id, "the same span after a restart");
+    assert_eq!(last.event("seen_started"), Some("true"));
+    let drift = last.start_unix_nano.abs_diff(open.start_unix_nano);
+    assert!(
+        drift < 1_000_000,
+        "both start at the first run's first sight: {} vs {}",
+        last.start_unix_nano,
+        open.start_unix_nano
+    );
+    assert!(second.terminate().await?.success());
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_debug_level_each_poll_is_a_client_span_of_its_own() -> TestResult {
     let receiver = Receiver::start().await?;
     let imds = Imds::start().await?;
