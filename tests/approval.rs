@@ -325,6 +325,54 @@ async fn another_vms_event_and_a_started_event_are_never_approved_even_when_ever
 }
 
 #[tokio::test]
+async fn with_a_lead_time_an_event_waits_until_that_long_before_not_before() -> TestResult {
+    let imds = Imds::start().await?;
+    // NotBefore is 15 minutes away: a 10-minute lead waits, a 16-minute lead approves now.
+    imds.sim.set_document(document(
+        2,
+        &[event_json(
+            USER_REBOOT,
+            "Scheduled",
+            "Reboot",
+            "User",
+            &[THIS_VM],
+            -1,
+        )],
+    ));
+    let dir = TempDir::new("lead-wait")?;
+    let agent = start(
+        &imds,
+        &flags(&dir, &["--approve", "--approve.before-not-before=10m"])?,
+    )
+    .await?;
+    agent
+        .wait_for("the waiting decision", |m| {
+            decisions(m, "waiting", "before_not_before") == 1.0
+        })
+        .await?;
+    more_polls(&agent, 20.0).await?;
+    assert!(
+        imds.sim.approvals().is_empty(),
+        "{:?}",
+        imds.sim.approvals()
+    );
+    agent.stop().await?;
+
+    let dir = TempDir::new("lead-approve")?;
+    let agent = start(
+        &imds,
+        &flags(&dir, &["--approve", "--approve.before-not-before=16m"])?,
+    )
+    .await?;
+    let m = agent
+        .wait_for("the approval", |m| approvals(m, "Reboot") == 1.0)
+        .await?;
+    assert_eq!(decisions(&m, "waiting", "before_not_before"), 0.0);
+    assert_eq!(ids(&imds.sim.approvals()), [USER_REBOOT]);
+    agent.stop().await
+}
+
+#[tokio::test]
 async fn a_restart_with_the_same_state_file_does_not_approve_again() -> TestResult {
     let imds = Imds::start().await?;
     // A verbatim document stays Scheduled after the approval, so only the state file can stop a
