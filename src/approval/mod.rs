@@ -5,14 +5,16 @@
 //! `StartRequests` for events that are ready, and returns every decision as one [`Decision`]
 //! value: the loop turns each into one log line and its counters in one place. Nothing is POSTed
 //! unless the mode is [`Mode::On`]; in [`Mode::DryRun`] the same decisions are made, logged and
-//! counted, and no hook runs and nothing is sent.
+//! counted, and neither the approval hook runs nor anything is sent.
 //!
 //! Safety rules, in the order they apply: the policy never approves an event of another VM, or
-//! one that has started; an EventId is POSTed at most once, also across restarts, because the
-//! attempt is written to the state file before the request leaves (a POST in flight when the
-//! agent died counts as sent); a POST that failed on the way (timeout, connection, 5xx, 429, 410)
-//! is retried with backoff while the event is still Scheduled and allowed; one refused (other
-//! 4xx) is never sent again. Hooks run in their own tasks, so the loop keeps polling while they do.
+//! one that has started; once IMDS has accepted an EventId it is never POSTed again, also across
+//! restarts, because each attempt is written to the state file before the request leaves (an
+//! attempt in flight when the agent died counts as accepted); a POST that failed on the way
+//! (timeout, connection, 5xx, 429, 410) is retried with backoff while the event is still Scheduled
+//! and allowed (a timed-out one may have arrived: Azure answers 200 to a repeated approval); one
+//! refused (other 4xx) is never sent again. Hooks run in their own tasks, so the loop keeps
+//! polling while they do.
 
 pub mod hook;
 pub mod policy;
