@@ -565,6 +565,12 @@ fn open_state(config: &Config, metrics: &Metrics) -> StateStore {
         .as_ref()
         .map_or_else(|| "(in memory)".to_owned(), |p| p.display().to_string());
     let previous = match &opened {
+        Opened::Fresh if config.state_file.is_none() => {
+            tracing::info!(
+                "state kept in memory (--state.file is empty): approvals are once per EventId until the agent restarts"
+            );
+            None
+        }
         Opened::Fresh => {
             tracing::info!(%state_file, "no state file yet: starting fresh");
             None

@@ -183,9 +183,10 @@ pub struct ApproveArgs {
     /// Time a hook has to exit before it is killed and counted as failed.
     #[arg(long = "approve.hook-timeout", env = "AZURE_SCHEDULED_EVENTS_APPROVE_HOOK_TIMEOUT", default_value = "2m", value_parser = duration)]
     pub hook_timeout: Duration,
-    /// State file (approvals sent, first-seen times, expected impact); empty keeps state in memory.
-    #[arg(long = "state.file", env = "AZURE_SCHEDULED_EVENTS_STATE_FILE", default_value = crate::state::DEFAULT_PATH)]
-    pub state_file: String,
+    /// State file (approvals sent, first-seen times, expected impact); empty keeps state in memory,
+    /// as `demo` does unless given [default: /var/lib/azure-scheduled-events-exporter/state.json]
+    #[arg(long = "state.file", env = "AZURE_SCHEDULED_EVENTS_STATE_FILE")]
+    pub state_file: Option<String>,
     /// File holding the current boot's id, compared with the state file to classify reboots.
     #[arg(long = "state.boot-id-file", env = "AZURE_SCHEDULED_EVENTS_STATE_BOOT_ID_FILE", default_value = crate::boot::DEFAULT_BOOT_ID_FILE)]
     pub boot_id_file: PathBuf,
@@ -314,8 +315,11 @@ impl ApproveArgs {
             recover_hook: hook("approve.recover-hook", self.recover_hook)?,
             hook_timeout: self.hook_timeout,
         };
-        let state_file =
-            (!self.state_file.trim().is_empty()).then(|| PathBuf::from(self.state_file));
+        let state_file = match self.state_file {
+            None => Some(PathBuf::from(crate::state::DEFAULT_PATH)),
+            Some(path) if path.trim().is_empty() => None,
+            Some(path) => Some(PathBuf::from(path)),
+        };
         Ok((approval, state_file, self.boot_id_file))
     }
 }
@@ -327,6 +331,18 @@ const MAX_POLICY_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 pub struct DemoArgs {
     #[command(flatten)]
     pub agent: AgentArgs,
+}
+
+impl DemoArgs {
+    /// The agent's flags for the demo: state stays in memory unless `--state.file` is given, so
+    /// the simulator's events never reach the state file of a real agent on the same machine.
+    pub fn into_agent(mut self) -> AgentArgs {
+        self.agent
+            .approve
+            .state_file
+            .get_or_insert_with(String::new);
+        self.agent
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -582,6 +598,28 @@ mod tests {
         );
         assert_eq!(parse(&["--approve.dry-run"])?.approval.mode, Mode::DryRun);
         assert_eq!(parse(&["--state.file="])?.state_file, None);
+        Ok(())
+    }
+
+    #[test]
+    fn demo_keeps_state_in_memory_unless_a_state_file_is_given() -> Result<(), String> {
+        let demo = |args: &[&str]| -> Result<Config, String> {
+            let cli =
+                Cli::try_parse_from(["x", "demo"].iter().chain(args)).map_err(|e| e.to_string())?;
+            let Some(Command::Demo(demo)) = cli.command else {
+                return Err("not the demo subcommand".into());
+            };
+            demo.into_agent()
+                .validate(LogFormat::Text)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(demo(&[])?.state_file, None);
+        assert_eq!(
+            demo(&["--state.file=/tmp/demo-state.json"])?
+                .state_file
+                .as_deref(),
+            Some(std::path::Path::new("/tmp/demo-state.json"))
+        );
         Ok(())
     }
 

@@ -57,7 +57,7 @@ fn main() -> ExitCode {
             }
             Err(error) => return usage_error(&error.to_string()),
         },
-        Some(Command::Demo(args)) => match prepare(args.agent, LogFormat::Text) {
+        Some(Command::Demo(args)) => match prepare(args.into_agent(), LogFormat::Text) {
             Ok((config, telemetry)) => {
                 logging::init(config.log_format, &config.log_level, telemetry.tracer());
                 runtime.block_on(commands::demo(config, telemetry))

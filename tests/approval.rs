@@ -598,6 +598,64 @@ async fn a_hook_that_fails_or_times_out_prevents_approval() -> TestResult {
 }
 
 #[tokio::test]
+async fn a_hook_that_times_out_is_killed_with_every_process_it_started() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        2,
+        &[event_json(
+            USER_REBOOT,
+            "Scheduled",
+            "Reboot",
+            "User",
+            &[THIS_VM],
+            -1,
+        )],
+    ));
+    let dir = TempDir::new("hook-group")?;
+    let pid_file = dir.path("background.pid");
+    // A drain that starts a background worker, writes its pid, and hangs.
+    let hook_flag = format!(
+        r#"--approve.hook=["sh","-c","sleep 300 & echo $! > \"$0\"; wait","{}"]"#,
+        pid_file.display()
+    );
+    let agent = start(
+        &imds,
+        &flags(
+            &dir,
+            &["--approve", &hook_flag, "--approve.hook-timeout=3s"],
+        )?,
+    )
+    .await?;
+    agent
+        .wait_for("the hook timed out", |m| {
+            failures(m, "Reboot", "hook_timeout") == 1.0
+        })
+        .await?;
+    let pid = std::fs::read_to_string(&pid_file)?.trim().to_owned();
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    while is_running(&pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hook's background process {pid} outlived the hook's timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(imds.sim.approvals().is_empty());
+    agent.stop().await
+}
+
+/// Whether process `pid` exists and is not a zombie waiting to be reaped.
+fn is_running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat.rsplit_once(") ")?.1.chars().next()?;
+            Some(state != 'Z' && state != 'X')
+        })
+        .unwrap_or(false)
+}
+
+#[tokio::test]
 async fn a_hook_gets_the_event_and_the_loop_keeps_polling_until_it_exits_0() -> TestResult {
     let imds = Imds::start().await?;
     imds.sim.set_document(document(

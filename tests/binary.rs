@@ -17,6 +17,8 @@ const EVENT: &str = "5DD55B64-45AD-49D3-BBC9-F57D4EA97BD7";
 fn command(args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command.args(args).env_clear().stdin(Stdio::null());
+    // State in memory: a test never touches the machine's state file.
+    command.env("AZURE_SCHEDULED_EVENTS_STATE_FILE", "");
     if let Some(path) = std::env::var_os("PATH") {
         command.env("PATH", path);
     }

@@ -35,6 +35,8 @@ impl Agent {
     fn spawn(args: &[&str], env: &[(&str, &str)]) -> Result<Self, Box<dyn std::error::Error>> {
         let mut command = Command::new(BIN);
         command.args(args).env_clear().stdin(Stdio::null());
+        // State in memory: a test never touches the machine's state file.
+        command.env("AZURE_SCHEDULED_EVENTS_STATE_FILE", "");
         if let Some(path) = std::env::var_os("PATH") {
             command.env("PATH", path);
         }
@@ -807,6 +809,7 @@ fn an_invalid_otel_variable_exits_64_with_one_line() -> TestResult {
     for (name, value) in [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317"),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
     ] {
         let mut command = Command::new(BIN);
         command.env_clear().env(name, value);

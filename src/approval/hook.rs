@@ -4,7 +4,9 @@
 //! so event fields are never interpreted by a shell unless the operator's command is itself a
 //! shell (`["sh","-c","..."]`). The event goes to the hook as Azure's JSON on stdin and as
 //! `EVENT_*` environment variables. Its output is captured (up to a cap) for the log. A hook that
-//! does not exit 0 within the timeout has failed; it is killed on timeout.
+//! does not exit 0 within the timeout has failed. Each hook runs in a process group of its own,
+//! and on timeout the whole group is killed, so a drain script that timed out does not go on
+//! draining in the background after the agent has given up on it.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -130,6 +132,7 @@ pub async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
+        .process_group(0)
         .spawn()
     {
         Ok(child) => child,
@@ -141,6 +144,7 @@ pub async fn run(
             );
         }
     };
+    let group = child.id();
     let stdin = child.stdin.take();
     let body = serde_json::to_vec(&wire_event(event)).unwrap_or_default();
     let exchange = async move {
@@ -151,9 +155,13 @@ pub async fn run(
         }
         child.wait_with_output().await
     };
-    // On timeout the future, and with it the child, is dropped: kill_on_drop kills it.
+    // On timeout the future, and with it the child, is dropped: kill_on_drop kills it, and
+    // kill_group what it started.
     match tokio::time::timeout(timeout, exchange).await {
-        Err(_) => finish(Err(HookFailure::Timeout(timeout)), b"", b""),
+        Err(_) => {
+            kill_group(group);
+            finish(Err(HookFailure::Timeout(timeout)), b"", b"")
+        }
         Ok(Err(error)) => finish(Err(HookFailure::Spawn(error.to_string())), b"", b""),
         Ok(Ok(output)) => {
             let result = if output.status.success() {
@@ -164,6 +172,18 @@ pub async fn run(
             finish(result, &output.stdout, &output.stderr)
         }
     }
+}
+
+/// Kills the process group a hook leads (its id is the hook's pid: `process_group(0)`).
+fn kill_group(leader: Option<u32>) {
+    let Some(pid) = leader.and_then(|pid| i32::try_from(pid).ok()) else {
+        return;
+    };
+    // The group may already be gone; there is nothing left to do then.
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
 }
 
 /// The `EVENT_*` variables a hook receives.

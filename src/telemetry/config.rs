@@ -176,6 +176,20 @@ impl OtlpArgs {
             }
             _ => base.trim().to_owned(),
         };
+        // The exporter library reads these itself and fails at startup with an error that is not
+        // a usage error; compression is not built in, so refuse them here with exit code 64.
+        if let Some((name, value)) = first(
+            env,
+            &[
+                "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+                "OTEL_EXPORTER_OTLP_COMPRESSION",
+            ],
+        ) {
+            return Err(invalid(
+                "otlp.protocol",
+                format!("{name}={value:?}: compression is not supported, unset the variable"),
+            ));
+        }
         let headers_text = self.headers.clone().or_else(|| {
             first(
                 env,
@@ -540,6 +554,16 @@ mod tests {
                 flag_endpoint("http://c"),
                 vec![("OTEL_BSP_MAX_QUEUE_SIZE", "0")],
                 "OTEL_BSP_MAX_QUEUE_SIZE",
+            ),
+            (
+                flag_endpoint("http://c"),
+                vec![("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")],
+                "OTEL_EXPORTER_OTLP_COMPRESSION",
+            ),
+            (
+                flag_endpoint("http://c"),
+                vec![("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "gzip")],
+                "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
             ),
         ] {
             match resolve(args, &env) {

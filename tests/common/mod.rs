@@ -58,6 +58,8 @@ impl Agent {
             "--imds.timeout=1s",
             "--imds.first-timeout=5s",
             "--imds.max-backoff=200ms",
+            // In memory: tests never share, or touch, the machine's state file.
+            "--state.file=",
         ];
         args.extend_from_slice(extra);
         let config = Cli::try_parse_from(args)?.agent.validate(LogFormat::Json)?;
