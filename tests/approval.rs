@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use azure_scheduled_events_exporter::simulator::{Approval, Scenario};
 use bytes::Bytes;
-use common::{Agent, Exposition, Imds, THIS_VM, TestResult};
+use common::{Agent, Exposition, Imds, THIS_VM, TempDir, TestResult};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
@@ -25,24 +25,7 @@ const HARDWARE: &str = "A0000000-0000-4000-8000-000000000006";
 const UNKNOWN_FREEZE: &str = "A0000000-0000-4000-8000-000000000007";
 const OTHER_VM: &str = "test-vmss_1";
 
-/// A directory of its own for each test, removed when dropped.
-struct TempDir(PathBuf);
-
 impl TempDir {
-    fn new(name: &str) -> Result<Self, std::io::Error> {
-        let dir = std::env::temp_dir().join(format!(
-            "ase-approval-{name}-{}-{}",
-            std::process::id(),
-            chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
-        ));
-        std::fs::create_dir_all(&dir)?;
-        Ok(Self(dir))
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
     /// `--state.file=...` and `--state.boot-id-file=...` inside this directory.
     fn state_flags(&self) -> Result<[String; 2], std::io::Error> {
         let boot = self.path("boot_id");
@@ -53,12 +36,6 @@ impl TempDir {
             format!("--state.file={}", self.path("state.json").display()),
             format!("--state.boot-id-file={}", boot.display()),
         ])
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -102,6 +79,23 @@ fn document(incarnation: u64, events: &[String]) -> Bytes {
         r#"{{"DocumentIncarnation":{incarnation},"Events":[{}]}}"#,
         events.join(",")
     ))
+}
+
+/// A simulator whose verbatim document holds one user-initiated Reboot of this VM, Scheduled.
+async fn imds_with_user_reboot() -> Result<Imds, Box<dyn std::error::Error>> {
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        2,
+        &[event_json(
+            USER_REBOOT,
+            "Scheduled",
+            "Reboot",
+            "User",
+            &[THIS_VM],
+            -1,
+        )],
+    ));
+    Ok(imds)
 }
 
 /// The seven kinds of event the default policy must tell apart, all Scheduled for 15 minutes
@@ -551,18 +545,7 @@ async fn a_hook_that_fails_or_times_out_prevents_approval() -> TestResult {
         (r#"["sleep","30"]"#, "300ms", "hook_timeout"),
         ("/nonexistent/drain", "5s", "hook_error"),
     ] {
-        let imds = Imds::start().await?;
-        imds.sim.set_document(document(
-            2,
-            &[event_json(
-                USER_REBOOT,
-                "Scheduled",
-                "Reboot",
-                "User",
-                &[THIS_VM],
-                -1,
-            )],
-        ));
+        let imds = imds_with_user_reboot().await?;
         let dir = TempDir::new(reason)?;
         let hook_flag = format!("--approve.hook={hook}");
         let timeout_flag = format!("--approve.hook-timeout={timeout}");
@@ -599,18 +582,7 @@ async fn a_hook_that_fails_or_times_out_prevents_approval() -> TestResult {
 
 #[tokio::test]
 async fn a_hook_that_times_out_is_killed_with_every_process_it_started() -> TestResult {
-    let imds = Imds::start().await?;
-    imds.sim.set_document(document(
-        2,
-        &[event_json(
-            USER_REBOOT,
-            "Scheduled",
-            "Reboot",
-            "User",
-            &[THIS_VM],
-            -1,
-        )],
-    ));
+    let imds = imds_with_user_reboot().await?;
     let dir = TempDir::new("hook-group")?;
     let pid_file = dir.path("background.pid");
     // A drain that starts a background worker, writes its pid, and hangs.
@@ -657,18 +629,7 @@ fn is_running(pid: &str) -> bool {
 
 #[tokio::test]
 async fn a_hook_gets_the_event_and_the_loop_keeps_polling_until_it_exits_0() -> TestResult {
-    let imds = Imds::start().await?;
-    imds.sim.set_document(document(
-        2,
-        &[event_json(
-            USER_REBOOT,
-            "Scheduled",
-            "Reboot",
-            "User",
-            &[THIS_VM],
-            -1,
-        )],
-    ));
+    let imds = imds_with_user_reboot().await?;
     let dir = TempDir::new("slow-hook")?;
     let out = dir.path("hook-out");
     // The hook reports what it got, then waits until the test releases it.
@@ -1053,18 +1014,7 @@ async fn start_at(
 
 #[tokio::test]
 async fn the_approval_post_carries_metadata_true_and_exactly_the_event_id() -> TestResult {
-    let imds = Imds::start().await?;
-    imds.sim.set_document(document(
-        2,
-        &[event_json(
-            USER_REBOOT,
-            "Scheduled",
-            "Reboot",
-            "User",
-            &[THIS_VM],
-            -1,
-        )],
-    ));
+    let imds = imds_with_user_reboot().await?;
     let (front, url) = Front::start(&imds, vec![]).await?;
     let dir = TempDir::new("metadata")?;
     let agent = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
@@ -1122,18 +1072,7 @@ async fn many_events_due_at_once_are_all_approved_once_a_few_per_poll() -> TestR
 
 #[tokio::test]
 async fn a_500_on_post_is_retried_with_backoff_until_it_succeeds() -> TestResult {
-    let imds = Imds::start().await?;
-    imds.sim.set_document(document(
-        2,
-        &[event_json(
-            USER_REBOOT,
-            "Scheduled",
-            "Reboot",
-            "User",
-            &[THIS_VM],
-            -1,
-        )],
-    ));
+    let imds = imds_with_user_reboot().await?;
     let (front, url) = Front::start(&imds, vec![500, 503]).await?;
     let dir = TempDir::new("retry")?;
     let agent = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
@@ -1151,18 +1090,7 @@ async fn a_500_on_post_is_retried_with_backoff_until_it_succeeds() -> TestResult
 
 #[tokio::test]
 async fn a_400_on_post_is_logged_and_never_sent_again() -> TestResult {
-    let imds = Imds::start().await?;
-    imds.sim.set_document(document(
-        2,
-        &[event_json(
-            USER_REBOOT,
-            "Scheduled",
-            "Reboot",
-            "User",
-            &[THIS_VM],
-            -1,
-        )],
-    ));
+    let imds = imds_with_user_reboot().await?;
     let (front, url) = Front::start(&imds, vec![400; 50]).await?;
     let dir = TempDir::new("400")?;
     let agent = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
@@ -1190,18 +1118,7 @@ async fn a_400_on_post_is_logged_and_never_sent_again() -> TestResult {
 
 #[tokio::test]
 async fn polls_go_on_while_posts_fail() -> TestResult {
-    let imds = Imds::start().await?;
-    imds.sim.set_document(document(
-        2,
-        &[event_json(
-            USER_REBOOT,
-            "Scheduled",
-            "Reboot",
-            "User",
-            &[THIS_VM],
-            -1,
-        )],
-    ));
+    let imds = imds_with_user_reboot().await?;
     let (_front, url) = Front::start(&imds, vec![500; 1000]).await?;
     let dir = TempDir::new("failing")?;
     let agent = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;

@@ -2,136 +2,26 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use azure_scheduled_events_exporter::simulator::Scenario;
+use common::process::{AgentProcess, command};
 use common::{Imds, THIS_VM, TestResult};
 
-const BIN: &str = env!("CARGO_BIN_EXE_azure-scheduled-events-exporter");
 const EVENT: &str = "5DD55B64-45AD-49D3-BBC9-F57D4EA97BD7";
-
-/// A command for the binary with a clean environment: no inherited proxies or settings.
-fn command(args: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
-    command.args(args).env_clear().stdin(Stdio::null());
-    // State in memory: a test never touches the machine's state file.
-    command.env("AZURE_SCHEDULED_EVENTS_STATE_FILE", "");
-    if let Some(path) = std::env::var_os("PATH") {
-        command.env("PATH", path);
-    }
-    command
-}
-
-/// The agent as a child process, with its JSON log lines arriving on a channel.
-struct Process {
-    child: Child,
-    lines: mpsc::Receiver<serde_json::Value>,
-    address: String,
-}
-
-impl Process {
-    fn spawn(mut command: Command) -> Result<Self, Box<dyn std::error::Error>> {
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let (send, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                match serde_json::from_str(&line) {
-                    Ok(json) => {
-                        if send.send(json).is_err() {
-                            break;
-                        }
-                    }
-                    Err(_) => panic!("a log line is not JSON: {line}"),
-                }
-            }
-        });
-        let mut process = Self {
-            child,
-            lines,
-            address: String::new(),
-        };
-        let starting = process.next_line_where(|l| l["message"] == "starting")?;
-        process.address = starting["listen_address"]
-            .as_str()
-            .ok_or("no listen_address")?
-            .to_owned();
-        Ok(process)
-    }
-
-    fn next_line_where(
-        &self,
-        matches: impl Fn(&serde_json::Value) -> bool,
-    ) -> Result<serde_json::Value, String> {
-        let deadline = std::time::Instant::now() + common::PATIENCE;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if matches(&line) => return Ok(line),
-                Ok(_) => {}
-                Err(e) => return Err(format!("no matching log line: {e}")),
-            }
-        }
-    }
-
-    /// The body of `GET /metrics`, over a plain blocking socket (the agent is another process).
-    fn metrics(&self) -> std::io::Result<String> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(&self.address)?;
-        write!(
-            stream,
-            "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            self.address
-        )?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        Ok(response
-            .split_once("\r\n\r\n")
-            .map(|(_, body)| body.to_owned())
-            .unwrap_or_default())
-    }
-
-    fn terminate(&mut self) -> Result<std::process::ExitStatus, Box<dyn std::error::Error>> {
-        let pid = self.child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status()?;
-        let deadline = std::time::Instant::now() + common::PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Ok(status);
-            }
-            if std::time::Instant::now() > deadline {
-                self.child.kill()?;
-                return Err("did not exit after SIGTERM".into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
 
 /// Waits, off the async runtime, for the log line whose `message` is `message`.
 async fn wait_for_message(
-    process: Process,
+    process: AgentProcess,
     message: &'static str,
-) -> Result<(Process, serde_json::Value), Box<dyn std::error::Error>> {
+) -> Result<(AgentProcess, serde_json::Value), Box<dyn std::error::Error>> {
     let (process, line) = tokio::task::spawn_blocking(move || {
         let line = process.next_line_where(|l| l["message"] == message);
         (process, line)
     })
     .await?;
     Ok((process, line?))
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn agent_args(imds: &Imds) -> Vec<String> {
@@ -143,8 +33,8 @@ fn agent_args(imds: &Imds) -> Vec<String> {
 }
 
 /// The agent polling `imds` every 50 ms, with a clean environment.
-fn spawn_agent(imds: &Imds) -> Result<Process, Box<dyn std::error::Error>> {
-    Process::spawn(command(
+fn spawn_agent(imds: &Imds) -> Result<AgentProcess, Box<dyn std::error::Error>> {
+    AgentProcess::spawn(command(
         &agent_args(imds)
             .iter()
             .map(String::as_str)
@@ -232,7 +122,8 @@ async fn proxy_variables_pointing_at_a_dead_proxy_are_ignored() -> TestResult {
     ] {
         command.env(variable, dead);
     }
-    let (process, line) = wait_for_message(Process::spawn(command)?, "event scheduled").await?;
+    let (process, line) =
+        wait_for_message(AgentProcess::spawn(command)?, "event scheduled").await?;
     assert_eq!(line["event_id"], EVENT);
     let metrics = process.metrics()?;
     assert!(metrics.contains("azure_scheduled_events_up 1"), "{metrics}");
@@ -272,7 +163,7 @@ async fn logs_one_json_line_per_change_never_one_per_poll() -> TestResult {
 
     // Twenty more polls of an unchanged document: not one more line.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let extra: Vec<serde_json::Value> = process.lines.try_iter().collect();
+    let extra: Vec<serde_json::Value> = process.lines_so_far()?;
     assert!(extra.is_empty(), "unchanged polls logged: {extra:?}");
     Ok(())
 }

@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-use common::{Agent, Imds};
-use ops::{Error, TempDir};
+use common::{Agent, Imds, TempDir};
+use ops::Error;
 use serde::Deserialize;
 use serde_json::Value;
 

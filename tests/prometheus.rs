@@ -10,8 +10,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use azure_scheduled_events_exporter::simulator::Scenario;
-use common::Imds;
-use ops::{AgentProcess, Error, Process, TempDir};
+use common::process::AgentProcess;
+use common::{Imds, TempDir};
+use ops::{Error, Process};
 use serde_json::Value;
 
 type TestResult = Result<(), Error>;
@@ -338,7 +339,7 @@ fn agent(name: &str, imds_url: &str, dir: &Path, extra: &[&str]) -> Result<Agent
         format!("--state.boot-id-file={}", boot_id.display()),
     ];
     args.extend(extra.iter().map(|a| (*a).to_owned()));
-    AgentProcess::start(name, &args)
+    ops::start_agent(name, &args)
 }
 
 /// scenarios/fleet.yaml played to five agents scraped by one Prometheus with the alert rules:
@@ -372,7 +373,7 @@ async fn a_real_prometheus_evaluates_every_dashboard_and_alert_expression_agains
     ] {
         agents.push(agent(name, &url, &dir.0, extra)?);
     }
-    let targets: Vec<String> = agents.iter().map(|a| a.address.clone()).collect();
+    let targets: Vec<String> = agents.iter().map(|a| a.address().to_owned()).collect();
     let prometheus = Prometheus::start(&targets, &ops::rule_files()?).await?;
     let patience = Duration::from_secs(60);
 
@@ -395,7 +396,7 @@ async fn a_real_prometheus_evaluates_every_dashboard_and_alert_expression_agains
     .await?;
     // web_4 goes away: Prometheus keeps its history and sees the target down.
     let web_4 = agents.pop().ok_or("no web_4")?;
-    let web_4_address = web_4.address.clone();
+    let web_4_address = web_4.address().to_owned();
     drop(web_4);
     let down = format!("up{{instance=\"{web_4_address}\"}} == 0");
     ops::eventually("web_4 to be seen down", patience, || async {
@@ -404,7 +405,7 @@ async fn a_real_prometheus_evaluates_every_dashboard_and_alert_expression_agains
     .await?;
     // web_2's machine reboots: a new boot id, and the agent back on the same address.
     let web_2 = agents.remove(2);
-    let web_2_address = web_2.address.clone();
+    let web_2_address = web_2.address().to_owned();
     drop(web_2);
     std::fs::write(dir.0.join("web_2.boot_id"), "boot-2\n")?;
     let listen = format!("--web.listen-address={web_2_address}");

@@ -3,7 +3,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -12,34 +12,10 @@ use azure_scheduled_events_exporter::state::{
     ApprovalRecord, ApprovalStatus, Opened, State, StateStore,
 };
 use chrono::{DateTime, Utc};
-use common::{Agent, Exposition, Imds, THIS_VM, TestResult};
+use common::{Agent, Exposition, Imds, THIS_VM, TempDir, TestResult};
 
 const BIN: &str = env!("CARGO_BIN_EXE_azure-scheduled-events-exporter");
 const REBOOT: &str = "B0000000-0000-4000-8000-000000000001";
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Result<Self, std::io::Error> {
-        let dir = std::env::temp_dir().join(format!(
-            "ase-state-{name}-{}-{}",
-            std::process::id(),
-            Utc::now().timestamp_nanos_opt().unwrap_or_default()
-        ));
-        std::fs::create_dir_all(&dir)?;
-        Ok(Self(dir))
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn sample_state() -> State {
     let mut state = State::new();

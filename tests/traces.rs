@@ -7,66 +7,28 @@ mod common;
 mod otlp;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 use azure_scheduled_events_exporter::simulator::example_compute;
 use azure_scheduled_events_exporter::trace_id::{lifecycle_span_id, trace_id};
 use bytes::Bytes;
+use common::process::{AgentProcess, BIN, command, scrape};
 use common::{Exposition, Imds, PATIENCE, THIS_VM, TestResult};
 use otlp::{ReceivedSpan, Receiver};
 
-const BIN: &str = env!("CARGO_BIN_EXE_azure-scheduled-events-exporter");
 /// Upper case, as real IMDS sends it.
 const EVENT: &str = "5DD55B64-45AD-49D3-BBC9-F57D4EA97BD7";
 const EVENT_TRACE: &str = "5dd55b6445ad49d3bbc9f57d4ea97bd7";
 
-/// The agent as a child process with a clean environment plus `env`, its JSON log lines on a
-/// channel.
-struct Agent {
-    child: Child,
-    lines: mpsc::Receiver<serde_json::Value>,
-    address: String,
-}
+/// The agent as a child process with a clean environment plus `env`.
+struct Agent(AgentProcess);
 
 impl Agent {
     fn spawn(args: &[&str], env: &[(&str, &str)]) -> Result<Self, Box<dyn std::error::Error>> {
-        let mut command = Command::new(BIN);
-        command.args(args).env_clear().stdin(Stdio::null());
-        // State in memory: a test never touches the machine's state file.
-        command.env("AZURE_SCHEDULED_EVENTS_STATE_FILE", "");
-        if let Some(path) = std::env::var_os("PATH") {
-            command.env("PATH", path);
-        }
+        let mut command = command(args);
         command.envs(env.iter().copied());
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let (send, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Ok(json) = serde_json::from_str(&line)
-                    && send.send(json).is_err()
-                {
-                    break;
-                }
-            }
-        });
-        let mut agent = Self {
-            child,
-            lines,
-            address: String::new(),
-        };
-        let starting = agent.next_line_where(|l| l["message"] == "starting")?;
-        agent.address = starting["listen_address"]
-            .as_str()
-            .ok_or("no listen_address")?
-            .to_owned();
-        Ok(agent)
+        Ok(Self(AgentProcess::spawn(command)?))
     }
 
     /// The agent polling `imds` every 50 ms as `vm_name`.
@@ -94,35 +56,13 @@ impl Agent {
         &self,
         matches: impl Fn(&serde_json::Value) -> bool,
     ) -> Result<serde_json::Value, String> {
-        let deadline = std::time::Instant::now() + PATIENCE;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if matches(&line) => return Ok(line),
-                Ok(_) => {}
-                Err(e) => return Err(format!("no matching log line: {e}")),
-            }
-        }
+        self.0.next_line_where(matches)
     }
 
-    /// `GET /metrics` over a plain socket, off the async runtime.
+    /// `GET /metrics`, off the async runtime.
     async fn metrics(&self) -> Result<Exposition, Box<dyn std::error::Error>> {
-        let address = self.address.clone();
-        let body = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
-            use std::io::{Read, Write};
-            let mut stream = std::net::TcpStream::connect(&address)?;
-            write!(
-                stream,
-                "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-            )?;
-            let mut response = String::new();
-            stream.read_to_string(&mut response)?;
-            Ok(response
-                .split_once("\r\n\r\n")
-                .map(|(_, body)| body.to_owned())
-                .unwrap_or_default())
-        })
-        .await??;
+        let address = self.0.address().to_owned();
+        let body = tokio::task::spawn_blocking(move || scrape(&address)).await??;
         Ok(Exposition(body))
     }
 
@@ -147,25 +87,7 @@ impl Agent {
 
     /// SIGTERM, then waits for the exit.
     async fn terminate(mut self) -> Result<std::process::ExitStatus, Box<dyn std::error::Error>> {
-        let pid = self.child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status()?;
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Ok(status);
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err("did not exit after SIGTERM".into());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        Ok(tokio::task::spawn_blocking(move || self.0.terminate()).await??)
     }
 }
 

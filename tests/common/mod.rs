@@ -5,6 +5,8 @@
     reason = "each test binary uses a different part of the harness"
 )]
 
+pub mod process;
+
 use std::time::Duration;
 
 use azure_scheduled_events_exporter::agent::{self, RunningAgent};
@@ -169,5 +171,30 @@ impl Exposition {
         self.value(&format!(
             r#"azure_scheduled_events_{metric}{{event_id="{event_id}"}}"#
         ))
+    }
+}
+
+/// A directory of its own for a test, removed when dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> std::io::Result<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let dir = std::env::temp_dir().join(format!("ase-{name}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self(dir))
+    }
+
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

@@ -7,13 +7,13 @@
 )]
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use crate::common::process::{AgentProcess, command};
 
 pub type Error = Box<dyn std::error::Error>;
 
@@ -253,26 +253,6 @@ pub fn free_port() -> std::io::Result<u16> {
 }
 
 /// A temporary directory removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(what: &str) -> std::io::Result<Self> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or_default();
-        let path = std::env::temp_dir().join(format!("ase-{what}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&path)?;
-        Ok(Self(path))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A child process killed and reaped on drop.
 pub struct Process {
     pub child: Child,
@@ -302,51 +282,15 @@ impl Drop for Process {
     }
 }
 
-/// The agent binary as a separate process, with a clean environment (no inherited proxies).
-pub struct AgentProcess {
-    pub process: Process,
-    pub address: String,
-}
-
-impl AgentProcess {
-    /// Starts the agent with `args` (plus a free loopback port unless they give
-    /// `--web.listen-address`), and waits for its `starting` line.
-    pub fn start(name: &str, args: &[String]) -> Result<Self, Error> {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_azure-scheduled-events-exporter"));
-        command.args(args);
-        if !args.iter().any(|a| a.starts_with("--web.listen-address")) {
-            command.arg("--web.listen-address=127.0.0.1:0");
-        }
-        command
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        if let Some(path) = std::env::var_os("PATH") {
-            command.env("PATH", path);
-        }
-        let mut process = Process::spawn(name, &mut command)?;
-        let stdout = process.child.stdout.take().ok_or("no stdout")?;
-        let (send, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Ok(json) = serde_json::from_str::<Value>(&line)
-                    && json["message"] == "starting"
-                    && send.send(json).is_err()
-                {
-                    break;
-                }
-            }
-        });
-        let starting = lines
-            .recv_timeout(Duration::from_secs(20))
-            .map_err(|e| format!("{name}: no `starting` log line: {e}"))?;
-        let address = starting["listen_address"]
-            .as_str()
-            .ok_or("no listen_address")?
-            .to_owned();
-        Ok(Self { process, address })
+/// Starts the agent binary (clean environment, no inherited proxies) as VM `name` with `args`,
+/// plus a free loopback port unless they give `--web.listen-address`, and waits for its
+/// `starting` line.
+pub fn start_agent(name: &str, args: &[String]) -> Result<AgentProcess, Error> {
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    if !args.iter().any(|a| a.starts_with("--web.listen-address")) {
+        args.push("--web.listen-address=127.0.0.1:0");
     }
+    AgentProcess::spawn(command(&args)).map_err(|e| format!("{name}: {e}").into())
 }
 
 /// Polls `check` every 200 ms until it returns `Some`, for at most `patience`.
