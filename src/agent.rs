@@ -134,6 +134,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
             backoff_exponent: 0,
             traces,
             spans: EventSpans::new(),
+            traced_a_document: false,
             approver,
             store,
         }
@@ -200,6 +201,8 @@ struct Poller {
     /// OTLP export, when configured, and this VM's open event spans.
     traces: Option<Traces>,
     spans: EventSpans,
+    /// Whether a valid document has been traced since the agent started.
+    traced_a_document: bool,
     approver: Approver,
     store: StateStore,
 }
@@ -239,6 +242,24 @@ impl Poller {
             at: now,
         };
         let state = self.store.state();
+        // The first document after a start: what the state file knew and the document no longer
+        // holds ended while the agent was down.
+        if self.monitor.is_up() && !std::mem::replace(&mut self.traced_a_document, true) {
+            let events = self.monitor.tracker().events();
+            for known in &state.events {
+                if events.iter().any(|t| t.event.id.as_str() == known.event_id) {
+                    continue;
+                }
+                let remembered = Remembered {
+                    first_seen: known.first_seen,
+                    seen_started: known.seen_started(),
+                };
+                let event = known.to_event(seen.vm_name);
+                if let Some(span) = self.spans.ended_while_down(&event, remembered, seen) {
+                    traces.submit(span);
+                }
+            }
+        }
         for change in changes {
             if let Change::Transition(transition) = change {
                 let id = transition.event().id.as_str();
@@ -249,7 +270,7 @@ impl Poller {
                         .find(|k| k.event_id == id)
                         .map(|k| Remembered {
                             first_seen: k.first_seen,
-                            seen_started: k.event_status.eq_ignore_ascii_case("Started"),
+                            seen_started: k.seen_started(),
                         });
                 for span in self.spans.record(transition, seen, remembered) {
                     traces.submit(span);

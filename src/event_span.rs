@@ -235,6 +235,35 @@ impl EventSpans {
             .collect()
     }
 
+    /// The lifecycle span of an event this VM saw `Started` before the agent stopped and that
+    /// left the document while it was down, typically the Reboot that restarted it: it ended, so
+    /// it completed. An event last seen `Scheduled` may have completed or been cancelled while
+    /// nobody watched; it keeps only the span that ended as `open`, and this returns `None`.
+    pub fn ended_while_down(
+        &self,
+        event: &Event,
+        remembered: Remembered,
+        seen: Seen<'_>,
+    ) -> Option<SpanData> {
+        if !remembered.seen_started {
+            return None;
+        }
+        let key = event.id.as_str();
+        let open = Open {
+            span_id: SpanId::from(lifecycle_span_id(key, seen.vm_name.unwrap_or_default())),
+            first_seen: remembered.first_seen,
+            seen_started: true,
+            event: event.clone(),
+            approval: None,
+        };
+        Some(lifecycle(
+            TraceId::from(trace_id_u128(key)),
+            open,
+            "completed",
+            seen,
+        ))
+    }
+
     /// How many lifecycle spans are open.
     pub fn open_count(&self) -> usize {
         self.open.len()
@@ -613,6 +642,35 @@ mod tests {
         let lifecycle = out.last().cloned().unwrap_or_else(|| panic!("no span"));
         assert_eq!(lifecycle.start_time, SystemTime::from(t(10)));
         assert_eq!(attr(&lifecycle, "seen_started"), Some(&Value::from(true)));
+    }
+
+    #[test]
+    fn only_an_event_seen_started_completes_when_it_ended_while_the_agent_was_down() {
+        let spans = EventSpans::new();
+        let seen = Seen {
+            vm_name: Some("web_0"),
+            incarnation: Some(3),
+            at: t(100),
+        };
+        let event = doc(1, Some("Started")).events.remove(0);
+        let started = Remembered {
+            first_seen: t(10),
+            seen_started: true,
+        };
+        let span = spans
+            .ended_while_down(&event, started, seen)
+            .unwrap_or_else(|| panic!("no span for an event seen Started"));
+        assert_eq!(
+            span.span_context.span_id(),
+            SpanId::from(lifecycle_span_id(event.id.as_str(), "web_0"))
+        );
+        assert_eq!(span.start_time, SystemTime::from(t(10)));
+        assert_eq!(attr(&span, "outcome"), Some(&Value::from("completed")));
+        let scheduled = Remembered {
+            seen_started: false,
+            ..started
+        };
+        assert!(spans.ended_while_down(&event, scheduled, seen).is_none());
     }
 
     #[test]

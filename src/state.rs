@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::event::{Affects, EventStatus, EventType};
+use crate::event::{Affects, Event, EventId, EventStatus, EventType};
+use crate::not_before::NotBefore;
 use crate::tracker::Tracked;
 
 /// The format version this agent writes. A file with a higher version is set aside, not read.
@@ -68,6 +69,29 @@ pub struct KnownEvent {
     pub event_status: String,
     pub first_seen: DateTime<Utc>,
     pub affects_this_vm: bool,
+}
+
+impl KnownEvent {
+    /// The event as far as the file remembers it: no NotBefore, duration or description, and
+    /// `Resources` naming only this VM when the event affected it.
+    pub fn to_event(&self, vm: Option<&str>) -> Event {
+        Event {
+            id: EventId::new(self.event_id.clone()),
+            event_type: EventType::parse(&self.event_type),
+            status: EventStatus::parse(&self.event_status),
+            resource_type: String::new(),
+            resources: vm.filter(|_| self.affects_this_vm).into_iter().collect(),
+            not_before: NotBefore::parse(None),
+            description: None,
+            source: None,
+            duration: None,
+        }
+    }
+
+    /// Whether this VM saw the event `Started`.
+    pub fn seen_started(&self) -> bool {
+        EventStatus::parse(&self.event_status) == EventStatus::Started
+    }
 }
 
 /// One approval this agent sent, or was sending when it stopped.

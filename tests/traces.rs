@@ -665,6 +665,70 @@ async fn a_restarted_agent_ends_the_same_lifecycle_span_from_the_same_first_sigh
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_seen_started_that_ended_while_the_agent_was_down_completes_its_span() -> TestResult
+{
+    const FREEZE: &str = "6E6E6E6E-0000-4000-8000-000000000001";
+    let receiver = Receiver::start().await?;
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        1,
+        &[
+            event(EVENT, "Reboot", "Started", &[THIS_VM], ""),
+            event(FREEZE, "Freeze", "Scheduled", &[THIS_VM], &in_ten_minutes()),
+        ],
+    ));
+    let dir = common::TempDir::new("traces-down")?;
+    let state = format!("--state.file={}", dir.path("state.json").display());
+    let endpoint = receiver.http_url();
+    let env = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())];
+
+    let first = Agent::polling(&imds, THIS_VM, &env, &[&state])?;
+    receiver
+        .wait_for("both transitions", |s| {
+            named(s, "Reboot started").len() == 1 && named(s, "Freeze scheduled").len() == 1
+        })
+        .await?;
+    first
+        .wait_for_metrics("the state file written", |e| {
+            e.get("azure_scheduled_events_state_up") == 1.0 && dir.path("state.json").exists()
+        })
+        .await?;
+    assert!(first.terminate().await?.success());
+    let spans = receiver
+        .wait_for("both open lifecycle spans", |s| {
+            named(s, "Reboot").len() == 1 && named(s, "Freeze").len() == 1
+        })
+        .await?;
+    let open = named(&spans, "Reboot")[0].clone();
+    assert_eq!(open.event("outcome"), Some("open"));
+
+    // The Reboot ran and ended, and the Freeze went, while no agent was running.
+    imds.sim.set_document(document(3, &[]));
+    let second = Agent::polling(&imds, THIS_VM, &env, &[&state])?;
+    let spans = receiver
+        .wait_for("the Reboot's final lifecycle span", |s| {
+            named(s, "Reboot").len() == 2
+        })
+        .await?;
+    let last = named(&spans, "Reboot")[1];
+    assert_eq!(last.event("outcome"), Some("completed"));
+    assert_eq!(last.span_id, open.span_id, "the same span after a restart");
+    assert_eq!(last.trace_id, EVENT_TRACE);
+    assert_eq!(last.event("seen_started"), Some("true"));
+    assert!(
+        last.start_unix_nano.abs_diff(open.start_unix_nano) < 1_000_000,
+        "it starts at the first run's first sight"
+    );
+    assert_eq!(
+        named(&spans, "Freeze").len(),
+        1,
+        "a Scheduled event that went while nobody watched may have been cancelled: no outcome is made up"
+    );
+    assert!(second.terminate().await?.success());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_debug_level_each_poll_is_a_client_span_of_its_own() -> TestResult {
     let receiver = Receiver::start().await?;
     let imds = Imds::start().await?;

@@ -27,11 +27,10 @@ use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use tokio::sync::mpsc;
 
-use crate::event::{Affects, Event, EventId, EventStatus, EventType};
+use crate::event::{Affects, Event, EventId};
 use crate::imds::{ImdsClient, ImdsError, Operation};
 use crate::metrics::Metrics;
-use crate::not_before::NotBefore;
-use crate::state::{ApprovalRecord, ApprovalStatus, KnownEvent, State, StateStore};
+use crate::state::{ApprovalRecord, ApprovalStatus, State, StateStore};
 use crate::trace_id::trace_id;
 use crate::tracker::{Tracked, Transition};
 
@@ -372,7 +371,7 @@ impl Approver {
                 known.affects_this_vm
                     && !events.iter().any(|t| t.event.id.as_str() == known.event_id)
             }) {
-                let event = known_event(known, vm);
+                let event = known.to_event(vm);
                 self.spawn_hook(command, HookKind::Recover, &event, vm);
                 decisions.push(Decision {
                     event,
@@ -637,20 +636,6 @@ pub struct Imds<'a> {
 
 /// An event known only from the state file (it left the document while the agent was away),
 /// with the fields the file keeps; `Resources` names only this VM.
-fn known_event(known: &KnownEvent, vm: Option<&str>) -> Event {
-    Event {
-        id: EventId::new(known.event_id.clone()),
-        event_type: EventType::parse(&known.event_type),
-        status: EventStatus::parse(&known.event_status),
-        resource_type: String::new(),
-        resources: vm.into_iter().collect(),
-        not_before: NotBefore::parse(None),
-        description: None,
-        source: None,
-        duration: None,
-    }
-}
-
 fn outcome_of(verdict: Verdict) -> Outcome {
     match verdict {
         Verdict::Approve(rule) => Outcome::DryRun { rule },
