@@ -246,16 +246,9 @@ impl Poller {
         // holds ended while the agent was down.
         if self.monitor.is_up() && !std::mem::replace(&mut self.traced_a_document, true) {
             let events = self.monitor.tracker().events();
-            for known in &state.events {
-                if events.iter().any(|t| t.event.id.as_str() == known.event_id) {
-                    continue;
-                }
-                let remembered = Remembered {
-                    first_seen: known.first_seen,
-                    seen_started: known.seen_started(),
-                };
+            for known in state.gone_from(events) {
                 let event = known.to_event(seen.vm_name);
-                if let Some(span) = self.spans.ended_while_down(&event, remembered, seen) {
+                if let Some(span) = self.spans.ended_while_down(&event, known.into(), seen) {
                     traces.submit(span);
                 }
             }
@@ -263,15 +256,7 @@ impl Poller {
         for change in changes {
             if let Change::Transition(transition) = change {
                 let id = transition.event().id.as_str();
-                let remembered =
-                    state
-                        .events
-                        .iter()
-                        .find(|k| k.event_id == id)
-                        .map(|k| Remembered {
-                            first_seen: k.first_seen,
-                            seen_started: k.seen_started(),
-                        });
+                let remembered = state.known(id).map(Remembered::from);
                 for span in self.spans.record(transition, seen, remembered) {
                     traces.submit(span);
                 }
@@ -388,10 +373,9 @@ impl Poller {
     /// Runs hooks for the changes and, after a valid document, the approval decisions; then
     /// writes the state file if anything in it changed.
     async fn approve(&mut self, changes: &[Change], now: chrono::DateTime<Utc>) {
-        let vm_name = self.vm_name.clone();
-        let vm = vm_name.as_deref();
         let mut decisions = self.approver.finished_hooks();
         if self.monitor.is_up() {
+            let vm = self.vm_name.as_deref();
             let tracker = self.monitor.tracker();
             let transitions = changes.iter().filter_map(|change| match change {
                 Change::Transition(transition) => Some(transition),

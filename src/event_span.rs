@@ -21,6 +21,7 @@ use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SpanData, SpanEve
 
 use crate::approval::{Decision, Outcome};
 use crate::event::Event;
+use crate::state::KnownEvent;
 use crate::telemetry::SCOPE;
 use crate::trace_id::{lifecycle_span_id, trace_id_u128};
 use crate::tracker::Transition;
@@ -33,6 +34,15 @@ pub const NAMESPACE: &str = "azure.scheduled_event";
 pub struct Remembered {
     pub first_seen: DateTime<Utc>,
     pub seen_started: bool,
+}
+
+impl From<&KnownEvent> for Remembered {
+    fn from(known: &KnownEvent) -> Self {
+        Self {
+            first_seen: known.first_seen,
+            seen_started: known.seen_started(),
+        }
+    }
 }
 
 /// Where and when a transition was seen.

@@ -134,6 +134,21 @@ pub struct Impact {
 }
 
 impl State {
+    /// What the file knows of event `id`.
+    pub fn known(&self, id: &str) -> Option<&KnownEvent> {
+        self.events.iter().find(|known| known.event_id == id)
+    }
+
+    /// The events this file knows that `events` (a document's) no longer holds: after a
+    /// restart, those that ended while the agent was down.
+    pub fn gone_from<'a>(&'a self, events: &'a [Tracked]) -> impl Iterator<Item = &'a KnownEvent> {
+        self.events.iter().filter(|known| {
+            !events
+                .iter()
+                .any(|tracked| tracked.event.id.as_str() == known.event_id)
+        })
+    }
+
     pub fn new() -> Self {
         Self {
             version: VERSION,

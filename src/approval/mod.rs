@@ -367,10 +367,10 @@ impl Approver {
         let mut decisions = Vec::new();
         let first_document = !std::mem::replace(&mut self.seen_document, true);
         if first_document && let Some(command) = &self.config.recover_hook {
-            for known in previous.events.iter().filter(|known| {
-                known.affects_this_vm
-                    && !events.iter().any(|t| t.event.id.as_str() == known.event_id)
-            }) {
+            for known in previous
+                .gone_from(events)
+                .filter(|known| known.affects_this_vm)
+            {
                 let event = known.to_event(vm);
                 self.spawn_hook(command, HookKind::Recover, &event, vm);
                 decisions.push(Decision {
@@ -382,12 +382,7 @@ impl Approver {
         for transition in transitions {
             let event = transition.event();
             let (kind, command) = match transition {
-                Transition::Appeared(_)
-                    if previous
-                        .events
-                        .iter()
-                        .any(|known| known.event_id == event.id.as_str()) =>
-                {
+                Transition::Appeared(_) if previous.known(event.id.as_str()).is_some() => {
                     continue;
                 }
                 Transition::Appeared(_) => (HookKind::Prepare, &self.config.prepare_hook),
