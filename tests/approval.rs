@@ -320,19 +320,8 @@ async fn another_vms_event_and_a_started_event_are_never_approved_even_when_ever
 
 #[tokio::test]
 async fn with_a_lead_time_an_event_waits_until_that_long_before_not_before() -> TestResult {
-    let imds = Imds::start().await?;
     // NotBefore is 15 minutes away: a 10-minute lead waits, a 16-minute lead approves now.
-    imds.sim.set_document(document(
-        2,
-        &[event_json(
-            USER_REBOOT,
-            "Scheduled",
-            "Reboot",
-            "User",
-            &[THIS_VM],
-            -1,
-        )],
-    ));
+    let imds = imds_with_user_reboot().await?;
     let dir = TempDir::new("lead-wait")?;
     let agent = start(
         &imds,
@@ -368,20 +357,9 @@ async fn with_a_lead_time_an_event_waits_until_that_long_before_not_before() -> 
 
 #[tokio::test]
 async fn a_restart_with_the_same_state_file_does_not_approve_again() -> TestResult {
-    let imds = Imds::start().await?;
     // A verbatim document stays Scheduled after the approval, so only the state file can stop a
     // second POST.
-    imds.sim.set_document(document(
-        5,
-        &[event_json(
-            USER_REBOOT,
-            "Scheduled",
-            "Reboot",
-            "User",
-            &[THIS_VM],
-            -1,
-        )],
-    ));
+    let imds = imds_with_user_reboot().await?;
     let dir = TempDir::new("restart")?;
     let agent = start(&imds, &flags(&dir, &["--approve"])?).await?;
     agent

@@ -125,6 +125,22 @@ fn in_ten_minutes() -> String {
         .to_string()
 }
 
+/// The simulator serving one `event_type` of this VM, Scheduled ten minutes ahead.
+async fn imds_with_one_event(event_type: &str) -> Result<Imds, Box<dyn std::error::Error>> {
+    let imds = Imds::start().await?;
+    imds.sim.set_document(document(
+        1,
+        &[event(
+            EVENT,
+            event_type,
+            "Scheduled",
+            &[THIS_VM],
+            &in_ten_minutes(),
+        )],
+    ));
+    Ok(imds)
+}
+
 fn named<'a>(spans: &'a [ReceivedSpan], name: &str) -> Vec<&'a ReceivedSpan> {
     spans.iter().filter(|s| s.name == name).collect()
 }
@@ -140,17 +156,7 @@ fn span_id_hex(event_id: &str, vm_name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_grpc_each_transition_arrives_in_the_event_trace_from_this_vm() -> TestResult {
     let receiver = Receiver::start().await?;
-    let imds = Imds::start().await?;
-    imds.sim.set_document(document(
-        1,
-        &[event(
-            EVENT,
-            "Reboot",
-            "Scheduled",
-            &[THIS_VM],
-            &in_ten_minutes(),
-        )],
-    ));
+    let imds = imds_with_one_event("Reboot").await?;
     let endpoint = receiver.grpc_url();
     let agent = Agent::polling(
         &imds,
@@ -368,17 +374,7 @@ async fn over_http_protobuf_set_by_flag_a_cancelled_event_ends_its_span_as_cance
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unchanged_polls_export_nothing_and_shutdown_flushes_the_open_span() -> TestResult {
     let receiver = Receiver::start().await?;
-    let imds = Imds::start().await?;
-    imds.sim.set_document(document(
-        1,
-        &[event(
-            EVENT,
-            "Freeze",
-            "Scheduled",
-            &[THIS_VM],
-            &in_ten_minutes(),
-        )],
-    ));
+    let imds = imds_with_one_event("Freeze").await?;
     let endpoint = receiver.http_url();
     let agent = Agent::polling(
         &imds,
