@@ -134,7 +134,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
             backoff_exponent: 0,
             traces,
             spans: EventSpans::new(),
-            traced_a_document: false,
+            read_a_document: false,
             approver,
             store,
         }
@@ -201,8 +201,8 @@ struct Poller {
     /// OTLP export, when configured, and this VM's open event spans.
     traces: Option<Traces>,
     spans: EventSpans,
-    /// Whether a valid document has been traced since the agent started.
-    traced_a_document: bool,
+    /// Whether a valid document has been read since the agent started.
+    read_a_document: bool,
     approver: Approver,
     store: StateStore,
 }
@@ -234,7 +234,7 @@ impl Poller {
     }
 
     /// Hands each transition's spans to the export queue (nothing at all when traces are off).
-    fn trace(&mut self, changes: &[Change], now: chrono::DateTime<Utc>) {
+    fn trace(&mut self, changes: &[Change], first_document: bool, now: chrono::DateTime<Utc>) {
         let Some(traces) = &self.traces else { return };
         let seen = Seen {
             vm_name: self.vm_name.as_deref(),
@@ -242,9 +242,7 @@ impl Poller {
             at: now,
         };
         let state = self.store.state();
-        // The first document after a start: what the state file knew and the document no longer
-        // holds ended while the agent was down.
-        if self.monitor.is_up() && !std::mem::replace(&mut self.traced_a_document, true) {
+        if first_document {
             let events = self.monitor.tracker().events();
             for known in state.gone_from(events) {
                 let event = known.to_event(seen.vm_name);
@@ -359,8 +357,12 @@ impl Poller {
         for change in &changes {
             self.report(change);
         }
-        self.trace(&changes, now);
-        self.approve(&changes, now).await;
+        // The first document after a start: what the state file knew and the document no longer
+        // holds ended while the agent was down.
+        let first_document =
+            self.monitor.is_up() && !std::mem::replace(&mut self.read_a_document, true);
+        self.trace(&changes, first_document, now);
+        self.approve(&changes, first_document, now).await;
         self.metrics
             .record_poll(self.monitor.is_up().then_some(now));
         if self.monitor.is_up() {
@@ -372,7 +374,12 @@ impl Poller {
 
     /// Runs hooks for the changes and, after a valid document, the approval decisions; then
     /// writes the state file if anything in it changed.
-    async fn approve(&mut self, changes: &[Change], now: chrono::DateTime<Utc>) {
+    async fn approve(
+        &mut self,
+        changes: &[Change],
+        first_document: bool,
+        now: chrono::DateTime<Utc>,
+    ) {
         let mut decisions = self.approver.finished_hooks();
         if self.monitor.is_up() {
             let vm = self.vm_name.as_deref();
@@ -386,6 +393,7 @@ impl Poller {
                 tracker.events(),
                 vm,
                 self.store.state(),
+                first_document,
             ));
             self.store.state_mut().observe(
                 tracker.incarnation().map(|i| i.0),

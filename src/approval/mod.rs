@@ -307,8 +307,6 @@ pub struct Approver {
     hooks_running: HashSet<EventId>,
     finished_tx: mpsc::UnboundedSender<Finished>,
     finished_rx: mpsc::UnboundedReceiver<Finished>,
-    /// Whether a valid document has been handled since the start.
-    seen_document: bool,
 }
 
 impl Approver {
@@ -320,7 +318,6 @@ impl Approver {
             hooks_running: HashSet::new(),
             finished_tx,
             finished_rx,
-            seen_document: false,
         }
     }
 
@@ -355,17 +352,17 @@ impl Approver {
     /// Starts the prepare and recover hooks for a valid document: prepare for events of this VM
     /// that appeared, recover for those that completed or were cancelled. `previous` is the state
     /// before this document: an event it already knew (from before a restart) is not prepared
-    /// again, and at the first document after a start, its events of this VM that are gone were
-    /// completed while the agent was away and are recovered.
+    /// again, and at the `first_document` after a start, its events of this VM that are gone
+    /// were completed while the agent was away and are recovered.
     pub fn hooks_for_document<'a>(
         &mut self,
         transitions: impl IntoIterator<Item = &'a Transition>,
         events: &[Tracked],
         vm: Option<&str>,
         previous: &State,
+        first_document: bool,
     ) -> Vec<Decision> {
         let mut decisions = Vec::new();
-        let first_document = !std::mem::replace(&mut self.seen_document, true);
         if first_document && let Some(command) = &self.config.recover_hook {
             for known in previous
                 .gone_from(events)
