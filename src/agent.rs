@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -234,13 +234,9 @@ impl Poller {
     }
 
     /// Hands each transition's spans to the export queue (nothing at all when traces are off).
-    fn trace(&mut self, changes: &[Change], first_document: bool, now: chrono::DateTime<Utc>) {
+    fn trace(&mut self, changes: &[Change], first_document: bool, now: DateTime<Utc>) {
         let Some(traces) = &self.traces else { return };
-        let seen = Seen {
-            vm_name: self.vm_name.as_deref(),
-            incarnation: self.monitor.tracker().incarnation().map(|i| i.0),
-            at: now,
-        };
+        let seen = seen(&self.vm_name, &self.monitor, now);
         let state = self.store.state();
         if first_document {
             let events = self.monitor.tracker().events();
@@ -263,13 +259,9 @@ impl Poller {
     }
 
     /// One child span of the event's lifecycle span per approval decision or hook run.
-    fn trace_decisions(&mut self, decisions: &[Decision], now: chrono::DateTime<Utc>) {
+    fn trace_decisions(&mut self, decisions: &[Decision], now: DateTime<Utc>) {
         let Some(traces) = &self.traces else { return };
-        let seen = Seen {
-            vm_name: self.vm_name.as_deref(),
-            incarnation: self.monitor.tracker().incarnation().map(|i| i.0),
-            at: now,
-        };
+        let seen = seen(&self.vm_name, &self.monitor, now);
         for decision in decisions {
             traces.submit(self.spans.decision(decision, seen));
         }
@@ -280,11 +272,7 @@ impl Poller {
         let Some(traces) = self.traces.take() else {
             return;
         };
-        let seen = Seen {
-            vm_name: self.vm_name.as_deref(),
-            incarnation: self.monitor.tracker().incarnation().map(|i| i.0),
-            at: Utc::now(),
-        };
+        let seen = seen(&self.vm_name, &self.monitor, Utc::now());
         for span in self.spans.close_all(seen) {
             traces.submit(span);
         }
@@ -374,12 +362,7 @@ impl Poller {
 
     /// Runs hooks for the changes and, after a valid document, the approval decisions; then
     /// writes the state file if anything in it changed.
-    async fn approve(
-        &mut self,
-        changes: &[Change],
-        first_document: bool,
-        now: chrono::DateTime<Utc>,
-    ) {
+    async fn approve(&mut self, changes: &[Change], first_document: bool, now: DateTime<Utc>) {
         let mut decisions = self.approver.finished_hooks();
         if self.monitor.is_up() {
             let vm = self.vm_name.as_deref();
@@ -636,6 +619,16 @@ fn open_state(config: &Config, metrics: &Metrics) -> StateStore {
     store.flush();
     metrics.set_state_up(store.is_healthy());
     store
+}
+
+/// This VM and the current document, for the spans of what the poll at `at` saw. A function of
+/// the fields it reads, not of the poller, so the span builder can be borrowed beside it.
+fn seen<'a>(vm_name: &'a Option<String>, monitor: &Monitor, at: DateTime<Utc>) -> Seen<'a> {
+    Seen {
+        vm_name: vm_name.as_deref(),
+        incarnation: monitor.tracker().incarnation().map(|i| i.0),
+        at,
+    }
 }
 
 /// Exponential backoff from the poll interval (doubling `exponent` times), at least IMDS's
