@@ -351,8 +351,7 @@ impl Poller {
             self.monitor.is_up() && !std::mem::replace(&mut self.read_a_document, true);
         self.trace(&changes, first_document, now);
         self.approve(&changes, first_document, now).await;
-        self.metrics
-            .record_poll(self.monitor.is_up().then_some(now));
+        self.metrics.record_poll(now, self.monitor.is_up());
         if self.monitor.is_up() {
             self.health.set_ready();
             self.publish(changes.iter().any(|c| matches!(c, Change::Transition(_))));

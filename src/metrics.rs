@@ -46,6 +46,7 @@ pub struct Metrics {
     registry: Registry,
     up: IntGauge,
     last_success: Gauge,
+    last_poll: Gauge,
     incarnation: IntGauge,
     requests: IntCounterVec,
     failures: IntCounterVec,
@@ -178,6 +179,10 @@ impl Metrics {
             "last_success_timestamp_seconds",
             "Unix time of the last valid scheduled-events document.",
         ))?;
+        let last_poll = Gauge::with_opts(opts(
+            "last_poll_timestamp_seconds",
+            "Unix time at which the last poll of the scheduled-events endpoint ended, successful or not.",
+        ))?;
         let incarnation = IntGauge::with_opts(opts(
             "document_incarnation",
             "DocumentIncarnation of the last valid document (0 before the first).",
@@ -271,6 +276,7 @@ impl Metrics {
 
         registry.register(Box::new(up.clone()))?;
         registry.register(Box::new(last_success.clone()))?;
+        registry.register(Box::new(last_poll.clone()))?;
         registry.register(Box::new(incarnation.clone()))?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(failures.clone()))?;
@@ -292,6 +298,7 @@ impl Metrics {
             registry,
             up,
             last_success,
+            last_poll,
             incarnation,
             requests,
             failures,
@@ -368,11 +375,13 @@ impl Metrics {
         }
     }
 
-    /// Records the outcome of a scheduled-events poll.
-    pub fn record_poll(&self, success_at: Option<DateTime<Utc>>) {
-        self.up.set(i64::from(success_at.is_some()));
-        if let Some(at) = success_at {
-            self.last_success.set(at.timestamp_millis() as f64 / 1000.0);
+    /// Records the outcome of a scheduled-events poll that ended at `at`.
+    pub fn record_poll(&self, at: DateTime<Utc>, success: bool) {
+        let seconds = at.timestamp_millis() as f64 / 1000.0;
+        self.up.set(i64::from(success));
+        self.last_poll.set(seconds);
+        if success {
+            self.last_success.set(seconds);
         }
     }
 

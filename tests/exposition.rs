@@ -66,7 +66,7 @@ fn populated() -> Result<Metrics, Box<dyn std::error::Error>> {
         2,
         tracker.events().iter().map(|t| t.event.clone()).collect(),
     );
-    metrics.record_poll(Some(scrape_time()));
+    metrics.record_poll(scrape_time(), true);
     Ok(metrics)
 }
 
