@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::event_span::{EventSpans, Remembered, Seen};
 use crate::health::Health;
 use crate::imds::{ImdsClient, ImdsError, Operation};
-use crate::metrics::Metrics;
+use crate::metrics::{Families, Metrics};
 use crate::monitor::{Change, Monitor};
 use crate::server::{self, Endpoints};
 use crate::state::{Opened, StateStore};
@@ -54,7 +54,18 @@ pub async fn start(config: Config) -> anyhow::Result<RunningAgent> {
 
 /// As [`start`], exporting traces as `telemetry` says.
 pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<RunningAgent> {
-    let metrics = Arc::new(Metrics::new(&config.api_version, config.event_series)?);
+    let policy = &config.approval;
+    let families = Families {
+        approval: policy.mode != approval::Mode::Off,
+        hooks: policy.hook.is_some() || policy.prepare_hook.is_some() || policy.recover_hook.is_some(),
+        traces: telemetry.config().is_some(),
+        process: true,
+    };
+    let metrics = Arc::new(Metrics::new(
+        &config.api_version,
+        config.event_series,
+        families,
+    )?);
     let health = Arc::new(Health::new());
     let client = ImdsClient::new(&config.imds_url, &config.api_version)?;
     let listener = TcpListener::bind(config.listen_address)

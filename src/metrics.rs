@@ -25,11 +25,56 @@ use crate::wire;
 /// The prefix of every metric name.
 pub const NAMESPACE: &str = "azure_scheduled_events";
 
-/// Buckets of `..._imds_request_duration_seconds`: IMDS answers in milliseconds, but the first
-/// request after the service is enabled can take two minutes.
-const DURATION_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
-];
+/// Buckets of `..._imds_request_duration_seconds`. IMDS is link-local and answers within a few
+/// milliseconds, so 5 ms and 25 ms split healthy from sluggish; 100 ms and 500 ms show a busy
+/// host; 2.5 s is just past the default `--imds.timeout`; and the first request after Scheduled
+/// Events is enabled can take two minutes, so the last bucket is 120 s. Six buckets (nine series
+/// per operation) where a default latency histogram would cost seventeen: every VM of a fleet
+/// pays for each one.
+const DURATION_BUCKETS: &[f64] = &[0.005, 0.025, 0.1, 0.5, 2.5, 120.0];
+
+/// Which optional families of metrics exist. A fleet pays for every series on every VM, so the
+/// families of a feature that is off are not exported at all; what is on is pre-created at zero
+/// where the alerts need it (an `increase()` cannot see a counter's first step when the series
+/// is born at 1). A feature added later (notifications, Kubernetes) gets its own field here and
+/// registers its families only when it is enabled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Families {
+    /// `--approve` or `--approve.dry-run`: approvals, approval failures and decisions, and the
+    /// `approve` operation of the IMDS request families.
+    pub approval: bool,
+    /// Any hook configured (approve, prepare or recover): `..._hook_runs_total`.
+    pub hooks: bool,
+    /// Traces exported over OTLP: `..._otlp_spans_*_total`.
+    pub traces: bool,
+    /// The standard `process_*` metrics (CPU, memory, file descriptors, start time) from
+    /// `/proc/self`, on Linux. Off only where values must not vary, as in the golden files.
+    pub process: bool,
+}
+
+impl Families {
+    /// What the agent exports with approval, hooks and traces off.
+    pub const DEFAULT: Families = Families {
+        approval: false,
+        hooks: false,
+        traces: false,
+        process: true,
+    };
+
+    /// Every optional family.
+    pub const ALL: Families = Families {
+        approval: true,
+        hooks: true,
+        traces: true,
+        process: true,
+    };
+}
+
+impl Default for Families {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
 
 /// Which events get per-event series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +116,9 @@ struct ApprovalMetrics {
 }
 
 impl ApprovalMetrics {
-    fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
+    /// Creates every approval metric; registers those of the enabled families. The others stay
+    /// unregistered, so recording into them costs nothing and is never exported.
+    fn new(registry: &Registry, families: Families) -> Result<Self, prometheus::Error> {
         let approvals = IntCounterVec::new(
             opts(
                 "approvals_total",
@@ -103,7 +150,7 @@ impl ApprovalMetrics {
         let mode = IntGaugeVec::new(
             opts(
                 "approval_mode",
-                "1 for the approval mode set by --approve and --approve.dry-run: off, dry_run or on.",
+                "Always 1, for the approval mode set by --approve and --approve.dry-run: off, dry_run or on (one series, the mode in force).",
             ),
             &["mode"],
         )?;
@@ -118,31 +165,34 @@ impl ApprovalMetrics {
             ),
             &["expected"],
         )?;
-        for event_type in EventType::KNOWN {
-            approvals.with_label_values(&[event_type.as_str()]);
-            for reason in Outcome::failure_reasons() {
-                failures.with_label_values(&[event_type.as_str(), reason]);
+        if families.approval {
+            // AzureScheduledEventApprovalsFailing takes increase() of both counters per type.
+            for event_type in EventType::KNOWN {
+                approvals.with_label_values(&[event_type.as_str()]);
+                for reason in Outcome::failure_reasons() {
+                    failures.with_label_values(&[event_type.as_str(), reason]);
+                }
             }
-        }
-        for (decision, reason) in Outcome::decision_labels() {
-            decisions.with_label_values(&[decision, reason]);
-        }
-        for hook in HookKind::ALL {
-            for result in std::iter::once("ok").chain(HookFailure::KINDS) {
-                hook_runs.with_label_values(&[hook.as_str(), result]);
+            for (decision, reason) in Outcome::decision_labels() {
+                decisions.with_label_values(&[decision, reason]);
             }
+            registry.register(Box::new(approvals.clone()))?;
+            registry.register(Box::new(failures.clone()))?;
+            registry.register(Box::new(decisions.clone()))?;
         }
-        for mode_value in Mode::ALL {
-            mode.with_label_values(&[mode_value.as_str()]);
+        if families.hooks {
+            for hook in HookKind::ALL {
+                for result in std::iter::once("ok").chain(HookFailure::KINDS) {
+                    hook_runs.with_label_values(&[hook.as_str(), result]);
+                }
+            }
+            registry.register(Box::new(hook_runs.clone()))?;
         }
+        // AzureVMRebootedUnexpectedly takes increase() of the unexpected reboots.
         for expected in ["true", "false"] {
             reboots.with_label_values(&[expected]);
         }
         state_up.set(1);
-        registry.register(Box::new(approvals.clone()))?;
-        registry.register(Box::new(failures.clone()))?;
-        registry.register(Box::new(decisions.clone()))?;
-        registry.register(Box::new(hook_runs.clone()))?;
         registry.register(Box::new(mode.clone()))?;
         registry.register(Box::new(state_up.clone()))?;
         registry.register(Box::new(reboots.clone()))?;
@@ -159,15 +209,21 @@ impl ApprovalMetrics {
 }
 
 impl Metrics {
-    /// Registers every metric. `api_version` goes into `..._build_info`.
-    pub fn new(api_version: &str, series: EventSeries) -> Result<Self, prometheus::Error> {
-        Self::with_clock(api_version, series, Utc::now)
+    /// Registers the metrics of the enabled `families`. `api_version` goes into
+    /// `..._build_info`.
+    pub fn new(
+        api_version: &str,
+        series: EventSeries,
+        families: Families,
+    ) -> Result<Self, prometheus::Error> {
+        Self::with_clock(api_version, series, families, Utc::now)
     }
 
     /// As [`Metrics::new`], reading scrape time from `clock` (tests pin it).
     pub fn with_clock(
         api_version: &str,
         series: EventSeries,
+        families: Families,
         clock: fn() -> DateTime<Utc>,
     ) -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
@@ -255,11 +311,16 @@ impl Metrics {
         )?;
 
         for op in Operation::ALL {
+            if op == Operation::Approve && !families.approval {
+                continue;
+            }
             requests.with_label_values(&[op.as_str()]);
             durations.with_label_values(&[op.as_str()]);
-            for reason in ImdsError::KINDS {
-                failures.with_label_values(&[op.as_str(), reason]);
-            }
+        }
+        // AzureImdsUnreachable names the reason with increase() of the events operation's
+        // failures; the other operations' reasons appear with their first failure.
+        for reason in ImdsError::KINDS {
+            failures.with_label_values(&[Operation::Events.as_str(), reason]);
         }
         for event_type in EventType::KNOWN {
             for transition in Transition::KINDS {
@@ -285,14 +346,19 @@ impl Metrics {
         registry.register(Box::new(build_info))?;
         registry.register(Box::new(vm_info.clone()))?;
         registry.register(Box::new(SharedCollector(Arc::clone(&events))))?;
-        registry.register(Box::new(otlp_exported.clone()))?;
-        registry.register(Box::new(otlp_dropped.clone()))?;
         let otlp = crate::telemetry::ExportCounters {
-            exported: otlp_exported,
+            exported: otlp_exported.clone(),
             dropped_queue_full: otlp_dropped.with_label_values(&["queue_full"]),
             dropped_export_failed: otlp_dropped.with_label_values(&["export_failed"]),
         };
-        let approval = ApprovalMetrics::new(&registry)?;
+        if families.traces {
+            registry.register(Box::new(otlp_exported))?;
+            registry.register(Box::new(otlp_dropped))?;
+        }
+        let approval = ApprovalMetrics::new(&registry, families)?;
+        if families.process {
+            register_process_metrics(&registry)?;
+        }
 
         Ok(Self {
             registry,
@@ -338,14 +404,13 @@ impl Metrics {
         }
     }
 
-    /// Sets `..._approval_mode`.
+    /// Sets `..._approval_mode`: one series, the mode in force.
     pub fn set_approval_mode(&self, mode: Mode) {
-        for value in Mode::ALL {
-            self.approval
-                .mode
-                .with_label_values(&[value.as_str()])
-                .set(i64::from(value == mode));
-        }
+        self.approval.mode.reset();
+        self.approval
+            .mode
+            .with_label_values(&[mode.as_str()])
+            .set(1);
     }
 
     /// Sets `..._state_up`.
@@ -444,6 +509,21 @@ impl Metrics {
         descs.sort();
         descs
     }
+}
+
+/// The standard `process_*` metrics (as every Go exporter has them): CPU seconds, resident and
+/// virtual memory, open and maximum file descriptors, threads and start time, read from
+/// `/proc/self` at each scrape. Linux only, like the agent.
+#[cfg(target_os = "linux")]
+fn register_process_metrics(registry: &Registry) -> Result<(), prometheus::Error> {
+    registry.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    ))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn register_process_metrics(_registry: &Registry) -> Result<(), prometheus::Error> {
+    Ok(())
 }
 
 fn opts(name: &str, help: &str) -> Opts {

@@ -175,11 +175,15 @@ pub async fn serve_endpoints(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::EventSeries;
+    use crate::metrics::{EventSeries, Families};
 
     fn endpoints() -> Result<Endpoints, prometheus::Error> {
         Ok(Endpoints {
-            metrics: Arc::new(Metrics::new("2020-07-01", EventSeries::ThisVm)?),
+            metrics: Arc::new(Metrics::new(
+                "2020-07-01",
+                EventSeries::ThisVm,
+                Families::DEFAULT,
+            )?),
             health: Arc::new(Health::new()),
             telemetry_path: "/metrics".into(),
         })

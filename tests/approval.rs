@@ -181,6 +181,10 @@ async fn nothing_is_posted_by_default() -> TestResult {
         0.0,
         "approval off decides nothing"
     );
+    assert!(
+        !m.has("azure_scheduled_events_approval_decisions_total"),
+        "approval off exports no approval families"
+    );
     agent.stop().await
 }
 

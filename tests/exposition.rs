@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use azure_scheduled_events_exporter::event::Document;
 use azure_scheduled_events_exporter::imds::{ImdsError, Operation};
-use azure_scheduled_events_exporter::metrics::{EventSeries, Metrics};
+use azure_scheduled_events_exporter::approval::Mode;
+use azure_scheduled_events_exporter::metrics::{EventSeries, Families, Metrics};
 use azure_scheduled_events_exporter::tracker::Tracker;
 use azure_scheduled_events_exporter::wire::Compute;
 use chrono::{DateTime, TimeZone, Utc};
@@ -33,8 +34,30 @@ const DOCUMENT: &str = r#"{"DocumentIncarnation": 2, "Events": [
    "Description": "", "EventSource": "User", "DurationInSeconds": 0}
 ]}"#;
 
+/// The default families, without the `process_*` ones whose values change from run to run.
+const DEFAULT: Families = Families {
+    process: false,
+    ..Families::DEFAULT
+};
+
+/// Approval on with a hook configured; traces off.
+const APPROVAL: Families = Families {
+    approval: true,
+    hooks: true,
+    ..DEFAULT
+};
+
 fn populated() -> Result<Metrics, Box<dyn std::error::Error>> {
-    let metrics = Metrics::with_clock("2020-07-01", EventSeries::ThisVm, scrape_time)?;
+    populated_with(DEFAULT)
+}
+
+fn populated_with(families: Families) -> Result<Metrics, Box<dyn std::error::Error>> {
+    let metrics = Metrics::with_clock("2020-07-01", EventSeries::ThisVm, families, scrape_time)?;
+    metrics.set_approval_mode(if families.approval {
+        Mode::On
+    } else {
+        Mode::Off
+    });
     let compute = Compute {
         name: "WestNO_0".into(),
         vm_id: "02aab8a4-74ef-476e-8182-f6d2ba4166a6".into(),
@@ -88,18 +111,61 @@ fn normalized(metrics: &Metrics) -> Result<String, prometheus::Error> {
         .collect())
 }
 
-#[test]
-fn exposition_matches_the_golden_file() -> TestResult {
-    let actual = normalized(&populated()?)?;
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/metrics.prom");
+fn assert_golden(families: Families, file: &str) -> TestResult {
+    let actual = normalized(&populated_with(families)?)?;
+    let path = format!("{}/tests/golden/{file}", env!("CARGO_MANIFEST_DIR"));
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(path, &actual)?;
+        std::fs::write(&path, &actual)?;
     }
-    let expected = std::fs::read_to_string(path)?;
+    let expected = std::fs::read_to_string(&path)?;
     assert!(
         actual == expected,
         "exposition differs from {path} (rerun with UPDATE_GOLDEN=1 and review the diff):\n{actual}"
     );
+    Ok(())
+}
+
+#[test]
+fn exposition_matches_the_golden_file() -> TestResult {
+    assert_golden(DEFAULT, "metrics.prom")
+}
+
+#[test]
+fn exposition_with_approval_and_a_hook_matches_its_golden_file() -> TestResult {
+    assert_golden(APPROVAL, "metrics-approval.prom")
+}
+
+#[test]
+fn families_of_features_that_are_off_are_not_exported() -> TestResult {
+    let text = populated()?.encode()?;
+    for absent in [
+        "azure_scheduled_events_approvals_total",
+        "azure_scheduled_events_approval_failures_total",
+        "azure_scheduled_events_approval_decisions_total",
+        "azure_scheduled_events_hook_runs_total",
+        "azure_scheduled_events_otlp_spans_",
+        r#"operation="approve""#,
+        "process_",
+    ] {
+        assert!(!text.contains(absent), "{absent} is exported:\n{text}");
+    }
+    for present in [
+        r#"azure_scheduled_events_approval_mode{mode="off"} 1"#,
+        r#"azure_scheduled_events_reboots_total{expected="false"} 0"#,
+        r#"azure_scheduled_events_imds_request_failures_total{operation="events",reason="connect"} 0"#,
+        r#"azure_scheduled_events_imds_request_duration_seconds_bucket{operation="events",le="120"} 3"#,
+    ] {
+        assert!(text.contains(present), "{present} is missing:\n{text}");
+    }
+    let approval = populated_with(APPROVAL)?.encode()?;
+    for present in [
+        r#"azure_scheduled_events_approval_failures_total{event_type="Reboot",reason="hook_failed"} 0"#,
+        r#"azure_scheduled_events_approvals_total{event_type="Preempt"} 0"#,
+        r#"azure_scheduled_events_hook_runs_total{hook="recover",result="ok"} 0"#,
+        r#"azure_scheduled_events_imds_requests_total{operation="approve"} 0"#,
+    ] {
+        assert!(approval.contains(present), "{present} is missing:\n{approval}");
+    }
     Ok(())
 }
 
@@ -139,7 +205,7 @@ fn per_event_series_describe_events_of_this_vm_only() -> TestResult {
 
 #[test]
 fn all_events_flag_exports_every_event() -> TestResult {
-    let metrics = Metrics::with_clock("2020-07-01", EventSeries::All, scrape_time)?;
+    let metrics = Metrics::with_clock("2020-07-01", EventSeries::All, DEFAULT, scrape_time)?;
     metrics.set_vm(Some("WestNO_0"), None);
     let document = Document::from_json(DOCUMENT.as_bytes())?;
     metrics.set_events(2, document.events);
@@ -156,7 +222,7 @@ fn documented() -> Result<BTreeMap<String, String>, std::io::Error> {
         .filter_map(|line| {
             let cells: Vec<&str> = line.split('|').map(str::trim).collect();
             let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
-            name.starts_with("azure_scheduled_events_").then(|| {
+            (name.starts_with("azure_scheduled_events_") || name.starts_with("process_")).then(|| {
                 (
                     name.to_owned(),
                     cells.get(2).copied().unwrap_or("").to_owned(),
@@ -168,7 +234,7 @@ fn documented() -> Result<BTreeMap<String, String>, std::io::Error> {
 
 #[test]
 fn docs_metrics_md_lists_exactly_the_registered_metrics() -> TestResult {
-    let metrics = populated()?;
+    let metrics = populated_with(Families::ALL)?;
     let registered: Vec<String> = metrics
         .families()
         .into_iter()
@@ -196,7 +262,7 @@ fn docs_metrics_md_lists_exactly_the_registered_metrics() -> TestResult {
 
 #[test]
 fn every_metric_has_help_text() -> TestResult {
-    for (name, help) in populated()?.families() {
+    for (name, help) in populated_with(Families::ALL)?.families() {
         assert!(help.len() > 20, "{name} has no real HELP: {help:?}");
     }
     Ok(())
