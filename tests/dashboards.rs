@@ -237,13 +237,26 @@ fn the_event_dashboard_picks_event_ids_from_the_metrics_and_links_each_to_its_tr
 }
 
 /// What a rule or dashboard may name: every family in a live exposition of an agent that has
-/// events (so the per-event families exist) and has read instance metadata (`vm_info`).
+/// events (so the per-event families exist), has read instance metadata (`vm_info`), and runs
+/// every optional feature (approval in dry run, a hook, traces), whose families exist only then.
 async fn exported() -> Result<BTreeSet<String>, Error> {
     let imds = Imds::start().await?;
     imds.sim.load_scenario(Scenario::from_file(
         &ops::repo().join("scenarios/fleet.yaml"),
     )?);
-    let agent = Agent::start(&imds, &["--vm.name=web_0", "--state.file="]).await?;
+    let agent = Agent::start_traced(
+        &imds,
+        &[
+            "--vm.name=web_0",
+            "--state.file=",
+            "--approve.dry-run",
+            "--approve.prepare-hook=true",
+            // Nothing listens there: the export counters exist all the same.
+            "--otlp.endpoint=http://127.0.0.1:9",
+        ],
+        &[],
+    )
+    .await?;
     let exposition = agent
         .wait_for("per-event series and vm_info", |e| {
             e.has("azure_scheduled_events_vm_info{")

@@ -343,7 +343,8 @@ fn agent(name: &str, imds_url: &str, dir: &Path, extra: &[&str]) -> Result<Agent
 }
 
 /// scenarios/fleet.yaml played to five agents scraped by one Prometheus with the alert rules:
-/// web_0..web_2 see the scenario (web_1 approves Spot evictions through a hook that fails; web_2's
+/// web_0..web_2 see the scenario (web_0 exports traces, to a collector that is down, so its
+/// OTLP counters exist; web_1 approves Spot evictions through a hook that fails; web_2's
 /// machine reboots without warning), web_3 cannot reach IMDS, web_4 stops after its first scrapes.
 /// Every dashboard expression (variables set to real values) and every alert expression must
 /// parse and return data, the alerts without a delay must fire, and the others must be pending.
@@ -363,9 +364,10 @@ async fn a_real_prometheus_evaluates_every_dashboard_and_alert_expression_agains
         "--approve.event-types=Preempt",
         "--approve.hook=false",
     ];
+    let traces = ["--otlp.endpoint=http://127.0.0.1:9"];
     let mut agents = Vec::new();
     for (name, url, extra) in [
-        ("web_0", imds.url(), &[][..]),
+        ("web_0", imds.url(), &traces[..]),
         ("web_1", imds.url(), &approve[..]),
         ("web_2", imds.url(), &[]),
         ("web_3", unreachable, &[]),

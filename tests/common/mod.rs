@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use azure_scheduled_events_exporter::agent::{self, RunningAgent};
 use azure_scheduled_events_exporter::config::{Cli, LogFormat};
+use azure_scheduled_events_exporter::telemetry::Telemetry;
 use azure_scheduled_events_exporter::simulator::{
     RunningSimulator, SimulatorHandle, example_compute,
 };
@@ -51,6 +52,24 @@ pub struct Agent {
 
 impl Agent {
     pub async fn start(imds: &Imds, extra: &[&str]) -> Result<Self, Box<dyn std::error::Error>> {
+        Self::start_with_env(imds, extra, None).await
+    }
+
+    /// As [`Agent::start`], with traces configured by the `--otlp.*` flags in `extra` and the
+    /// `OTEL_*` variables in `otel` (never the process environment).
+    pub async fn start_traced(
+        imds: &Imds,
+        extra: &[&str],
+        otel: &[(&str, &str)],
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        Self::start_with_env(imds, extra, Some(otel.iter().copied().collect())).await
+    }
+
+    async fn start_with_env(
+        imds: &Imds,
+        extra: &[&str],
+        otel: Option<std::collections::HashMap<&str, &str>>,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
         let url = format!("--imds.url={}", imds.url());
         let mut args = vec![
             "azure-scheduled-events-exporter",
@@ -65,7 +84,13 @@ impl Agent {
         ];
         args.extend_from_slice(extra);
         let config = Cli::try_parse_from(args)?.agent.validate(LogFormat::Json)?;
-        let running = agent::start(config).await?;
+        let running = match otel {
+            None => agent::start(config).await?,
+            Some(env) => {
+                let otlp = config.otlp.resolve(&env)?;
+                agent::start_with(config, Telemetry::new(otlp)).await?
+            }
+        };
         let base = format!("http://{}", running.address());
         let http = reqwest::Client::builder().no_proxy().build()?;
         Ok(Self {
