@@ -25,7 +25,7 @@ use crate::health::Health;
 use crate::imds::{ImdsClient, ImdsError, Operation};
 use crate::metrics::{Families, Metrics};
 use crate::monitor::{Change, Monitor};
-use crate::server::{self, Endpoints};
+use crate::server::Endpoints;
 use crate::state::{Opened, StateStore};
 use crate::telemetry::{Telemetry, Traces, VmIdentity};
 use crate::trace_id::{lifecycle_span_id, trace_id};
@@ -125,9 +125,10 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         health: Arc::clone(&health),
         telemetry_path: config.telemetry_path.clone(),
     });
-    let server = tokio::spawn(server::serve_endpoints(
+    let server = tokio::spawn(crate::web::serve(
         listener,
         endpoints,
+        config.web.clone(),
         until_stopped(stopped.clone()),
     ));
     let poller = tokio::spawn(

@@ -111,6 +111,8 @@ pub struct AgentArgs {
     )]
     pub log_level: String,
     #[command(flatten)]
+    pub web: crate::web::WebArgs,
+    #[command(flatten)]
     pub otlp: crate::telemetry::OtlpArgs,
     #[command(flatten)]
     pub approve: ApproveArgs,
@@ -382,6 +384,8 @@ pub struct Config {
     pub poll_interval: Duration,
     pub listen_address: SocketAddr,
     pub telemetry_path: String,
+    /// `--web.config.file`, `--web.max-requests`, `--web.max-connections`.
+    pub web: crate::web::WebSettings,
     pub vm_name: Option<String>,
     pub event_series: EventSeries,
     pub log_format: LogFormat,
@@ -459,6 +463,7 @@ impl AgentArgs {
             return Err(invalid("log.level", format!("{:?}: {e}", self.log_level)));
         }
         let (approval, state_file, boot_id_file) = self.approve.validate()?;
+        let web = self.web.validate()?;
         Ok(Config {
             imds_url,
             api_version: self.imds_api_version,
@@ -468,6 +473,7 @@ impl AgentArgs {
             poll_interval: self.poll_interval,
             listen_address: self.web_listen_address,
             telemetry_path: self.web_telemetry_path,
+            web,
             vm_name,
             event_series: if self.metrics_all_events {
                 EventSeries::All

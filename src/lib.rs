@@ -10,6 +10,7 @@
 //! which [`telemetry`] exports over OTLP.
 //! [`approval`] decides (pure policy and takeover order) and POSTs approvals when enabled, running
 //! hooks; [`state`] is the file that survives restarts, and [`boot`] tells reboots from restarts.
+//! [`web`] is the agent's listener (TLS and basic auth from [`web_config`], gzip, limits).
 
 pub mod agent;
 pub mod approval;
@@ -31,4 +32,6 @@ pub mod state;
 pub mod telemetry;
 pub mod trace_id;
 pub mod tracker;
+pub mod web;
+pub mod web_config;
 pub mod wire;

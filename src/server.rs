@@ -1,5 +1,6 @@
-//! HTTP on hyper 1: the agent's `/metrics`, `/healthz`, `/readyz` and landing page, and the one
-//! accept loop with graceful shutdown that the simulator serves through as well.
+//! HTTP on hyper 1: the agent's `/metrics`, `/healthz`, `/readyz` and landing page (served by
+//! [`crate::web`]), and the plain accept loop with graceful shutdown that the simulator serves
+//! through.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -157,19 +158,6 @@ fn html_escape(text: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
-}
-
-/// Serves the agent's endpoints until `shutdown` completes.
-pub async fn serve_endpoints(
-    listener: TcpListener,
-    endpoints: Arc<Endpoints>,
-    shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
-    let handle = move |request: Request<Incoming>| {
-        let endpoints = Arc::clone(&endpoints);
-        async move { Ok::<_, std::io::Error>(endpoints.answer(&request)) }
-    };
-    serve(listener, handle, shutdown).await
 }
 
 #[cfg(test)]

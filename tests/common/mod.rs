@@ -5,6 +5,7 @@
     reason = "each test binary uses a different part of the harness"
 )]
 
+pub mod pki;
 pub mod process;
 
 use std::time::Duration;

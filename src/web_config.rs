@@ -1,0 +1,419 @@
+//! `--web.config.file`: TLS and basic authentication in the Prometheus exporter-toolkit's web
+//! configuration format, so one file serves this agent and the node_exporter next to it.
+//!
+//! As in the toolkit, the file is read again for every TLS handshake and every request: a rotated
+//! certificate or a changed password takes effect without a restart. Whether the listener speaks
+//! TLS at all is decided once, at startup. A file that is invalid at startup is a usage error
+//! (exit 64); one that becomes invalid later fails the handshakes and requests it would govern
+//! (logged) until it is fixed, and the agent keeps polling.
+//!
+//! Supported keys: `tls_server_config` (`cert_file`, `key_file`, `client_ca_file`,
+//! `client_auth_type`, `min_version`, `max_version`) and `basic_auth_users` (bcrypt hashes, as
+//! `htpasswd -nBC 10 user` writes them). Any other key the toolkit knows is refused by name
+//! rather than silently ignored: a setting that is not applied must not look applied.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// Why the web configuration cannot be used.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct WebConfigError {
+    path: String,
+    reason: String,
+}
+
+fn error(path: &Path, reason: impl Into<String>) -> WebConfigError {
+    // One line: the error is the whole message of an exit at startup.
+    WebConfigError {
+        path: path.display().to_string(),
+        reason: reason.into().replace('\n', " "),
+    }
+}
+
+/// The file as written. Unknown keys are errors, as with the toolkit's strict YAML reading.
+#[derive(Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    tls_server_config: Option<TlsFile>,
+    #[serde(default)]
+    basic_auth_users: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsFile {
+    #[serde(default)]
+    cert_file: Option<String>,
+    #[serde(default)]
+    key_file: Option<String>,
+    #[serde(default)]
+    client_ca_file: Option<String>,
+    #[serde(default)]
+    client_auth_type: Option<String>,
+    #[serde(default)]
+    min_version: Option<String>,
+    #[serde(default)]
+    max_version: Option<String>,
+}
+
+/// The toolkit's `client_auth_type` values (Go's `tls.ClientAuthType` names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientAuth {
+    NoClientCert,
+    VerifyClientCertIfGiven,
+    RequireAndVerifyClientCert,
+}
+
+impl ClientAuth {
+    fn parse(text: Option<&str>) -> Result<Self, String> {
+        match text.unwrap_or("") {
+            "" | "NoClientCert" => Ok(Self::NoClientCert),
+            "VerifyClientCertIfGiven" => Ok(Self::VerifyClientCertIfGiven),
+            "RequireAndVerifyClientCert" => Ok(Self::RequireAndVerifyClientCert),
+            value @ ("RequestClientCert" | "RequireAnyClientCert") => Err(format!(
+                "client_auth_type {value} accepts certificates that no CA signed and is not supported: use VerifyClientCertIfGiven or RequireAndVerifyClientCert with client_ca_file"
+            )),
+            other => Err(format!(
+                "client_auth_type {other:?} is not one of NoClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert"
+            )),
+        }
+    }
+}
+
+fn tls_version(key: &str, text: &str) -> Result<&'static SupportedProtocolVersion, String> {
+    match text {
+        "TLS12" => Ok(&rustls::version::TLS12),
+        "TLS13" => Ok(&rustls::version::TLS13),
+        "TLS10" | "TLS11" => Err(format!(
+            "{key} {text} is not supported: TLS 1.0 and 1.1 are obsolete, use TLS12 or TLS13"
+        )),
+        other => Err(format!("{key} {other:?} is not one of TLS12, TLS13")),
+    }
+}
+
+/// The configuration in force for one handshake or request.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The TLS server configuration, when `tls_server_config` is set.
+    pub tls: Option<Arc<ServerConfig>>,
+    /// User name to bcrypt hash; empty when basic authentication is off.
+    users: BTreeMap<String, String>,
+}
+
+/// What a request's credentials amount to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No users configured, or the right user and password.
+    Granted,
+    /// Missing, malformed, unknown user or wrong password: 401.
+    Denied,
+}
+
+/// A hash of the toolkit's kind that matches no password, checked for unknown users so that an
+/// unknown user costs as much time as a wrong password and user names cannot be probed.
+const DUMMY_HASH: &str = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi";
+
+impl Loaded {
+    /// Whether the request must authenticate.
+    pub fn requires_auth(&self) -> bool {
+        !self.users.is_empty()
+    }
+
+    /// Checks an `Authorization` header value. Runs bcrypt (tens of milliseconds at cost 10):
+    /// call it off the async runtime's thread.
+    pub fn check(&self, authorization: Option<&[u8]>) -> Access {
+        if self.users.is_empty() {
+            return Access::Granted;
+        }
+        let Some((user, password)) = authorization.and_then(basic_credentials) else {
+            return Access::Denied;
+        };
+        let (hash, known) = match self.users.get(&user) {
+            Some(hash) => (hash.as_str(), true),
+            None => (DUMMY_HASH, false),
+        };
+        match bcrypt::verify(password.as_bytes(), hash) {
+            Ok(true) if known => Access::Granted,
+            _ => Access::Denied,
+        }
+    }
+}
+
+/// `Basic base64(user:password)`.
+fn basic_credentials(header: &[u8]) -> Option<(String, String)> {
+    use base64::Engine as _;
+    let text = std::str::from_utf8(header).ok()?.trim();
+    let (scheme, encoded) = text.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let decoded = String::from_utf8(decoded).ok()?;
+    let (user, password) = decoded.split_once(':')?;
+    Some((user.to_owned(), password.to_owned()))
+}
+
+/// The bytes a [`Loaded`] was built from; the same bytes give the same configuration.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Sources {
+    file: Vec<u8>,
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    client_ca: Vec<u8>,
+}
+
+/// The web configuration file, read again whenever it is needed.
+#[derive(Debug)]
+pub struct WebConfigFile {
+    path: PathBuf,
+    tls: bool,
+    /// The last configuration built and what it was built from: reading four small files per
+    /// connection is cheap, parsing keys and building verifiers for each is not.
+    cache: Mutex<Option<(Sources, Arc<Loaded>)>>,
+}
+
+impl WebConfigFile {
+    /// Reads and checks the file at startup; its error is the one line to exit with.
+    pub fn open(path: &Path) -> Result<Self, WebConfigError> {
+        let file = Self {
+            path: path.to_owned(),
+            tls: false,
+            cache: Mutex::new(None),
+        };
+        let loaded = file.load()?;
+        Ok(Self {
+            tls: loaded.tls.is_some(),
+            ..file
+        })
+    }
+
+    /// Whether the listener speaks TLS (fixed at startup, as in the toolkit).
+    pub fn tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The configuration as the files say now.
+    pub fn load(&self) -> Result<Arc<Loaded>, WebConfigError> {
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(|e| error(path, format!("cannot read: {e}")))
+        };
+        let text = read(&self.path)?;
+        let parsed: File = if text.iter().all(u8::is_ascii_whitespace) {
+            File::default()
+        } else {
+            serde_norway::from_slice(&text).map_err(|e| error(&self.path, e.to_string()))?
+        };
+        let base = self.path.parent().unwrap_or(Path::new("."));
+        // Relative paths in the file are relative to the file, as in the toolkit.
+        let resolve = |p: &str| base.join(p);
+        let mut sources = Sources {
+            file: text.clone(),
+            ..Sources::default()
+        };
+        if let Some(tls) = &parsed.tls_server_config {
+            let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) else {
+                return Err(error(
+                    &self.path,
+                    "tls_server_config needs both cert_file and key_file",
+                ));
+            };
+            sources.cert = read(&resolve(cert))?;
+            sources.key = read(&resolve(key))?;
+            if let Some(ca) = &tls.client_ca_file {
+                sources.client_ca = read(&resolve(ca))?;
+            }
+        }
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((cached, loaded)) = cache.as_ref()
+            && *cached == sources
+        {
+            return Ok(Arc::clone(loaded));
+        }
+        let tls = match &parsed.tls_server_config {
+            Some(tls) => Some(Arc::new(
+                server_config(tls, &sources).map_err(|e| error(&self.path, e))?,
+            )),
+            None => None,
+        };
+        let users = parsed.basic_auth_users.unwrap_or_default();
+        for (user, hash) in &users {
+            if user.contains(':') {
+                return Err(error(
+                    &self.path,
+                    format!("basic_auth_users: user {user:?} contains ':'"),
+                ));
+            }
+            if bcrypt::verify("", hash).is_err() {
+                return Err(error(
+                    &self.path,
+                    format!("basic_auth_users: the hash of {user:?} is not a bcrypt hash"),
+                ));
+            }
+        }
+        let loaded = Arc::new(Loaded { tls, users });
+        *cache = Some((sources, Arc::clone(&loaded)));
+        Ok(loaded)
+    }
+}
+
+fn server_config(tls: &TlsFile, sources: &Sources) -> Result<ServerConfig, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&sources.cert)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("cert_file: {e}"))?;
+    if certs.is_empty() {
+        return Err("cert_file holds no PEM certificate".into());
+    }
+    let key = PrivateKeyDer::from_pem_slice(&sources.key)
+        .map_err(|e| format!("key_file holds no usable PEM private key: {e}"))?;
+    let auth = ClientAuth::parse(tls.client_auth_type.as_deref())?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let min = tls
+        .min_version
+        .as_deref()
+        .map(|v| tls_version("min_version", v))
+        .transpose()?
+        .unwrap_or(&rustls::version::TLS12);
+    let max = tls
+        .max_version
+        .as_deref()
+        .map(|v| tls_version("max_version", v))
+        .transpose()?
+        .unwrap_or(&rustls::version::TLS13);
+    let versions: Vec<&'static SupportedProtocolVersion> =
+        [&rustls::version::TLS12, &rustls::version::TLS13]
+            .into_iter()
+            .filter(|v| u16::from(v.version) >= u16::from(min.version))
+            .filter(|v| u16::from(v.version) <= u16::from(max.version))
+            .collect();
+    if versions.is_empty() {
+        return Err("min_version is above max_version".into());
+    }
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(&versions)
+        .map_err(|e| e.to_string())?;
+    let builder = match (auth, sources.client_ca.is_empty()) {
+        (ClientAuth::NoClientCert, true) => builder.with_no_client_auth(),
+        (ClientAuth::NoClientCert, false) => {
+            return Err(
+                "client_ca_file is set but client_auth_type is not: set it to VerifyClientCertIfGiven or RequireAndVerifyClientCert".into(),
+            );
+        }
+        (_, true) => {
+            return Err("client_auth_type verifies client certificates: set client_ca_file".into());
+        }
+        (auth, false) => {
+            let mut roots = RootCertStore::empty();
+            for ca in CertificateDer::pem_slice_iter(&sources.client_ca) {
+                let ca = ca.map_err(|e| format!("client_ca_file: {e}"))?;
+                roots
+                    .add(ca)
+                    .map_err(|e| format!("client_ca_file: {e}"))?;
+            }
+            if roots.is_empty() {
+                return Err("client_ca_file holds no PEM certificate".into());
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = if auth == ClientAuth::VerifyClientCertIfGiven {
+                verifier.allow_unauthenticated()
+            } else {
+                verifier
+            };
+            builder.with_client_cert_verifier(verifier.build().map_err(|e| e.to_string())?)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("cert_file and key_file: {e}"))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        path
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("web-config-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        dir
+    }
+
+    #[test]
+    fn invalid_files_name_what_is_wrong() {
+        let dir = temp_dir("invalid");
+        for (text, needle) in [
+            ("tls_server_config: {cert_file: a.pem}\n", "key_file"),
+            ("basic_auth_user: {}\n", "basic_auth_user"),
+            ("http_server_config: {http2: false}\n", "http_server_config"),
+            ("basic_auth_users: {alice: plain}\n", "not a bcrypt hash"),
+            (
+                "tls_server_config: {cert_file: nope.pem, key_file: nope.key}\n",
+                "nope.pem",
+            ),
+            ("tls_server_config: [\n", "tls_server_config"),
+        ] {
+            let path = write(&dir, "web.yml", text);
+            match WebConfigFile::open(&path) {
+                Ok(_) => panic!("{text:?} was accepted"),
+                Err(e) => assert!(e.to_string().contains(needle), "{text:?}: {e}"),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn client_auth_types_are_the_toolkits() {
+        assert_eq!(ClientAuth::parse(None), Ok(ClientAuth::NoClientCert));
+        assert_eq!(
+            ClientAuth::parse(Some("RequireAndVerifyClientCert")),
+            Ok(ClientAuth::RequireAndVerifyClientCert)
+        );
+        assert!(
+            ClientAuth::parse(Some("RequireAnyClientCert"))
+                .is_err_and(|e| e.contains("not supported"))
+        );
+        assert!(ClientAuth::parse(Some("Always")).is_err());
+    }
+
+    #[test]
+    fn basic_auth_checks_user_and_password() -> Result<(), bcrypt::BcryptError> {
+        use base64::Engine as _;
+        let loaded = Loaded {
+            tls: None,
+            users: BTreeMap::from([("alice".to_owned(), bcrypt::hash("s3cret", 4)?)]),
+        };
+        let header = |user_password: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(user_password)
+            )
+        };
+        let check = |h: &str| loaded.check(Some(h.as_bytes()));
+        assert_eq!(check(&header("alice:s3cret")), Access::Granted);
+        assert_eq!(check(&header("alice:wrong")), Access::Denied);
+        assert_eq!(check(&header("bob:s3cret")), Access::Denied);
+        assert_eq!(check("Bearer abc"), Access::Denied);
+        assert_eq!(loaded.check(None), Access::Denied);
+        assert!(
+            matches!(bcrypt::verify("s3cret", DUMMY_HASH), Ok(false)),
+            "unknown users are checked against a well-formed hash"
+        );
+        Ok(())
+    }
+}

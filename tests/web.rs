@@ -1,0 +1,390 @@
+//! The agent's listener as a scraper and an operator meet it over loopback: gzip, TLS with a
+//! private CA and client certificates, basic auth, a certificate rotated without a restart, the
+//! web configuration file checked at startup, the scrape limit, and a flood of idle connections
+//! that neither exhausts the agent's file descriptors nor stops its polling.
+
+mod common;
+
+use std::io::Read as _;
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::pki::{Ca, Pair};
+use common::process::{AgentProcess, command, scrape};
+use common::{Agent, Imds, TempDir, TestResult};
+
+type Error = Box<dyn std::error::Error>;
+
+/// A client for the agent: trusts `ca`, presents `identity` when given, never reuses a
+/// connection (each request is a new handshake, as after a rotation).
+fn tls_client(ca: &str, identity: Option<&Pair>) -> Result<reqwest::Client, Error> {
+    let mut builder = reqwest::Client::builder()
+        .no_proxy()
+        .use_rustls_tls()
+        .tls_info(true)
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(10))
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes())?);
+    if let Some(identity) = identity {
+        builder = builder.identity(reqwest::Identity::from_pem(&identity.identity_pem())?);
+    }
+    Ok(builder.build()?)
+}
+
+/// The web configuration file `text` in `dir`, as a flag.
+fn web_config(dir: &TempDir, text: &str) -> Result<String, Error> {
+    let path = dir.path("web.yml");
+    std::fs::write(&path, text)?;
+    Ok(format!("--web.config.file={}", path.display()))
+}
+
+fn https(agent: &Agent, path: &str) -> String {
+    format!("{}{path}", agent.base.replace("http://", "https://"))
+}
+
+#[tokio::test]
+async fn metrics_are_gzipped_when_the_scraper_accepts_it() -> TestResult {
+    let imds = Imds::start().await?;
+    let agent = Agent::start(&imds, &[]).await?;
+    agent
+        .wait_for("a first document", |m| m.up() == Some(1.0))
+        .await?;
+    let plain = agent
+        .http
+        .get(format!("{}/metrics", agent.base))
+        .send()
+        .await?;
+    assert_eq!(plain.headers().get("content-encoding"), None);
+    let plain = plain.text().await?;
+    let gzipped = agent
+        .http
+        .get(format!("{}/metrics", agent.base))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await?;
+    assert_eq!(gzipped.status(), 200);
+    assert_eq!(
+        gzipped
+            .headers()
+            .get("content-encoding")
+            .and_then(|v| v.to_str().ok()),
+        Some("gzip")
+    );
+    let compressed = gzipped.bytes().await?;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&compressed[..]).read_to_string(&mut text)?;
+    let families = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| l.starts_with("# TYPE"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert!(text.contains("azure_scheduled_events_up 1"), "{text}");
+    assert_eq!(families(&text), families(&plain));
+    println!(
+        "scrape at idle: {} bytes plain, {} bytes gzip",
+        plain.len(),
+        compressed.len()
+    );
+    assert!(compressed.len() * 3 < plain.len(), "gzip saves little");
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn tls_with_a_private_ca_requires_a_client_certificate_when_configured() -> TestResult {
+    let dir = TempDir::new("web-tls")?;
+    let ca = Ca::new("agent test CA")?;
+    let (cert, key) = ca.server("agent", &["127.0.0.1"])?.write(&dir.0, "server")?;
+    let client_ca = dir.path("clients.crt");
+    std::fs::write(&client_ca, ca.pem())?;
+    let flag = web_config(
+        &dir,
+        &format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\n  client_ca_file: {}\n  client_auth_type: RequireAndVerifyClientCert\n",
+            cert.display(),
+            key.display(),
+            client_ca.display()
+        ),
+    )?;
+    let imds = Imds::start().await?;
+    let agent = Agent::start(&imds, &[&flag]).await?;
+    let url = https(&agent, "/metrics");
+
+    let prometheus = ca.client("prometheus")?;
+    let answer = tls_client(&ca.pem(), Some(&prometheus))?
+        .get(&url)
+        .send()
+        .await?;
+    assert_eq!(answer.status(), 200);
+    assert!(
+        answer
+            .text()
+            .await?
+            .contains("azure_scheduled_events_build_info")
+    );
+
+    let without = tls_client(&ca.pem(), None)?.get(&url).send().await;
+    assert!(
+        without.is_err(),
+        "no client certificate, yet: {without:?}"
+    );
+    let stranger = Ca::new("another CA")?.client("intruder")?;
+    let foreign = tls_client(&ca.pem(), Some(&stranger))?.get(&url).send().await;
+    assert!(
+        foreign.is_err(),
+        "a certificate of another CA, yet: {foreign:?}"
+    );
+    let plain = agent.http.get(format!("{}/metrics", agent.base)).send().await;
+    assert!(
+        !plain.is_ok_and(|r| r.status() == 200),
+        "plain HTTP must not be served on a TLS listener"
+    );
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn basic_auth_admits_the_right_password_only() -> TestResult {
+    let dir = TempDir::new("web-auth")?;
+    let hash = bcrypt::hash("s3cret", 6)?;
+    let flag = web_config(&dir, &format!("basic_auth_users:\n  prometheus: {hash}\n"))?;
+    let imds = Imds::start().await?;
+    let agent = Agent::start(&imds, &[&flag]).await?;
+    let url = format!("{}/metrics", agent.base);
+    let get = |user: Option<(&str, &str)>| {
+        let mut request = agent.http.get(&url);
+        if let Some((user, password)) = user {
+            request = request.basic_auth(user, Some(password));
+        }
+        request.send()
+    };
+    let anonymous = get(None).await?;
+    assert_eq!(anonymous.status(), 401);
+    assert!(
+        anonymous
+            .headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("Basic")),
+        "{:?}",
+        anonymous.headers()
+    );
+    assert_eq!(get(Some(("prometheus", "wrong"))).await?.status(), 401);
+    assert_eq!(get(Some(("grafana", "s3cret"))).await?.status(), 401);
+    let admitted = get(Some(("prometheus", "s3cret"))).await?;
+    assert_eq!(admitted.status(), 200);
+    assert!(admitted.text().await?.contains("azure_scheduled_events_up"));
+    // A garbled header is refused, not a crash.
+    let garbled = agent
+        .http
+        .get(&url)
+        .header(
+            "authorization",
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode("no-colon")
+            ),
+        )
+        .send()
+        .await?;
+    assert_eq!(garbled.status(), 401);
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn a_rotated_certificate_and_password_apply_without_a_restart() -> TestResult {
+    let dir = TempDir::new("web-rotate")?;
+    let ca = Ca::new("rotation CA")?;
+    let first = ca.server("first", &["127.0.0.1"])?;
+    let (cert, key) = first.write(&dir.0, "server")?;
+    let config = |password: &str| -> Result<String, Error> {
+        web_config(
+            &dir,
+            &format!(
+                "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  prometheus: {}\n",
+                bcrypt::hash(password, 4)?
+            ),
+        )
+    };
+    let flag = config("before")?;
+    let imds = Imds::start().await?;
+    let agent = Agent::start(&imds, &[&flag]).await?;
+    let url = https(&agent, "/metrics");
+    let served_certificate = |password: &'static str| {
+        let url = url.clone();
+        let ca = ca.pem();
+        async move {
+            let answer = tls_client(&ca, None)?
+                .get(&url)
+                .basic_auth("prometheus", Some(password))
+                .send()
+                .await?;
+            let der = answer
+                .extensions()
+                .get::<reqwest::tls::TlsInfo>()
+                .and_then(|i| i.peer_certificate())
+                .map(<[u8]>::to_vec)
+                .ok_or("no peer certificate")?;
+            Ok::<_, Error>((answer.status().as_u16(), der))
+        }
+    };
+    let pem_der = |pem: &str| -> Result<Vec<u8>, Error> {
+        use rustls_pki_types::pem::PemObject as _;
+        Ok(rustls_pki_types::CertificateDer::from_pem_slice(pem.as_bytes())?.to_vec())
+    };
+    let (status, der) = served_certificate("before").await?;
+    assert_eq!(status, 200);
+    assert_eq!(der, pem_der(&first.cert)?, "serves the first certificate");
+
+    let second = ca.server("second", &["127.0.0.1"])?;
+    std::fs::write(&cert, &second.cert)?;
+    std::fs::write(&key, &second.key)?;
+    config("after")?;
+    let (status, der) = served_certificate("after").await?;
+    assert_eq!(der, pem_der(&second.cert)?, "the new certificate, no restart");
+    assert_eq!(status, 200, "the new password");
+    assert_eq!(served_certificate("before").await?.0, 401, "the old one");
+    agent.stop().await
+}
+
+#[test]
+fn an_invalid_web_config_file_exits_64_with_one_line() -> TestResult {
+    let dir = TempDir::new("web-invalid")?;
+    for (text, needle) in [
+        ("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n", "missing.crt"),
+        ("basic_auth_users:\n  alice: not-a-hash\n", "bcrypt"),
+        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: Sometimes\n", "a"),
+        ("unknown_key: 1\n", "unknown_key"),
+    ] {
+        let flag = web_config(&dir, text)?;
+        let output = command(&[&flag]).output()?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{text:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{text:?}: {stderr}");
+        assert!(
+            stderr.contains("--web.config.file") && stderr.contains(needle),
+            "{text:?}: {stderr}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scrapes_beyond_max_requests_get_503() -> TestResult {
+    let dir = TempDir::new("web-limit")?;
+    // bcrypt at cost 10 keeps each scrape in flight for a while: the limit of one is met.
+    let flag = web_config(
+        &dir,
+        &format!("basic_auth_users:\n  p: {}\n", bcrypt::hash("pw", 10)?),
+    )?;
+    let imds = Imds::start().await?;
+    let agent = Agent::start(&imds, &[&flag, "--web.max-requests=1"]).await?;
+    let url = format!("{}/metrics", agent.base);
+    let scrapes = (0..6).map(|_| {
+        agent
+            .http
+            .get(&url)
+            .basic_auth("p", Some("pw"))
+            .send()
+    });
+    let statuses: Vec<u16> = futures_statuses(scrapes).await?;
+    assert!(statuses.contains(&200), "{statuses:?}");
+    assert!(statuses.contains(&503), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 503),
+        "{statuses:?}"
+    );
+    // The other pages are not scrapes and are never limited.
+    let page = agent
+        .http
+        .get(format!("{}/", agent.base))
+        .basic_auth("p", Some("pw"))
+        .send()
+        .await?;
+    assert_eq!(page.status(), 200);
+    agent.stop().await
+}
+
+/// Runs the requests concurrently and returns their statuses.
+async fn futures_statuses<F>(requests: impl Iterator<Item = F>) -> Result<Vec<u16>, Error>
+where
+    F: std::future::Future<Output = Result<reqwest::Response, reqwest::Error>> + Send + 'static,
+{
+    let tasks: Vec<_> = requests.map(tokio::spawn).collect();
+    let mut statuses = Vec::new();
+    for task in tasks {
+        statuses.push(task.await??.status().as_u16());
+    }
+    Ok(statuses)
+}
+
+/// How many idle connections the flood opens.
+const FLOOD: usize = 5_000;
+
+/// Raises this process' soft limit on open files so it can hold the flood (CI machines start
+/// at 1024); fails when the hard limit does not allow it.
+fn allow_open_files(needed: u64) -> Result<(), Error> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft < needed {
+        if hard < needed {
+            return Err(format!("the hard limit of open files is {hard}, the test needs {needed}").into());
+        }
+        setrlimit(Resource::RLIMIT_NOFILE, needed, hard)?;
+    }
+    Ok(())
+}
+
+/// The value of an unlabelled series in an exposition.
+fn value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_thousand_idle_connections_neither_exhaust_descriptors_nor_stop_polling() -> TestResult
+{
+    allow_open_files(FLOOD as u64 + 1024)?;
+    let imds = Imds::start().await?;
+    let url = format!("--imds.url={}", imds.url());
+    let mut agent = AgentProcess::spawn(command(&[
+        &url,
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=100ms",
+    ]))?;
+    let address = agent.address().to_owned();
+    let target = address.clone();
+    let before = imds.sim.requests();
+    // The flood: connections that connect and never send a byte, held until the end.
+    let flood = tokio::task::spawn_blocking(move || {
+        let mut held = Vec::with_capacity(FLOOD);
+        for _ in 0..FLOOD {
+            match std::net::TcpStream::connect(&target) {
+                Ok(stream) => held.push(stream),
+                Err(error) => return Err(format!("connection {}: {error}", held.len())),
+            }
+        }
+        Ok(held)
+    })
+    .await??;
+    let during = imds.sim.requests();
+    // While every connection is held open, a scrape still gets in, and the agent holds no more
+    // descriptors than its bound allows.
+    let scraper = address.clone();
+    let text = tokio::task::spawn_blocking(move || scrape(&scraper)).await??;
+    let open_fds = value(&text, "process_open_fds").ok_or("no process_open_fds")?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = imds.sim.requests();
+    println!(
+        "{FLOOD} idle connections: the agent holds {open_fds} descriptors; IMDS polls {before} before, {during} once opened, {after} a second later"
+    );
+    assert!(
+        open_fds <= 128.0 + 32.0,
+        "{open_fds} descriptors open with --web.max-connections=128"
+    );
+    assert!(text.contains("azure_scheduled_events_up 1"), "{text}");
+    assert!(after > during, "polling stopped during the flood");
+    drop(flood);
+    let status = tokio::task::spawn_blocking(move || agent.terminate()).await??;
+    assert!(status.success(), "{status:?}");
+    Ok(())
+}
