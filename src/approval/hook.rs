@@ -125,16 +125,18 @@ pub async fn run(
         Some(split) => split,
         None => return finish(Err(HookFailure::Spawn("no program".into())), b"", b""),
     };
-    let mut child = match Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(args)
         .envs(environment(kind, event, vm))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0)
-        .spawn()
-    {
+        .kill_on_drop(true);
+    // Its own process group, so that a timeout kills everything the hook started (Unix only).
+    #[cfg(unix)]
+    command.process_group(0);
+    let mut child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {
             return finish(
@@ -175,6 +177,11 @@ pub async fn run(
 }
 
 /// Kills the process group a hook leads (its id is the hook's pid: `process_group(0)`).
+#[cfg(not(unix))]
+fn kill_group(_leader: Option<u32>) {}
+
+/// Kills the process group a hook leads (its id is the hook's pid: `process_group(0)`).
+#[cfg(unix)]
 fn kill_group(leader: Option<u32>) {
     let Some(pid) = leader.and_then(|pid| i32::try_from(pid).ok()) else {
         return;
