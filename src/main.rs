@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use azure_scheduled_events_exporter::config::{
     AgentArgs, Cli, Command, Config, ConfigError, EXIT_USAGE, LogFormat,
 };
-use azure_scheduled_events_exporter::telemetry::{ProcessEnv, Telemetry};
+use azure_scheduled_events_exporter::telemetry::{ProcessEnv, Telemetry, lenient};
 use azure_scheduled_events_exporter::{agent, commands, logging};
 use clap::Parser;
 use clap::error::ErrorKind;
@@ -79,11 +79,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// Validates the flags and resolves traces from them and the `OTEL_*` variables.
+/// Validates the flags and resolves traces from them and the `OTEL_*` variables (a bad variable
+/// is a warning, not an exit: see `telemetry::lenient`).
 fn prepare(args: AgentArgs, default_format: LogFormat) -> Result<(Config, Telemetry), ConfigError> {
     let config = args.validate(default_format)?;
-    let otlp = config.otlp.resolve(&ProcessEnv)?;
-    Ok((config, Telemetry::new(otlp)))
+    let otlp = lenient::resolve(&config.otlp, &ProcessEnv)?;
+    Ok((config, Telemetry::resolved(otlp)))
 }
 
 fn usage_error(line: &str) -> ExitCode {

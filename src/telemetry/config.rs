@@ -115,6 +115,19 @@ pub struct OtlpConfig {
     pub max_queue_size: usize,
     pub max_export_batch_size: usize,
     pub schedule_delay: Duration,
+    /// `OTEL_EXPORTER_OTLP_(TRACES_)COMPRESSION=gzip`.
+    pub gzip: bool,
+    /// `OTEL_EXPORTER_OTLP_(TRACES_)CERTIFICATE`, `..._CLIENT_CERTIFICATE`, `..._CLIENT_KEY`.
+    pub tls: TlsFiles,
+}
+
+/// PEM files for TLS to the collector: a private CA, and a client certificate for mutual TLS.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// CA certificates trusted besides the public roots.
+    pub certificate: Option<std::path::PathBuf>,
+    pub client_certificate: Option<std::path::PathBuf>,
+    pub client_key: Option<std::path::PathBuf>,
 }
 
 fn invalid(flag: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -176,18 +189,45 @@ impl OtlpArgs {
             }
             _ => base.trim().to_owned(),
         };
-        // The exporter library reads these itself and fails at startup with an error that is not
-        // a usage error; compression is not built in, so refuse them here with exit code 64.
-        if let Some((name, value)) = first(
+        // The specification requires gzip and none.
+        let gzip = match first(
             env,
             &[
                 "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
                 "OTEL_EXPORTER_OTLP_COMPRESSION",
             ],
         ) {
+            None => false,
+            Some((_, value)) if value.trim().eq_ignore_ascii_case("gzip") => true,
+            Some((_, value)) if value.trim().eq_ignore_ascii_case("none") => false,
+            Some((name, value)) => {
+                return Err(invalid(
+                    "otlp.protocol",
+                    format!("{name}={value:?}: compression is gzip or none"),
+                ));
+            }
+        };
+        let file = |names: &[&'static str]| {
+            first(env, names).map(|(_, v)| std::path::PathBuf::from(v.trim()))
+        };
+        let tls = TlsFiles {
+            certificate: file(&[
+                "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+                "OTEL_EXPORTER_OTLP_CERTIFICATE",
+            ]),
+            client_certificate: file(&[
+                "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+            ]),
+            client_key: file(&[
+                "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+                "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+            ]),
+        };
+        if tls.client_certificate.is_some() != tls.client_key.is_some() {
             return Err(invalid(
-                "otlp.protocol",
-                format!("{name}={value:?}: compression is not supported, unset the variable"),
+                "otlp.endpoint",
+                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY (or their _TRACES_ forms) go together",
             ));
         }
         let headers_text = self.headers.clone().or_else(|| {
@@ -201,7 +241,14 @@ impl OtlpArgs {
             .map(|(_, v)| v)
         });
         let headers = match headers_text {
-            Some(text) => key_values(&text, false).map_err(|e| invalid("otlp.headers", e))?,
+            Some(text) => key_values(&text, false).map_err(|e| {
+                let source = if self.headers.is_some() {
+                    "--otlp.headers"
+                } else {
+                    "OTEL_EXPORTER_OTLP_HEADERS"
+                };
+                invalid("otlp.headers", format!("{source}: {e}"))
+            })?,
             None => Vec::new(),
         };
         for (name, value) in &headers {
@@ -266,6 +313,8 @@ impl OtlpArgs {
             max_queue_size,
             max_export_batch_size,
             schedule_delay,
+            gzip,
+            tls,
         }))
     }
 }
@@ -557,12 +606,12 @@ mod tests {
             ),
             (
                 flag_endpoint("http://c"),
-                vec![("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")],
+                vec![("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd")],
                 "OTEL_EXPORTER_OTLP_COMPRESSION",
             ),
             (
                 flag_endpoint("http://c"),
-                vec![("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "gzip")],
+                vec![("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "brotli")],
                 "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
             ),
         ] {

@@ -22,14 +22,27 @@ pub struct ReqwestClient {
 }
 
 impl ReqwestClient {
+    /// `tls` adds a private CA to the public roots and a client certificate for mutual TLS.
     pub fn new(
         timeout: Duration,
         headers: Vec<(HeaderName, HeaderValue)>,
+        tls: super::TlsPem,
     ) -> Result<Self, reqwest::Error> {
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()?;
+            .redirect(reqwest::redirect::Policy::none());
+        if let Some(ca) = &tls.ca {
+            for certificate in reqwest::Certificate::from_pem_bundle(ca)? {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        if let Some((cert, key)) = &tls.identity {
+            let mut pem = cert.clone();
+            pem.push(b'\n');
+            pem.extend_from_slice(key);
+            builder = builder.identity(reqwest::Identity::from_pem(&pem)?);
+        }
+        let client = builder.build()?;
         Ok(Self { client, headers })
     }
 }

@@ -9,6 +9,7 @@
 pub mod config;
 pub mod export;
 pub mod http_client;
+pub mod lenient;
 pub mod resource;
 
 use std::sync::{Arc, OnceLock};
@@ -35,6 +36,8 @@ pub struct Telemetry {
     config: Option<OtlpConfig>,
     provider: Option<SdkTracerProvider>,
     queue: Arc<OnceLock<SpanQueue>>,
+    /// `OTEL_*` values that were ignored ([`lenient`]), logged once at start.
+    warnings: Vec<String>,
 }
 
 impl Telemetry {
@@ -58,6 +61,15 @@ impl Telemetry {
             config,
             provider,
             queue,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Traces as [`lenient::resolve`] found them, with its warnings.
+    pub fn resolved(resolved: lenient::Resolved) -> Self {
+        Self {
+            warnings: resolved.warnings,
+            ..Self::new(resolved.config)
         }
     }
 
@@ -70,17 +82,32 @@ impl Telemetry {
         self.provider.as_ref().map(|p| p.tracer(SCOPE))
     }
 
-    /// Builds the exporter and starts the export task on the current runtime.
+    /// Builds the exporter and starts the export task on the current runtime. An exporter that
+    /// cannot be built (an unreadable certificate, say) is a warning and no traces: the agent
+    /// runs on without them.
     pub fn start(
         self,
         counters: ExportCounters,
         vm: VmIdentity<'_>,
     ) -> anyhow::Result<Option<Traces>> {
+        for warning in &self.warnings {
+            tracing::warn!(warning = %warning, "ignoring an OTEL_* setting");
+        }
         let Some(config) = self.config else {
             return Ok(None);
         };
-        let exporter = exporter(&config)
-            .with_context(|| format!("cannot set up OTLP export to {}", config.endpoint))?;
+        let exporter = match exporter(&config)
+            .with_context(|| format!("cannot set up OTLP export to {}", config.endpoint))
+        {
+            Ok(exporter) => exporter,
+            Err(error) => {
+                tracing::warn!(
+                    error = format!("{error:#}"),
+                    "traces are off; metrics and logs go on"
+                );
+                return Ok(None);
+            }
+        };
         let (resource_tx, resource_rx) = watch::channel(ResourceState {
             resource: resource::resource(&config, vm),
             complete: vm.compute.is_some(),
@@ -167,22 +194,57 @@ fn exporter(config: &OtlpConfig) -> anyhow::Result<opentelemetry_otlp::SpanExpor
                 .with_protocol(opentelemetry_otlp::Protocol::Grpc)
                 .with_timeout(config.timeout)
                 .with_interceptor(interceptor);
+            if config.gzip {
+                builder = builder.with_compression(opentelemetry_otlp::Compression::Gzip);
+            }
             if config.endpoint.starts_with("https:") {
-                builder = builder
-                    .with_tls_config(tonic::transport::ClientTlsConfig::new().with_webpki_roots());
+                let mut tls = tonic::transport::ClientTlsConfig::new().with_webpki_roots();
+                let pem = tls_pem(&config.tls)?;
+                if let Some(ca) = pem.ca {
+                    tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(ca));
+                }
+                if let Some((cert, key)) = pem.identity {
+                    tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
+                }
+                builder = builder.with_tls_config(tls);
             }
             builder.build()?
         }
-        Protocol::HttpProtobuf => builder
-            .with_http()
-            .with_http_client(http_client::ReqwestClient::new(
-                config.timeout,
-                config::http_headers(&config.headers),
-            )?)
-            .with_endpoint(&config.endpoint)
-            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-            .with_timeout(config.timeout)
-            .build()?,
+        Protocol::HttpProtobuf => {
+            let mut builder = builder
+                .with_http()
+                .with_http_client(http_client::ReqwestClient::new(
+                    config.timeout,
+                    config::http_headers(&config.headers),
+                    tls_pem(&config.tls)?,
+                )?)
+                .with_endpoint(&config.endpoint)
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_timeout(config.timeout);
+            if config.gzip {
+                builder = builder.with_compression(opentelemetry_otlp::Compression::Gzip);
+            }
+            builder.build()?
+        }
     };
     Ok(exporter)
+}
+
+/// The contents of the TLS files, read and checked before the exporter is built.
+#[derive(Debug, Default)]
+pub struct TlsPem {
+    pub ca: Option<Vec<u8>>,
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+fn tls_pem(files: &config::TlsFiles) -> anyhow::Result<TlsPem> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+    };
+    let ca = files.certificate.as_deref().map(read).transpose()?;
+    let identity = match (&files.client_certificate, &files.client_key) {
+        (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+        _ => None,
+    };
+    Ok(TlsPem { ca, identity })
 }

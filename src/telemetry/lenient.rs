@@ -1,0 +1,202 @@
+//! Traces can never stop the metrics. An `OTEL_*` variable is often set fleet-wide (an image, a
+//! DaemonSet, a configuration tool), and the systemd unit does not restart an agent that exits
+//! 64: a value this agent cannot use must not blind every VM. So a bad `OTEL_*` value is a
+//! warning: the setting falls back to its default where one exists (timeout, batching, resource
+//! attributes, compression), and traces are off where none does (endpoint, protocol, headers,
+//! certificates); metrics and logs go on. A bad `--otlp.*` flag (or its
+//! `AZURE_SCHEDULED_EVENTS_OTLP_*` variable) is what the operator typed for this agent, and still
+//! exits 64.
+
+use std::collections::HashMap;
+
+use super::config::{EnvSource, OtlpArgs, OtlpConfig};
+use crate::config::ConfigError;
+
+/// Variables whose bad value falls back to the default, longest names first so that a
+/// signal-specific name is matched before the generic one it does not contain.
+const DEFAULTABLE: &[&str] = &[
+    "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_COMPRESSION",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+    "OTEL_BSP_SCHEDULE_DELAY",
+];
+
+/// Traces as resolved, with what was wrong in the environment.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    pub config: Option<OtlpConfig>,
+    /// One line per ignored value, to log once at start.
+    pub warnings: Vec<String>,
+}
+
+/// The environment with some variables hidden.
+struct Masked<'a, E> {
+    env: &'a E,
+    hidden: Vec<&'static str>,
+}
+
+impl<E: EnvSource> EnvSource for Masked<'_, E> {
+    fn var(&self, name: &str) -> Option<String> {
+        if self.hidden.contains(&name) {
+            None
+        } else {
+            self.env.var(name)
+        }
+    }
+}
+
+/// Resolves the flags and the `OTEL_*` variables; only a bad flag is an error.
+pub fn resolve(args: &OtlpArgs, env: &impl EnvSource) -> Result<Resolved, ConfigError> {
+    // The flags alone, with an endpoint so that every flag is checked even when the endpoint
+    // comes from a variable.
+    let flags_only = OtlpArgs {
+        endpoint: Some(
+            args.endpoint
+                .clone()
+                .filter(|e| !e.trim().is_empty())
+                .unwrap_or_else(|| "http://localhost:4318".to_owned()),
+        ),
+        ..args.clone()
+    };
+    flags_only.resolve(&HashMap::<&str, &str>::new())?;
+
+    let mut masked = Masked {
+        env,
+        hidden: Vec::new(),
+    };
+    let mut warnings = Vec::new();
+    loop {
+        match args.resolve(&masked) {
+            Ok(config) => {
+                return Ok(Resolved { config, warnings });
+            }
+            Err(error) => {
+                let reason = error.reason;
+                match DEFAULTABLE
+                    .iter()
+                    .find(|name| reason.contains(&format!("{name}=")))
+                    .filter(|name| !masked.hidden.contains(name))
+                {
+                    Some(name) => {
+                        warnings.push(format!("{reason}; {name} is ignored"));
+                        masked.hidden.push(name);
+                    }
+                    None => {
+                        warnings.push(format!(
+                            "{reason}; traces are off, metrics and logs go on"
+                        ));
+                        return Ok(Resolved {
+                            config: None,
+                            warnings,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn env(pairs: &[(&'static str, &'static str)]) -> HashMap<&'static str, &'static str> {
+        let mut env: HashMap<&str, &str> = pairs.iter().copied().collect();
+        env.entry("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .or_insert("http://collector:4318");
+        env
+    }
+
+    #[test]
+    fn a_bad_setting_with_a_default_falls_back_to_it_with_a_warning() -> Result<(), ConfigError> {
+        let resolved = resolve(
+            &OtlpArgs::default(),
+            &env(&[
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s"),
+                ("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd"),
+                ("OTEL_BSP_MAX_QUEUE_SIZE", "0"),
+            ]),
+        )?;
+        let config = resolved.config.ok_or(ConfigError {
+            flag: "test",
+            reason: "traces off".into(),
+        })?;
+        assert_eq!(config.timeout, Duration::from_secs(10));
+        assert!(!config.gzip);
+        assert_eq!(config.max_queue_size, super::super::config::DEFAULT_MAX_QUEUE_SIZE);
+        assert_eq!(resolved.warnings.len(), 3, "{:?}", resolved.warnings);
+        assert!(resolved.warnings[0].contains("OTEL_EXPORTER_OTLP_COMPRESSION"));
+        Ok(())
+    }
+
+    #[test]
+    fn a_bad_setting_without_a_default_turns_traces_off() -> Result<(), ConfigError> {
+        for pairs in [
+            &[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")][..],
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://collector")],
+            &[("OTEL_EXPORTER_OTLP_HEADERS", "novalue")],
+            &[("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/etc/key.pem")],
+        ] {
+            let resolved = resolve(&OtlpArgs::default(), &env(pairs))?;
+            assert!(resolved.config.is_none(), "{pairs:?}");
+            assert_eq!(resolved.warnings.len(), 1, "{pairs:?}");
+            assert!(resolved.warnings[0].contains("traces are off"), "{pairs:?}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn gzip_and_certificates_are_read() -> Result<(), ConfigError> {
+        let resolved = resolve(
+            &OtlpArgs::default(),
+            &env(&[
+                ("OTEL_EXPORTER_OTLP_COMPRESSION", "GZIP"),
+                ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/etc/ca.pem"),
+                ("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "/etc/traces-ca.pem"),
+                ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/etc/client.pem"),
+                ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/etc/client.key"),
+            ]),
+        )?;
+        let config = resolved.config.ok_or(ConfigError {
+            flag: "test",
+            reason: "traces off".into(),
+        })?;
+        assert!(config.gzip);
+        assert_eq!(
+            config.tls.certificate.as_deref(),
+            Some(std::path::Path::new("/etc/traces-ca.pem")),
+            "the traces form wins"
+        );
+        assert_eq!(
+            config.tls.client_key.as_deref(),
+            Some(std::path::Path::new("/etc/client.key"))
+        );
+        assert!(resolved.warnings.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn a_bad_flag_is_still_an_error() {
+        for args in [
+            OtlpArgs {
+                endpoint: Some("collector:4318".into()),
+                ..OtlpArgs::default()
+            },
+            OtlpArgs {
+                headers: Some("novalue".into()),
+                ..OtlpArgs::default()
+            },
+            OtlpArgs {
+                timeout: Some(Duration::ZERO),
+                ..OtlpArgs::default()
+            },
+        ] {
+            assert!(resolve(&args, &env(&[])).is_err(), "{args:?}");
+        }
+    }
+}
