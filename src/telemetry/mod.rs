@@ -238,12 +238,24 @@ pub struct TlsPem {
 }
 
 fn tls_pem(files: &config::TlsFiles) -> anyhow::Result<TlsPem> {
-    let read = |path: &std::path::Path| {
-        std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+    let read = |path: &std::path::Path, variable: &str| {
+        std::fs::read(path).with_context(|| {
+            format!(
+                "cannot read {} (OTEL_EXPORTER_OTLP_{variable} or its _TRACES_ form)",
+                path.display()
+            )
+        })
     };
-    let ca = files.certificate.as_deref().map(read).transpose()?;
+    let ca = files
+        .certificate
+        .as_deref()
+        .map(|path| read(path, "CERTIFICATE"))
+        .transpose()?;
     let identity = match (&files.client_certificate, &files.client_key) {
-        (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+        (Some(cert), Some(key)) => Some((
+            read(cert, "CLIENT_CERTIFICATE")?,
+            read(key, "CLIENT_KEY")?,
+        )),
         _ => None,
     };
     Ok(TlsPem { ca, identity })

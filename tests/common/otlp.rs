@@ -81,12 +81,22 @@ impl Drop for Receiver {
 
 impl Receiver {
     pub async fn start() -> std::io::Result<Self> {
+        Self::start_with(None).await
+    }
+
+    /// As [`Receiver::start`], with OTLP/HTTP served over TLS as `tls` says (gRPC stays plain).
+    pub async fn start_tls(tls: Arc<rustls::ServerConfig>) -> std::io::Result<Self> {
+        Self::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<Arc<rustls::ServerConfig>>) -> std::io::Result<Self> {
         let spans = Spans::default();
         let grpc_listener = TcpListener::bind("127.0.0.1:0").await?;
         let grpc = grpc_listener.local_addr()?;
         let http_listener = TcpListener::bind("127.0.0.1:0").await?;
         let http = http_listener.local_addr()?;
-        let service = TraceServiceServer::new(Grpc(Arc::clone(&spans)));
+        let service = TraceServiceServer::new(Grpc(Arc::clone(&spans)))
+            .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
         let grpc_task = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(service)
@@ -97,12 +107,19 @@ impl Receiver {
         let http_task = tokio::spawn(async move {
             while let Ok((stream, _)) = http_listener.accept().await {
                 let spans = Arc::clone(&http_spans);
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    let service =
-                        service_fn(move |request| http_export(Arc::clone(&spans), request));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    match tls {
+                        None => serve_http(stream, spans).await,
+                        Some(tls) => {
+                            // A client the TLS configuration refuses never gets to HTTP.
+                            if let Ok(stream) =
+                                tokio_rustls::TlsAcceptor::from(tls).accept(stream).await
+                            {
+                                serve_http(stream, spans).await;
+                            }
+                        }
+                    }
                 });
             }
         });
@@ -120,6 +137,11 @@ impl Receiver {
 
     pub fn http_url(&self) -> String {
         format!("http://{}", self.http)
+    }
+
+    /// The HTTP address as an `https://` URL, for [`Receiver::start_tls`].
+    pub fn https_url(&self) -> String {
+        format!("https://{}", self.http)
     }
 
     /// Every span received so far.
@@ -158,6 +180,16 @@ impl Receiver {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+async fn serve_http<I>(io: I, spans: Spans)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request| http_export(Arc::clone(&spans), request));
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(io), service)
+        .await;
 }
 
 struct Grpc(Spans);
@@ -201,6 +233,17 @@ async fn http_export(
     }
     let headers = header_map(request.headers().clone());
     let body = request.into_body().collect().await?.to_bytes();
+    let body = if headers.get("content-encoding").map(String::as_str) == Some("gzip") {
+        let mut plain = Vec::new();
+        if std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut plain)
+            .is_err()
+        {
+            return Ok(reply(400, Vec::new()));
+        }
+        Bytes::from(plain)
+    } else {
+        body
+    };
     match ExportTraceServiceRequest::decode(body) {
         Ok(export) => {
             keep(&spans, export, "http", headers);
