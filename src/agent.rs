@@ -57,7 +57,9 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
     let policy = &config.approval;
     let families = Families {
         approval: policy.mode != approval::Mode::Off,
-        hooks: policy.hook.is_some() || policy.prepare_hook.is_some() || policy.recover_hook.is_some(),
+        hooks: policy.hook.is_some()
+            || policy.prepare_hook.is_some()
+            || policy.recover_hook.is_some(),
         traces: telemetry.config().is_some(),
         process: true,
     };

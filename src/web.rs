@@ -63,7 +63,10 @@ const GZIP_MIN_BYTES: usize = 1024;
 pub struct WebArgs {
     /// exporter-toolkit web configuration file (TLS, client certificates, basic auth), re-read
     /// on every connection and request.
-    #[arg(long = "web.config.file", env = "AZURE_SCHEDULED_EVENTS_WEB_CONFIG_FILE")]
+    #[arg(
+        long = "web.config.file",
+        env = "AZURE_SCHEDULED_EVENTS_WEB_CONFIG_FILE"
+    )]
     pub config_file: Option<PathBuf>,
     /// Most concurrent scrapes; more get 503. 0 means no limit.
     #[arg(long = "web.max-requests", env = "AZURE_SCHEDULED_EVENTS_WEB_MAX_REQUESTS", default_value_t = DEFAULT_MAX_REQUESTS)]
@@ -276,7 +279,9 @@ async fn connection(
             Ok(loaded) => match loaded.tls.clone() {
                 Some(tls) => Some(tls),
                 None => {
-                    tracing::warn!("the web configuration file no longer has tls_server_config; refusing connections until it does (TLS is chosen at startup)");
+                    tracing::warn!(
+                        "the web configuration file no longer has tls_server_config; refusing connections until it does (TLS is chosen at startup)"
+                    );
                     return;
                 }
             },
@@ -397,7 +402,10 @@ async fn answer(
     if !parts.headers.contains_key(CONTENT_TYPE) {
         parts.headers.insert(CONTENT_TYPE, TEXT);
     }
-    Ok(Response::from_parts(parts, Full::new(Bytes::from(compressed))))
+    Ok(Response::from_parts(
+        parts,
+        Full::new(Bytes::from(compressed)),
+    ))
 }
 
 /// Whether `Accept-Encoding` lists gzip (or `*`) with a non-zero quality.

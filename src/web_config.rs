@@ -204,9 +204,8 @@ impl WebConfigFile {
 
     /// The configuration as the files say now.
     pub fn load(&self) -> Result<Arc<Loaded>, WebConfigError> {
-        let read = |path: &Path| {
-            std::fs::read(path).map_err(|e| error(path, format!("cannot read: {e}")))
-        };
+        let read =
+            |path: &Path| std::fs::read(path).map_err(|e| error(path, format!("cannot read: {e}")));
         let text = read(&self.path)?;
         let parsed: File = if text.iter().all(u8::is_ascii_whitespace) {
             File::default()
@@ -315,9 +314,7 @@ fn server_config(tls: &TlsFile, sources: &Sources) -> Result<ServerConfig, Strin
             let mut roots = RootCertStore::empty();
             for ca in CertificateDer::pem_slice_iter(&sources.client_ca) {
                 let ca = ca.map_err(|e| format!("client_ca_file: {e}"))?;
-                roots
-                    .add(ca)
-                    .map_err(|e| format!("client_ca_file: {e}"))?;
+                roots.add(ca).map_err(|e| format!("client_ca_file: {e}"))?;
             }
             if roots.is_empty() {
                 return Err("client_ca_file holds no PEM certificate".into());

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use azure_scheduled_events_exporter::approval::Mode;
 use azure_scheduled_events_exporter::event::Document;
 use azure_scheduled_events_exporter::imds::{ImdsError, Operation};
-use azure_scheduled_events_exporter::approval::Mode;
 use azure_scheduled_events_exporter::metrics::{EventSeries, Families, Metrics};
 use azure_scheduled_events_exporter::tracker::Tracker;
 use azure_scheduled_events_exporter::wire::Compute;
@@ -164,7 +164,10 @@ fn families_of_features_that_are_off_are_not_exported() -> TestResult {
         r#"azure_scheduled_events_hook_runs_total{hook="recover",result="ok"} 0"#,
         r#"azure_scheduled_events_imds_requests_total{operation="approve"} 0"#,
     ] {
-        assert!(approval.contains(present), "{present} is missing:\n{approval}");
+        assert!(
+            approval.contains(present),
+            "{present} is missing:\n{approval}"
+        );
     }
     Ok(())
 }
@@ -222,12 +225,14 @@ fn documented() -> Result<BTreeMap<String, String>, std::io::Error> {
         .filter_map(|line| {
             let cells: Vec<&str> = line.split('|').map(str::trim).collect();
             let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
-            (name.starts_with("azure_scheduled_events_") || name.starts_with("process_")).then(|| {
-                (
-                    name.to_owned(),
-                    cells.get(2).copied().unwrap_or("").to_owned(),
-                )
-            })
+            (name.starts_with("azure_scheduled_events_") || name.starts_with("process_")).then(
+                || {
+                    (
+                        name.to_owned(),
+                        cells.get(2).copied().unwrap_or("").to_owned(),
+                    )
+                },
+            )
         })
         .collect())
 }

@@ -46,7 +46,10 @@ fn documented() -> Result<BTreeMap<String, usize>, std::io::Error> {
 
 /// The exposition of the binary started with `flags`, once it has read instance metadata and
 /// a first (empty) document.
-async fn idle_exposition(imds: &Imds, flags: &[&str]) -> Result<String, Box<dyn std::error::Error>> {
+async fn idle_exposition(
+    imds: &Imds,
+    flags: &[&str],
+) -> Result<String, Box<dyn std::error::Error>> {
     let url = format!("--imds.url={}", imds.url());
     let mut args = vec![
         url.as_str(),
@@ -79,7 +82,7 @@ async fn series_at_idle_per_configuration_match_the_docs_and_the_budget() -> Tes
     for (name, flags) in CONFIGURATIONS {
         let text = idle_exposition(&imds, flags).await?;
         let count = series(&text);
-        println!(
+        eprintln!(
             "{name:<20} {count:>4} series, {:>6} bytes ({})",
             text.len(),
             if flags.is_empty() {

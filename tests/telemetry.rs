@@ -41,7 +41,7 @@ fn agent(imds: &Imds, env: &[(&str, &str)], flags: &[&str]) -> Result<AgentProce
     args.extend_from_slice(flags);
     let mut command = command(&args);
     command.envs(env.iter().copied());
-    Ok(AgentProcess::spawn(command)?)
+    AgentProcess::spawn(command)
 }
 
 /// Scrapes until `condition` holds on the exposition.
@@ -79,13 +79,36 @@ async fn each_bad_otel_value_keeps_metrics_answering_and_is_reported_once() -> T
         ("OTEL_BSP_SCHEDULE_DELAY", "1s", "is ignored"),
         ("OTEL_RESOURCE_ATTRIBUTES", "=nokey", "is ignored"),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json", "traces are off"),
-        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "udp", "traces are off"),
-        ("OTEL_EXPORTER_OTLP_HEADERS", "authorization", "traces are off"),
-        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4318", "traces are off"),
-        ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/etc/key.pem", "traces are off"),
-        ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem", "traces are off"),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "udp",
+            "traces are off",
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "authorization",
+            "traces are off",
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "collector:4318",
+            "traces are off",
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+            "/etc/key.pem",
+            "traces are off",
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_CERTIFICATE",
+            "/nonexistent/ca.pem",
+            "traces are off",
+        ),
     ] {
-        let env = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()), (name, value)];
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            (name, value),
+        ];
         let mut agent = agent(&imds, &env, &[])?;
         let warning = agent
             .next_line_where(|l| l["level"] == "WARN")
@@ -134,9 +157,11 @@ fn receiver_tls(ca: &Ca) -> Result<Arc<rustls::ServerConfig>, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(ca.pem().as_bytes())?)?;
-    let verifier =
-        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
-            .build()?;
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::clone(&provider),
+    )
+    .build()?;
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_client_cert_verifier(verifier)
@@ -194,12 +219,17 @@ async fn traces_reach_a_collector_over_mutual_tls_with_a_private_ca_gzipped() ->
     let mut refused = agent_without_identity(&imds, &endpoint, &ca_path)?;
     wait_for_metrics(&refused, "exports refused by the collector", |m| {
         m.lines().any(|l| {
-            l.starts_with(r#"azure_scheduled_events_otlp_spans_dropped_total{reason="export_failed"}"#)
-                && !l.ends_with(" 0")
+            l.starts_with(
+                r#"azure_scheduled_events_otlp_spans_dropped_total{reason="export_failed"}"#,
+            ) && !l.ends_with(" 0")
         }) && m.contains("azure_scheduled_events_up 1")
     })
     .await?;
-    assert_eq!(receiver.spans().len(), before, "a span got through without a certificate");
+    assert_eq!(
+        receiver.spans().len(),
+        before,
+        "a span got through without a certificate"
+    );
     let status = tokio::task::spawn_blocking(move || refused.terminate()).await??;
     assert!(status.success(), "{status:?}");
     Ok(())

@@ -81,7 +81,7 @@ async fn metrics_are_gzipped_when_the_scraper_accepts_it() -> TestResult {
     };
     assert!(text.contains("azure_scheduled_events_up 1"), "{text}");
     assert_eq!(families(&text), families(&plain));
-    println!(
+    eprintln!(
         "scrape at idle: {} bytes plain, {} bytes gzip",
         plain.len(),
         compressed.len()
@@ -94,7 +94,9 @@ async fn metrics_are_gzipped_when_the_scraper_accepts_it() -> TestResult {
 async fn tls_with_a_private_ca_requires_a_client_certificate_when_configured() -> TestResult {
     let dir = TempDir::new("web-tls")?;
     let ca = Ca::new("agent test CA")?;
-    let (cert, key) = ca.server("agent", &["127.0.0.1"])?.write(&dir.0, "server")?;
+    let (cert, key) = ca
+        .server("agent", &["127.0.0.1"])?
+        .write(&dir.0, "server")?;
     let client_ca = dir.path("clients.crt");
     std::fs::write(&client_ca, ca.pem())?;
     let flag = web_config(
@@ -124,17 +126,21 @@ async fn tls_with_a_private_ca_requires_a_client_certificate_when_configured() -
     );
 
     let without = tls_client(&ca.pem(), None)?.get(&url).send().await;
-    assert!(
-        without.is_err(),
-        "no client certificate, yet: {without:?}"
-    );
+    assert!(without.is_err(), "no client certificate, yet: {without:?}");
     let stranger = Ca::new("another CA")?.client("intruder")?;
-    let foreign = tls_client(&ca.pem(), Some(&stranger))?.get(&url).send().await;
+    let foreign = tls_client(&ca.pem(), Some(&stranger))?
+        .get(&url)
+        .send()
+        .await;
     assert!(
         foreign.is_err(),
         "a certificate of another CA, yet: {foreign:?}"
     );
-    let plain = agent.http.get(format!("{}/metrics", agent.base)).send().await;
+    let plain = agent
+        .http
+        .get(format!("{}/metrics", agent.base))
+        .send()
+        .await;
     assert!(
         !plain.is_ok_and(|r| r.status() == 200),
         "plain HTTP must not be served on a TLS listener"
@@ -240,7 +246,11 @@ async fn a_rotated_certificate_and_password_apply_without_a_restart() -> TestRes
     std::fs::write(&key, &second.key)?;
     config("after")?;
     let (status, der) = served_certificate("after").await?;
-    assert_eq!(der, pem_der(&second.cert)?, "the new certificate, no restart");
+    assert_eq!(
+        der,
+        pem_der(&second.cert)?,
+        "the new certificate, no restart"
+    );
     assert_eq!(status, 200, "the new password");
     assert_eq!(served_certificate("before").await?.0, 401, "the old one");
     agent.stop().await
@@ -250,9 +260,15 @@ async fn a_rotated_certificate_and_password_apply_without_a_restart() -> TestRes
 fn an_invalid_web_config_file_exits_64_with_one_line() -> TestResult {
     let dir = TempDir::new("web-invalid")?;
     for (text, needle) in [
-        ("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n", "missing.crt"),
+        (
+            "tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n",
+            "missing.crt",
+        ),
         ("basic_auth_users:\n  alice: not-a-hash\n", "bcrypt"),
-        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: Sometimes\n", "a"),
+        (
+            "tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: Sometimes\n",
+            "a",
+        ),
         ("unknown_key: 1\n", "unknown_key"),
     ] {
         let flag = web_config(&dir, text)?;
@@ -279,13 +295,7 @@ async fn scrapes_beyond_max_requests_get_503() -> TestResult {
     let imds = Imds::start().await?;
     let agent = Agent::start(&imds, &[&flag, "--web.max-requests=1"]).await?;
     let url = format!("{}/metrics", agent.base);
-    let scrapes = (0..6).map(|_| {
-        agent
-            .http
-            .get(&url)
-            .basic_auth("p", Some("pw"))
-            .send()
-    });
+    let scrapes = (0..6).map(|_| agent.http.get(&url).basic_auth("p", Some("pw")).send());
     let statuses: Vec<u16> = futures_statuses(scrapes).await?;
     assert!(statuses.contains(&200), "{statuses:?}");
     assert!(statuses.contains(&503), "{statuses:?}");
@@ -327,7 +337,9 @@ fn allow_open_files(needed: u64) -> Result<(), Error> {
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
     if soft < needed {
         if hard < needed {
-            return Err(format!("the hard limit of open files is {hard}, the test needs {needed}").into());
+            return Err(
+                format!("the hard limit of open files is {hard}, the test needs {needed}").into(),
+            );
         }
         setrlimit(Resource::RLIMIT_NOFILE, needed, hard)?;
     }
@@ -374,7 +386,7 @@ async fn five_thousand_idle_connections_neither_exhaust_descriptors_nor_stop_pol
     let open_fds = value(&text, "process_open_fds").ok_or("no process_open_fds")?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = imds.sim.requests();
-    println!(
+    eprintln!(
         "{FLOOD} idle connections: the agent holds {open_fds} descriptors; IMDS polls {before} before, {during} once opened, {after} a second later"
     );
     assert!(

@@ -86,9 +86,7 @@ pub fn resolve(args: &OtlpArgs, env: &impl EnvSource) -> Result<Resolved, Config
                         masked.hidden.push(name);
                     }
                     None => {
-                        warnings.push(format!(
-                            "{reason}; traces are off, metrics and logs go on"
-                        ));
+                        warnings.push(format!("{reason}; traces are off, metrics and logs go on"));
                         return Ok(Resolved {
                             config: None,
                             warnings,
@@ -128,7 +126,10 @@ mod tests {
         })?;
         assert_eq!(config.timeout, Duration::from_secs(10));
         assert!(!config.gzip);
-        assert_eq!(config.max_queue_size, super::super::config::DEFAULT_MAX_QUEUE_SIZE);
+        assert_eq!(
+            config.max_queue_size,
+            super::super::config::DEFAULT_MAX_QUEUE_SIZE
+        );
         assert_eq!(resolved.warnings.len(), 3, "{:?}", resolved.warnings);
         assert!(resolved.warnings[0].contains("OTEL_EXPORTER_OTLP_COMPRESSION"));
         Ok(())
@@ -157,7 +158,10 @@ mod tests {
             &env(&[
                 ("OTEL_EXPORTER_OTLP_COMPRESSION", "GZIP"),
                 ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/etc/ca.pem"),
-                ("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "/etc/traces-ca.pem"),
+                (
+                    "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+                    "/etc/traces-ca.pem",
+                ),
                 ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/etc/client.pem"),
                 ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/etc/client.key"),
             ]),

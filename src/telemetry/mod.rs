@@ -252,10 +252,9 @@ fn tls_pem(files: &config::TlsFiles) -> anyhow::Result<TlsPem> {
         .map(|path| read(path, "CERTIFICATE"))
         .transpose()?;
     let identity = match (&files.client_certificate, &files.client_key) {
-        (Some(cert), Some(key)) => Some((
-            read(cert, "CLIENT_CERTIFICATE")?,
-            read(key, "CLIENT_KEY")?,
-        )),
+        (Some(cert), Some(key)) => {
+            Some((read(cert, "CLIENT_CERTIFICATE")?, read(key, "CLIENT_KEY")?))
+        }
         _ => None,
     };
     Ok(TlsPem { ca, identity })

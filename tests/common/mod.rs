@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use azure_scheduled_events_exporter::agent::{self, RunningAgent};
 use azure_scheduled_events_exporter::config::{Cli, LogFormat};
-use azure_scheduled_events_exporter::telemetry::Telemetry;
 use azure_scheduled_events_exporter::simulator::{
     RunningSimulator, SimulatorHandle, example_compute,
 };
+use azure_scheduled_events_exporter::telemetry::Telemetry;
 use clap::Parser;
 
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;

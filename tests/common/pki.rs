@@ -70,7 +70,9 @@ impl Ca {
     ) -> Result<Pair, Error> {
         let mut params =
             CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())?;
-        params.distinguished_name.push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         params.extended_key_usages = vec![usage];
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
