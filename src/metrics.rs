@@ -334,7 +334,11 @@ impl Metrics {
                     .with_label_values(&[run.kind.as_str(), result])
                     .inc();
             }
-            _ => {}
+            Outcome::DryRun { .. }
+            | Outcome::Waiting { .. }
+            | Outcome::Skipped(_)
+            | Outcome::HookStarted(_)
+            | Outcome::PostFailed { .. } => {}
         }
     }
 
