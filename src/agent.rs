@@ -27,13 +27,13 @@ use crate::imds::{ImdsClient, ImdsError, Operation};
 use crate::metrics::Metrics;
 use crate::observer::Observer;
 use crate::occurrence::{Context, Occurrence, Report};
+use crate::output::Outputs;
 use crate::output::approval::Approval;
 use crate::output::hooks::Hooks;
 use crate::output::log::Log;
 use crate::output::metrics::MetricsOutput;
 use crate::output::spans::Spans;
 use crate::output::state::StateFile;
-use crate::output::Outputs;
 use crate::server::{self, Endpoints};
 use crate::state::{Opened, StateStore};
 use crate::telemetry::{Telemetry, VmIdentity};
@@ -129,7 +129,10 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         || approval.recover_hook.is_some()
     {
         outputs = outputs.with(Hooks::new(
-            approval.hook.clone().filter(|_| approval.mode == approval::Mode::On),
+            approval
+                .hook
+                .clone()
+                .filter(|_| approval.mode == approval::Mode::On),
             approval.prepare_hook.clone(),
             approval.recover_hook.clone(),
             approval.hook_timeout,

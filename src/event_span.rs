@@ -305,7 +305,10 @@ fn event_attributes(event: &Event, seen: &Context) -> Vec<KeyValue> {
             ),
         ),
         KeyValue::new(key("not_before"), event.not_before.raw().to_owned()),
-        KeyValue::new(key("affects_this_vm"), event.affects(seen.vm_name()).as_str()),
+        KeyValue::new(
+            key("affects_this_vm"),
+            event.affects(seen.vm_name()).as_str(),
+        ),
     ];
     if let Some(at) = event.not_before.at() {
         attributes.push(KeyValue::new(key("not_before_unix"), at.timestamp()));

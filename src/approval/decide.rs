@@ -158,9 +158,18 @@ impl Decider {
             };
             self.progress.insert(event.id.clone(), next);
         }
-        // Events left out keep their progress and are sent after a following document: with the
-        // poll's GET, this keeps the agent under IMDS's 5 requests per second.
-        for (event, rule) in due.into_iter().take(MAX_POSTS_PER_POLL) {
+        // At most a few POSTs under way: with the poll's GET, this keeps the agent under IMDS's 5
+        // requests per second. Events left out keep their progress and are sent after a
+        // following document.
+        let under_way = self
+            .progress
+            .values()
+            .filter(|p| **p == Progress::Posting)
+            .count();
+        for (event, rule) in due
+            .into_iter()
+            .take(MAX_POSTS_PER_POLL.saturating_sub(under_way))
+        {
             let attempts = self
                 .sent
                 .get(event.id.as_str())
@@ -261,5 +270,335 @@ fn outcome_of(verdict: Verdict) -> Outcome {
             reason,
         },
         Verdict::Skip(reason) => Outcome::Skipped(reason),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::approval::{HookCommand, HookFailure, WaitReason, When};
+    use crate::event::{DurationInSeconds, EventSource, EventStatus, EventType};
+    use crate::not_before::NotBefore;
+    use crate::resources::Resources;
+    use chrono::TimeZone;
+    use std::time::Duration;
+
+    const VM: Option<&str> = Some("vm_0");
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_700_000_000 + s, 0)
+            .single()
+            .unwrap_or_default()
+    }
+
+    /// A user-initiated Reboot of `resources`, NotBefore ten minutes after t(0).
+    fn reboot(id: &str, resources: &[&str]) -> Tracked {
+        Tracked {
+            event: Event {
+                id: EventId::new(id),
+                event_type: EventType::Reboot,
+                status: EventStatus::Scheduled,
+                resource_type: "VirtualMachine".into(),
+                resources: Resources::from_iter(resources.iter().copied()),
+                not_before: NotBefore::parse(Some("Tue, 14 Nov 2023 22:23:20 GMT")),
+                description: None,
+                source: Some(EventSource::User),
+                duration: Some(DurationInSeconds(-1)),
+            },
+            first_seen: t(0),
+            seen_started: false,
+        }
+    }
+
+    fn config(mode: Mode) -> ApprovalConfig {
+        ApprovalConfig {
+            mode,
+            ..ApprovalConfig::default()
+        }
+    }
+
+    fn with_hook(mode: Mode) -> ApprovalConfig {
+        ApprovalConfig {
+            hook: HookCommand::parse("/bin/true").ok(),
+            ..config(mode)
+        }
+    }
+
+    fn machine(config: ApprovalConfig) -> Decider {
+        Decider::new(config, &BTreeMap::new())
+    }
+
+    /// The decisions' (decision, reason) labels and the approvals to send, in order.
+    fn said(occurrences: &[Occurrence]) -> Vec<String> {
+        occurrences
+            .iter()
+            .map(|occurrence| match occurrence {
+                Occurrence::Decision(Decision {
+                    outcome: Outcome::HookStarted(kind),
+                    event,
+                }) => format!("hook {} {}", kind.as_str(), event.id),
+                Occurrence::Decision(Decision { outcome, event }) => {
+                    let (decision, reason) = outcome.decision().unwrap_or(("?", "?"));
+                    format!("{decision} {reason} {}", event.id)
+                }
+                Occurrence::ApprovalSending {
+                    event, attempts, ..
+                } => format!("send {} #{attempts}", event.id),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    fn failure(reason: &'static str, refused: bool) -> Result<(), PostFailure> {
+        Err(PostFailure {
+            reason,
+            error: reason.to_owned(),
+            refused,
+        })
+    }
+
+    fn hook_run(result: Result<(), HookFailure>) -> HookRun {
+        HookRun {
+            kind: HookKind::Approve,
+            result,
+            elapsed: Duration::from_secs(3),
+            stdout: String::new(),
+            stderr: String::new(),
+        }
+    }
+
+    #[test]
+    fn approval_off_decides_nothing() {
+        let mut decider = machine(config(Mode::Off));
+        assert!(
+            decider
+                .decide(&[reboot("A", &["vm_0"])], VM, t(1))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn dry_run_says_once_what_it_would_approve_and_sends_nothing() {
+        let mut decider = machine(with_hook(Mode::DryRun));
+        let events = [reboot("A", &["vm_0"])];
+        assert_eq!(
+            said(&decider.decide(&events, VM, t(1))),
+            ["dry_run user_event A"]
+        );
+        assert!(decider.decide(&events, VM, t(2)).is_empty());
+    }
+
+    #[test]
+    fn an_allowed_event_is_sent_once_and_approved_when_imds_accepts() {
+        let mut decider = machine(config(Mode::On));
+        let events = [reboot("A", &["vm_0"])];
+        let first = decider.decide(&events, VM, t(1));
+        assert_eq!(said(&first), ["send A #1"]);
+        assert!(
+            decider.decide(&events, VM, t(2)).is_empty(),
+            "nothing more while the POST is under way"
+        );
+        let answer = decider.posted(events[0].event.clone(), Rule::UserEvent, 1, Ok(()), t(2));
+        assert_eq!(said(&[answer]), ["approved user_event A"]);
+        assert!(decider.decide(&events, VM, t(3)).is_empty());
+    }
+
+    #[test]
+    fn at_most_three_approvals_are_under_way_at_once() {
+        let mut decider = machine(config(Mode::On));
+        let events: Vec<Tracked> = (1..=7)
+            .map(|i| reboot(&format!("E{i}"), &["vm_0"]))
+            .collect();
+        let mut answer = |decider: &mut Decider, occurrences: Vec<Occurrence>, s: i64| {
+            let mut sent = 0;
+            for occurrence in occurrences {
+                if let Occurrence::ApprovalSending {
+                    event,
+                    rule,
+                    attempts,
+                } = occurrence
+                {
+                    sent += 1;
+                    decider.posted(event, rule, attempts, Ok(()), t(s));
+                }
+            }
+            sent
+        };
+        let first = decider.decide(&events, VM, t(1));
+        assert!(
+            decider.decide(&events, VM, t(2)).is_empty(),
+            "none more while three are under way"
+        );
+        assert_eq!(answer(&mut decider, first, 2), 3);
+        let second = decider.decide(&events, VM, t(3));
+        assert_eq!(answer(&mut decider, second, 3), 3);
+        let third = decider.decide(&events, VM, t(4));
+        assert_eq!(answer(&mut decider, third, 4), 1);
+        assert!(decider.decide(&events, VM, t(5)).is_empty());
+    }
+
+    #[test]
+    fn a_post_that_failed_on_the_way_is_sent_again_after_its_backoff() {
+        let mut decider = machine(config(Mode::On));
+        let events = [reboot("A", &["vm_0"])];
+        decider.decide(&events, VM, t(1));
+        let answer = decider.posted(
+            events[0].event.clone(),
+            Rule::UserEvent,
+            1,
+            failure("http_5xx", false),
+            t(2),
+        );
+        assert!(matches!(
+            answer,
+            Occurrence::Decision(Decision { outcome: Outcome::PostFailed { retry_at: Some(at), .. }, .. }) if at == t(3)
+        ));
+        assert!(
+            decider.decide(&events, VM, t(2)).is_empty(),
+            "not before 1 s"
+        );
+        assert_eq!(said(&decider.decide(&events, VM, t(3))), ["send A #2"]);
+        let answer = decider.posted(
+            events[0].event.clone(),
+            Rule::UserEvent,
+            2,
+            failure("timeout", false),
+            t(4),
+        );
+        assert!(
+            matches!(
+                answer,
+                Occurrence::Decision(Decision { outcome: Outcome::PostFailed { retry_at: Some(at), .. }, .. }) if at == t(6)
+            ),
+            "the wait doubles"
+        );
+    }
+
+    #[test]
+    fn a_refused_post_is_never_sent_again() {
+        let mut decider = machine(config(Mode::On));
+        let events = [reboot("A", &["vm_0"])];
+        decider.decide(&events, VM, t(1));
+        let answer = decider.posted(
+            events[0].event.clone(),
+            Rule::UserEvent,
+            1,
+            failure("http_4xx", true),
+            t(2),
+        );
+        assert_eq!(said(&[answer]), ["post_failed http_4xx A"]);
+        for s in 3..100 {
+            assert!(decider.decide(&events, VM, t(s)).is_empty());
+        }
+    }
+
+    #[test]
+    fn what_an_earlier_run_sent_is_not_sent_again_and_what_failed_is_retried() {
+        let record = |status, attempts| ApprovalRecord {
+            event_type: "Reboot".into(),
+            at: t(-60),
+            status,
+            attempts,
+        };
+        let recorded = BTreeMap::from([
+            ("SENT".to_owned(), record(ApprovalStatus::Sent, 1)),
+            ("SENDING".to_owned(), record(ApprovalStatus::Sending, 1)),
+            ("REFUSED".to_owned(), record(ApprovalStatus::Rejected, 1)),
+            ("FAILED".to_owned(), record(ApprovalStatus::Failed, 2)),
+        ]);
+        let mut decider = Decider::new(config(Mode::On), &recorded);
+        let events = ["SENT", "SENDING", "REFUSED", "FAILED"].map(|id| reboot(id, &["vm_0"]));
+        assert_eq!(
+            said(&decider.decide(&events, VM, t(1))),
+            [
+                "skipped already_approved SENT",
+                "skipped already_approved SENDING",
+                "skipped rejected REFUSED",
+                "send FAILED #3",
+            ]
+        );
+        assert!(decider.decide(&events, VM, t(2)).is_empty());
+    }
+
+    #[test]
+    fn the_approval_hook_runs_first_and_its_success_lets_the_post_leave() {
+        let mut decider = machine(with_hook(Mode::On));
+        let events = [reboot("A", &["vm_0"])];
+        assert_eq!(said(&decider.decide(&events, VM, t(1))), ["hook approve A"]);
+        assert!(decider.decide(&events, VM, t(2)).is_empty(), "hook running");
+        decider.hook_finished(events[0].event.clone(), hook_run(Ok(())));
+        assert_eq!(said(&decider.decide(&events, VM, t(4))), ["send A #1"]);
+    }
+
+    #[test]
+    fn a_failed_approval_hook_leaves_the_event_for_not_before() {
+        let mut decider = machine(with_hook(Mode::On));
+        let events = [reboot("A", &["vm_0"])];
+        decider.decide(&events, VM, t(1));
+        let finished = decider.hook_finished(
+            events[0].event.clone(),
+            hook_run(Err(HookFailure::Exit("exit status: 1".into()))),
+        );
+        assert_eq!(said(&[finished]), ["hook_failed hook_failed A"]);
+        for s in 2..50 {
+            assert!(decider.decide(&events, VM, t(s)).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_wait_is_said_once_and_the_approval_leaves_when_it_is_over() {
+        let mut decider = machine(ApprovalConfig {
+            policy: crate::approval::Policy {
+                when: When::BeforeNotBefore(Duration::from_secs(60)),
+                ..Default::default()
+            },
+            ..config(Mode::On)
+        });
+        let events = [reboot("A", &["vm_0"])];
+        let waiting = decider.decide(&events, VM, t(1));
+        assert!(matches!(
+            &waiting[..],
+            [Occurrence::Decision(Decision { outcome: Outcome::Waiting { reason: WaitReason::BeforeNotBefore, until, .. }, .. })] if *until == t(540)
+        ));
+        for s in 2..540 {
+            assert!(decider.decide(&events, VM, t(s)).is_empty(), "at {s}");
+        }
+        assert_eq!(said(&decider.decide(&events, VM, t(540))), ["send A #1"]);
+    }
+
+    #[test]
+    fn another_vms_event_is_skipped_once_and_a_later_vm_waits_for_its_turn() {
+        let mut decider = machine(config(Mode::On));
+        let theirs = [reboot("THEIRS", &["vm_7"])];
+        assert_eq!(
+            said(&decider.decide(&theirs, VM, t(1))),
+            ["skipped not_this_vm THEIRS"]
+        );
+        assert!(decider.decide(&theirs, VM, t(2)).is_empty());
+        let shared = [reboot("SHARED", &["vm_3", "vm_0"])];
+        assert_eq!(
+            said(&decider.decide(&shared, VM, t(3))),
+            ["waiting takeover SHARED"]
+        );
+        assert_eq!(
+            said(&decider.decide(&shared, VM, t(30))),
+            ["send SHARED #1"]
+        );
+    }
+
+    #[test]
+    fn a_full_queue_is_a_failure_on_the_way_retried_later() {
+        let mut decider = machine(config(Mode::On));
+        let events = [reboot("A", &["vm_0"])];
+        decider.decide(&events, VM, t(1));
+        let answer = decider.posted(
+            events[0].event.clone(),
+            Rule::UserEvent,
+            1,
+            failure("queue_full", false),
+            t(1),
+        );
+        assert_eq!(said(&[answer]), ["post_failed queue_full A"]);
+        assert_eq!(said(&decider.decide(&events, VM, t(2))), ["send A #2"]);
     }
 }

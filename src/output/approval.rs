@@ -146,5 +146,4 @@ mod tests {
         assert!(!is_refusal(&ImdsError::Timeout(Duration::from_secs(1))));
         assert!(!is_refusal(&ImdsError::Connect("refused".into())));
     }
-
 }

@@ -57,9 +57,7 @@ impl Output for StateFile {
                     self.events = Arc::clone(events);
                     self.observe(context);
                 }
-                Occurrence::VmIdentified { .. } if !self.events.is_empty() => {
-                    self.observe(context)
-                }
+                Occurrence::VmIdentified { .. } if !self.events.is_empty() => self.observe(context),
                 Occurrence::ApprovalSending {
                     event, attempts, ..
                 } => {
