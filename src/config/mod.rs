@@ -5,6 +5,8 @@
 //! except through clap, so tests parse argument lists. Anything invalid is one line on stderr and
 //! exit code 64 (`EX_USAGE`).
 
+pub mod otlp;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -111,7 +113,7 @@ pub struct AgentArgs {
     )]
     pub log_level: String,
     #[command(flatten)]
-    pub otlp: crate::telemetry::OtlpArgs,
+    pub otlp: otlp::OtlpArgs,
     #[command(flatten)]
     pub approve: ApproveArgs,
 }
@@ -386,8 +388,8 @@ pub struct Config {
     pub event_series: EventSeries,
     pub log_format: LogFormat,
     pub log_level: String,
-    /// The `--otlp.*` flags, resolved with the `OTEL_*` variables by [`crate::telemetry`].
-    pub otlp: crate::telemetry::OtlpArgs,
+    /// The `--otlp.*` flags, resolved with the `OTEL_*` variables by [`otlp::OtlpArgs::resolve`].
+    pub otlp: otlp::OtlpArgs,
     pub approval: ApprovalConfig,
     /// `None` keeps state in memory.
     pub state_file: Option<PathBuf>,
