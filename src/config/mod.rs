@@ -5,6 +5,7 @@
 //! except through clap, so tests parse argument lists. Anything invalid is one line on stderr and
 //! exit code 64 (`EX_USAGE`).
 
+pub mod approval;
 pub mod otlp;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -14,7 +15,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use reqwest::Url;
 
-use crate::approval::{ApprovalConfig, HookCommand, Mode, Policy, When};
+use approval::{ApprovalConfig, HookCommand, Mode, Policy, When};
 use crate::event::EventType;
 use crate::metrics::EventSeries;
 
