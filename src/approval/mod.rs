@@ -34,8 +34,8 @@ use crate::state::{ApprovalRecord, ApprovalStatus, State, StateStore};
 use crate::trace_id::trace_id;
 use crate::tracker::{Tracked, Transition};
 
-pub use hook::{HookCommand, HookFailure, HookKind, HookRun};
 pub use crate::config::approval::{ApprovalConfig, DEFAULT_HOOK_TIMEOUT, Mode};
+pub use hook::{HookCommand, HookFailure, HookKind, HookRun};
 pub use policy::{Policy, Rule, SkipReason, Verdict, WaitReason, When};
 
 /// First wait before retrying a failed POST; it doubles per attempt up to [`RETRY_MAX`].

@@ -1,11 +1,14 @@
-//! The approval settings: mode, policy and hook commands, as the `--approve.*` flags and the
-//! policy file give them.
+//! The approval settings: mode, policy and hook commands, and how the `--approve.*` flags and
+//! the policy file (YAML or JSON, the flags' names without `approve.`) combine into them, a flag
+//! given winning over the file.
 //!
 //! Settings only: deciding what to approve is [`crate::approval`]'s job, which receives an
 //! [`ApprovalConfig`] already validated here.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
+use super::{ApproveArgs, ConfigError, duration, invalid};
 use crate::event::EventType;
 
 /// Whether approval is off, deciding only, or sending.
@@ -130,6 +133,144 @@ impl HookCommand {
         &self.argv
     }
 }
+
+/// The policy file: the policy flags' names without `approve.` and with underscores.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct PolicyFile {
+    user_events: Option<bool>,
+    freeze_max_duration: Option<String>,
+    event_types: Option<Vec<String>>,
+    deny_event_types: Option<Vec<String>>,
+    before_not_before: Option<String>,
+    takeover_delay: Option<String>,
+}
+
+impl ApproveArgs {
+    /// The approval settings, the state file (`None`: in memory) and the boot id file.
+    pub(super) fn validate(
+        self,
+    ) -> Result<(ApprovalConfig, Option<PathBuf>, PathBuf), ConfigError> {
+        let file = match &self.policy_file {
+            None => PolicyFile::default(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    invalid("approve.policy-file", format!("{}: {e}", path.display()))
+                })?;
+                serde_norway::from_str(&text).map_err(|e| {
+                    invalid("approve.policy-file", format!("{}: {e}", path.display()))
+                })?
+            }
+        };
+        let file_duration = |flag: &'static str, text: Option<String>| {
+            text.map(|t| {
+                duration(&t).map_err(|e| invalid(flag, format!("in the policy file: {e}")))
+            })
+            .transpose()
+        };
+        let defaults = Policy::default();
+        let event_types = |flag: &'static str, arg: Option<String>, listed: Option<Vec<String>>| {
+            let names: Vec<String> = match arg {
+                Some(text) => text
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+                None => listed.unwrap_or_default(),
+            };
+            names
+                .iter()
+                .map(|name| match EventType::parse(name) {
+                    EventType::Other(_) => Err(invalid(
+                        flag,
+                        format!(
+                            "{name:?} is not one of Freeze, Reboot, Redeploy, Preempt, Terminate"
+                        ),
+                    )),
+                    known => Ok(known),
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let when_text = self.before_not_before.or(file.before_not_before);
+        let when = match when_text.as_deref().map(str::trim) {
+            None | Some("immediately") => When::Immediately,
+            Some(text) => When::BeforeNotBefore(duration(text).map_err(|e| {
+                invalid(
+                    "approve.before-not-before",
+                    format!("{text:?}: use immediately or a duration: {e}"),
+                )
+            })?),
+        };
+        let policy = Policy {
+            user_events: self
+                .user_events
+                .or(file.user_events)
+                .unwrap_or(defaults.user_events),
+            freeze_max_duration: match self.freeze_max_duration {
+                Some(d) => d,
+                None => file_duration("approve.freeze-max-duration", file.freeze_max_duration)?
+                    .unwrap_or(defaults.freeze_max_duration),
+            },
+            event_types: event_types("approve.event-types", self.event_types, file.event_types)?,
+            deny_event_types: event_types(
+                "approve.deny-event-types",
+                self.deny_event_types,
+                file.deny_event_types,
+            )?,
+            when,
+            takeover_delay: match self.takeover_delay {
+                Some(d) => d,
+                None => file_duration("approve.takeover-delay", file.takeover_delay)?
+                    .unwrap_or(defaults.takeover_delay),
+            },
+        };
+        for (flag, value) in [
+            ("approve.freeze-max-duration", policy.freeze_max_duration),
+            ("approve.takeover-delay", policy.takeover_delay),
+        ] {
+            if value > MAX_POLICY_DURATION {
+                return Err(invalid(flag, "must be at most 7 days"));
+            }
+        }
+        if let When::BeforeNotBefore(lead) = policy.when
+            && lead > MAX_POLICY_DURATION
+        {
+            return Err(invalid(
+                "approve.before-not-before",
+                "must be at most 7 days",
+            ));
+        }
+        if self.hook_timeout.is_zero() {
+            return Err(invalid("approve.hook-timeout", "must be greater than zero"));
+        }
+        let hook = |flag: &'static str, text: Option<String>| {
+            text.map(|t| HookCommand::parse(&t).map_err(|e| invalid(flag, format!("{t:?}: {e}"))))
+                .transpose()
+        };
+        let approval = ApprovalConfig {
+            mode: match (self.approve, self.dry_run) {
+                (_, true) => Mode::DryRun,
+                (true, false) => Mode::On,
+                (false, false) => Mode::Off,
+            },
+            policy,
+            hook: hook("approve.hook", self.hook)?,
+            prepare_hook: hook("approve.prepare-hook", self.prepare_hook)?,
+            recover_hook: hook("approve.recover-hook", self.recover_hook)?,
+            hook_timeout: self.hook_timeout,
+        };
+        let state_file = match self.state_file {
+            None => Some(PathBuf::from(crate::state::DEFAULT_PATH)),
+            Some(path) if path.trim().is_empty() => None,
+            Some(path) => Some(PathBuf::from(path)),
+        };
+        Ok((approval, state_file, self.boot_id_file))
+    }
+}
+
+/// Longest duration a policy setting may have: Azure announces events at most about 7 days ahead.
+const MAX_POLICY_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 #[cfg(test)]
 mod tests {
