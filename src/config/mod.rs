@@ -15,7 +15,6 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use reqwest::Url;
 
-use crate::metrics::EventSeries;
 use approval::ApprovalConfig;
 
 /// Exit code for an invalid command line or configuration (sysexits.h `EX_USAGE`).
@@ -236,6 +235,15 @@ pub struct SimulatorArgs {
         default_value = "text"
     )]
     pub log_format: LogFormat,
+}
+
+/// Which events get per-event series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventSeries {
+    /// Events naming this VM, and every event while this VM's name is unknown.
+    ThisVm,
+    /// Every event in the document (small fleets; cardinality grows with the placement group).
+    All,
 }
 
 /// The agent's validated configuration.
