@@ -23,6 +23,13 @@ pub const EXIT_USAGE: i32 = 64;
 /// The default scheduled-events api-version: the newest documented, the first with DurationInSeconds.
 pub const DEFAULT_API_VERSION: &str = "2020-07-01";
 
+/// The VM that the shipped `scenarios/demo.yaml` treats as "this VM": the simulator's default
+/// `--vm.name`.
+pub const DEMO_VM: &str = "demo-vmss_0";
+/// The other VM of the demo's scale set, which shares one event with [`DEMO_VM`] and has one of
+/// its own.
+pub const DEMO_OTHER_VM: &str = "demo-vmss_1";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "azure-scheduled-events-exporter",
@@ -225,7 +232,7 @@ pub struct SimulatorArgs {
     #[arg(
         long = "vm.name",
         env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_VM_NAME",
-        default_value = crate::simulator::DEMO_VM
+        default_value = DEMO_VM
     )]
     pub vm_name: String,
     /// Log format.

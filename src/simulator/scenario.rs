@@ -13,12 +13,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::timeline::MIN_LOOP;
-
-/// The VM that the shipped `scenarios/demo.yaml` treats as "this VM".
-pub const DEMO_VM: &str = "demo-vmss_0";
-/// The other VM of the demo's scale set, which shares one event with [`DEMO_VM`] and has one of
-/// its own.
-pub const DEMO_OTHER_VM: &str = "demo-vmss_1";
+pub use crate::config::{DEMO_OTHER_VM, DEMO_VM};
 
 /// Longest duration a scenario may use: far beyond any real notice (Azure's longest is about 7
 /// days), and small enough that adding it to any date is safe.
