@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod monitor;
 pub mod not_before;
 pub mod resources;
+pub(crate) mod response;
 pub mod server;
 pub mod simulator;
 pub mod state;

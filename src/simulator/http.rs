@@ -20,7 +20,7 @@ use super::api_version::{self, ApiVersion, NEWEST_VERSIONS};
 use super::fault::{Endpoint, FaultAction};
 use super::instance;
 use super::{Poisoned, SimulatorHandle, control};
-pub(super) use crate::server::respond;
+pub(super) use crate::response::respond;
 
 pub(super) type Body = Full<Bytes>;
 
