@@ -12,6 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::takeover;
+pub(crate) use super::takeover::chrono_duration;
 pub use crate::config::approval::{
     DEFAULT_FREEZE_MAX_DURATION, DEFAULT_TAKEOVER_DELAY, Policy, When,
 };
@@ -207,11 +208,6 @@ impl Policy {
         }
         Err(SkipReason::NotAllowed)
     }
-}
-
-/// A std duration as a chrono one, saturating (flag values are validated far below the limit).
-pub(crate) fn chrono_duration(duration: Duration) -> chrono::TimeDelta {
-    chrono::TimeDelta::from_std(duration).unwrap_or(chrono::TimeDelta::MAX)
 }
 
 #[cfg(test)]
