@@ -5,7 +5,6 @@
 //! Settings only: deciding what to approve is [`crate::approval`]'s job, which receives an
 //! [`ApprovalConfig`] already validated here.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{ApproveArgs, ConfigError, duration, invalid};
@@ -147,10 +146,8 @@ struct PolicyFile {
 }
 
 impl ApproveArgs {
-    /// The approval settings, the state file (`None`: in memory) and the boot id file.
-    pub(super) fn validate(
-        self,
-    ) -> Result<(ApprovalConfig, Option<PathBuf>, PathBuf), ConfigError> {
+    /// The approval settings; the state flags of the same group are read by [`super::AgentArgs`].
+    pub(super) fn validate(self) -> Result<ApprovalConfig, ConfigError> {
         let file = match &self.policy_file {
             None => PolicyFile::default(),
             Some(path) => {
@@ -260,12 +257,7 @@ impl ApproveArgs {
             recover_hook: hook("approve.recover-hook", self.recover_hook)?,
             hook_timeout: self.hook_timeout,
         };
-        let state_file = match self.state_file {
-            None => Some(PathBuf::from(crate::state::DEFAULT_PATH)),
-            Some(path) if path.trim().is_empty() => None,
-            Some(path) => Some(PathBuf::from(path)),
-        };
-        Ok((approval, state_file, self.boot_id_file))
+        Ok(approval)
     }
 }
 

@@ -340,7 +340,13 @@ impl AgentArgs {
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
             return Err(invalid("log.level", format!("{:?}: {e}", self.log_level)));
         }
-        let (approval, state_file, boot_id_file) = self.approve.validate()?;
+        let state_file = match self.approve.state_file.as_deref() {
+            None => Some(PathBuf::from(crate::state::DEFAULT_PATH)),
+            Some(path) if path.trim().is_empty() => None,
+            Some(path) => Some(PathBuf::from(path)),
+        };
+        let boot_id_file = self.approve.boot_id_file.clone();
+        let approval = self.approve.validate()?;
         Ok(Config {
             imds_url,
             api_version: self.imds_api_version,
