@@ -23,6 +23,9 @@ pub const EXIT_USAGE: i32 = 64;
 /// The default scheduled-events api-version: the newest documented, the first with DurationInSeconds.
 pub const DEFAULT_API_VERSION: &str = "2020-07-01";
 
+/// Where Linux keeps the current boot's id: the default of `--state.boot-id-file`.
+pub const DEFAULT_BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
+
 /// The VM that the shipped `scenarios/demo.yaml` treats as "this VM": the simulator's default
 /// `--vm.name`.
 pub const DEMO_VM: &str = "demo-vmss_0";
@@ -196,7 +199,7 @@ pub struct ApproveArgs {
     #[arg(long = "state.file", env = "AZURE_SCHEDULED_EVENTS_STATE_FILE")]
     pub state_file: Option<String>,
     /// File holding the current boot's id, compared with the state file to classify reboots.
-    #[arg(long = "state.boot-id-file", env = "AZURE_SCHEDULED_EVENTS_STATE_BOOT_ID_FILE", default_value = crate::boot::DEFAULT_BOOT_ID_FILE)]
+    #[arg(long = "state.boot-id-file", env = "AZURE_SCHEDULED_EVENTS_STATE_BOOT_ID_FILE", default_value = DEFAULT_BOOT_ID_FILE)]
     pub boot_id_file: PathBuf,
 }
 
