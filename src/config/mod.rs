@@ -4,6 +4,11 @@
 //! e.g. `AZURE_SCHEDULED_EVENTS_POLL_INTERVAL`). Parsing never touches the process environment
 //! except through clap, so tests parse argument lists. Anything invalid is one line on stderr and
 //! exit code 64 (`EX_USAGE`).
+//!
+//! The agent's flags and [`Config`] are here; the approval settings and the policy file are
+//! [`approval`], the trace export settings [`otlp`]. Settings only: this folder imports the domain
+//! types it needs and none of the modules that act on the settings, except for the state file's
+//! default path, which [`crate::state`] defines.
 
 pub mod approval;
 pub mod otlp;
