@@ -4,8 +4,10 @@
 //! How the pieces fit: [`imds`] fetches documents over HTTP and [`wire`] mirrors their JSON;
 //! [`event`] and [`not_before`] turn that into domain types; [`tracker`] is the pure state machine
 //! that works out each event's lifecycle; [`agent`] runs the one poll loop and hands every change
-//! to the log and to [`metrics`]; [`server`] serves `/metrics` and health; [`config`] is the command
-//! line; [`simulator`] is a faithful local IMDS used by `demo`, by users' tests and by ours.
+//! to the log and to [`metrics`]; [`server`] serves `/metrics` and health; [`config`] turns the
+//! command line, the approval policy file and the `OTEL_*` variables into resolved settings
+//! (`config/approval.rs`, `config/otlp.rs`) that the other modules receive ready to use;
+//! [`simulator`] is a faithful local IMDS used by `demo`, by users' tests and by ours.
 //! [`event_span`] turns transitions into OpenTelemetry spans keyed by EventId ([`trace_id`]),
 //! which [`telemetry`] exports over OTLP.
 //! [`approval`] decides (pure policy and takeover order) and POSTs approvals when enabled, running
@@ -28,6 +30,7 @@ pub mod observer;
 pub mod occurrence;
 pub mod output;
 pub mod resources;
+pub(crate) mod response;
 pub mod server;
 pub mod simulator;
 pub mod state;

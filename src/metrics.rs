@@ -17,6 +17,7 @@ use prometheus::{
 };
 
 use crate::approval::{Decision, HookFailure, HookKind, Mode, Outcome};
+pub use crate::config::EventSeries;
 use crate::event::{Affects, Event, EventStatus, EventType};
 use crate::imds::{ImdsError, Operation};
 use crate::tracker::Transition;
@@ -30,15 +31,6 @@ pub const NAMESPACE: &str = "azure_scheduled_events";
 const DURATION_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
-
-/// Which events get per-event series.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventSeries {
-    /// Events naming this VM, and every event while this VM's name is unknown.
-    ThisVm,
-    /// Every event in the document (small fleets; cardinality grows with the placement group).
-    All,
-}
 
 /// The metrics registry and handles to every metric in it.
 #[derive(Debug)]

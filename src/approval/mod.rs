@@ -18,6 +18,7 @@ use chrono::{DateTime, Utc};
 use crate::event::Event;
 use crate::imds::ImdsError;
 
+pub use crate::config::approval::{ApprovalConfig, DEFAULT_HOOK_TIMEOUT, Mode};
 pub use hook::{HookCommand, HookFailure, HookKind, HookRun};
 pub use policy::{Policy, Rule, SkipReason, Verdict, WaitReason, When};
 
@@ -28,56 +29,6 @@ pub const RETRY_MAX: Duration = Duration::from_secs(30);
 /// Approval POSTs sent after one poll at most: with the poll's GET, this keeps the agent under
 /// IMDS's limit of 5 requests per second at the default 1 s poll.
 pub const MAX_POSTS_PER_POLL: usize = 3;
-
-/// Whether approval is off, deciding only, or sending.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Off,
-    DryRun,
-    On,
-}
-
-impl Mode {
-    pub const ALL: [Mode; 3] = [Mode::Off, Mode::DryRun, Mode::On];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Off => "off",
-            Mode::DryRun => "dry_run",
-            Mode::On => "on",
-        }
-    }
-}
-
-/// The approval settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApprovalConfig {
-    pub mode: Mode,
-    pub policy: Policy,
-    /// Must exit 0 before an event is approved.
-    pub hook: Option<HookCommand>,
-    /// Runs when an event affecting this VM appears.
-    pub prepare_hook: Option<HookCommand>,
-    /// Runs when an event affecting this VM completes or is cancelled.
-    pub recover_hook: Option<HookCommand>,
-    pub hook_timeout: Duration,
-}
-
-impl Default for ApprovalConfig {
-    fn default() -> Self {
-        Self {
-            mode: Mode::Off,
-            policy: Policy::default(),
-            hook: None,
-            prepare_hook: None,
-            recover_hook: None,
-            hook_timeout: DEFAULT_HOOK_TIMEOUT,
-        }
-    }
-}
-
-/// Default time a hook has to exit.
-pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// One decision about one event: the value that becomes a log line, counters and (with traces)
 /// a span event.
