@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::approval::decide::Decider;
+use crate::approval::decide::{Decided, Decider};
 use crate::approval::{ApprovalConfig, Decision, HookKind, Outcome};
 use crate::event::{Affects, Document, Event};
 use crate::imds::ImdsError;
@@ -65,14 +65,30 @@ impl Observer {
         occurrences.extend(hooks);
         if self.monitor.is_up() {
             let events = self.monitor.tracker().events();
-            occurrences.extend(self.decider.decide(events, vm, now));
+            occurrences.extend(
+                self.decider
+                    .decide(events, vm, now)
+                    .into_iter()
+                    .map(|decided| match decided {
+                        Decided::Decision(decision) => Occurrence::Decision(decision),
+                        Decided::Send {
+                            event,
+                            rule,
+                            attempts,
+                        } => Occurrence::ApprovalSending {
+                            event,
+                            rule,
+                            attempts,
+                        },
+                    }),
+            );
         }
         occurrences
     }
 
     /// Takes in what an output reported back, at `now`.
     pub fn report(&mut self, report: Report, now: DateTime<Utc>) -> Occurrence {
-        match report {
+        Occurrence::Decision(match report {
             Report::HookFinished { event, run } => self.decider.hook_finished(event, run),
             Report::Posted {
                 event,
@@ -80,7 +96,7 @@ impl Observer {
                 attempts,
                 result,
             } => self.decider.posted(event, rule, attempts, result, now),
-        }
+        })
     }
 
     /// The prepare hook for an event of this VM that appeared, the recover hook for one that

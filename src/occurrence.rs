@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use crate::approval::{Decision, HookRun, Rule};
+use crate::approval::{Decision, HookRun, PostFailure, Rule};
 use crate::boot::Restart;
 use crate::event::{Event, EventId};
 use crate::tracker::{IncarnationChange, Tracked, Transition};
@@ -92,14 +92,4 @@ pub enum Report {
         attempts: u32,
         result: Result<(), PostFailure>,
     },
-}
-
-/// Why an approval POST did not get IMDS's 200.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PostFailure {
-    /// Bounded, for metric labels: an IMDS error kind, or `queue_full` when it was never sent.
-    pub reason: &'static str,
-    pub error: String,
-    /// Sending the same request again cannot succeed (a 4xx other than 429 and 410).
-    pub refused: bool,
 }

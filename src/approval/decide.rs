@@ -1,8 +1,7 @@
 //! The approval decision machine: pure, with the time passed in.
 //!
-//! [`Decider::decide`] looks at every event of a valid document and says what to do about it, as
-//! occurrences: a decision to log and count, the approval hook to start, or an approval to send
-//! ([`Occurrence::ApprovalSending`]). It sends nothing itself: the outputs carry the commands out
+//! [`Decider::decide`] looks at every event of a valid document and says what to do about it
+//! ([`Decided`]): a decision to log and count, the approval hook to start, or an approval to send. It sends nothing itself: the outputs carry the commands out
 //! off the poll loop and their [`Report`]s come back through [`Decider::hook_finished`] and
 //! [`Decider::posted`]. So every rule below is tested with a fake clock and no sleeps.
 //!
@@ -19,13 +18,24 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use chrono::{DateTime, Utc};
 
 use super::{
-    ApprovalConfig, Decision, HookKind, HookRun, MAX_POSTS_PER_POLL, Mode, Outcome, Rule,
-    SkipReason, Verdict, policy, retry_delay,
+    ApprovalConfig, Decision, HookKind, HookRun, MAX_POSTS_PER_POLL, Mode, Outcome, PostFailure,
+    Rule, SkipReason, Verdict, policy, retry_delay,
 };
 use crate::event::{Event, EventId};
-use crate::occurrence::{Occurrence, PostFailure};
 use crate::state::{ApprovalRecord, ApprovalStatus};
 use crate::tracker::Tracked;
+
+/// What the machine says about one event: a decision to report, or an approval to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decided {
+    Decision(Decision),
+    /// Record the attempt, then POST.
+    Send {
+        event: Event,
+        rule: Rule,
+        attempts: u32,
+    },
+}
 
 /// How far one event has got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +84,7 @@ impl Decider {
         events: &[Tracked],
         vm: Option<&str>,
         now: DateTime<Utc>,
-    ) -> Vec<Occurrence> {
+    ) -> Vec<Decided> {
         let mut occurrences = Vec::new();
         if self.config.mode == Mode::Off {
             return occurrences;
@@ -82,7 +92,7 @@ impl Decider {
         let present: HashSet<&EventId> = events.iter().map(|t| &t.event.id).collect();
         self.progress.retain(|id, _| present.contains(id));
         let decision = |event: &Event, outcome| {
-            Occurrence::Decision(Decision {
+            Decided::Decision(Decision {
                 event: event.clone(),
                 outcome,
             })
@@ -180,7 +190,7 @@ impl Decider {
                 (ApprovalStatus::Sending, attempts),
             );
             self.progress.insert(event.id.clone(), Progress::Posting);
-            occurrences.push(Occurrence::ApprovalSending {
+            occurrences.push(Decided::Send {
                 event: event.clone(),
                 rule,
                 attempts,
@@ -191,7 +201,7 @@ impl Decider {
 
     /// Takes in a hook run; an approval hook that succeeded makes its event ready to POST at the
     /// next document.
-    pub fn hook_finished(&mut self, event: Event, run: HookRun) -> Occurrence {
+    pub fn hook_finished(&mut self, event: Event, run: HookRun) -> Decision {
         if run.kind == HookKind::Approve {
             self.hooks_running.remove(&event.id);
             if let Some(progress) = self.progress.get_mut(&event.id)
@@ -204,10 +214,10 @@ impl Decider {
                 };
             }
         }
-        Occurrence::Decision(Decision {
+        Decision {
             event,
             outcome: Outcome::HookFinished(run),
-        })
+        }
     }
 
     /// Takes in the answer to an approval POST, reported at `now`.
@@ -218,7 +228,7 @@ impl Decider {
         attempts: u32,
         result: Result<(), PostFailure>,
         now: DateTime<Utc>,
-    ) -> Occurrence {
+    ) -> Decision {
         let (status, progress, outcome) = match result {
             Ok(()) => (
                 ApprovalStatus::Sent,
@@ -252,7 +262,7 @@ impl Decider {
         if let Some(current) = self.progress.get_mut(&event.id) {
             *current = progress;
         }
-        Occurrence::Decision(Decision { event, outcome })
+        Decision { event, outcome }
     }
 }
 
@@ -329,22 +339,21 @@ mod tests {
     }
 
     /// The decisions' (decision, reason) labels and the approvals to send, in order.
-    fn said(occurrences: &[Occurrence]) -> Vec<String> {
+    fn said(occurrences: &[Decided]) -> Vec<String> {
         occurrences
             .iter()
             .map(|occurrence| match occurrence {
-                Occurrence::Decision(Decision {
+                Decided::Decision(Decision {
                     outcome: Outcome::HookStarted(kind),
                     event,
                 }) => format!("hook {} {}", kind.as_str(), event.id),
-                Occurrence::Decision(Decision { outcome, event }) => {
+                Decided::Decision(Decision { outcome, event }) => {
                     let (decision, reason) = outcome.decision().unwrap_or(("?", "?"));
                     format!("{decision} {reason} {}", event.id)
                 }
-                Occurrence::ApprovalSending {
+                Decided::Send {
                     event, attempts, ..
                 } => format!("send {} #{attempts}", event.id),
-                other => format!("{other:?}"),
             })
             .collect()
     }
@@ -399,7 +408,10 @@ mod tests {
             "nothing more while the POST is under way"
         );
         let answer = decider.posted(events[0].event.clone(), Rule::UserEvent, 1, Ok(()), t(2));
-        assert_eq!(said(&[answer]), ["approved user_event A"]);
+        assert_eq!(
+            said(&[Decided::Decision(answer)]),
+            ["approved user_event A"]
+        );
         assert!(decider.decide(&events, VM, t(3)).is_empty());
     }
 
@@ -409,10 +421,10 @@ mod tests {
         let events: Vec<Tracked> = (1..=7)
             .map(|i| reboot(&format!("E{i}"), &["vm_0"]))
             .collect();
-        let mut answer = |decider: &mut Decider, occurrences: Vec<Occurrence>, s: i64| {
+        let answer = |decider: &mut Decider, occurrences: Vec<Decided>, s: i64| {
             let mut sent = 0;
             for occurrence in occurrences {
-                if let Occurrence::ApprovalSending {
+                if let Decided::Send {
                     event,
                     rule,
                     attempts,
@@ -451,7 +463,7 @@ mod tests {
         );
         assert!(matches!(
             answer,
-            Occurrence::Decision(Decision { outcome: Outcome::PostFailed { retry_at: Some(at), .. }, .. }) if at == t(3)
+            Decision { outcome: Outcome::PostFailed { retry_at: Some(at), .. }, .. } if at == t(3)
         ));
         assert!(
             decider.decide(&events, VM, t(2)).is_empty(),
@@ -468,7 +480,7 @@ mod tests {
         assert!(
             matches!(
                 answer,
-                Occurrence::Decision(Decision { outcome: Outcome::PostFailed { retry_at: Some(at), .. }, .. }) if at == t(6)
+                Decision { outcome: Outcome::PostFailed { retry_at: Some(at), .. }, .. } if at == t(6)
             ),
             "the wait doubles"
         );
@@ -486,7 +498,10 @@ mod tests {
             failure("http_4xx", true),
             t(2),
         );
-        assert_eq!(said(&[answer]), ["post_failed http_4xx A"]);
+        assert_eq!(
+            said(&[Decided::Decision(answer)]),
+            ["post_failed http_4xx A"]
+        );
         for s in 3..100 {
             assert!(decider.decide(&events, VM, t(s)).is_empty());
         }
@@ -539,7 +554,10 @@ mod tests {
             events[0].event.clone(),
             hook_run(Err(HookFailure::Exit("exit status: 1".into()))),
         );
-        assert_eq!(said(&[finished]), ["hook_failed hook_failed A"]);
+        assert_eq!(
+            said(&[Decided::Decision(finished)]),
+            ["hook_failed hook_failed A"]
+        );
         for s in 2..50 {
             assert!(decider.decide(&events, VM, t(s)).is_empty());
         }
@@ -558,7 +576,7 @@ mod tests {
         let waiting = decider.decide(&events, VM, t(1));
         assert!(matches!(
             &waiting[..],
-            [Occurrence::Decision(Decision { outcome: Outcome::Waiting { reason: WaitReason::BeforeNotBefore, until, .. }, .. })] if *until == t(540)
+            [Decided::Decision(Decision { outcome: Outcome::Waiting { reason: WaitReason::BeforeNotBefore, until, .. }, .. })] if *until == t(540)
         ));
         for s in 2..540 {
             assert!(decider.decide(&events, VM, t(s)).is_empty(), "at {s}");
@@ -598,7 +616,10 @@ mod tests {
             failure("queue_full", false),
             t(1),
         );
-        assert_eq!(said(&[answer]), ["post_failed queue_full A"]);
+        assert_eq!(
+            said(&[Decided::Decision(answer)]),
+            ["post_failed queue_full A"]
+        );
         assert_eq!(said(&decider.decide(&events, VM, t(2))), ["send A #2"]);
     }
 }

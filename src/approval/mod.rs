@@ -132,6 +132,16 @@ impl Outcome {
     }
 }
 
+/// Why an approval POST did not get IMDS's 200.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostFailure {
+    /// Bounded, for metric labels: an IMDS error kind, or `queue_full` when it was never sent.
+    pub reason: &'static str,
+    pub error: String,
+    /// Sending the same request again cannot succeed (a 4xx other than 429 and 410).
+    pub refused: bool,
+}
+
 /// Wait before attempt `attempts + 1`: 1 s, 2 s, 4 s, ... up to 30 s.
 pub fn retry_delay(attempts: u32) -> Duration {
     let factor = 1u32

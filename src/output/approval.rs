@@ -13,11 +13,11 @@ use reqwest::StatusCode;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::approval::Rule;
+use crate::approval::{PostFailure, Rule};
 use crate::event::Event;
 use crate::imds::{ImdsClient, ImdsError, Operation};
 use crate::metrics::Metrics;
-use crate::occurrence::{Context, Occurrence, PostFailure, Report};
+use crate::occurrence::{Context, Occurrence, Report};
 
 use super::{Output, Reports};
 
