@@ -1103,7 +1103,7 @@ async fn polling_goes_on_while_imds_takes_seconds_to_answer_an_approval() -> Tes
         .map(|w| w[1].duration_since(*w[0]))
         .max()
         .unwrap_or_default();
-    println!(
+    eprintln!(
         "GETs while the POST was held {hold:?}: {} (250 ms interval), longest gap {longest_gap:?}",
         during.len()
     );
