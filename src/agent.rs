@@ -1,36 +1,42 @@
 //! The imperative shell: the one poll loop, the HTTP server, and the wiring between them.
 //!
-//! The loop keeps a single IMDS request in flight: it reads instance metadata until it has it,
-//! polls the scheduled-events document, folds the outcome into the [`Monitor`], and turns each
-//! resulting [`Change`] into exactly one log line and its counters. Nothing is logged for a poll
-//! that changed nothing.
+//! The loop keeps a single IMDS GET in flight: it reads instance metadata until it has it, polls
+//! the scheduled-events document, takes in what the outputs reported since the last poll, and
+//! lets the pure [`Observer`] turn all that into [`Occurrence`]s, which every output consumes in
+//! the order wired below ([`crate::output`]). Outputs never wait on the network inside the loop,
+//! so a slow hook, approval POST or collector never delays the next poll. Nothing is logged for
+//! a poll that changed nothing.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use chrono::{DateTime, Utc};
+use anyhow::Context as _;
+use chrono::Utc;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
-use crate::approval::{self, Approver, Decision};
+use crate::approval;
 use crate::boot;
 use crate::config::Config;
-use crate::event_span::{EventSpans, Remembered, Seen};
 use crate::health::Health;
 use crate::imds::{ImdsClient, ImdsError, Operation};
 use crate::metrics::{Families, Metrics};
-use crate::monitor::{Change, Monitor};
+use crate::observer::Observer;
+use crate::occurrence::{Context, Occurrence, Report};
+use crate::output::Outputs;
+use crate::output::approval::Approval;
+use crate::output::hooks::Hooks;
+use crate::output::log::Log;
+use crate::output::metrics::MetricsOutput;
+use crate::output::spans::Spans;
+use crate::output::state::StateFile;
 use crate::server::Endpoints;
 use crate::state::{Opened, StateStore};
-use crate::telemetry::{Telemetry, Traces, VmIdentity};
-use crate::trace_id::{lifecycle_span_id, trace_id};
-use crate::tracker::{IncarnationChange, Transition};
-use crate::wire;
+use crate::telemetry::{Telemetry, VmIdentity};
 
 /// How often instance metadata is asked for again while it cannot be read.
 const INSTANCE_RETRY: Duration = Duration::from_secs(30);
@@ -92,6 +98,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         tracing::warn!(poll_interval = ?config.poll_interval, "polling faster than 5 requests per second: Azure IMDS answers 429 beyond that");
     }
     metrics.set_vm(config.vm_name.as_deref(), None);
+    metrics.set_approval_mode(config.approval.mode);
     if let Some(otlp) = telemetry.config() {
         tracing::info!(
             endpoint = %otlp.endpoint,
@@ -107,9 +114,6 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
             compute: None,
         },
     )?;
-    metrics.set_approval_mode(config.approval.mode);
-    let store = open_state(&config, &metrics);
-    let approver = Approver::new(config.approval.clone());
     if config.approval.mode != approval::Mode::Off {
         let approval = &config.approval;
         tracing::info!(
@@ -120,40 +124,72 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
             "approval enabled"
         );
     }
+    let (store, restart) = open_state(&config);
+    let observer = Observer::new(config.approval.clone(), store.state());
+
+    // The outputs, in the order they see each batch: the state file before the approval POSTs.
+    let (reports_tx, reports) = mpsc::unbounded_channel();
+    let mut outputs = Outputs::new()
+        .with(Log::new(config.vm_name.clone(), config.approval.mode))
+        .with(MetricsOutput::new(Arc::clone(&metrics)));
+    if let Some(traces) = traces {
+        outputs = outputs.with(Spans::new(traces));
+    }
+    outputs = outputs.with(StateFile::new(store, Arc::clone(&metrics)));
+    let approval = &config.approval;
+    if approval.mode != approval::Mode::Off
+        || approval.prepare_hook.is_some()
+        || approval.recover_hook.is_some()
+    {
+        outputs = outputs.with(Hooks::new(
+            approval
+                .hook
+                .clone()
+                .filter(|_| approval.mode == approval::Mode::On),
+            approval.prepare_hook.clone(),
+            approval.recover_hook.clone(),
+            approval.hook_timeout,
+            reports_tx.clone(),
+        ));
+    }
+    if approval.mode == approval::Mode::On {
+        outputs = outputs.with(Approval::start(
+            client.clone(),
+            config.imds_timeout,
+            Arc::clone(&metrics),
+            reports_tx,
+        ));
+    }
+
+    let mut poller = Poller {
+        vm_name: config.vm_name.as_deref().map(Arc::from),
+        config,
+        client,
+        metrics,
+        health: Arc::clone(&health),
+        observer,
+        outputs,
+        reports,
+        compute_read: false,
+        instance_failures: 0,
+        next_instance_read: Instant::now(),
+        backoff_exponent: 0,
+    };
+    poller.dispatch(Utc::now(), vec![Occurrence::Restarted(restart)]);
 
     let (stop, stopped) = watch::channel(false);
     let endpoints = Arc::new(Endpoints {
-        metrics: Arc::clone(&metrics),
-        health: Arc::clone(&health),
-        telemetry_path: config.telemetry_path.clone(),
+        metrics: Arc::clone(&poller.metrics),
+        health,
+        telemetry_path: poller.config.telemetry_path.clone(),
     });
     let server = tokio::spawn(crate::web::serve(
         listener,
         endpoints,
-        config.web.clone(),
+        poller.config.web.clone(),
         until_stopped(stopped.clone()),
     ));
-    let poller = tokio::spawn(
-        Poller {
-            vm_name: config.vm_name.clone(),
-            config,
-            client,
-            metrics,
-            health,
-            monitor: Monitor::new(),
-            published: None,
-            compute: None,
-            instance_failures: 0,
-            next_instance_read: Instant::now(),
-            backoff_exponent: 0,
-            traces,
-            spans: EventSpans::new(),
-            read_a_document: false,
-            approver,
-            store,
-        }
-        .run(stopped),
-    );
+    let poller = tokio::spawn(poller.run(stopped));
     Ok(RunningAgent {
         address,
         stop,
@@ -203,22 +239,16 @@ struct Poller {
     client: ImdsClient,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
-    monitor: Monitor,
-    /// Incarnation whose events the metrics show.
-    published: Option<u64>,
+    observer: Observer,
+    outputs: Outputs,
+    /// What outputs that act (hooks, approval POSTs) report back.
+    reports: mpsc::UnboundedReceiver<Report>,
     /// This VM's name in `Resources`: `--vm.name`, else `compute.name`.
-    vm_name: Option<String>,
-    compute: Option<wire::Compute>,
+    vm_name: Option<Arc<str>>,
+    compute_read: bool,
     instance_failures: u64,
     next_instance_read: Instant,
     backoff_exponent: u32,
-    /// OTLP export, when configured, and this VM's open event spans.
-    traces: Option<Traces>,
-    spans: EventSpans,
-    /// Whether a valid document has been read since the agent started.
-    read_a_document: bool,
-    approver: Approver,
-    store: StateStore,
 }
 
 impl Poller {
@@ -244,63 +274,33 @@ impl Poller {
                 }
             }
         }
-        self.flush_traces().await;
+        let context = self.context(Utc::now());
+        self.outputs.stop(&context).await;
     }
 
-    /// Hands each transition's spans to the export queue (nothing at all when traces are off).
-    fn trace(&mut self, changes: &[Change], first_document: bool, now: DateTime<Utc>) {
-        let Some(traces) = &self.traces else { return };
-        let seen = seen(&self.vm_name, &self.monitor, now);
-        let state = self.store.state();
-        if first_document {
-            let events = self.monitor.tracker().events();
-            for known in state.gone_from(events) {
-                let event = known.to_event(seen.vm_name);
-                if let Some(span) = self.spans.ended_while_down(&event, known.into(), seen) {
-                    traces.submit(span);
-                }
-            }
-        }
-        for change in changes {
-            if let Change::Transition(transition) = change {
-                let id = transition.event().id.as_str();
-                let remembered = state.known(id).map(Remembered::from);
-                for span in self.spans.record(transition, seen, remembered) {
-                    traces.submit(span);
-                }
-            }
+    /// This VM and the current document, at `at`.
+    fn context(&self, at: chrono::DateTime<Utc>) -> Context {
+        Context {
+            vm_name: self.vm_name.clone(),
+            incarnation: self.observer.monitor().tracker().incarnation().map(|i| i.0),
+            at,
         }
     }
 
-    /// One child span of the event's lifecycle span per approval decision or hook run.
-    fn trace_decisions(&mut self, decisions: &[Decision], now: DateTime<Utc>) {
-        let Some(traces) = &self.traces else { return };
-        let seen = seen(&self.vm_name, &self.monitor, now);
-        for decision in decisions {
-            traces.submit(self.spans.decision(decision, seen));
-        }
-    }
-
-    /// Ends the open event spans and exports what is queued, before the process exits.
-    async fn flush_traces(&mut self) {
-        let Some(traces) = self.traces.take() else {
-            return;
-        };
-        let seen = seen(&self.vm_name, &self.monitor, Utc::now());
-        for span in self.spans.close_all(seen) {
-            traces.submit(span);
-        }
-        traces.shutdown().await;
+    /// Hands one batch of occurrences to every output.
+    fn dispatch(&mut self, at: chrono::DateTime<Utc>, occurrences: Vec<Occurrence>) {
+        let context = self.context(at);
+        self.outputs.consume(&context, &occurrences);
     }
 
     /// Tells the health endpoint the longest the next wait plus step can take.
     fn promise_liveness(&self) {
         let config = &self.config;
         let poll_timeout = self.poll_timeout();
-        let instance_timeout = if self.compute.is_none() {
-            config.imds_timeout
-        } else {
+        let instance_timeout = if self.compute_read {
             Duration::ZERO
+        } else {
+            config.imds_timeout
         };
         let wait = config.poll_interval.max(config.imds_max_backoff);
         self.health
@@ -309,7 +309,7 @@ impl Poller {
 
     /// The long first-request timeout until IMDS has given a document, the short one after.
     fn poll_timeout(&self) -> Duration {
-        if self.monitor.last_success().is_none() {
+        if self.observer.monitor().last_success().is_none() {
             self.config.imds_first_timeout
         } else {
             self.config.imds_timeout
@@ -318,8 +318,9 @@ impl Poller {
 
     /// One poll; returns a longer delay before the next one when IMDS asked to back off.
     async fn step(&mut self) -> Option<Duration> {
-        if self.compute.is_none() && Instant::now() >= self.next_instance_read {
-            self.read_instance().await;
+        let mut occurrences = Vec::new();
+        if !self.compute_read && Instant::now() >= self.next_instance_read {
+            occurrences.extend(self.read_instance().await);
         }
         let started = Instant::now();
         // Exported only at debug level: one trace per poll is noise, but useful when IMDS is slow.
@@ -349,89 +350,25 @@ impl Poller {
         self.metrics
             .record_request(Operation::Events, started.elapsed(), result.as_ref().err());
         let now = Utc::now();
-        let (changes, backoff) = match result {
-            Ok(document) => (self.monitor.observe(Ok(document), now), self.backoff(None)),
-            Err(error) => (
-                self.monitor.observe(Err(&error), now),
-                self.backoff(Some(&error)),
-            ),
-        };
-        for change in &changes {
-            self.report(change);
+        // What hooks and approvals reported since the last poll, before this document is
+        // decided on: an approval hook that succeeded is POSTed after this very document.
+        while let Ok(report) = self.reports.try_recv() {
+            occurrences.push(self.observer.report(report, now));
         }
-        // The first document after a start: what the state file knew and the document no longer
-        // holds ended while the agent was down.
-        let first_document =
-            self.monitor.is_up() && !std::mem::replace(&mut self.read_a_document, true);
-        self.trace(&changes, first_document, now);
-        self.approve(&changes, first_document, now).await;
-        self.metrics.record_poll(now, self.monitor.is_up());
-        if self.monitor.is_up() {
+        let backoff = self.backoff(result.as_ref().err());
+        let vm_name = self.vm_name.clone();
+        let vm = vm_name.as_deref();
+        occurrences.extend(match result {
+            Ok(document) => self.observer.poll(Ok(document), vm, now),
+            Err(error) => self.observer.poll(Err(&error), vm, now),
+        });
+        let up = self.observer.monitor().is_up();
+        self.metrics.record_poll(now, up);
+        self.dispatch(now, occurrences);
+        if up {
             self.health.set_ready();
-            self.publish(changes.iter().any(|c| matches!(c, Change::Transition(_))));
         }
         backoff
-    }
-
-    /// Runs hooks for the changes and, after a valid document, the approval decisions; then
-    /// writes the state file if anything in it changed.
-    async fn approve(&mut self, changes: &[Change], first_document: bool, now: DateTime<Utc>) {
-        let mut decisions = self.approver.finished_hooks();
-        if self.monitor.is_up() {
-            let vm = self.vm_name.as_deref();
-            let tracker = self.monitor.tracker();
-            let transitions = changes.iter().filter_map(|change| match change {
-                Change::Transition(transition) => Some(transition),
-                _ => None,
-            });
-            decisions.extend(self.approver.hooks_for_document(
-                transitions,
-                tracker.events(),
-                vm,
-                self.store.state(),
-                first_document,
-            ));
-            self.store.state_mut().observe(
-                tracker.incarnation().map(|i| i.0),
-                tracker.events(),
-                vm,
-                now,
-            );
-            let imds = approval::Imds {
-                client: &self.client,
-                timeout: self.config.imds_timeout,
-                metrics: &self.metrics,
-            };
-            let decided = self
-                .approver
-                .after_document(tracker.events(), vm, now, &imds, &mut self.store)
-                .await;
-            decisions.extend(decided);
-        }
-        for decision in &decisions {
-            self.decided(decision);
-        }
-        self.trace_decisions(&decisions, now);
-        self.store.flush();
-        self.metrics.set_state_up(self.store.is_healthy());
-    }
-
-    /// One log line, and its counters, for one approval decision.
-    fn decided(&self, decision: &Decision) {
-        self.metrics.record_decision(decision);
-        decision.log(self.vm_name.as_deref());
-    }
-
-    /// Hands the tracker's events to the metrics when the document changed them.
-    fn publish(&mut self, events_changed: bool) {
-        let tracker = self.monitor.tracker();
-        let incarnation = tracker.incarnation().map(|i| i.0);
-        if events_changed || incarnation != self.published {
-            self.published = incarnation;
-            let events = tracker.events().iter().map(|t| t.event.clone()).collect();
-            self.metrics
-                .set_events(incarnation.unwrap_or_default(), events);
-        }
     }
 
     /// The delay before the next poll when IMDS asked to back off, resetting once it stops asking.
@@ -449,7 +386,8 @@ impl Poller {
         ))
     }
 
-    async fn read_instance(&mut self) {
+    /// Reads instance metadata; learns this VM's name from it unless `--vm.name` gave one.
+    async fn read_instance(&mut self) -> Option<Occurrence> {
         let started = Instant::now();
         let result = self.client.instance(self.config.imds_timeout).await;
         self.metrics.record_request(
@@ -460,114 +398,30 @@ impl Poller {
         match result {
             Ok(compute) => {
                 if self.vm_name.is_none() && !compute.name.is_empty() {
-                    self.vm_name = Some(compute.name.clone());
+                    self.vm_name = Some(Arc::from(compute.name.as_str()));
                 }
-                if let Some(name) = self.vm_name.as_deref()
-                    && !compute.name.is_empty()
-                    && !name.eq_ignore_ascii_case(&compute.name)
-                {
-                    // Approval acts for the VM this name designates: a wrong name approves
-                    // another VM's events.
-                    tracing::warn!(
-                        vm_name = name,
-                        compute_name = %compute.name,
-                        approval = self.config.approval.mode.as_str(),
-                        "--vm.name differs from compute.name in instance metadata: events are matched, and approved, as --vm.name"
-                    );
-                }
-                self.metrics.set_vm(self.vm_name.as_deref(), Some(&compute));
-                if let Some(traces) = &self.traces {
-                    traces.set_vm(VmIdentity {
-                        vm_name: self.vm_name.as_deref(),
-                        compute: Some(&compute),
-                    });
-                }
-                tracing::info!(
-                    vm_name = self.vm_name.as_deref(),
-                    compute_name = %compute.name,
-                    vm_id = %compute.vm_id,
-                    location = %compute.location,
-                    zone = %compute.zone,
-                    vm_scale_set_name = %compute.vm_scale_set_name,
-                    resource_group = %compute.resource_group_name,
-                    vm_size = %compute.vm_size,
-                    failed_attempts = self.instance_failures,
-                    "read instance metadata"
-                );
-                if self.vm_name.is_none() {
-                    tracing::warn!(
-                        "instance metadata has no compute.name and --vm.name is not set: affects_this_vm is unknown"
-                    );
-                }
-                self.compute = Some(compute);
+                self.compute_read = true;
+                Some(Occurrence::VmIdentified {
+                    compute: Arc::new(compute),
+                    failed_attempts: self.instance_failures,
+                })
             }
             Err(error) => {
                 self.instance_failures += 1;
                 self.next_instance_read = Instant::now() + INSTANCE_RETRY;
-                if self.instance_failures == 1 {
-                    tracing::warn!(
-                        reason = error.kind(),
-                        %error,
-                        retry_every = ?INSTANCE_RETRY,
-                        "cannot read instance metadata; vm_info is missing until it can"
-                    );
-                }
+                (self.instance_failures == 1).then(|| Occurrence::VmUnidentified {
+                    reason: error.kind(),
+                    error: error.to_string(),
+                    retry_every: INSTANCE_RETRY,
+                })
             }
-        }
-    }
-
-    /// One log line, and its counters, for one change.
-    fn report(&self, change: &Change) {
-        let vm_name = self.vm_name.as_deref();
-        let incarnation = self.monitor.tracker().incarnation().map(|i| i.0);
-        match change {
-            Change::Transition(transition) => {
-                self.metrics.record_transition(transition);
-                log_transition(transition, vm_name, incarnation);
-            }
-            Change::Incarnation(IncarnationChange::Jumped { from, to }) => tracing::info!(
-                vm_name,
-                from = from.0,
-                to = to.0,
-                "document incarnation jumped: some documents were never seen by this agent"
-            ),
-            Change::Incarnation(IncarnationChange::Restarted { from, to }) => tracing::warn!(
-                vm_name,
-                from = from.0,
-                to = to.0,
-                "document incarnation went down: the service was reset or re-enabled"
-            ),
-            Change::Incarnation(_) => {}
-            Change::DuplicateEventId(id) => tracing::warn!(
-                vm_name,
-                event_id = %id,
-                trace_id = %trace_id(id.as_str()),
-                "an EventId appears twice in the document; the first is kept"
-            ),
-            Change::Unreachable { reason, error } => tracing::warn!(
-                vm_name,
-                reason,
-                error = %error,
-                "IMDS unreachable: the last known events are kept until it answers again"
-            ),
-            Change::Reachable {
-                failed_polls,
-                since,
-            } => tracing::info!(
-                vm_name,
-                failed_polls,
-                unreachable_seconds =
-                    since.map(|s| (Utc::now() - s).num_milliseconds() as f64 / 1000.0),
-                document_incarnation = incarnation,
-                "IMDS reachable"
-            ),
         }
     }
 }
 
 /// Opens the state file, classifies this start (reboot or not) against it, and records the
 /// current boot. Never fails: an unusable file leaves state in memory.
-fn open_state(config: &Config, metrics: &Metrics) -> StateStore {
+fn open_state(config: &Config) -> (StateStore, boot::Restart) {
     let (mut store, opened) = StateStore::open(config.state_file.as_deref());
     let state_file = config
         .state_file
@@ -584,7 +438,7 @@ fn open_state(config: &Config, metrics: &Metrics) -> StateStore {
             tracing::info!(%state_file, "no state file yet: starting fresh");
             None
         }
-        Opened::Loaded => Some(store.state().clone()),
+        Opened::Loaded => Some(store.state()),
         Opened::Replaced { error, aside } => {
             tracing::warn!(
                 %state_file,
@@ -596,52 +450,16 @@ fn open_state(config: &Config, metrics: &Metrics) -> StateStore {
         }
     };
     let boot_id = boot::read_boot_id(&config.boot_id_file);
-    let restart = boot::classify(previous.as_ref(), boot_id.as_deref());
-    let vm_name = config.vm_name.as_deref();
-    match &restart {
-        boot::Restart::FirstStart => {}
-        boot::Restart::Unknown => tracing::info!(
-            vm_name,
+    let restart = boot::classify(previous, boot_id.as_deref());
+    if restart == boot::Restart::Unknown {
+        tracing::info!(
+            vm_name = config.vm_name.as_deref(),
             boot_id_file = %config.boot_id_file.display(),
             "cannot tell whether the machine rebooted: boot id unknown now or in the state file"
-        ),
-        boot::Restart::SameBoot => {
-            tracing::info!(vm_name, "agent restarted; the machine did not reboot")
-        }
-        boot::Restart::Reboot {
-            expected_by: Some(impact),
-        } => tracing::info!(
-            vm_name,
-            expected = true,
-            event_id = %impact.event_id,
-            trace_id = %crate::trace_id::trace_id(&impact.event_id),
-            event_type = %impact.event_type,
-            started_seen = %impact.started_seen.to_rfc3339(),
-            "the machine rebooted, as expected after an event of this VM that started"
-        ),
-        boot::Restart::Reboot { expected_by: None } => tracing::warn!(
-            vm_name,
-            expected = false,
-            "the machine rebooted unexpectedly: no event of this VM was seen Started before"
-        ),
-    }
-    if let Some(expected) = restart.expected_label() {
-        metrics.record_reboot(expected);
+        );
     }
     store.state_mut().boot_id = boot_id;
-    store.flush();
-    metrics.set_state_up(store.is_healthy());
-    store
-}
-
-/// This VM and the current document, for the spans of what the poll at `at` saw. A function of
-/// the fields it reads, not of the poller, so the span builder can be borrowed beside it.
-fn seen<'a>(vm_name: &'a Option<String>, monitor: &Monitor, at: DateTime<Utc>) -> Seen<'a> {
-    Seen {
-        vm_name: vm_name.as_deref(),
-        incarnation: monitor.tracker().incarnation().map(|i| i.0),
-        at,
-    }
+    (store, restart)
 }
 
 /// Exponential backoff from the poll interval (doubling `exponent` times), at least IMDS's
@@ -658,45 +476,6 @@ fn backoff_delay(
         .max(retry_after.unwrap_or_default())
         .min(max)
         .max(interval)
-}
-
-fn log_transition(transition: &Transition, vm_name: Option<&str>, incarnation: Option<u64>) {
-    let event = transition.event();
-    let changed = match transition {
-        Transition::Updated { changed, .. } => Some(
-            changed
-                .iter()
-                .map(|f| f.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-        ),
-        _ => None,
-    };
-    let seen_started = match transition {
-        Transition::Completed { seen_started, .. } => Some(*seen_started),
-        _ => None,
-    };
-    tracing::info!(
-        vm_name,
-        transition = transition.kind(),
-        event_id = %event.id,
-        trace_id = %trace_id(event.id.as_str()),
-        span_id = vm_name.map(|vm| format!("{:016x}", lifecycle_span_id(event.id.as_str(), vm))),
-        event_type = %event.event_type,
-        event_status = %event.status,
-        event_source = event.source.as_ref().map(|s| s.as_str()),
-        resource_type = %event.resource_type,
-        resources = %event.resources,
-        not_before = %event.not_before.raw(),
-        duration_in_seconds = event.duration.map(|d| d.0),
-        description = event.description.as_deref(),
-        affects_this_vm = event.affects(vm_name).as_str(),
-        document_incarnation = incarnation,
-        changed,
-        seen_started,
-        "event {}",
-        transition.kind()
-    );
 }
 
 #[cfg(test)]

@@ -9,10 +9,8 @@
 
 use std::path::Path;
 
+pub use crate::config::DEFAULT_BOOT_ID_FILE;
 use crate::state::{Impact, State};
-
-/// Where Linux keeps the current boot's id.
-pub const DEFAULT_BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
 
 /// How this start of the agent relates to the previous one.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,39 +21,13 @@ use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SpanData, SpanEve
 
 use crate::approval::{Decision, Outcome};
 use crate::event::Event;
-use crate::state::KnownEvent;
+use crate::occurrence::Context;
 use crate::telemetry::SCOPE;
 use crate::trace_id::{lifecycle_span_id, trace_id_u128};
-use crate::tracker::Transition;
+use crate::tracker::{Tracked, Transition};
 
 /// The namespace of every span attribute of ours.
 pub const NAMESPACE: &str = "azure.scheduled_event";
-
-/// What the state file remembers of an event from before a restart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Remembered {
-    pub first_seen: DateTime<Utc>,
-    pub seen_started: bool,
-}
-
-impl From<&KnownEvent> for Remembered {
-    fn from(known: &KnownEvent) -> Self {
-        Self {
-            first_seen: known.first_seen,
-            seen_started: known.seen_started(),
-        }
-    }
-}
-
-/// Where and when a transition was seen.
-#[derive(Debug, Clone, Copy)]
-pub struct Seen<'a> {
-    /// This VM's name in `Resources`, if known.
-    pub vm_name: Option<&'a str>,
-    /// DocumentIncarnation of the document that showed the transition.
-    pub incarnation: Option<u64>,
-    pub at: DateTime<Utc>,
-}
 
 #[derive(Debug, Clone)]
 struct Open {
@@ -79,25 +53,31 @@ impl EventSpans {
     }
 
     /// The spans one transition finishes: its own child span, and the lifecycle span when the
-    /// event left the document. `remembered` is what the state file kept of the event from
-    /// before a restart: the lifecycle span then starts at the first sight of the earlier run.
-    pub fn record(
-        &mut self,
-        transition: &Transition,
-        seen: Seen<'_>,
-        remembered: Option<Remembered>,
-    ) -> Vec<SpanData> {
+    /// event left the document. An event resumed after a restart has its lifecycle span start
+    /// at the first sight of the earlier run.
+    pub fn record(&mut self, transition: &Transition, seen: &Context) -> Vec<SpanData> {
         let event = transition.event();
         let key = event.id.as_str();
         let trace_id = TraceId::from(trace_id_u128(key));
-        let span_id = SpanId::from(lifecycle_span_id(key, seen.vm_name.unwrap_or_default()));
+        let span_id = SpanId::from(lifecycle_span_id(key, seen.vm_name().unwrap_or_default()));
         let started = transition.kind() == "started";
         let mut spans = Vec::with_capacity(2);
-        let earlier = remembered.filter(|r| r.first_seen < seen.at);
+        let (first_seen, seen_started) = match transition {
+            Transition::Resumed {
+                first_seen,
+                seen_started,
+                ..
+            } => (*first_seen.min(&seen.at), *seen_started),
+            Transition::Appeared(_)
+            | Transition::Started(_)
+            | Transition::Updated { .. }
+            | Transition::Completed { .. }
+            | Transition::Cancelled(_) => (seen.at, false),
+        };
         let open = self.open.entry(key.to_owned()).or_insert_with(|| Open {
             span_id,
-            first_seen: earlier.map_or(seen.at, |r| r.first_seen),
-            seen_started: earlier.is_some_and(|r| r.seen_started),
+            first_seen,
+            seen_started,
             event: event.clone(),
             approval: None,
         });
@@ -148,10 +128,10 @@ impl EventSpans {
     /// The child span of one approval decision or hook run. Its parent is this VM's lifecycle
     /// span of the event, also when the event has already left the document (a hook that
     /// finished after it). A hook run spans the hook's run time.
-    pub fn decision(&mut self, decision: &Decision, seen: Seen<'_>) -> SpanData {
+    pub fn decision(&mut self, decision: &Decision, seen: &Context) -> SpanData {
         let event = &decision.event;
         let key = event.id.as_str();
-        let parent = SpanId::from(lifecycle_span_id(key, seen.vm_name.unwrap_or_default()));
+        let parent = SpanId::from(lifecycle_span_id(key, seen.vm_name().unwrap_or_default()));
         let at = SystemTime::from(seen.at);
         let name = |what: &str| format!("{NAMESPACE}.{what}");
         let mut attributes = event_attributes(event, seen);
@@ -207,7 +187,7 @@ impl EventSpans {
                                 .push(KeyValue::new(name("approval.retry_at"), at.to_rfc3339()));
                         }
                     }
-                    _ => {}
+                    Outcome::DryRun { .. } | Outcome::Skipped(_) | Outcome::HookStarted(_) => {}
                 }
                 failed = outcome.failure().is_some();
                 if let Some(open) = self.open.get_mut(key) {
@@ -238,7 +218,7 @@ impl EventSpans {
     /// Ends every open lifecycle span with outcome `open` (the agent is stopping while the
     /// events are still in the document), so that an event that reboots this VM still has its
     /// span. A later agent that sees the event end exports the span again, same id, final outcome.
-    pub fn close_all(&mut self, seen: Seen<'_>) -> Vec<SpanData> {
+    pub fn close_all(&mut self, seen: &Context) -> Vec<SpanData> {
         self.open
             .drain()
             .map(|(key, open)| lifecycle(TraceId::from(trace_id_u128(&key)), open, "open", seen))
@@ -249,18 +229,14 @@ impl EventSpans {
     /// left the document while it was down, typically the Reboot that restarted it: it ended, so
     /// it completed. An event last seen `Scheduled` may have completed or been cancelled while
     /// nobody watched; it keeps only the span that ended as `open`, and this returns `None`.
-    pub fn ended_while_down(
-        &self,
-        event: &Event,
-        remembered: Remembered,
-        seen: Seen<'_>,
-    ) -> Option<SpanData> {
+    pub fn ended_while_down(&self, remembered: &Tracked, seen: &Context) -> Option<SpanData> {
         if !remembered.seen_started {
             return None;
         }
+        let event = &remembered.event;
         let key = event.id.as_str();
         let open = Open {
-            span_id: SpanId::from(lifecycle_span_id(key, seen.vm_name.unwrap_or_default())),
+            span_id: SpanId::from(lifecycle_span_id(key, seen.vm_name().unwrap_or_default())),
             first_seen: remembered.first_seen,
             seen_started: true,
             event: event.clone(),
@@ -275,12 +251,13 @@ impl EventSpans {
     }
 
     /// How many lifecycle spans are open.
+    #[cfg(test)]
     pub fn open_count(&self) -> usize {
         self.open.len()
     }
 }
 
-fn lifecycle(trace_id: TraceId, open: Open, outcome: &'static str, seen: Seen<'_>) -> SpanData {
+fn lifecycle(trace_id: TraceId, open: Open, outcome: &'static str, seen: &Context) -> SpanData {
     let mut attributes = event_attributes(&open.event, seen);
     attributes.push(KeyValue::new(format!("{NAMESPACE}.outcome"), outcome));
     attributes.push(KeyValue::new(
@@ -309,7 +286,7 @@ fn lifecycle(trace_id: TraceId, open: Open, outcome: &'static str, seen: Seen<'_
 }
 
 /// The event's fields, as this VM saw them.
-fn event_attributes(event: &Event, seen: Seen<'_>) -> Vec<KeyValue> {
+fn event_attributes(event: &Event, seen: &Context) -> Vec<KeyValue> {
     let key = |name: &str| format!("{NAMESPACE}.{name}");
     let mut attributes = vec![
         KeyValue::new(key("id"), event.id.as_str().to_owned()),
@@ -328,7 +305,10 @@ fn event_attributes(event: &Event, seen: Seen<'_>) -> Vec<KeyValue> {
             ),
         ),
         KeyValue::new(key("not_before"), event.not_before.raw().to_owned()),
-        KeyValue::new(key("affects_this_vm"), event.affects(seen.vm_name).as_str()),
+        KeyValue::new(
+            key("affects_this_vm"),
+            event.affects(seen.vm_name()).as_str(),
+        ),
     ];
     if let Some(at) = event.not_before.at() {
         attributes.push(KeyValue::new(key("not_before_unix"), at.timestamp()));
@@ -342,7 +322,7 @@ fn event_attributes(event: &Event, seen: Seen<'_>) -> Vec<KeyValue> {
     if let Some(description) = &event.description {
         attributes.push(KeyValue::new(key("description"), description.clone()));
     }
-    if let Some(vm) = seen.vm_name {
+    if let Some(vm) = seen.vm_name() {
         attributes.push(KeyValue::new(key("vm_name"), vm.to_owned()));
     }
     if let Some(incarnation) = seen.incarnation {
@@ -409,6 +389,21 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    fn ctx(vm: &str, incarnation: u64, at: i64) -> Context {
+        Context {
+            vm_name: Some(vm.into()),
+            incarnation: Some(incarnation),
+            at: t(at),
+        }
+    }
+
+    fn at(seen: &Context, at: i64) -> Context {
+        Context {
+            at: t(at),
+            ..seen.clone()
+        }
+    }
+
     fn attr<'a>(span: &'a SpanData, name: &str) -> Option<&'a Value> {
         span.attributes
             .iter()
@@ -424,15 +419,7 @@ mod tests {
         for (at, doc) in docs {
             let incarnation = doc.incarnation.0;
             for transition in tracker.observe(doc.clone(), t(*at)).transitions {
-                out.extend(spans.record(
-                    &transition,
-                    Seen {
-                        vm_name: Some(vm),
-                        incarnation: Some(incarnation),
-                        at: t(*at),
-                    },
-                    None,
-                ));
+                out.extend(spans.record(&transition, &ctx(vm, incarnation, *at)));
             }
         }
         out
@@ -549,23 +536,19 @@ mod tests {
         use crate::approval::{HookFailure, HookKind, HookRun, Rule, WaitReason};
         let mut tracker = Tracker::new();
         let mut spans = EventSpans::new();
-        let seen = Seen {
-            vm_name: Some("vmss_0"),
-            incarnation: Some(1),
-            at: t(0),
-        };
+        let seen = ctx("vmss_0", 1, 0);
         let transitions = tracker.observe(doc(1, Some("Scheduled")), t(0)).transitions;
         for transition in &transitions {
-            spans.record(transition, seen, None);
+            spans.record(transition, &seen);
         }
         let event = transitions[0].event().clone();
-        let decide = |spans: &mut EventSpans, outcome: Outcome, at: i64| {
+        let decide = |spans: &mut EventSpans, outcome: Outcome, when: i64| {
             spans.decision(
                 &Decision {
                     event: event.clone(),
                     outcome,
                 },
-                Seen { at: t(at), ..seen },
+                &at(&seen, when),
             )
         };
         let waiting = decide(
@@ -622,7 +605,7 @@ mod tests {
             Some(&Value::from(1_i64))
         );
         assert_eq!(approved.status, Status::Unset);
-        let closed = spans.close_all(Seen { at: t(50), ..seen });
+        let closed = spans.close_all(&at(&seen, 50));
         assert_eq!(
             attr(&closed[0], "approval.decision"),
             Some(&Value::from("approved"))
@@ -633,21 +616,18 @@ mod tests {
     fn after_a_restart_the_lifecycle_span_starts_at_the_remembered_first_sight() {
         let mut tracker = Tracker::new();
         let mut spans = EventSpans::new();
-        let seen = Seen {
-            vm_name: Some("vmss_0"),
-            incarnation: Some(4),
-            at: t(100),
-        };
-        let remembered = Remembered {
+        let seen = ctx("vmss_0", 4, 100);
+        tracker.resume(vec![Tracked {
+            event: doc(3, Some("Scheduled")).events.remove(0),
             first_seen: t(10),
             seen_started: true,
-        };
+        }]);
         for transition in tracker.observe(doc(4, Some("Started")), t(100)).transitions {
-            spans.record(&transition, seen, Some(remembered));
+            spans.record(&transition, &seen);
         }
         let mut out = Vec::new();
         for transition in tracker.observe(doc(5, None), t(160)).transitions {
-            out.extend(spans.record(&transition, Seen { at: t(160), ..seen }, Some(remembered)));
+            out.extend(spans.record(&transition, &at(&seen, 160)));
         }
         let lifecycle = out.last().cloned().unwrap_or_else(|| panic!("no span"));
         assert_eq!(lifecycle.start_time, SystemTime::from(t(10)));
@@ -657,18 +637,15 @@ mod tests {
     #[test]
     fn only_an_event_seen_started_completes_when_it_ended_while_the_agent_was_down() {
         let spans = EventSpans::new();
-        let seen = Seen {
-            vm_name: Some("web_0"),
-            incarnation: Some(3),
-            at: t(100),
-        };
+        let seen = ctx("web_0", 3, 100);
         let event = doc(1, Some("Started")).events.remove(0);
-        let started = Remembered {
+        let started = Tracked {
+            event: event.clone(),
             first_seen: t(10),
             seen_started: true,
         };
         let span = spans
-            .ended_while_down(&event, started, seen)
+            .ended_while_down(&started, &seen)
             .unwrap_or_else(|| panic!("no span for an event seen Started"));
         assert_eq!(
             span.span_context.span_id(),
@@ -676,27 +653,23 @@ mod tests {
         );
         assert_eq!(span.start_time, SystemTime::from(t(10)));
         assert_eq!(attr(&span, "outcome"), Some(&Value::from("completed")));
-        let scheduled = Remembered {
+        let scheduled = Tracked {
             seen_started: false,
             ..started
         };
-        assert!(spans.ended_while_down(&event, scheduled, seen).is_none());
+        assert!(spans.ended_while_down(&scheduled, &seen).is_none());
     }
 
     #[test]
     fn stopping_ends_open_spans_as_open() {
         let mut tracker = Tracker::new();
         let mut spans = EventSpans::new();
-        let seen = Seen {
-            vm_name: Some("vmss_0"),
-            incarnation: Some(1),
-            at: t(0),
-        };
+        let seen = ctx("vmss_0", 1, 0);
         for transition in tracker.observe(doc(1, Some("Scheduled")), t(0)).transitions {
-            spans.record(&transition, seen, None);
+            spans.record(&transition, &seen);
         }
         assert_eq!(spans.open_count(), 1);
-        let closed = spans.close_all(Seen { at: t(30), ..seen });
+        let closed = spans.close_all(&at(&seen, 30));
         assert_eq!(closed.len(), 1);
         assert_eq!(attr(&closed[0], "outcome"), Some(&Value::from("open")));
         assert_eq!(spans.open_count(), 0);

@@ -17,6 +17,7 @@ use prometheus::{
 };
 
 use crate::approval::{Decision, HookFailure, HookKind, Mode, Outcome};
+pub use crate::config::EventSeries;
 use crate::event::{Affects, Event, EventStatus, EventType};
 use crate::imds::{ImdsError, Operation};
 use crate::tracker::Transition;
@@ -74,15 +75,6 @@ impl Default for Families {
     fn default() -> Self {
         Self::DEFAULT
     }
-}
-
-/// Which events get per-event series.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventSeries {
-    /// Events naming this VM, and every event while this VM's name is unknown.
-    ThisVm,
-    /// Every event in the document (small fleets; cardinality grows with the placement group).
-    All,
 }
 
 /// The metrics registry and handles to every metric in it.
@@ -400,7 +392,11 @@ impl Metrics {
                     .with_label_values(&[run.kind.as_str(), result])
                     .inc();
             }
-            _ => {}
+            Outcome::DryRun { .. }
+            | Outcome::Waiting { .. }
+            | Outcome::Skipped(_)
+            | Outcome::HookStarted(_)
+            | Outcome::PostFailed { .. } => {}
         }
     }
 

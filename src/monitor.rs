@@ -1,36 +1,17 @@
 //! What the agent knows from polling: the tracker's events plus whether IMDS is answering.
 //!
-//! [`Monitor::observe`] folds one poll outcome into that knowledge and returns the [`Change`]s
-//! worth a log line, as plain data. Like the tracker it is pure: the poll loop passes in the result
-//! and the time. A failed poll only ever changes reachability; it never reaches the tracker.
+//! [`Monitor::observe`] folds one poll outcome into that knowledge and returns what changed as
+//! [`Occurrence`]s. Like the tracker it is pure: the poll loop passes in the result and the time.
+//! A failed poll only ever changes reachability; it never reaches the tracker.
+
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use crate::event::{Document, EventId};
+use crate::event::Document;
 use crate::imds::ImdsError;
-use crate::tracker::{IncarnationChange, Tracker, Transition};
-
-/// One thing that changed, reported once.
-#[expect(
-    clippy::large_enum_variant,
-    reason = "a handful per changed document, moved once into a log line"
-)]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
-    /// An event's lifecycle moved.
-    Transition(Transition),
-    /// The incarnation jumped or restarted: documents were missed or the service was reset.
-    Incarnation(IncarnationChange),
-    /// An EventId appeared twice in one document; the first was kept.
-    DuplicateEventId(EventId),
-    /// IMDS stopped giving valid documents (or never gave one yet).
-    Unreachable { reason: &'static str, error: String },
-    /// IMDS gave a valid document after failing, or for the first time.
-    Reachable {
-        failed_polls: u64,
-        since: Option<DateTime<Utc>>,
-    },
-}
+use crate::occurrence::Occurrence;
+use crate::tracker::{IncarnationChange, Tracked, Tracker};
 
 /// Whether the last poll succeeded, with what is needed to report the next change of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +52,11 @@ impl Monitor {
         &self.tracker
     }
 
+    /// Starts from what an earlier run knew (see [`Tracker::resume`]).
+    pub fn resume(&mut self, remembered: Vec<Tracked>) {
+        self.tracker.resume(remembered);
+    }
+
     /// Time of the last valid document.
     pub fn last_success(&self) -> Option<DateTime<Utc>> {
         self.last_success
@@ -86,14 +72,14 @@ impl Monitor {
         &mut self,
         outcome: Result<Document, &ImdsError>,
         now: DateTime<Utc>,
-    ) -> Vec<Change> {
+    ) -> Vec<Occurrence> {
         match outcome {
             Err(error) => self.failed(error, now).into_iter().collect(),
             Ok(document) => {
                 let mut changes = Vec::new();
                 match self.reachability {
                     Reachability::Reachable => {}
-                    Reachability::Unknown => changes.push(Change::Reachable {
+                    Reachability::Unknown => changes.push(Occurrence::Reachable {
                         failed_polls: 0,
                         since: None,
                     }),
@@ -101,7 +87,7 @@ impl Monitor {
                         since,
                         failed_polls,
                     } => {
-                        changes.push(Change::Reachable {
+                        changes.push(Occurrence::Reachable {
                             failed_polls,
                             since: Some(since),
                         });
@@ -110,25 +96,41 @@ impl Monitor {
                 self.reachability = Reachability::Reachable;
                 self.last_success = Some(now);
                 let observation = self.tracker.observe(document, now);
+                let events_changed = !observation.transitions.is_empty()
+                    || observation.incarnation != IncarnationChange::Unchanged;
                 if matches!(
                     observation.incarnation,
                     IncarnationChange::Jumped { .. } | IncarnationChange::Restarted { .. }
                 ) {
-                    changes.push(Change::Incarnation(observation.incarnation));
+                    changes.push(Occurrence::Incarnation(observation.incarnation));
                 }
                 changes.extend(
                     observation
                         .duplicates
                         .into_iter()
-                        .map(Change::DuplicateEventId),
+                        .map(Occurrence::DuplicateEventId),
                 );
-                changes.extend(observation.transitions.into_iter().map(Change::Transition));
+                changes.extend(
+                    observation
+                        .transitions
+                        .into_iter()
+                        .map(Occurrence::Transition),
+                );
+                changes.extend(
+                    observation
+                        .ended_while_down
+                        .into_iter()
+                        .map(Occurrence::EndedWhileDown),
+                );
+                if events_changed {
+                    changes.push(Occurrence::Events(Arc::from(self.tracker.events())));
+                }
                 changes
             }
         }
     }
 
-    fn failed(&mut self, error: &ImdsError, now: DateTime<Utc>) -> Option<Change> {
+    fn failed(&mut self, error: &ImdsError, now: DateTime<Utc>) -> Option<Occurrence> {
         match &mut self.reachability {
             Reachability::Unreachable { failed_polls, .. } => {
                 *failed_polls += 1;
@@ -139,7 +141,7 @@ impl Monitor {
                     since: now,
                     failed_polls: 1,
                 };
-                Some(Change::Unreachable {
+                Some(Occurrence::Unreachable {
                     reason: error.kind(),
                     error: error.to_string(),
                 })
@@ -152,6 +154,7 @@ impl Monitor {
 mod tests {
     use super::*;
     use crate::event::DocumentIncarnation;
+    use crate::tracker::Transition;
     use chrono::TimeZone;
 
     fn t(s: i64) -> DateTime<Utc> {
@@ -188,7 +191,7 @@ mod tests {
         let back = monitor.observe(Ok(doc(SCHEDULED)), t(4));
         assert_eq!(
             back,
-            [Change::Reachable {
+            [Occurrence::Reachable {
                 failed_polls: 3,
                 since: Some(t(1))
             }],
@@ -209,7 +212,7 @@ mod tests {
         let first = monitor.observe(Err(&error), t(1));
         assert!(matches!(
             first[..],
-            [Change::Unreachable {
+            [Occurrence::Unreachable {
                 reason: "http_5xx",
                 ..
             }]
@@ -223,16 +226,19 @@ mod tests {
     fn the_first_document_reports_reachable_and_every_event() {
         let mut monitor = Monitor::new();
         let changes = monitor.observe(Ok(doc(SCHEDULED)), t(0));
-        assert_eq!(changes.len(), 2);
+        assert_eq!(changes.len(), 3);
         assert_eq!(
             changes[0],
-            Change::Reachable {
+            Occurrence::Reachable {
                 failed_polls: 0,
                 since: None
             }
         );
         assert!(
-            matches!(&changes[1], Change::Transition(Transition::Appeared(e)) if e.id.as_str() == "A")
+            matches!(&changes[1], Occurrence::Transition(Transition::Appeared(e)) if e.id.as_str() == "A")
+        );
+        assert!(
+            matches!(&changes[2], Occurrence::Events(events) if events.len() == 1 && events[0].event.id.as_str() == "A")
         );
         assert!(monitor.is_up());
     }
@@ -244,7 +250,7 @@ mod tests {
         let changes = monitor.observe(Ok(doc(r#"{"DocumentIncarnation":4,"Events":[]}"#)), t(60));
         assert_eq!(
             changes[0],
-            Change::Incarnation(IncarnationChange::Jumped {
+            Occurrence::Incarnation(IncarnationChange::Jumped {
                 from: DocumentIncarnation(2),
                 to: DocumentIncarnation(4)
             })

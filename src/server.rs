@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::header::HeaderValue;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 
 use crate::health::Health;
 use crate::metrics::Metrics;
+use crate::response::respond;
 
 /// How long in-flight requests may finish after shutdown begins.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -26,18 +27,6 @@ const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 const HTML: HeaderValue = HeaderValue::from_static("text/html; charset=utf-8");
 const EXPOSITION: HeaderValue =
     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
-
-/// A response with a fixed body.
-pub fn respond(
-    status: StatusCode,
-    content_type: HeaderValue,
-    body: impl Into<Bytes>,
-) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(body.into()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, content_type);
-    response
-}
 
 /// Accepts HTTP/1 connections on `listener` until `shutdown` completes, then lets in-flight
 /// requests finish for a few seconds. `handle` answers each request; an `Err` from it closes the

@@ -4,6 +4,11 @@
 //! what changed. It does no I/O and reads no clock, so every lifecycle rule is tested without fakes.
 //! Failed polls never reach it, which is what guarantees that a timeout or a garbage body can never
 //! complete or cancel an event.
+//!
+//! It is also the one owner of restarts: [`Tracker::resume`] hands it what the state file
+//! remembers, and the first document after that says which of those events are still there
+//! ([`Transition::Resumed`], first sight and `Started` kept) and which ended while the agent was
+//! down ([`Observation::ended_while_down`]). Every output learns of a restart from that alone.
 
 use std::collections::{HashMap, HashSet};
 
@@ -55,6 +60,13 @@ pub enum Transition {
     /// A new event; its status says whether it was announced (`Scheduled`) or is already under way
     /// (`Started`, as for a hardware failure).
     Appeared(Event),
+    /// An event known from before the agent restarted, in the first document after it: reported
+    /// like a new one, but first seen (and perhaps seen `Started`) by the earlier run.
+    Resumed {
+        event: Event,
+        first_seen: DateTime<Utc>,
+        seen_started: bool,
+    },
     /// `Scheduled` became `Started`. `NotBefore` emptying at the same time is part of starting.
     Started(Event),
     /// Something else about the event changed.
@@ -73,6 +85,7 @@ impl Transition {
     pub fn event(&self) -> &Event {
         match self {
             Transition::Appeared(event)
+            | Transition::Resumed { event, .. }
             | Transition::Started(event)
             | Transition::Updated { event, .. }
             | Transition::Completed { event, .. }
@@ -83,8 +96,12 @@ impl Transition {
     /// The `transition` label value: `scheduled`, `started`, `updated`, `completed`, `cancelled`.
     pub fn kind(&self) -> &'static str {
         match self {
-            Transition::Appeared(event) if event.status == EventStatus::Started => "started",
-            Transition::Appeared(_) => "scheduled",
+            Transition::Appeared(event) | Transition::Resumed { event, .. }
+                if event.status == EventStatus::Started =>
+            {
+                "started"
+            }
+            Transition::Appeared(_) | Transition::Resumed { .. } => "scheduled",
             Transition::Started(_) => "started",
             Transition::Updated { .. } => "updated",
             Transition::Completed { .. } => "completed",
@@ -141,6 +158,9 @@ pub struct Observation {
     pub transitions: Vec<Transition>,
     /// Event ids that appeared more than once in the document; only the first was kept.
     pub duplicates: Vec<EventId>,
+    /// In the first document after [`Tracker::resume`]: the remembered events it no longer holds,
+    /// which ended while the agent was down.
+    pub ended_while_down: Vec<Tracked>,
 }
 
 /// Every event in the last document read, in document order.
@@ -148,6 +168,8 @@ pub struct Observation {
 pub struct Tracker {
     incarnation: Option<DocumentIncarnation>,
     events: Vec<Tracked>,
+    /// What an earlier run knew, until the first document is observed.
+    remembered: Vec<Tracked>,
 }
 
 impl Tracker {
@@ -165,10 +187,22 @@ impl Tracker {
         &self.events
     }
 
+    /// Starts from what an earlier run of the agent knew (from the state file): the next document
+    /// reports those events it still holds as [`Transition::Resumed`] and the others as ended
+    /// while the agent was down. Only before the first document; later calls are ignored.
+    pub fn resume(&mut self, remembered: Vec<Tracked>) {
+        if self.incarnation.is_none() {
+            self.remembered = remembered;
+        }
+    }
+
     /// Takes in a document read at `now` and returns what changed since the last one.
     pub fn observe(&mut self, document: Document, now: DateTime<Utc>) -> Observation {
         let incarnation = IncarnationChange::between(self.incarnation, document.incarnation);
         let previous = std::mem::take(&mut self.events);
+        // What the earlier run knew; what the document still holds is taken out below, so what
+        // stays ended while the agent was down (in the state file's order).
+        let mut remembered = std::mem::take(&mut self.remembered);
         let mut transitions = Vec::new();
         let mut duplicates = Vec::new();
         let mut current = Vec::with_capacity(document.events.len());
@@ -198,8 +232,15 @@ impl Tracker {
                 still_present[i] = true;
                 previous.get(i)
             });
-            current.push(match old {
-                None => {
+            let earlier = match old {
+                Some(_) => None,
+                None => remembered
+                    .iter()
+                    .position(|r| r.event.id == event.id)
+                    .map(|i| remembered.remove(i)),
+            };
+            current.push(match (old, earlier) {
+                (None, None) => {
                     transitions.push(Transition::Appeared(event.clone()));
                     Tracked {
                         event,
@@ -207,7 +248,20 @@ impl Tracker {
                         seen_started: started,
                     }
                 }
-                Some(old) => {
+                (None, Some(earlier)) => {
+                    let tracked = Tracked {
+                        event,
+                        first_seen: earlier.first_seen.min(now),
+                        seen_started: earlier.seen_started || started,
+                    };
+                    transitions.push(Transition::Resumed {
+                        event: tracked.event.clone(),
+                        first_seen: tracked.first_seen,
+                        seen_started: tracked.seen_started,
+                    });
+                    tracked
+                }
+                (Some(old), _) => {
                     transitions.extend(compare(&old.event, &event));
                     Tracked {
                         event,
@@ -252,6 +306,7 @@ impl Tracker {
             incarnation,
             transitions,
             duplicates,
+            ended_while_down: remembered,
         }
     }
 }
@@ -477,7 +532,8 @@ mod tests {
             Observation {
                 incarnation: IncarnationChange::Unchanged,
                 transitions: vec![],
-                duplicates: vec![]
+                duplicates: vec![],
+                ended_while_down: vec![],
             }
         );
         assert_eq!(tracker.events(), before, "first-seen times are kept");

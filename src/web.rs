@@ -1,5 +1,5 @@
 //! The agent's listener, with what Prometheus exporters built on the exporter-toolkit offer:
-//! TLS and basic authentication from `--web.config.file` ([`crate::web_config`]), gzip when the
+//! TLS and basic authentication from `--web.config.file` ([`crate::config::web`]), gzip when the
 //! scraper accepts it, at most `--web.max-requests` concurrent scrapes (beyond it a 503, as in
 //! node_exporter), and at most `--web.max-connections` open connections.
 //!
@@ -12,13 +12,11 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use clap::Args;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{
@@ -34,19 +32,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 
-use crate::config::ConfigError;
-use crate::server::{Endpoints, respond};
-use crate::web_config::{Access, WebConfigFile};
-
-/// Default of `--web.max-requests`: node_exporter's.
-pub const DEFAULT_MAX_REQUESTS: usize = 40;
-
-/// Default of `--web.max-connections`. Above the 40 concurrent scrapes, so that a burst of
-/// scrapes meets the documented 503 rather than closed connections; and far below the soft
-/// limit of 1024 file descriptors that systemd gives a service, so that the IMDS client, the
-/// state file and the OTLP exporter always have descriptors left. A VM's agent is scraped by a
-/// few Prometheus replicas and probed by a kubelet: a handful of connections in normal use.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 128;
+use crate::config::web::{Access, WebConfigFile, WebSettings};
+use crate::response::respond;
+use crate::server::Endpoints;
 
 /// How long a client has to send a request's headers (hyper's timer) and, with TLS, to finish
 /// its handshake. Scrapers send at once; a connection that sends nothing is closed.
@@ -57,69 +45,6 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Scrapes smaller than this are sent as they are: compressing them saves nothing.
 const GZIP_MIN_BYTES: usize = 1024;
-
-/// The `--web.*` flags of the listener beyond its address and path.
-#[derive(Debug, Clone, Args)]
-pub struct WebArgs {
-    /// exporter-toolkit web configuration file (TLS, client certificates, basic auth), re-read
-    /// on every connection and request.
-    #[arg(
-        long = "web.config.file",
-        env = "AZURE_SCHEDULED_EVENTS_WEB_CONFIG_FILE"
-    )]
-    pub config_file: Option<PathBuf>,
-    /// Most concurrent scrapes; more get 503. 0 means no limit.
-    #[arg(long = "web.max-requests", env = "AZURE_SCHEDULED_EVENTS_WEB_MAX_REQUESTS", default_value_t = DEFAULT_MAX_REQUESTS)]
-    pub max_requests: usize,
-    /// Most open connections; a new one beyond it closes the oldest.
-    #[arg(long = "web.max-connections", env = "AZURE_SCHEDULED_EVENTS_WEB_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
-    pub max_connections: usize,
-}
-
-/// The validated `--web.*` settings.
-#[derive(Debug, Clone)]
-pub struct WebSettings {
-    pub config: Option<Arc<WebConfigFile>>,
-    /// `None`: no limit.
-    pub max_requests: Option<usize>,
-    pub max_connections: usize,
-}
-
-impl Default for WebSettings {
-    fn default() -> Self {
-        Self {
-            config: None,
-            max_requests: Some(DEFAULT_MAX_REQUESTS),
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-        }
-    }
-}
-
-impl WebArgs {
-    /// Reads the web configuration file once, so that a bad one stops the agent at startup.
-    pub fn validate(self) -> Result<WebSettings, ConfigError> {
-        if self.max_connections == 0 {
-            return Err(ConfigError {
-                flag: "web.max-connections",
-                reason: "must be at least 1".into(),
-            });
-        }
-        let config = match &self.config_file {
-            None => None,
-            Some(path) => Some(Arc::new(WebConfigFile::open(path).map_err(|e| {
-                ConfigError {
-                    flag: "web.config.file",
-                    reason: e.to_string(),
-                }
-            })?)),
-        };
-        Ok(WebSettings {
-            config,
-            max_requests: (self.max_requests > 0).then_some(self.max_requests),
-            max_connections: self.max_connections,
-        })
-    }
-}
 
 /// What every connection's task shares.
 #[derive(Debug)]

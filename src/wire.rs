@@ -90,7 +90,7 @@ pub struct InstanceMetadata {
 
 /// The `compute` section of instance metadata. Every field defaults to empty, as IMDS sends empty
 /// strings for what does not apply (no zone, no scale set).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Compute {
     pub name: String,

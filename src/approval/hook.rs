@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
+pub use crate::config::approval::HookCommand;
 use crate::event::Event;
 use crate::trace_id::trace_id;
 use crate::wire;
@@ -41,33 +42,6 @@ impl HookKind {
             HookKind::Prepare => "prepare",
             HookKind::Recover => "recover",
         }
-    }
-}
-
-/// A command to run: program and arguments.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookCommand {
-    argv: Vec<String>,
-}
-
-impl HookCommand {
-    /// `["/path/prog","arg"]` (JSON, for arguments with spaces) or `/path/prog arg` (split on
-    /// whitespace, no quoting).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let text = text.trim();
-        let argv: Vec<String> = if text.starts_with('[') {
-            serde_json::from_str(text).map_err(|e| format!("not a JSON array of strings: {e}"))?
-        } else {
-            text.split_whitespace().map(str::to_owned).collect()
-        };
-        match argv.first() {
-            Some(program) if !program.is_empty() => Ok(Self { argv }),
-            _ => Err("names no program".to_owned()),
-        }
-    }
-
-    pub fn argv(&self) -> &[String] {
-        &self.argv
     }
 }
 
@@ -121,7 +95,7 @@ pub async fn run(
         stdout: capped(stdout),
         stderr: capped(stderr),
     };
-    let (program, args) = match command.argv.split_first() {
+    let (program, args) = match command.argv().split_first() {
         Some(split) => split,
         None => return finish(Err(HookFailure::Spawn("no program".into())), b"", b""),
     };
@@ -259,24 +233,6 @@ fn capped(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn commands_are_json_arrays_or_words() -> Result<(), String> {
-        assert_eq!(
-            HookCommand::parse("/usr/bin/drain --fast")?.argv(),
-            ["/usr/bin/drain", "--fast"]
-        );
-        assert_eq!(
-            HookCommand::parse(r#"["sh", "-c", "drain && checkpoint"]"#)?.argv(),
-            ["sh", "-c", "drain && checkpoint"]
-        );
-        assert!(HookCommand::parse("").is_err());
-        assert!(HookCommand::parse("  ").is_err());
-        assert!(HookCommand::parse("[]").is_err());
-        assert!(HookCommand::parse(r#"[""]"#).is_err());
-        assert!(HookCommand::parse("[1, 2]").is_err());
-        Ok(())
-    }
 
     #[test]
     fn long_output_is_cut_at_a_character_boundary() {

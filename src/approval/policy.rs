@@ -12,53 +12,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::takeover;
+pub(crate) use super::takeover::chrono_duration;
+pub use crate::config::approval::{
+    DEFAULT_FREEZE_MAX_DURATION, DEFAULT_TAKEOVER_DELAY, Policy, When,
+};
 use crate::event::{DurationInSeconds, Event, EventSource, EventStatus, EventType};
-
-/// When an allowed event is approved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum When {
-    /// As soon as it is seen (and this VM's takeover turn has come).
-    Immediately,
-    /// No earlier than this long before `NotBefore` (the case study drains 30 s before).
-    BeforeNotBefore(Duration),
-}
-
-/// What may be approved. The default is Microsoft's sample policy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Policy {
-    /// Approve events whose `EventSource` is `User` (a restart or redeploy someone asked for).
-    pub user_events: bool,
-    /// Approve Freezes whose `DurationInSeconds` is known and `0 <= d < freeze_max_duration`.
-    /// Zero turns the rule off.
-    pub freeze_max_duration: Duration,
-    /// Approve every event of these types.
-    pub event_types: Vec<EventType>,
-    /// Never approve events of these types, whatever the other rules say.
-    pub deny_event_types: Vec<EventType>,
-    pub when: When,
-    /// Shared events: the k-th VM in `Resources` (from 0) approves only k times this long after
-    /// it first saw the event. Zero lets every VM approve at once.
-    pub takeover_delay: Duration,
-}
-
-/// Microsoft's sample: Freezes shorter than this many seconds are approved.
-pub const DEFAULT_FREEZE_MAX_DURATION: Duration = Duration::from_secs(9);
-
-/// Default delay between one VM's turn to approve a shared event and the next VM's.
-pub const DEFAULT_TAKEOVER_DELAY: Duration = Duration::from_secs(30);
-
-impl Default for Policy {
-    fn default() -> Self {
-        Self {
-            user_events: true,
-            freeze_max_duration: DEFAULT_FREEZE_MAX_DURATION,
-            event_types: Vec::new(),
-            deny_event_types: Vec::new(),
-            when: When::Immediately,
-            takeover_delay: DEFAULT_TAKEOVER_DELAY,
-        }
-    }
-}
 
 /// The allow rule that matched an approved event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -250,11 +208,6 @@ impl Policy {
         }
         Err(SkipReason::NotAllowed)
     }
-}
-
-/// A std duration as a chrono one, saturating (flag values are validated far below the limit).
-pub(crate) fn chrono_duration(duration: Duration) -> chrono::TimeDelta {
-    chrono::TimeDelta::from_std(duration).unwrap_or(chrono::TimeDelta::MAX)
 }
 
 #[cfg(test)]

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::policy::chrono_duration;
 use crate::resources::Resources;
 
 /// This VM's position in `Resources` (0 is the leader), comparing names as Azure does, ignoring
@@ -27,6 +26,13 @@ pub fn turn(first_seen: DateTime<Utc>, rank: usize, delay: Duration) -> DateTime
     first_seen
         .checked_add_signed(chrono_duration(wait))
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// A std duration as a chrono one, saturating (flag values are validated far below the limit).
+/// Here, at the bottom of the approval rules, so the policy's lead time and the retry delays
+/// use it too without a cycle.
+pub(crate) fn chrono_duration(duration: Duration) -> chrono::TimeDelta {
+    chrono::TimeDelta::from_std(duration).unwrap_or(chrono::TimeDelta::MAX)
 }
 
 #[cfg(test)]

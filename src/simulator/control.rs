@@ -11,9 +11,8 @@ use serde::de::DeserializeOwned;
 
 use super::api_version::ApiVersion;
 use super::fault::Fault;
-use super::http::{
-    Body, Refused, error, json_response, no_content, percent_decode, read_body, unavailable,
-};
+use super::reply::{Body, Refused, error, json_response, no_content, unavailable};
+use super::request::{percent_decode, read_body};
 use super::scenario::{Scenario, ScenarioEvent, from_json_or_yaml};
 use super::state::{AddEventError, Approval};
 use super::{Shared, SimulatorHandle};

@@ -10,33 +10,26 @@ use std::future::Future;
 
 use bytes::Bytes;
 use chrono::Utc;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
-use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 
 use super::api_version::{self, ApiVersion, NEWEST_VERSIONS};
 use super::fault::{Endpoint, FaultAction};
 use super::instance;
-use super::{Poisoned, SimulatorHandle, control};
-pub(super) use crate::server::respond;
-
-pub(super) type Body = Full<Bytes>;
+use super::reply::{Body, Refused, error, json, json_response, unavailable};
+use super::request::{query_param, read_body};
+use super::{SimulatorHandle, control};
+use crate::response::respond;
 
 /// What a handler produces: a response, or [`Dropped`] to close the connection unanswered.
 pub(super) type Reply = Result<Response<Body>, Dropped>;
-
-/// An error response, boxed so that `Result`s carrying one stay small.
-pub(super) type Refused = Box<Response<Body>>;
 
 /// Returned by a handler to make hyper close the connection without writing a response.
 #[derive(Debug, thiserror::Error)]
 #[error("connection dropped by an injected fault")]
 pub(super) struct Dropped;
-
-/// Largest request body read; IMDS bodies are a few hundred bytes.
-const MAX_BODY: usize = 1 << 20;
 
 const GARBAGE: &[u8] = b"\x1f\x8b\x08\x00garbage: this body is not JSON\r\n<<<>>>";
 
@@ -291,103 +284,4 @@ fn method_not_allowed(allow: &'static str) -> Response<Body> {
         .headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static(allow));
     response
-}
-
-/// The Content-Type IMDS sends with every JSON body.
-pub(super) fn json() -> HeaderValue {
-    HeaderValue::from_static("application/json; charset=utf-8")
-}
-
-/// A response without a body.
-pub(super) fn no_content() -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::new()));
-    *response.status_mut() = StatusCode::NO_CONTENT;
-    response
-}
-
-pub(super) fn json_response(status: StatusCode, value: &impl Serialize) -> Response<Body> {
-    match serde_json::to_vec(value) {
-        Ok(body) => respond(status, json(), Bytes::from(body)),
-        Err(e) => respond(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            json(),
-            Bytes::from(format!("{{\"error\":{:?}}}", e.to_string())),
-        ),
-    }
-}
-
-/// An IMDS-style error: `{"error":"..."}`.
-pub(super) fn error(status: StatusCode, message: &str) -> Response<Body> {
-    #[derive(Serialize)]
-    struct Error<'a> {
-        error: &'a str,
-    }
-    json_response(status, &Error { error: message })
-}
-
-pub(super) fn unavailable(poisoned: Poisoned) -> Response<Body> {
-    error(StatusCode::INTERNAL_SERVER_ERROR, &poisoned.to_string())
-}
-
-/// Reads a request body of at most [`MAX_BODY`] bytes.
-pub(super) async fn read_body(body: Incoming) -> Result<Bytes, Refused> {
-    match Limited::new(body, MAX_BODY).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(Box::new(error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("Bad request. Body is larger than {MAX_BODY} bytes"),
-        ))),
-        Err(e) => Err(Box::new(error(
-            StatusCode::BAD_REQUEST,
-            &format!("Bad request. Body could not be read: {e}"),
-        ))),
-    }
-}
-
-/// The first value of a query parameter, decoded as browsers and IMDS clients encode it.
-pub(super) fn query_param(uri: &Uri, name: &str) -> Option<String> {
-    form_urlencoded::parse(uri.query()?.as_bytes())
-        .find(|(key, _)| key == name)
-        .map(|(_, value)| value.into_owned())
-}
-
-/// A path segment with its `%XX` escapes decoded; invalid escapes stay as written.
-pub(super) fn percent_decode(segment: &str) -> String {
-    percent_encoding::percent_decode_str(segment)
-        .decode_utf8_lossy()
-        .into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-    #[test]
-    fn query_parameters_are_found_and_decoded() -> TestResult {
-        let uri: Uri = "/x?a=1&api-version=2020-07-01&api-version=2019-01-01".parse()?;
-        assert_eq!(
-            query_param(&uri, "api-version").as_deref(),
-            Some("2020-07-01")
-        );
-        assert_eq!(query_param(&uri, "b"), None);
-        let uri: Uri = "/x?api%2Dversion=2020%2D07%2D01&flag".parse()?;
-        assert_eq!(
-            query_param(&uri, "api-version").as_deref(),
-            Some("2020-07-01")
-        );
-        assert_eq!(query_param(&uri, "flag").as_deref(), Some(""));
-        let uri: Uri = "/x".parse()?;
-        assert_eq!(query_param(&uri, "api-version"), None);
-        Ok(())
-    }
-
-    #[test]
-    fn broken_percent_escapes_are_kept_as_written() -> TestResult {
-        assert_eq!(percent_decode("a%2"), "a%2");
-        assert_eq!(percent_decode("%zz%41"), "%zzA");
-        assert_eq!(percent_decode("%ff"), "\u{fffd}");
-        Ok(())
-    }
 }

@@ -13,6 +13,8 @@ pub mod event_id;
 pub mod fault;
 mod http;
 pub mod instance;
+mod reply;
+mod request;
 pub mod scenario;
 pub mod state;
 pub mod timeline;

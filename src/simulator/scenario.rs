@@ -12,13 +12,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::timeline::MIN_LOOP;
-
-/// The VM that the shipped `scenarios/demo.yaml` treats as "this VM".
-pub const DEMO_VM: &str = "demo-vmss_0";
-/// The other VM of the demo's scale set, which shares one event with [`DEMO_VM`] and has one of
-/// its own.
-pub const DEMO_OTHER_VM: &str = "demo-vmss_1";
+pub use crate::config::{DEMO_OTHER_VM, DEMO_VM};
 
 /// Longest duration a scenario may use: far beyond any real notice (Azure's longest is about 7
 /// days), and small enough that adding it to any date is safe.
@@ -26,6 +20,11 @@ const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// How long an event stays Started, beyond its `DurationInSeconds`, when `runs_for` is not given.
 pub const DEFAULT_RUN_SLACK: Duration = Duration::from_secs(5);
+
+/// Shortest loop period, part of the format. Scenario files are validated against it; scenarios
+/// built in Rust are held to it by [`super::timeline`], so a tiny period can never make one call
+/// replay millions of rounds.
+pub const MIN_LOOP: Duration = Duration::from_secs(1);
 
 /// A whole scenario file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -10,11 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::scenario::{InitialStatus, ScenarioEvent};
-
-/// Shortest loop period. Scenario files are validated against it; scenarios built in Rust are
-/// held to it here, so a tiny period can never make one call replay millions of rounds.
-pub const MIN_LOOP: Duration = Duration::from_secs(1);
+use super::scenario::{InitialStatus, MIN_LOOP, ScenarioEvent};
 
 /// `start + offset`, saturating instead of overflowing.
 pub fn after(start: DateTime<Utc>, offset: Duration) -> DateTime<Utc> {

@@ -9,8 +9,8 @@
 
 use std::collections::HashMap;
 
-use super::config::{EnvSource, OtlpArgs, OtlpConfig};
 use crate::config::ConfigError;
+use crate::config::otlp::{EnvSource, OtlpArgs, OtlpConfig};
 
 /// Variables whose bad value falls back to the default, longest names first so that a
 /// signal-specific name is matched before the generic one it does not contain.
@@ -128,7 +128,7 @@ mod tests {
         assert!(!config.gzip);
         assert_eq!(
             config.max_queue_size,
-            super::super::config::DEFAULT_MAX_QUEUE_SIZE
+            crate::config::otlp::DEFAULT_MAX_QUEUE_SIZE
         );
         assert_eq!(resolved.warnings.len(), 3, "{:?}", resolved.warnings);
         assert!(resolved.warnings[0].contains("OTEL_EXPORTER_OTLP_COMPRESSION"));

@@ -1,12 +1,11 @@
 //! OpenTelemetry traces over OTLP: configuration, resource, exporter and the export queue.
 //!
-//! Off unless an endpoint is configured ([`config`]). [`Telemetry::new`] runs before the log
+//! Off unless an endpoint is configured ([`crate::config::otlp`]). [`Telemetry::new`] runs before the log
 //! subscriber so the `tracing` bridge (debug-level IMDS request spans) can be installed with it;
 //! [`Telemetry::start`] runs inside the agent, builds the exporter on the agent's runtime and
 //! returns the [`Traces`] handle the poll loop submits event spans to (see
 //! [`crate::event_span`]). Shutdown flushes what is queued, within the export timeout.
 
-pub mod config;
 pub mod export;
 pub mod http_client;
 pub mod lenient;
@@ -21,10 +20,11 @@ use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, SpanData, Tracer};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use config::{EnvSource, OtlpArgs, OtlpConfig, ProcessEnv, Protocol};
+pub use crate::config::otlp::{EnvSource, OtlpArgs, OtlpConfig, ProcessEnv, Protocol};
 pub use export::ExportCounters;
 pub use resource::VmIdentity;
 
+use crate::config::otlp;
 use export::{Batching, QueueProcessor, ResourceState, SpanQueue};
 
 /// The instrumentation scope of every span.
@@ -174,7 +174,7 @@ fn exporter(config: &OtlpConfig) -> anyhow::Result<opentelemetry_otlp::SpanExpor
     let builder = opentelemetry_otlp::SpanExporter::builder();
     let exporter = match config.protocol {
         Protocol::Grpc => {
-            let headers = config::http_headers(&config.headers);
+            let headers = otlp::http_headers(&config.headers);
             // An interceptor runs after the library has added OTEL_EXPORTER_OTLP_HEADERS, so the
             // resolved headers (a flag over the variable) have the last word.
             let interceptor = move |mut request: tonic::Request<()>| {
@@ -215,7 +215,7 @@ fn exporter(config: &OtlpConfig) -> anyhow::Result<opentelemetry_otlp::SpanExpor
                 .with_http()
                 .with_http_client(http_client::ReqwestClient::new(
                     config.timeout,
-                    config::http_headers(&config.headers),
+                    otlp::http_headers(&config.headers),
                     tls_pem(&config.tls)?,
                 )?)
                 .with_endpoint(&config.endpoint)
@@ -237,7 +237,7 @@ pub struct TlsPem {
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
 }
 
-fn tls_pem(files: &config::TlsFiles) -> anyhow::Result<TlsPem> {
+fn tls_pem(files: &otlp::TlsFiles) -> anyhow::Result<TlsPem> {
     let read = |path: &std::path::Path, variable: &str| {
         std::fs::read(path).with_context(|| {
             format!(

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::Resource;
 
-use super::config::{DEFAULT_SERVICE_NAME, OtlpConfig};
+use crate::config::otlp::{DEFAULT_SERVICE_NAME, OtlpConfig};
 use crate::wire;
 
 /// What the agent knows about the VM it runs on.
@@ -103,7 +103,7 @@ fn platform(compute: &wire::Compute) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::config::{EnvSource, OtlpArgs};
+    use crate::config::otlp::{EnvSource, OtlpArgs};
     use std::collections::HashMap;
 
     fn config(env: &[(&'static str, &'static str)]) -> OtlpConfig {

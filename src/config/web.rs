@@ -1,5 +1,6 @@
-//! `--web.config.file`: TLS and basic authentication in the Prometheus exporter-toolkit's web
-//! configuration format, so one file serves this agent and the node_exporter next to it.
+//! The `--web.*` flags of the listener beyond its address and path, and `--web.config.file`: TLS
+//! and basic authentication in the Prometheus exporter-toolkit's web configuration format, so one
+//! file serves this agent and the node_exporter next to it. [`crate::web`] serves by them.
 //!
 //! As in the toolkit, the file is read again for every TLS handshake and every request: a rotated
 //! certificate or a changed password takes effect without a restart. Whether the listener speaks
@@ -16,10 +17,85 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use clap::Args;
+
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// Default of `--web.max-requests`: node_exporter's.
+pub const DEFAULT_MAX_REQUESTS: usize = 40;
+
+/// Default of `--web.max-connections`. Above the 40 concurrent scrapes, so that a burst of
+/// scrapes meets the documented 503 rather than closed connections; and far below the soft
+/// limit of 1024 file descriptors that systemd gives a service, so that the IMDS client, the
+/// state file and the OTLP exporter always have descriptors left. A VM's agent is scraped by a
+/// few Prometheus replicas and probed by a kubelet: a handful of connections in normal use.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 128;
+
+/// The `--web.*` flags of the listener beyond its address and path.
+#[derive(Debug, Clone, Args)]
+pub struct WebArgs {
+    /// exporter-toolkit web configuration file (TLS, client certificates, basic auth), re-read
+    /// on every connection and request.
+    #[arg(
+        long = "web.config.file",
+        env = "AZURE_SCHEDULED_EVENTS_WEB_CONFIG_FILE"
+    )]
+    pub config_file: Option<PathBuf>,
+    /// Most concurrent scrapes; more get 503. 0 means no limit.
+    #[arg(long = "web.max-requests", env = "AZURE_SCHEDULED_EVENTS_WEB_MAX_REQUESTS", default_value_t = DEFAULT_MAX_REQUESTS)]
+    pub max_requests: usize,
+    /// Most open connections; a new one beyond it closes the oldest.
+    #[arg(long = "web.max-connections", env = "AZURE_SCHEDULED_EVENTS_WEB_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+}
+
+/// The validated `--web.*` settings.
+#[derive(Debug, Clone)]
+pub struct WebSettings {
+    pub config: Option<Arc<WebConfigFile>>,
+    /// `None`: no limit.
+    pub max_requests: Option<usize>,
+    pub max_connections: usize,
+}
+
+impl Default for WebSettings {
+    fn default() -> Self {
+        Self {
+            config: None,
+            max_requests: Some(DEFAULT_MAX_REQUESTS),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl WebArgs {
+    /// Reads the web configuration file once, so that a bad one stops the agent at startup.
+    pub fn validate(self) -> Result<WebSettings, super::ConfigError> {
+        if self.max_connections == 0 {
+            return Err(super::ConfigError {
+                flag: "web.max-connections",
+                reason: "must be at least 1".into(),
+            });
+        }
+        let config = match &self.config_file {
+            None => None,
+            Some(path) => Some(Arc::new(WebConfigFile::open(path).map_err(|e| {
+                super::ConfigError {
+                    flag: "web.config.file",
+                    reason: e.to_string(),
+                }
+            })?)),
+        };
+        Ok(WebSettings {
+            config,
+            max_requests: (self.max_requests > 0).then_some(self.max_requests),
+            max_connections: self.max_connections,
+        })
+    }
+}
 
 /// Why the web configuration cannot be used.
 #[derive(Debug, Clone, thiserror::Error)]

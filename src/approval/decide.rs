@@ -1,0 +1,625 @@
+//! The approval decision machine: pure, with the time passed in.
+//!
+//! [`Decider::decide`] looks at every event of a valid document and says what to do about it
+//! ([`Decided`]): a decision to log and count, the approval hook to start, or an approval to send. It sends nothing itself: the outputs carry the commands out
+//! off the poll loop and their [`Report`]s come back through [`Decider::hook_finished`] and
+//! [`Decider::posted`]. So every rule below is tested with a fake clock and no sleeps.
+//!
+//! Safety rules, in the order they apply: the policy never approves an event of another VM, or
+//! one that has started; once IMDS has accepted an EventId it is never POSTed again, also across
+//! restarts, because each attempt is recorded (the state file is written before the POST leaves;
+//! an attempt in flight when the agent died counts as accepted); a POST that failed on the way
+//! (timeout, connection, 5xx, 429, 410) is retried with backoff while the event is still Scheduled
+//! and allowed (a timed-out one may have arrived: Azure answers 200 to a repeated approval); one
+//! refused (other 4xx) is never sent again. One POST per event is in flight at most.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+
+use super::{
+    ApprovalConfig, Decision, HookKind, HookRun, MAX_POSTS_PER_POLL, Mode, Outcome, PostFailure,
+    Rule, SkipReason, Verdict, policy, retry_delay,
+};
+use crate::event::{Event, EventId};
+use crate::state::{ApprovalRecord, ApprovalStatus};
+use crate::tracker::Tracked;
+
+/// What the machine says about one event: a decision to report, or an approval to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decided {
+    Decision(Decision),
+    /// Record the attempt, then POST.
+    Send {
+        event: Event,
+        rule: Rule,
+        attempts: u32,
+    },
+}
+
+/// How far one event has got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Progress {
+    /// Asking the policy at each document; the last verdict reported.
+    Deciding(Option<Verdict>),
+    HookRunning,
+    /// The approval hook succeeded: POST once the policy still says so.
+    Ready,
+    /// A POST was handed to the sender; its report has not come back.
+    Posting,
+    /// A POST failed on the way: try again at this time.
+    Retry(DateTime<Utc>),
+    /// Nothing more to do for this event.
+    Done,
+}
+
+/// The approval state of the running agent.
+#[derive(Debug)]
+pub struct Decider {
+    config: ApprovalConfig,
+    progress: HashMap<EventId, Progress>,
+    /// Events whose approval hook is running, also after they left the document.
+    hooks_running: HashSet<EventId>,
+    /// Approvals sent, by EventId: status and attempts, also those of earlier runs.
+    sent: HashMap<String, (ApprovalStatus, u32)>,
+}
+
+impl Decider {
+    /// A machine that knows the approvals an earlier run recorded.
+    pub fn new(config: ApprovalConfig, recorded: &BTreeMap<String, ApprovalRecord>) -> Self {
+        Self {
+            config,
+            progress: HashMap::new(),
+            hooks_running: HashSet::new(),
+            sent: recorded
+                .iter()
+                .map(|(id, record)| (id.clone(), (record.status, record.attempts)))
+                .collect(),
+        }
+    }
+
+    /// Decides about every event of a valid document read at `now`, for the VM called `vm`.
+    pub fn decide(
+        &mut self,
+        events: &[Tracked],
+        vm: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Vec<Decided> {
+        let mut occurrences = Vec::new();
+        if self.config.mode == Mode::Off {
+            return occurrences;
+        }
+        let present: HashSet<&EventId> = events.iter().map(|t| &t.event.id).collect();
+        self.progress.retain(|id, _| present.contains(id));
+        let decision = |event: &Event, outcome| {
+            Decided::Decision(Decision {
+                event: event.clone(),
+                outcome,
+            })
+        };
+        let mut due = Vec::new();
+        for tracked in events {
+            let event = &tracked.event;
+            let verdict = || {
+                self.config
+                    .policy
+                    .verdict(event, vm, tracked.first_seen, now)
+            };
+            let progress = match self.progress.get(&event.id) {
+                Some(Progress::Done) => continue,
+                Some(progress) => *progress,
+                None => match self.sent.get(event.id.as_str()) {
+                    Some((status, _)) if status.is_final() => {
+                        let reason = match status {
+                            ApprovalStatus::Rejected => SkipReason::Rejected,
+                            _ => SkipReason::AlreadyApproved,
+                        };
+                        occurrences.push(decision(event, Outcome::Skipped(reason)));
+                        self.progress.insert(event.id.clone(), Progress::Done);
+                        continue;
+                    }
+                    Some(_) => Progress::Retry(now),
+                    None if self.hooks_running.contains(&event.id) => Progress::HookRunning,
+                    None => Progress::Deciding(None),
+                },
+            };
+            let next = match (progress, verdict()) {
+                (Progress::Done | Progress::HookRunning | Progress::Posting, _) => progress,
+                (Progress::Deciding(_), Verdict::Approve(rule)) => {
+                    if self.config.mode == Mode::DryRun {
+                        occurrences.push(decision(event, Outcome::DryRun { rule }));
+                        Progress::Done
+                    } else if self.config.hook.is_some() {
+                        self.hooks_running.insert(event.id.clone());
+                        occurrences.push(decision(event, Outcome::HookStarted(HookKind::Approve)));
+                        Progress::HookRunning
+                    } else {
+                        due.push((event, rule));
+                        progress
+                    }
+                }
+                (Progress::Ready, Verdict::Approve(rule)) => {
+                    due.push((event, rule));
+                    progress
+                }
+                (Progress::Retry(at), Verdict::Approve(rule)) => {
+                    if now >= at {
+                        due.push((event, rule));
+                    }
+                    progress
+                }
+                (Progress::Deciding(last), other) => {
+                    if last != Some(other) {
+                        occurrences.push(decision(event, outcome_of(other)));
+                    }
+                    if other == Verdict::Skip(SkipReason::Started) {
+                        // An event never goes back from Started: nothing more to decide.
+                        Progress::Done
+                    } else {
+                        Progress::Deciding(Some(other))
+                    }
+                }
+                // Ready or retrying, and the policy no longer approves now.
+                (Progress::Ready | Progress::Retry(_), Verdict::Wait { .. }) => progress,
+                (Progress::Ready | Progress::Retry(_), Verdict::Skip(reason)) => {
+                    occurrences.push(decision(event, Outcome::Skipped(reason)));
+                    Progress::Done
+                }
+            };
+            self.progress.insert(event.id.clone(), next);
+        }
+        // At most a few POSTs under way: with the poll's GET, this keeps the agent under IMDS's 5
+        // requests per second. Events left out keep their progress and are sent after a
+        // following document.
+        let under_way = self
+            .progress
+            .values()
+            .filter(|p| **p == Progress::Posting)
+            .count();
+        for (event, rule) in due
+            .into_iter()
+            .take(MAX_POSTS_PER_POLL.saturating_sub(under_way))
+        {
+            let attempts = self
+                .sent
+                .get(event.id.as_str())
+                .map_or(0, |(_, attempts)| *attempts)
+                .saturating_add(1);
+            self.sent.insert(
+                event.id.as_str().to_owned(),
+                (ApprovalStatus::Sending, attempts),
+            );
+            self.progress.insert(event.id.clone(), Progress::Posting);
+            occurrences.push(Decided::Send {
+                event: event.clone(),
+                rule,
+                attempts,
+            });
+        }
+        occurrences
+    }
+
+    /// Takes in a hook run; an approval hook that succeeded makes its event ready to POST at the
+    /// next document.
+    pub fn hook_finished(&mut self, event: Event, run: HookRun) -> Decision {
+        if run.kind == HookKind::Approve {
+            self.hooks_running.remove(&event.id);
+            if let Some(progress) = self.progress.get_mut(&event.id)
+                && *progress == Progress::HookRunning
+            {
+                *progress = if run.result.is_ok() {
+                    Progress::Ready
+                } else {
+                    Progress::Done
+                };
+            }
+        }
+        Decision {
+            event,
+            outcome: Outcome::HookFinished(run),
+        }
+    }
+
+    /// Takes in the answer to an approval POST, reported at `now`.
+    pub fn posted(
+        &mut self,
+        event: Event,
+        rule: Rule,
+        attempts: u32,
+        result: Result<(), PostFailure>,
+        now: DateTime<Utc>,
+    ) -> Decision {
+        let (status, progress, outcome) = match result {
+            Ok(()) => (
+                ApprovalStatus::Sent,
+                Progress::Done,
+                Outcome::Approved { rule, attempts },
+            ),
+            Err(failure) if failure.refused => (
+                ApprovalStatus::Rejected,
+                Progress::Done,
+                Outcome::PostFailed {
+                    reason: failure.reason,
+                    error: failure.error,
+                    retry_at: None,
+                },
+            ),
+            Err(failure) => {
+                let at = now + policy::chrono_duration(retry_delay(attempts));
+                (
+                    ApprovalStatus::Failed,
+                    Progress::Retry(at),
+                    Outcome::PostFailed {
+                        reason: failure.reason,
+                        error: failure.error,
+                        retry_at: Some(at),
+                    },
+                )
+            }
+        };
+        self.sent
+            .insert(event.id.as_str().to_owned(), (status, attempts));
+        if let Some(current) = self.progress.get_mut(&event.id) {
+            *current = progress;
+        }
+        Decision { event, outcome }
+    }
+}
+
+/// The decision that reports a verdict that is not (yet) an approval.
+fn outcome_of(verdict: Verdict) -> Outcome {
+    match verdict {
+        Verdict::Approve(rule) => Outcome::DryRun { rule },
+        Verdict::Wait {
+            rule,
+            until,
+            reason,
+        } => Outcome::Waiting {
+            rule,
+            until,
+            reason,
+        },
+        Verdict::Skip(reason) => Outcome::Skipped(reason),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::approval::{HookCommand, HookFailure, WaitReason, When};
+    use crate::event::{DurationInSeconds, EventSource, EventStatus, EventType};
+    use crate::not_before::NotBefore;
+    use crate::resources::Resources;
+    use chrono::TimeZone;
+    use std::time::Duration;
+
+    const VM: Option<&str> = Some("vm_0");
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_700_000_000 + s, 0)
+            .single()
+            .unwrap_or_default()
+    }
+
+    /// A user-initiated Reboot of `resources`, NotBefore ten minutes after t(0).
+    fn reboot(id: &str, resources: &[&str]) -> Tracked {
+        Tracked {
+            event: Event {
+                id: EventId::new(id),
+                event_type: EventType::Reboot,
+                status: EventStatus::Scheduled,
+                resource_type: "VirtualMachine".into(),
+                resources: Resources::from_iter(resources.iter().copied()),
+                not_before: NotBefore::parse(Some("Tue, 14 Nov 2023 22:23:20 GMT")),
+                description: None,
+                source: Some(EventSource::User),
+                duration: Some(DurationInSeconds(-1)),
+            },
+            first_seen: t(0),
+            seen_started: false,
+        }
+    }
+
+    fn config(mode: Mode) -> ApprovalConfig {
+        ApprovalConfig {
+            mode,
+            ..ApprovalConfig::default()
+        }
+    }
+
+    fn with_hook(mode: Mode) -> ApprovalConfig {
+        ApprovalConfig {
+            hook: HookCommand::parse("/bin/true").ok(),
+            ..config(mode)
+        }
+    }
+
+    fn machine(config: ApprovalConfig) -> Decider {
+        Decider::new(config, &BTreeMap::new())
+    }
+
+    /// The decisions' (decision, reason) labels and the approvals to send, in order.
+    fn said(occurrences: &[Decided]) -> Vec<String> {
+        occurrences
+            .iter()
+            .map(|occurrence| match occurrence {
+                Decided::Decision(Decision {
+                    outcome: Outcome::HookStarted(kind),
+                    event,
+                }) => format!("hook {} {}", kind.as_str(), event.id),
+                Decided::Decision(Decision { outcome, event }) => {
+                    let (decision, reason) = outcome.decision().unwrap_or(("?", "?"));
+                    format!("{decision} {reason} {}", event.id)
+                }
+                Decided::Send {
+                    event, attempts, ..
+                } => format!("send {} #{attempts}", event.id),
+            })
+            .collect()
+    }
+
+    fn failure(reason: &'static str, refused: bool) -> Result<(), PostFailure> {
+        Err(PostFailure {
+            reason,
+            error: reason.to_owned(),
+            refused,
+        })
+    }
+
+    fn hook_run(result: Result<(), HookFailure>) -> HookRun {
+        HookRun {
+            kind: HookKind::Approve,
+            result,
+            elapsed: Duration::from_secs(3),
+            stdout: String::new(),
+            stderr: String::new(),
+        }
+    }
+
+    #[test]
+    fn approval_off_decides_nothing() {
+        let mut decider = machine(config(Mode::Off));
+        assert!(
+            decider
+                .decide(&[reboot("A", &["vm_0"])], VM, t(1))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn dry_run_says_once_what_it_would_approve_and_sends_nothing() {
+        let mut decider = machine(with_hook(Mode::DryRun));
+        let events = [reboot("A", &["vm_0"])];
+        assert_eq!(
+            said(&decider.decide(&events, VM, t(1))),
+            ["dry_run user_event A"]
+        );
+        assert!(decider.decide(&events, VM, t(2)).is_empty());
+    }
+
+    #[test]
+    fn an_allowed_event_is_sent_once_and_approved_when_imds_accepts() {
+        let mut decider = machine(config(Mode::On));
+        let events = [reboot("A", &["vm_0"])];
+        let first = decider.decide(&events, VM, t(1));
+        assert_eq!(said(&first), ["send A #1"]);
+        assert!(
+            decider.decide(&events, VM, t(2)).is_empty(),
+            "nothing more while the POST is under way"
+        );
+        let answer = decider.posted(events[0].event.clone(), Rule::UserEvent, 1, Ok(()), t(2));
+        assert_eq!(
+            said(&[Decided::Decision(answer)]),
+            ["approved user_event A"]
+        );
+        assert!(decider.decide(&events, VM, t(3)).is_empty());
+    }
+
+    #[test]
+    fn at_most_three_approvals_are_under_way_at_once() {
+        let mut decider = machine(config(Mode::On));
+        let events: Vec<Tracked> = (1..=7)
+            .map(|i| reboot(&format!("E{i}"), &["vm_0"]))
+            .collect();
+        let answer = |decider: &mut Decider, occurrences: Vec<Decided>, s: i64| {
+            let mut sent = 0;
+            for occurrence in occurrences {
+                if let Decided::Send {
+                    event,
+                    rule,
+                    attempts,
+                } = occurrence
+                {
+                    sent += 1;
+                    decider.posted(event, rule, attempts, Ok(()), t(s));
+                }
+            }
+            sent
+        };
+        let first = decider.decide(&events, VM, t(1));
+        assert!(
+            decider.decide(&events, VM, t(2)).is_empty(),
+            "none more while three are under way"
+        );
+        assert_eq!(answer(&mut decider, first, 2), 3);
+        let second = decider.decide(&events, VM, t(3));
+        assert_eq!(answer(&mut decider, second, 3), 3);
+        let third = decider.decide(&events, VM, t(4));
+        assert_eq!(answer(&mut decider, third, 4), 1);
+        assert!(decider.decide(&events, VM, t(5)).is_empty());
+    }
+
+    #[test]
+    fn a_post_that_failed_on_the_way_is_sent_again_after_its_backoff() {
+        let mut decider = machine(config(Mode::On));
+        let events = [reboot("A", &["vm_0"])];
+        decider.decide(&events, VM, t(1));
+        let answer = decider.posted(
+            events[0].event.clone(),
+            Rule::UserEvent,
+            1,
+            failure("http_5xx", false),
+            t(2),
+        );
+        assert!(matches!(
+            answer,
+            Decision { outcome: Outcome::PostFailed { retry_at: Some(at), .. }, .. } if at == t(3)
+        ));
+        assert!(
+            decider.decide(&events, VM, t(2)).is_empty(),
+            "not before 1 s"
+        );
+        assert_eq!(said(&decider.decide(&events, VM, t(3))), ["send A #2"]);
+        let answer = decider.posted(
+            events[0].event.clone(),
+            Rule::UserEvent,
+            2,
+            failure("timeout", false),
+            t(4),
+        );
+        assert!(
+            matches!(
+                answer,
+                Decision { outcome: Outcome::PostFailed { retry_at: Some(at), .. }, .. } if at == t(6)
+            ),
+            "the wait doubles"
+        );
+    }
+
+    #[test]
+    fn a_refused_post_is_never_sent_again() {
+        let mut decider = machine(config(Mode::On));
+        let events = [reboot("A", &["vm_0"])];
+        decider.decide(&events, VM, t(1));
+        let answer = decider.posted(
+            events[0].event.clone(),
+            Rule::UserEvent,
+            1,
+            failure("http_4xx", true),
+            t(2),
+        );
+        assert_eq!(
+            said(&[Decided::Decision(answer)]),
+            ["post_failed http_4xx A"]
+        );
+        for s in 3..100 {
+            assert!(decider.decide(&events, VM, t(s)).is_empty());
+        }
+    }
+
+    #[test]
+    fn what_an_earlier_run_sent_is_not_sent_again_and_what_failed_is_retried() {
+        let record = |status, attempts| ApprovalRecord {
+            event_type: "Reboot".into(),
+            at: t(-60),
+            status,
+            attempts,
+        };
+        let recorded = BTreeMap::from([
+            ("SENT".to_owned(), record(ApprovalStatus::Sent, 1)),
+            ("SENDING".to_owned(), record(ApprovalStatus::Sending, 1)),
+            ("REFUSED".to_owned(), record(ApprovalStatus::Rejected, 1)),
+            ("FAILED".to_owned(), record(ApprovalStatus::Failed, 2)),
+        ]);
+        let mut decider = Decider::new(config(Mode::On), &recorded);
+        let events = ["SENT", "SENDING", "REFUSED", "FAILED"].map(|id| reboot(id, &["vm_0"]));
+        assert_eq!(
+            said(&decider.decide(&events, VM, t(1))),
+            [
+                "skipped already_approved SENT",
+                "skipped already_approved SENDING",
+                "skipped rejected REFUSED",
+                "send FAILED #3",
+            ]
+        );
+        assert!(decider.decide(&events, VM, t(2)).is_empty());
+    }
+
+    #[test]
+    fn the_approval_hook_runs_first_and_its_success_lets_the_post_leave() {
+        let mut decider = machine(with_hook(Mode::On));
+        let events = [reboot("A", &["vm_0"])];
+        assert_eq!(said(&decider.decide(&events, VM, t(1))), ["hook approve A"]);
+        assert!(decider.decide(&events, VM, t(2)).is_empty(), "hook running");
+        decider.hook_finished(events[0].event.clone(), hook_run(Ok(())));
+        assert_eq!(said(&decider.decide(&events, VM, t(4))), ["send A #1"]);
+    }
+
+    #[test]
+    fn a_failed_approval_hook_leaves_the_event_for_not_before() {
+        let mut decider = machine(with_hook(Mode::On));
+        let events = [reboot("A", &["vm_0"])];
+        decider.decide(&events, VM, t(1));
+        let finished = decider.hook_finished(
+            events[0].event.clone(),
+            hook_run(Err(HookFailure::Exit("exit status: 1".into()))),
+        );
+        assert_eq!(
+            said(&[Decided::Decision(finished)]),
+            ["hook_failed hook_failed A"]
+        );
+        for s in 2..50 {
+            assert!(decider.decide(&events, VM, t(s)).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_wait_is_said_once_and_the_approval_leaves_when_it_is_over() {
+        let mut decider = machine(ApprovalConfig {
+            policy: crate::approval::Policy {
+                when: When::BeforeNotBefore(Duration::from_secs(60)),
+                ..Default::default()
+            },
+            ..config(Mode::On)
+        });
+        let events = [reboot("A", &["vm_0"])];
+        let waiting = decider.decide(&events, VM, t(1));
+        assert!(matches!(
+            &waiting[..],
+            [Decided::Decision(Decision { outcome: Outcome::Waiting { reason: WaitReason::BeforeNotBefore, until, .. }, .. })] if *until == t(540)
+        ));
+        for s in 2..540 {
+            assert!(decider.decide(&events, VM, t(s)).is_empty(), "at {s}");
+        }
+        assert_eq!(said(&decider.decide(&events, VM, t(540))), ["send A #1"]);
+    }
+
+    #[test]
+    fn another_vms_event_is_skipped_once_and_a_later_vm_waits_for_its_turn() {
+        let mut decider = machine(config(Mode::On));
+        let theirs = [reboot("THEIRS", &["vm_7"])];
+        assert_eq!(
+            said(&decider.decide(&theirs, VM, t(1))),
+            ["skipped not_this_vm THEIRS"]
+        );
+        assert!(decider.decide(&theirs, VM, t(2)).is_empty());
+        let shared = [reboot("SHARED", &["vm_3", "vm_0"])];
+        assert_eq!(
+            said(&decider.decide(&shared, VM, t(3))),
+            ["waiting takeover SHARED"]
+        );
+        assert_eq!(
+            said(&decider.decide(&shared, VM, t(30))),
+            ["send SHARED #1"]
+        );
+    }
+
+    #[test]
+    fn a_full_queue_is_a_failure_on_the_way_retried_later() {
+        let mut decider = machine(config(Mode::On));
+        let events = [reboot("A", &["vm_0"])];
+        decider.decide(&events, VM, t(1));
+        let answer = decider.posted(
+            events[0].event.clone(),
+            Rule::UserEvent,
+            1,
+            failure("queue_full", false),
+            t(1),
+        );
+        assert_eq!(
+            said(&[Decided::Decision(answer)]),
+            ["post_failed queue_full A"]
+        );
+        assert_eq!(said(&decider.decide(&events, VM, t(2))), ["send A #2"]);
+    }
+}

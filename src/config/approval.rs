@@ -1,0 +1,288 @@
+//! The approval settings: mode, policy and hook commands, and how the `--approve.*` flags and
+//! the policy file (YAML or JSON, the flags' names without `approve.`) combine into them, a flag
+//! given winning over the file.
+//!
+//! Settings only: deciding what to approve is [`crate::approval`]'s job, which receives an
+//! [`ApprovalConfig`] already validated here.
+
+use std::time::Duration;
+
+use super::{ApproveArgs, ConfigError, duration, invalid};
+use crate::event::EventType;
+
+/// Whether approval is off, deciding only, or sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Off,
+    DryRun,
+    On,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Off, Mode::DryRun, Mode::On];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::DryRun => "dry_run",
+            Mode::On => "on",
+        }
+    }
+}
+
+/// The approval settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalConfig {
+    pub mode: Mode,
+    pub policy: Policy,
+    /// Must exit 0 before an event is approved.
+    pub hook: Option<HookCommand>,
+    /// Runs when an event affecting this VM appears.
+    pub prepare_hook: Option<HookCommand>,
+    /// Runs when an event affecting this VM completes or is cancelled.
+    pub recover_hook: Option<HookCommand>,
+    pub hook_timeout: Duration,
+}
+
+impl Default for ApprovalConfig {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Off,
+            policy: Policy::default(),
+            hook: None,
+            prepare_hook: None,
+            recover_hook: None,
+            hook_timeout: DEFAULT_HOOK_TIMEOUT,
+        }
+    }
+}
+
+/// Default time a hook has to exit.
+pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// When an allowed event is approved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    /// As soon as it is seen (and this VM's takeover turn has come).
+    Immediately,
+    /// No earlier than this long before `NotBefore` (the case study drains 30 s before).
+    BeforeNotBefore(Duration),
+}
+
+/// What may be approved. The default is Microsoft's sample policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Approve events whose `EventSource` is `User` (a restart or redeploy someone asked for).
+    pub user_events: bool,
+    /// Approve Freezes whose `DurationInSeconds` is known and `0 <= d < freeze_max_duration`.
+    /// Zero turns the rule off.
+    pub freeze_max_duration: Duration,
+    /// Approve every event of these types.
+    pub event_types: Vec<EventType>,
+    /// Never approve events of these types, whatever the other rules say.
+    pub deny_event_types: Vec<EventType>,
+    pub when: When,
+    /// Shared events: the k-th VM in `Resources` (from 0) approves only k times this long after
+    /// it first saw the event. Zero lets every VM approve at once.
+    pub takeover_delay: Duration,
+}
+
+/// Microsoft's sample: Freezes shorter than this many seconds are approved.
+pub const DEFAULT_FREEZE_MAX_DURATION: Duration = Duration::from_secs(9);
+
+/// Default delay between one VM's turn to approve a shared event and the next VM's.
+pub const DEFAULT_TAKEOVER_DELAY: Duration = Duration::from_secs(30);
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            user_events: true,
+            freeze_max_duration: DEFAULT_FREEZE_MAX_DURATION,
+            event_types: Vec::new(),
+            deny_event_types: Vec::new(),
+            when: When::Immediately,
+            takeover_delay: DEFAULT_TAKEOVER_DELAY,
+        }
+    }
+}
+
+/// A command to run: program and arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookCommand {
+    argv: Vec<String>,
+}
+
+impl HookCommand {
+    /// `["/path/prog","arg"]` (JSON, for arguments with spaces) or `/path/prog arg` (split on
+    /// whitespace, no quoting).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let argv: Vec<String> = if text.starts_with('[') {
+            serde_json::from_str(text).map_err(|e| format!("not a JSON array of strings: {e}"))?
+        } else {
+            text.split_whitespace().map(str::to_owned).collect()
+        };
+        match argv.first() {
+            Some(program) if !program.is_empty() => Ok(Self { argv }),
+            _ => Err("names no program".to_owned()),
+        }
+    }
+
+    pub fn argv(&self) -> &[String] {
+        &self.argv
+    }
+}
+
+/// The policy file: the policy flags' names without `approve.` and with underscores.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct PolicyFile {
+    user_events: Option<bool>,
+    freeze_max_duration: Option<String>,
+    event_types: Option<Vec<String>>,
+    deny_event_types: Option<Vec<String>>,
+    before_not_before: Option<String>,
+    takeover_delay: Option<String>,
+}
+
+impl ApproveArgs {
+    /// The approval settings; the state flags of the same group are read by [`super::AgentArgs`].
+    pub(super) fn validate(self) -> Result<ApprovalConfig, ConfigError> {
+        let file = match &self.policy_file {
+            None => PolicyFile::default(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    invalid("approve.policy-file", format!("{}: {e}", path.display()))
+                })?;
+                serde_norway::from_str(&text).map_err(|e| {
+                    invalid("approve.policy-file", format!("{}: {e}", path.display()))
+                })?
+            }
+        };
+        let file_duration = |flag: &'static str, text: Option<String>| {
+            text.map(|t| {
+                duration(&t).map_err(|e| invalid(flag, format!("in the policy file: {e}")))
+            })
+            .transpose()
+        };
+        let defaults = Policy::default();
+        let event_types = |flag: &'static str, arg: Option<String>, listed: Option<Vec<String>>| {
+            let names: Vec<String> = match arg {
+                Some(text) => text
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+                None => listed.unwrap_or_default(),
+            };
+            names
+                .iter()
+                .map(|name| match EventType::parse(name) {
+                    EventType::Other(_) => Err(invalid(
+                        flag,
+                        format!(
+                            "{name:?} is not one of Freeze, Reboot, Redeploy, Preempt, Terminate"
+                        ),
+                    )),
+                    known => Ok(known),
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let when_text = self.before_not_before.or(file.before_not_before);
+        let when = match when_text.as_deref().map(str::trim) {
+            None | Some("immediately") => When::Immediately,
+            Some(text) => When::BeforeNotBefore(duration(text).map_err(|e| {
+                invalid(
+                    "approve.before-not-before",
+                    format!("{text:?}: use immediately or a duration: {e}"),
+                )
+            })?),
+        };
+        let policy = Policy {
+            user_events: self
+                .user_events
+                .or(file.user_events)
+                .unwrap_or(defaults.user_events),
+            freeze_max_duration: match self.freeze_max_duration {
+                Some(d) => d,
+                None => file_duration("approve.freeze-max-duration", file.freeze_max_duration)?
+                    .unwrap_or(defaults.freeze_max_duration),
+            },
+            event_types: event_types("approve.event-types", self.event_types, file.event_types)?,
+            deny_event_types: event_types(
+                "approve.deny-event-types",
+                self.deny_event_types,
+                file.deny_event_types,
+            )?,
+            when,
+            takeover_delay: match self.takeover_delay {
+                Some(d) => d,
+                None => file_duration("approve.takeover-delay", file.takeover_delay)?
+                    .unwrap_or(defaults.takeover_delay),
+            },
+        };
+        for (flag, value) in [
+            ("approve.freeze-max-duration", policy.freeze_max_duration),
+            ("approve.takeover-delay", policy.takeover_delay),
+        ] {
+            if value > MAX_POLICY_DURATION {
+                return Err(invalid(flag, "must be at most 7 days"));
+            }
+        }
+        if let When::BeforeNotBefore(lead) = policy.when
+            && lead > MAX_POLICY_DURATION
+        {
+            return Err(invalid(
+                "approve.before-not-before",
+                "must be at most 7 days",
+            ));
+        }
+        if self.hook_timeout.is_zero() {
+            return Err(invalid("approve.hook-timeout", "must be greater than zero"));
+        }
+        let hook = |flag: &'static str, text: Option<String>| {
+            text.map(|t| HookCommand::parse(&t).map_err(|e| invalid(flag, format!("{t:?}: {e}"))))
+                .transpose()
+        };
+        let approval = ApprovalConfig {
+            mode: match (self.approve, self.dry_run) {
+                (_, true) => Mode::DryRun,
+                (true, false) => Mode::On,
+                (false, false) => Mode::Off,
+            },
+            policy,
+            hook: hook("approve.hook", self.hook)?,
+            prepare_hook: hook("approve.prepare-hook", self.prepare_hook)?,
+            recover_hook: hook("approve.recover-hook", self.recover_hook)?,
+            hook_timeout: self.hook_timeout,
+        };
+        Ok(approval)
+    }
+}
+
+/// Longest duration a policy setting may have: Azure announces events at most about 7 days ahead.
+const MAX_POLICY_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_json_arrays_or_words() -> Result<(), String> {
+        assert_eq!(
+            HookCommand::parse("/usr/bin/drain --fast")?.argv(),
+            ["/usr/bin/drain", "--fast"]
+        );
+        assert_eq!(
+            HookCommand::parse(r#"["sh", "-c", "drain && checkpoint"]"#)?.argv(),
+            ["sh", "-c", "drain && checkpoint"]
+        );
+        assert!(HookCommand::parse("").is_err());
+        assert!(HookCommand::parse("  ").is_err());
+        assert!(HookCommand::parse("[]").is_err());
+        assert!(HookCommand::parse(r#"[""]"#).is_err());
+        assert!(HookCommand::parse("[1, 2]").is_err());
+        Ok(())
+    }
+}

@@ -1,0 +1,268 @@
+//! The command line as clap parses it: the subcommands and every flag, with its environment
+//! variable and default. Values come out typed (durations, addresses) but not yet checked against
+//! each other; [`AgentArgs::validate`] makes a [`super::Config`] of them.
+//!
+//! Every flag also reads `AZURE_SCHEDULED_EVENTS_<FLAG>` (dots and dashes become underscores,
+//! e.g. `AZURE_SCHEDULED_EVENTS_POLL_INTERVAL`). Parsing never touches the process environment
+//! except through clap, so tests parse argument lists.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use super::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE, DEMO_VM, otlp};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "azure-scheduled-events-exporter",
+    version,
+    about = "Exports Azure Scheduled Events as Prometheus metrics and structured logs.",
+    args_conflicts_with_subcommands = true,
+    args_override_self = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once at startup; the agent's flags are the large part"
+)]
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent against a built-in simulator playing a scenario on a loop: see it work anywhere.
+    Demo(DemoArgs),
+    /// Serve the simulator alone, as a local IMDS for your own tests.
+    Simulator(SimulatorArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// The agent's flags (also accepted by `demo`).
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    /// Base URL of the Instance Metadata Service.
+    #[arg(
+        long = "imds.url",
+        env = "AZURE_SCHEDULED_EVENTS_IMDS_URL",
+        default_value = "http://169.254.169.254"
+    )]
+    pub imds_url: String,
+    /// Scheduled-events api-version to request (YYYY-MM-DD). Never changed automatically.
+    #[arg(long = "imds.api-version", env = "AZURE_SCHEDULED_EVENTS_IMDS_API_VERSION", default_value = DEFAULT_API_VERSION)]
+    pub imds_api_version: String,
+    /// Timeout of each poll once IMDS has answered.
+    #[arg(long = "imds.timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_TIMEOUT", default_value = "2s", value_parser = duration)]
+    pub imds_timeout: Duration,
+    /// Timeout of polls until the first valid document: Azure enables Scheduled Events on the first
+    /// request and may take up to two minutes to answer it.
+    #[arg(long = "imds.first-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_FIRST_TIMEOUT", default_value = "2m", value_parser = duration)]
+    pub imds_first_timeout: Duration,
+    /// Longest wait between polls when IMDS answers 429, 410 or 5xx.
+    #[arg(long = "imds.max-backoff", env = "AZURE_SCHEDULED_EVENTS_IMDS_MAX_BACKOFF", default_value = "10s", value_parser = duration)]
+    pub imds_max_backoff: Duration,
+    /// Time between polls. Azure recommends 1s; Spot evictions can come with 30s notice.
+    #[arg(long = "poll.interval", env = "AZURE_SCHEDULED_EVENTS_POLL_INTERVAL", default_value = "1s", value_parser = duration)]
+    pub poll_interval: Duration,
+    /// Address for /metrics and health: `:PORT` (all IPv4 interfaces), `IP:PORT` or `[IPv6]:PORT`.
+    #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_WEB_LISTEN_ADDRESS", default_value = ":10188", value_parser = listen_address)]
+    pub web_listen_address: SocketAddr,
+    /// Path under which metrics are served.
+    #[arg(
+        long = "web.telemetry-path",
+        env = "AZURE_SCHEDULED_EVENTS_WEB_TELEMETRY_PATH",
+        default_value = "/metrics"
+    )]
+    pub web_telemetry_path: String,
+    /// Which name in an event's Resources means this VM [default: compute.name from instance metadata].
+    #[arg(long = "vm.name", env = "AZURE_SCHEDULED_EVENTS_VM_NAME")]
+    pub vm_name: Option<String>,
+    /// Export per-event series for every event in the document, not only those naming this VM.
+    #[arg(
+        long = "metrics.all-events",
+        env = "AZURE_SCHEDULED_EVENTS_METRICS_ALL_EVENTS"
+    )]
+    pub metrics_all_events: bool,
+    /// Log format [default: json; text for demo].
+    #[arg(long = "log.format", env = "AZURE_SCHEDULED_EVENTS_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// Log filter: a level (error, warn, info, debug, trace) or tracing directives.
+    #[arg(
+        long = "log.level",
+        env = "AZURE_SCHEDULED_EVENTS_LOG_LEVEL",
+        default_value = "info"
+    )]
+    pub log_level: String,
+    #[command(flatten)]
+    pub web: super::web::WebArgs,
+    #[command(flatten)]
+    pub otlp: otlp::OtlpArgs,
+    #[command(flatten)]
+    pub approve: ApproveArgs,
+}
+
+/// Approval, hooks and the state file (docs/approval.md, docs/state.md).
+#[derive(Debug, Clone, Args)]
+pub struct ApproveArgs {
+    /// Approve the events the policy allows (POST StartRequests to IMDS). Off by default.
+    #[arg(long = "approve", env = "AZURE_SCHEDULED_EVENTS_APPROVE")]
+    pub approve: bool,
+    /// Decide, log and count approvals, but never run the approval hook nor POST.
+    #[arg(
+        long = "approve.dry-run",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_DRY_RUN"
+    )]
+    pub dry_run: bool,
+    /// Policy file (YAML or JSON) with the keys of the policy flags; a flag given wins over it.
+    #[arg(
+        long = "approve.policy-file",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_POLICY_FILE"
+    )]
+    pub policy_file: Option<PathBuf>,
+    /// Approve user-initiated events (EventSource User) [default: true].
+    #[arg(
+        long = "approve.user-events",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_USER_EVENTS",
+        value_name = "BOOL"
+    )]
+    pub user_events: Option<bool>,
+    /// Approve Freezes with 0 <= DurationInSeconds < this; 0s turns the rule off [default: 9s].
+    #[arg(long = "approve.freeze-max-duration", env = "AZURE_SCHEDULED_EVENTS_APPROVE_FREEZE_MAX_DURATION", value_parser = duration)]
+    pub freeze_max_duration: Option<Duration>,
+    /// Approve every event of these types (comma-separated, e.g. Reboot,Redeploy) [default: none].
+    #[arg(
+        long = "approve.event-types",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_EVENT_TYPES"
+    )]
+    pub event_types: Option<String>,
+    /// Never approve events of these types (comma-separated); wins over every other rule.
+    #[arg(
+        long = "approve.deny-event-types",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_DENY_EVENT_TYPES"
+    )]
+    pub deny_event_types: Option<String>,
+    /// When to approve: `immediately`, or a duration before NotBefore such as 30s [default: immediately].
+    #[arg(
+        long = "approve.before-not-before",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_BEFORE_NOT_BEFORE"
+    )]
+    pub before_not_before: Option<String>,
+    /// Shared events: the k-th VM in Resources approves only after k times this delay [default: 30s].
+    #[arg(long = "approve.takeover-delay", env = "AZURE_SCHEDULED_EVENTS_APPROVE_TAKEOVER_DELAY", value_parser = duration)]
+    pub takeover_delay: Option<Duration>,
+    /// Command that must exit 0 before an event is approved: a JSON array or words (no shell).
+    #[arg(long = "approve.hook", env = "AZURE_SCHEDULED_EVENTS_APPROVE_HOOK")]
+    pub hook: Option<String>,
+    /// Command run when an event affecting this VM appears.
+    #[arg(
+        long = "approve.prepare-hook",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_PREPARE_HOOK"
+    )]
+    pub prepare_hook: Option<String>,
+    /// Command run when an event affecting this VM completes or is cancelled.
+    #[arg(
+        long = "approve.recover-hook",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_RECOVER_HOOK"
+    )]
+    pub recover_hook: Option<String>,
+    /// Time a hook has to exit before it is killed and counted as failed.
+    #[arg(long = "approve.hook-timeout", env = "AZURE_SCHEDULED_EVENTS_APPROVE_HOOK_TIMEOUT", default_value = "2m", value_parser = duration)]
+    pub hook_timeout: Duration,
+    /// State file (approvals sent, first-seen times, expected impact); empty keeps state in memory,
+    /// as `demo` does unless given [default: /var/lib/azure-scheduled-events-exporter/state.json]
+    #[arg(long = "state.file", env = "AZURE_SCHEDULED_EVENTS_STATE_FILE")]
+    pub state_file: Option<String>,
+    /// File holding the current boot's id, compared with the state file to classify reboots.
+    #[arg(long = "state.boot-id-file", env = "AZURE_SCHEDULED_EVENTS_STATE_BOOT_ID_FILE", default_value = DEFAULT_BOOT_ID_FILE)]
+    pub boot_id_file: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+impl DemoArgs {
+    /// The agent's flags for the demo: state stays in memory unless `--state.file` is given, so
+    /// the simulator's events never reach the state file of a real agent on the same machine.
+    pub fn into_agent(mut self) -> AgentArgs {
+        self.agent
+            .approve
+            .state_file
+            .get_or_insert_with(String::new);
+        self.agent
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SimulatorArgs {
+    /// Address the simulated IMDS listens on.
+    #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_LISTEN_ADDRESS", default_value = "127.0.0.1:8080", value_parser = listen_address)]
+    pub web_listen_address: SocketAddr,
+    /// Scenario file (YAML or JSON) to play; `demo` for the built-in one. Without it the document
+    /// is empty until the control API changes it.
+    #[arg(long = "scenario", env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_SCENARIO")]
+    pub scenario: Option<PathBuf>,
+    /// compute.name of the simulated VM (what the agent takes as this VM's name); by default the
+    /// VM of the demo scenario.
+    #[arg(
+        long = "vm.name",
+        env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_VM_NAME",
+        default_value = DEMO_VM
+    )]
+    pub vm_name: String,
+    /// Log format.
+    #[arg(
+        long = "log.format",
+        env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+}
+
+/// `1s`, `250ms`, `2m`, `1h30m`.
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (use a duration like 1s, 250ms or 2m)"))
+}
+
+/// `:PORT`, `IP:PORT` or `[IPv6]:PORT`, as Prometheus exporters write it.
+fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    let parsed = match text.strip_prefix(':') {
+        Some(port) => port
+            .parse()
+            .map(|port| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))
+            .ok(),
+        None => text.parse().ok(),
+    };
+    parsed.ok_or_else(|| format!("{text:?} is not :PORT, IP:PORT or [IPv6]:PORT"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses_follow_exporter_conventions() {
+        assert_eq!(
+            listen_address(":9100"),
+            Ok(SocketAddr::from(([0, 0, 0, 0], 9100)))
+        );
+        assert_eq!(
+            listen_address("127.0.0.1:0"),
+            Ok(SocketAddr::from(([127, 0, 0, 1], 0)))
+        );
+        assert!(listen_address("[::1]:10188").is_ok());
+        assert!(listen_address("localhost").is_err());
+    }
+}

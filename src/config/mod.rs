@@ -1,0 +1,455 @@
+//! The agent's settings: the command line ([`flags`]) validated into one [`Config`], the
+//! approval settings and the policy file ([`approval`]), the trace export settings ([`otlp`]).
+//! Anything invalid is one line on stderr and exit code 64 (`EX_USAGE`).
+//!
+//! Settings only: this folder imports the domain types it needs and none of the modules that act
+//! on the settings, except for the state file's default path, which [`crate::state`] defines.
+
+pub mod approval;
+pub mod flags;
+pub mod otlp;
+pub mod web;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use reqwest::Url;
+
+use approval::ApprovalConfig;
+pub(crate) use flags::duration;
+pub use flags::{AgentArgs, ApproveArgs, Cli, Command, DemoArgs, LogFormat, SimulatorArgs};
+
+/// Exit code for an invalid command line or configuration (sysexits.h `EX_USAGE`).
+pub const EXIT_USAGE: i32 = 64;
+
+/// The default scheduled-events api-version: the newest documented, the first with DurationInSeconds.
+pub const DEFAULT_API_VERSION: &str = "2020-07-01";
+
+/// Where Linux keeps the current boot's id: the default of `--state.boot-id-file`.
+pub const DEFAULT_BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
+
+/// The VM that the shipped `scenarios/demo.yaml` treats as "this VM": the simulator's default
+/// `--vm.name`.
+pub const DEMO_VM: &str = "demo-vmss_0";
+/// The other VM of the demo's scale set, which shares one event with [`DEMO_VM`] and has one of
+/// its own.
+pub const DEMO_OTHER_VM: &str = "demo-vmss_1";
+
+/// Which events get per-event series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventSeries {
+    /// Events naming this VM, and every event while this VM's name is unknown.
+    ThisVm,
+    /// Every event in the document (small fleets; cardinality grows with the placement group).
+    All,
+}
+
+/// The agent's validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub imds_url: Url,
+    pub api_version: String,
+    pub imds_timeout: Duration,
+    pub imds_first_timeout: Duration,
+    pub imds_max_backoff: Duration,
+    pub poll_interval: Duration,
+    pub listen_address: SocketAddr,
+    pub telemetry_path: String,
+    /// `--web.config.file`, `--web.max-requests`, `--web.max-connections`.
+    pub web: web::WebSettings,
+    pub vm_name: Option<String>,
+    pub event_series: EventSeries,
+    pub log_format: LogFormat,
+    pub log_level: String,
+    /// The `--otlp.*` flags, resolved with the `OTEL_*` variables by [`otlp::OtlpArgs::resolve`].
+    pub otlp: otlp::OtlpArgs,
+    pub approval: ApprovalConfig,
+    /// `None` keeps state in memory.
+    pub state_file: Option<PathBuf>,
+    pub boot_id_file: PathBuf,
+}
+
+/// An invalid setting, named by its flag.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid value for --{flag}: {reason}")]
+pub struct ConfigError {
+    pub flag: &'static str,
+    pub reason: String,
+}
+
+fn invalid(flag: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        flag,
+        reason: reason.into(),
+    }
+}
+
+impl AgentArgs {
+    /// Validates the flags; `default_log_format` applies when `--log.format` was not given.
+    pub fn validate(self, default_log_format: LogFormat) -> Result<Config, ConfigError> {
+        let imds_url = Url::parse(&self.imds_url)
+            .map_err(|e| invalid("imds.url", format!("{:?}: {e}", self.imds_url)))?;
+        if !matches!(imds_url.scheme(), "http" | "https") || imds_url.host().is_none() {
+            return Err(invalid(
+                "imds.url",
+                format!("{:?} is not an http:// or https:// URL", self.imds_url),
+            ));
+        }
+        if imds_url.query().is_some() || imds_url.fragment().is_some() {
+            return Err(invalid(
+                "imds.url",
+                "give the base URL only, without query or fragment",
+            ));
+        }
+        if chrono::NaiveDate::parse_from_str(&self.imds_api_version, "%Y-%m-%d").is_err() {
+            return Err(invalid(
+                "imds.api-version",
+                format!("{:?} is not a date like 2020-07-01", self.imds_api_version),
+            ));
+        }
+        for (flag, value) in [
+            ("imds.timeout", self.imds_timeout),
+            ("imds.first-timeout", self.imds_first_timeout),
+            ("imds.max-backoff", self.imds_max_backoff),
+            ("poll.interval", self.poll_interval),
+        ] {
+            if value.is_zero() {
+                return Err(invalid(flag, "must be greater than zero"));
+            }
+        }
+        let path = &self.web_telemetry_path;
+        if !path.starts_with('/') || matches!(path.as_str(), "/" | "/healthz" | "/readyz") {
+            return Err(invalid(
+                "web.telemetry-path",
+                format!("{path:?} must start with / and not be /, /healthz or /readyz"),
+            ));
+        }
+        let vm_name = match self.vm_name {
+            Some(name) if name.trim().is_empty() => {
+                return Err(invalid("vm.name", "must not be empty"));
+            }
+            other => other,
+        };
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
+            return Err(invalid("log.level", format!("{:?}: {e}", self.log_level)));
+        }
+        let state_file = match self.approve.state_file.as_deref() {
+            None => Some(PathBuf::from(crate::state::DEFAULT_PATH)),
+            Some(path) if path.trim().is_empty() => None,
+            Some(path) => Some(PathBuf::from(path)),
+        };
+        let boot_id_file = self.approve.boot_id_file.clone();
+        let approval = self.approve.validate()?;
+        let web = self.web.validate()?;
+        Ok(Config {
+            imds_url,
+            api_version: self.imds_api_version,
+            imds_timeout: self.imds_timeout,
+            imds_first_timeout: self.imds_first_timeout,
+            imds_max_backoff: self.imds_max_backoff,
+            poll_interval: self.poll_interval,
+            listen_address: self.web_listen_address,
+            telemetry_path: self.web_telemetry_path,
+            web,
+            vm_name,
+            event_series: if self.metrics_all_events {
+                EventSeries::All
+            } else {
+                EventSeries::ThisVm
+            },
+            log_format: self.log_format.unwrap_or(default_log_format),
+            log_level: self.log_level,
+            otlp: self.otlp,
+            approval,
+            state_file,
+            boot_id_file,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::approval::{HookCommand, Mode, Policy, When};
+    use super::*;
+    use crate::event::EventType;
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        let cli = Cli::try_parse_from(
+            std::iter::once("azure-scheduled-events-exporter").chain(args.iter().copied()),
+        )
+        .map_err(|e| e.to_string())?;
+        cli.agent
+            .validate(LogFormat::Json)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn zero_configuration_targets_azure_imds() -> Result<(), String> {
+        let config = parse(&[])?;
+        assert_eq!(config.imds_url.as_str(), "http://169.254.169.254/");
+        assert_eq!(config.api_version, "2020-07-01");
+        assert_eq!(config.poll_interval, Duration::from_secs(1));
+        assert_eq!(
+            config.listen_address,
+            "0.0.0.0:10188".parse().map_err(|_| "addr")?
+        );
+        assert_eq!(config.telemetry_path, "/metrics");
+        assert_eq!(config.vm_name, None);
+        assert_eq!(config.event_series, EventSeries::ThisVm);
+        assert_eq!(config.log_format, LogFormat::Json);
+        assert_eq!(config.imds_first_timeout, Duration::from_secs(120));
+        Ok(())
+    }
+
+    #[test]
+    fn flags_set_every_value() -> Result<(), String> {
+        let config = parse(&[
+            "--imds.url=http://127.0.0.1:8080",
+            "--imds.api-version=2019-08-01",
+            "--poll.interval=250ms",
+            "--imds.timeout=500ms",
+            "--web.listen-address=127.0.0.1:0",
+            "--web.telemetry-path=/m",
+            "--vm.name=vmss_3",
+            "--metrics.all-events",
+            "--log.format=text",
+        ])?;
+        assert_eq!(config.imds_url.as_str(), "http://127.0.0.1:8080/");
+        assert_eq!(config.api_version, "2019-08-01");
+        assert_eq!(config.poll_interval, Duration::from_millis(250));
+        assert_eq!(config.imds_timeout, Duration::from_millis(500));
+        assert_eq!(config.telemetry_path, "/m");
+        assert_eq!(config.vm_name.as_deref(), Some("vmss_3"));
+        assert_eq!(config.event_series, EventSeries::All);
+        assert_eq!(config.log_format, LogFormat::Text);
+        Ok(())
+    }
+
+    #[test]
+    fn invalid_values_name_their_flag() {
+        for (args, flag) in [
+            (&["--poll.interval=fast"][..], "--poll.interval"),
+            (&["--poll.interval=0s"], "--poll.interval"),
+            (&["--imds.url=169.254.169.254"], "--imds.url"),
+            (&["--imds.url=ftp://169.254.169.254"], "--imds.url"),
+            (&["--imds.api-version=latest"], "--imds.api-version"),
+            (&["--web.listen-address=10188"], "--web.listen-address"),
+            (&["--web.telemetry-path=metrics"], "--web.telemetry-path"),
+            (&["--web.telemetry-path=/healthz"], "--web.telemetry-path"),
+            (&["--vm.name="], "--vm.name"),
+            (&["--log.format=xml"], "--log.format"),
+            (&["--no.such-flag"], "--no.such-flag"),
+        ] {
+            match parse(args) {
+                Ok(_) => panic!("{args:?} was accepted"),
+                Err(e) => assert!(e.contains(flag), "{args:?}: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn approval_is_off_by_default_with_microsofts_sample_policy() -> Result<(), String> {
+        let config = parse(&[])?;
+        assert_eq!(config.approval.mode, Mode::Off);
+        assert_eq!(config.approval.policy, Policy::default());
+        assert_eq!(config.approval.hook, None);
+        assert_eq!(
+            config.state_file.as_deref(),
+            Some(std::path::Path::new(crate::state::DEFAULT_PATH))
+        );
+        assert_eq!(parse(&["--approve"])?.approval.mode, Mode::On);
+        assert_eq!(
+            parse(&["--approve", "--approve.dry-run"])?.approval.mode,
+            Mode::DryRun,
+            "dry run wins: it never POSTs"
+        );
+        assert_eq!(parse(&["--approve.dry-run"])?.approval.mode, Mode::DryRun);
+        assert_eq!(parse(&["--state.file="])?.state_file, None);
+        Ok(())
+    }
+
+    #[test]
+    fn demo_keeps_state_in_memory_unless_a_state_file_is_given() -> Result<(), String> {
+        let demo = |args: &[&str]| -> Result<Config, String> {
+            let cli =
+                Cli::try_parse_from(["x", "demo"].iter().chain(args)).map_err(|e| e.to_string())?;
+            let Some(Command::Demo(demo)) = cli.command else {
+                return Err("not the demo subcommand".into());
+            };
+            demo.into_agent()
+                .validate(LogFormat::Text)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(demo(&[])?.state_file, None);
+        assert_eq!(
+            demo(&["--state.file=/tmp/demo-state.json"])?
+                .state_file
+                .as_deref(),
+            Some(std::path::Path::new("/tmp/demo-state.json"))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn policy_flags_set_every_rule() -> Result<(), String> {
+        let config = parse(&[
+            "--approve",
+            "--approve.user-events=false",
+            "--approve.freeze-max-duration=0s",
+            "--approve.event-types=reboot, Redeploy",
+            "--approve.deny-event-types=Preempt",
+            "--approve.before-not-before=30s",
+            "--approve.takeover-delay=1m",
+            r#"--approve.hook=["sh","-c","drain && checkpoint"]"#,
+            "--approve.recover-hook=/usr/local/bin/undrain --all",
+            "--approve.hook-timeout=45s",
+        ])?;
+        let policy = &config.approval.policy;
+        assert!(!policy.user_events);
+        assert_eq!(policy.freeze_max_duration, Duration::ZERO);
+        assert_eq!(policy.event_types, [EventType::Reboot, EventType::Redeploy]);
+        assert_eq!(policy.deny_event_types, [EventType::Preempt]);
+        assert_eq!(policy.when, When::BeforeNotBefore(Duration::from_secs(30)));
+        assert_eq!(policy.takeover_delay, Duration::from_secs(60));
+        let hook = config.approval.hook.as_ref().map(HookCommand::argv);
+        assert_eq!(
+            hook,
+            Some(&["sh".to_owned(), "-c".into(), "drain && checkpoint".into()][..])
+        );
+        let recover = config.approval.recover_hook.as_ref().map(HookCommand::argv);
+        assert_eq!(
+            recover,
+            Some(&["/usr/local/bin/undrain".to_owned(), "--all".into()][..])
+        );
+        assert_eq!(config.approval.hook_timeout, Duration::from_secs(45));
+        assert_eq!(
+            parse(&["--approve.before-not-before=immediately"])?
+                .approval
+                .policy
+                .when,
+            When::Immediately
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn the_example_policy_file_is_read_and_flags_win_over_it() -> Result<(), String> {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/approval-policy.yaml");
+        let config = parse(&["--approve", &format!("--approve.policy-file={file}")])?;
+        let policy = &config.approval.policy;
+        assert_eq!(
+            policy.deny_event_types,
+            [EventType::Preempt, EventType::Terminate]
+        );
+        assert_eq!(policy.when, When::BeforeNotBefore(Duration::from_secs(30)));
+        assert_eq!(policy.freeze_max_duration, Duration::from_secs(9));
+        let config = parse(&[
+            &format!("--approve.policy-file={file}"),
+            "--approve.before-not-before=immediately",
+            "--approve.deny-event-types=Terminate",
+        ])?;
+        assert_eq!(config.approval.policy.when, When::Immediately);
+        assert_eq!(
+            config.approval.policy.deny_event_types,
+            [EventType::Terminate]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_typo_in_the_policy_file_is_an_error_not_a_silent_default() -> Result<(), String> {
+        let dir = std::env::temp_dir().join(format!("policy-typo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let file = dir.join("policy.yaml");
+        for (text, expected) in [
+            ("user_event: false\n", "user_event"),
+            ("deny_event_types: [Preemt]\n", "Preemt"),
+            ("before_not_before: soon\n", "soon"),
+            ("event_types: Reboot\n", "event_types"),
+        ] {
+            std::fs::write(&file, text).map_err(|e| e.to_string())?;
+            match parse(&[&format!("--approve.policy-file={}", file.display())]) {
+                Ok(_) => panic!("{text:?} was accepted"),
+                Err(e) => assert!(e.contains(expected), "{text:?}: {e}"),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    }
+
+    #[test]
+    fn invalid_approval_settings_name_their_flag() {
+        for (args, flag) in [
+            (
+                &["--approve.event-types=Reboot,Rebooot"][..],
+                "--approve.event-types",
+            ),
+            (
+                &["--approve.deny-event-types=Other"],
+                "--approve.deny-event-types",
+            ),
+            (
+                &["--approve.before-not-before=soon"],
+                "--approve.before-not-before",
+            ),
+            (
+                &["--approve.before-not-before=30d"],
+                "--approve.before-not-before",
+            ),
+            (
+                &["--approve.takeover-delay=-1s"],
+                "--approve.takeover-delay",
+            ),
+            (
+                &["--approve.freeze-max-duration=9"],
+                "--approve.freeze-max-duration",
+            ),
+            (&["--approve.user-events=maybe"], "--approve.user-events"),
+            (&["--approve.hook="], "--approve.hook"),
+            (&["--approve.hook=[1]"], "--approve.hook"),
+            (&["--approve.hook-timeout=0s"], "--approve.hook-timeout"),
+            (
+                &["--approve.policy-file=/nonexistent.yaml"],
+                "--approve.policy-file",
+            ),
+        ] {
+            match parse(args) {
+                Ok(_) => panic!("{args:?} was accepted"),
+                Err(e) => assert!(e.contains(flag), "{args:?}: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_repeated_flag_takes_the_last_value() -> Result<(), String> {
+        let config = parse(&["--poll.interval=5s", "--poll.interval=2s"])?;
+        assert_eq!(config.poll_interval, Duration::from_secs(2));
+        Ok(())
+    }
+
+    #[test]
+    fn subcommands_parse() -> Result<(), String> {
+        let cli = Cli::try_parse_from([
+            "x",
+            "simulator",
+            "--web.listen-address=127.0.0.1:9999",
+            "--scenario=demo",
+        ])
+        .map_err(|e| e.to_string())?;
+        assert!(
+            matches!(cli.command, Some(Command::Simulator(ref s)) if s.web_listen_address.port() == 9999)
+        );
+        let cli = Cli::try_parse_from(["x", "demo", "--web.listen-address=127.0.0.1:0"])
+            .map_err(|e| e.to_string())?;
+        assert!(matches!(cli.command, Some(Command::Demo(_))));
+        let cli = Cli::try_parse_from(["x", "simulator"]).map_err(|e| e.to_string())?;
+        assert!(
+            matches!(cli.command, Some(Command::Simulator(ref s)) if s.vm_name == crate::simulator::DEMO_VM),
+            "the simulator plays the demo scenario's VM unless told otherwise"
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,151 @@
+//! The functional core of the agent: one poll's outcome in, the [`Occurrence`]s it makes out.
+//!
+//! [`Observer::poll`] folds a document (or a failed poll) into the [`Monitor`], resuming from the
+//! state file at the first document after a start, then says which prepare and recover hooks
+//! start and what approval decides ([`Decider`]). [`Observer::report`] takes back what an output
+//! that acts (a hook, an approval POST) reports. No I/O, no clock: the caller passes the time.
+
+use chrono::{DateTime, Utc};
+
+use crate::approval::decide::{Decided, Decider};
+use crate::approval::{ApprovalConfig, Decision, HookKind, Outcome};
+use crate::event::{Affects, Document, Event};
+use crate::imds::ImdsError;
+use crate::monitor::Monitor;
+use crate::occurrence::{Occurrence, Report};
+use crate::state::{KnownEvent, State};
+use crate::tracker::{Tracked, Transition};
+
+/// Everything the agent has worked out from what it saw.
+#[derive(Debug)]
+pub struct Observer {
+    monitor: Monitor,
+    decider: Decider,
+    prepare_hook: bool,
+    recover_hook: bool,
+    /// The state file's events, until the first valid document.
+    remembered: Option<Vec<KnownEvent>>,
+}
+
+impl Observer {
+    /// Starts from what the state file of an earlier run holds.
+    pub fn new(approval: ApprovalConfig, previous: &State) -> Self {
+        Self {
+            monitor: Monitor::new(),
+            prepare_hook: approval.prepare_hook.is_some(),
+            recover_hook: approval.recover_hook.is_some(),
+            decider: Decider::new(approval, &previous.approvals),
+            remembered: Some(previous.events.clone()),
+        }
+    }
+
+    pub fn monitor(&self) -> &Monitor {
+        &self.monitor
+    }
+
+    /// Takes in one poll's outcome, read at `now` by the VM called `vm`.
+    pub fn poll(
+        &mut self,
+        outcome: Result<Document, &ImdsError>,
+        vm: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Vec<Occurrence> {
+        if outcome.is_ok()
+            && let Some(remembered) = self.remembered.take()
+        {
+            // Resolved against the VM's name as known now, at the first document.
+            self.monitor
+                .resume(remembered.iter().map(|known| tracked(known, vm)).collect());
+        }
+        let mut occurrences = self.monitor.observe(outcome, now);
+        let hooks: Vec<Occurrence> = occurrences
+            .iter()
+            .filter_map(|occurrence| self.lifecycle_hook(occurrence, vm))
+            .collect();
+        occurrences.extend(hooks);
+        if self.monitor.is_up() {
+            let events = self.monitor.tracker().events();
+            occurrences.extend(
+                self.decider
+                    .decide(events, vm, now)
+                    .into_iter()
+                    .map(|decided| match decided {
+                        Decided::Decision(decision) => Occurrence::Decision(decision),
+                        Decided::Send {
+                            event,
+                            rule,
+                            attempts,
+                        } => Occurrence::ApprovalSending {
+                            event,
+                            rule,
+                            attempts,
+                        },
+                    }),
+            );
+        }
+        occurrences
+    }
+
+    /// Takes in what an output reported back, at `now`.
+    pub fn report(&mut self, report: Report, now: DateTime<Utc>) -> Occurrence {
+        Occurrence::Decision(match report {
+            Report::HookFinished { event, run } => self.decider.hook_finished(event, run),
+            Report::Posted {
+                event,
+                rule,
+                attempts,
+                result,
+            } => self.decider.posted(event, rule, attempts, result, now),
+        })
+    }
+
+    /// The prepare hook for an event of this VM that appeared, the recover hook for one that
+    /// ended (also while the agent was down). An event resumed after a restart was prepared by
+    /// the earlier run.
+    fn lifecycle_hook(&self, occurrence: &Occurrence, vm: Option<&str>) -> Option<Occurrence> {
+        let (kind, event) = match occurrence {
+            Occurrence::Transition(transition) => match transition {
+                Transition::Appeared(event) => (HookKind::Prepare, event),
+                Transition::Completed { event, .. } | Transition::Cancelled(event) => {
+                    (HookKind::Recover, event)
+                }
+                Transition::Resumed { .. }
+                | Transition::Started(_)
+                | Transition::Updated { .. } => return None,
+            },
+            Occurrence::EndedWhileDown(tracked) => (HookKind::Recover, &tracked.event),
+            Occurrence::Restarted(_)
+            | Occurrence::VmIdentified { .. }
+            | Occurrence::VmUnidentified { .. }
+            | Occurrence::Reachable { .. }
+            | Occurrence::Unreachable { .. }
+            | Occurrence::Incarnation(_)
+            | Occurrence::DuplicateEventId(_)
+            | Occurrence::Events(_)
+            | Occurrence::Decision(_)
+            | Occurrence::ApprovalSending { .. } => return None,
+        };
+        let configured = match kind {
+            HookKind::Prepare => self.prepare_hook,
+            HookKind::Recover => self.recover_hook,
+            HookKind::Approve => false,
+        };
+        (configured && event.affects(vm) == Affects::Yes).then(|| hook_started(event, kind))
+    }
+}
+
+fn hook_started(event: &Event, kind: HookKind) -> Occurrence {
+    Occurrence::Decision(Decision {
+        event: event.clone(),
+        outcome: Outcome::HookStarted(kind),
+    })
+}
+
+/// An event as the state file remembers it, for the tracker to resume from.
+fn tracked(known: &KnownEvent, vm: Option<&str>) -> Tracked {
+    Tracked {
+        event: known.to_event(vm),
+        first_seen: known.first_seen,
+        seen_started: known.seen_started(),
+    }
+}

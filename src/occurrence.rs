@@ -1,0 +1,95 @@
+//! What the agent saw happen, as plain values: the one stream every output consumes.
+//!
+//! A poll yields a list of [`Occurrence`]s, built by pure code ([`crate::observer`]): IMDS became
+//! reachable or not, an event moved in its lifecycle, the document's events changed, an approval
+//! was decided or a hook finished. Each output ([`crate::output`]) turns the same list into its
+//! own signal (a log line, counters, spans, the state file, a POST). [`Context`] says which VM saw
+//! it, in which document, when. Every `match` over occurrences is exhaustive, so a new kind of
+//! occurrence is a compile error wherever it is not handled.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use crate::approval::{Decision, HookRun, PostFailure, Rule};
+use crate::boot::Restart;
+use crate::event::{Event, EventId};
+use crate::tracker::{IncarnationChange, Tracked, Transition};
+use crate::wire;
+
+/// Where and when a batch of occurrences was seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Context {
+    /// This VM's name in `Resources` (`--vm.name`, else `compute.name`), once known.
+    pub vm_name: Option<Arc<str>>,
+    /// DocumentIncarnation of the last valid document.
+    pub incarnation: Option<u64>,
+    pub at: DateTime<Utc>,
+}
+
+impl Context {
+    pub fn vm_name(&self) -> Option<&str> {
+        self.vm_name.as_deref()
+    }
+}
+
+/// One thing that happened, reported once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Occurrence {
+    /// The agent started: how this start relates to the previous one (state file, boot id).
+    Restarted(Restart),
+    /// Instance metadata was read, after `failed_attempts` failures.
+    VmIdentified {
+        compute: Arc<wire::Compute>,
+        failed_attempts: u64,
+    },
+    /// Instance metadata could not be read, for the first time since start; it is tried again
+    /// every `retry_every`.
+    VmUnidentified {
+        reason: &'static str,
+        error: String,
+        retry_every: std::time::Duration,
+    },
+    /// IMDS gave a valid document after failing, or for the first time.
+    Reachable {
+        failed_polls: u64,
+        since: Option<DateTime<Utc>>,
+    },
+    /// IMDS stopped giving valid documents (or never gave one yet).
+    Unreachable { reason: &'static str, error: String },
+    /// The incarnation jumped or went down: documents were missed or the service was reset.
+    Incarnation(IncarnationChange),
+    /// An EventId appeared twice in one document; the first was kept.
+    DuplicateEventId(EventId),
+    /// An event's lifecycle moved.
+    Transition(Transition),
+    /// An event the previous run knew left the document while the agent was down (reported with
+    /// the first document after a start).
+    EndedWhileDown(Tracked),
+    /// The document's events, after a document that changed them or the incarnation.
+    Events(Arc<[Tracked]>),
+    /// An approval decision, or a hook started or finished.
+    Decision(Decision),
+    /// An approval is to be sent: its attempt is recorded before the POST leaves.
+    ApprovalSending {
+        event: Event,
+        rule: Rule,
+        attempts: u32,
+    },
+}
+
+/// What an output that acts (runs a hook, sends an approval) reports back once it is done. The
+/// poll loop takes reports in at its next poll and turns them into occurrences.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Report {
+    HookFinished {
+        event: Event,
+        run: HookRun,
+    },
+    Posted {
+        event: Event,
+        rule: Rule,
+        attempts: u32,
+        result: Result<(), PostFailure>,
+    },
+}

@@ -1,0 +1,286 @@
+//! The log output: one structured line per occurrence worth one, never one per poll.
+//!
+//! Event lines carry `event_id`, `trace_id` (the EventId as the exported traces' trace id),
+//! `span_id` (this VM's lifecycle span of the event), the event's fields, `affects_this_vm`,
+//! `vm_name` and `document_incarnation`, so a search for one EventId finds every VM that saw it.
+
+use crate::approval::{Decision, HookKind, Mode, Outcome, SkipReason};
+use crate::boot::Restart;
+use crate::occurrence::{Context, Occurrence};
+use crate::trace_id::{lifecycle_span_id, trace_id};
+use crate::tracker::{IncarnationChange, Transition};
+use crate::wire;
+
+use super::Output;
+
+#[derive(Debug)]
+pub struct Log {
+    /// `--vm.name` as given, to warn when instance metadata names this VM otherwise.
+    configured_vm: Option<String>,
+    approval: Mode,
+}
+
+impl Log {
+    pub fn new(configured_vm: Option<String>, approval: Mode) -> Self {
+        Self {
+            configured_vm,
+            approval,
+        }
+    }
+
+    fn vm_identified(&self, context: &Context, compute: &wire::Compute, failed_attempts: u64) {
+        let vm_name = context.vm_name();
+        if let Some(name) = self.configured_vm.as_deref()
+            && !compute.name.is_empty()
+            && !name.eq_ignore_ascii_case(&compute.name)
+        {
+            // Approval acts for the VM this name designates: a wrong name approves another
+            // VM's events.
+            tracing::warn!(
+                vm_name = name,
+                compute_name = %compute.name,
+                approval = self.approval.as_str(),
+                "--vm.name differs from compute.name in instance metadata: events are matched, and approved, as --vm.name"
+            );
+        }
+        tracing::info!(
+            vm_name,
+            compute_name = %compute.name,
+            vm_id = %compute.vm_id,
+            location = %compute.location,
+            zone = %compute.zone,
+            vm_scale_set_name = %compute.vm_scale_set_name,
+            resource_group = %compute.resource_group_name,
+            vm_size = %compute.vm_size,
+            failed_attempts,
+            "read instance metadata"
+        );
+        if vm_name.is_none() {
+            tracing::warn!(
+                "instance metadata has no compute.name and --vm.name is not set: affects_this_vm is unknown"
+            );
+        }
+    }
+}
+
+impl Output for Log {
+    fn consume(&mut self, context: &Context, occurrences: &[Occurrence]) {
+        let vm_name = context.vm_name();
+        for occurrence in occurrences {
+            match occurrence {
+                Occurrence::Restarted(restart) => restarted(restart, vm_name),
+                Occurrence::VmIdentified {
+                    compute,
+                    failed_attempts,
+                } => self.vm_identified(context, compute, *failed_attempts),
+                Occurrence::VmUnidentified {
+                    reason,
+                    error,
+                    retry_every,
+                } => tracing::warn!(
+                    reason,
+                    error = error.as_str(),
+                    retry_every = ?retry_every,
+                    "cannot read instance metadata; vm_info is missing until it can"
+                ),
+                Occurrence::Transition(transition) => log_transition(transition, context),
+                Occurrence::Incarnation(IncarnationChange::Jumped { from, to }) => tracing::info!(
+                    vm_name,
+                    from = from.0,
+                    to = to.0,
+                    "document incarnation jumped: some documents were never seen by this agent"
+                ),
+                Occurrence::Incarnation(IncarnationChange::Restarted { from, to }) => {
+                    tracing::warn!(
+                        vm_name,
+                        from = from.0,
+                        to = to.0,
+                        "document incarnation went down: the service was reset or re-enabled"
+                    )
+                }
+                Occurrence::Incarnation(
+                    IncarnationChange::First(_)
+                    | IncarnationChange::Unchanged
+                    | IncarnationChange::Next,
+                ) => {}
+                Occurrence::DuplicateEventId(id) => tracing::warn!(
+                    vm_name,
+                    event_id = %id,
+                    trace_id = %trace_id(id.as_str()),
+                    "an EventId appears twice in the document; the first is kept"
+                ),
+                Occurrence::Unreachable { reason, error } => tracing::warn!(
+                    vm_name,
+                    reason,
+                    error = error.as_str(),
+                    "IMDS unreachable: the last known events are kept until it answers again"
+                ),
+                Occurrence::Reachable {
+                    failed_polls,
+                    since,
+                } => tracing::info!(
+                    vm_name,
+                    failed_polls,
+                    unreachable_seconds =
+                        since.map(|s| (context.at - s).num_milliseconds() as f64 / 1000.0),
+                    document_incarnation = context.incarnation,
+                    "IMDS reachable"
+                ),
+                Occurrence::Decision(decision) => log_decision(decision, vm_name),
+                // Said by the lines of the decisions and hooks they lead to.
+                Occurrence::EndedWhileDown(_)
+                | Occurrence::Events(_)
+                | Occurrence::ApprovalSending { .. } => {}
+            }
+        }
+    }
+}
+
+fn restarted(restart: &Restart, vm_name: Option<&str>) {
+    match restart {
+        // Said where the boot id file is read, which knows its path.
+        Restart::FirstStart | Restart::Unknown => {}
+        Restart::SameBoot => {
+            tracing::info!(vm_name, "agent restarted; the machine did not reboot")
+        }
+        Restart::Reboot {
+            expected_by: Some(impact),
+        } => tracing::info!(
+            vm_name,
+            expected = true,
+            event_id = %impact.event_id,
+            trace_id = %trace_id(&impact.event_id),
+            event_type = %impact.event_type,
+            started_seen = %impact.started_seen.to_rfc3339(),
+            "the machine rebooted, as expected after an event of this VM that started"
+        ),
+        Restart::Reboot { expected_by: None } => tracing::warn!(
+            vm_name,
+            expected = false,
+            "the machine rebooted unexpectedly: no event of this VM was seen Started before"
+        ),
+    }
+}
+
+fn log_transition(transition: &Transition, context: &Context) {
+    let vm_name = context.vm_name();
+    let event = transition.event();
+    let changed = match transition {
+        Transition::Updated { changed, .. } => Some(
+            changed
+                .iter()
+                .map(|f| f.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        _ => None,
+    };
+    let seen_started = match transition {
+        Transition::Completed { seen_started, .. } => Some(*seen_started),
+        _ => None,
+    };
+    tracing::info!(
+        vm_name,
+        transition = transition.kind(),
+        event_id = %event.id,
+        trace_id = %trace_id(event.id.as_str()),
+        span_id = vm_name.map(|vm| format!("{:016x}", lifecycle_span_id(event.id.as_str(), vm))),
+        event_type = %event.event_type,
+        event_status = %event.status,
+        event_source = event.source.as_ref().map(|s| s.as_str()),
+        resource_type = %event.resource_type,
+        resources = %event.resources,
+        not_before = %event.not_before.raw(),
+        duration_in_seconds = event.duration.map(|d| d.0),
+        description = event.description.as_deref(),
+        affects_this_vm = event.affects(vm_name).as_str(),
+        document_incarnation = context.incarnation,
+        changed,
+        seen_started,
+        "event {}",
+        transition.kind()
+    );
+}
+
+/// The decision's one log line. Skips of other VMs' events are at debug level: a scale set
+/// delivers every VM's events to every VM.
+fn log_decision(decision: &Decision, vm_name: Option<&str>) {
+    let event = &decision.event;
+    let event_id = event.id.as_str();
+    let trace_id = trace_id(event_id);
+    let event_type = event.event_type.as_str();
+    let event_status = event.status.as_str();
+    let affects_this_vm = event.affects(vm_name).as_str();
+    let not_before = event.not_before.raw();
+    let (decision_label, reason) = decision.outcome.decision().unwrap_or(("", ""));
+    macro_rules! line {
+        ($level:ident, $($rest:tt)*) => {
+            tracing::$level!(
+                event_id, trace_id = %trace_id, event_type, event_status, not_before,
+                affects_this_vm, vm_name, decision = decision_label, reason, $($rest)*
+            )
+        };
+    }
+    match &decision.outcome {
+        Outcome::Approved { attempts, .. } => {
+            line!(info, attempts, "event approved")
+        }
+        Outcome::DryRun { .. } => line!(info, "dry run: event would be approved now"),
+        Outcome::Waiting { until, .. } => {
+            line!(info, until = %until.to_rfc3339(), "event allowed for approval, waiting")
+        }
+        Outcome::Skipped(SkipReason::NotThisVm) => {
+            line!(debug, "event not approved: it does not name this VM")
+        }
+        Outcome::Skipped(skip) => line!(info, "event not approved: {}", skip.as_str()),
+        Outcome::HookStarted(kind) => line!(info, hook = kind.as_str(), "hook started"),
+        Outcome::HookFinished(run) => {
+            let hook = run.kind.as_str();
+            let elapsed_seconds = run.elapsed.as_secs_f64();
+            let (stdout, stderr) = (run.stdout.as_str(), run.stderr.as_str());
+            match &run.result {
+                Ok(()) => line!(
+                    info,
+                    hook,
+                    elapsed_seconds,
+                    stdout,
+                    stderr,
+                    "hook succeeded"
+                ),
+                Err(failure) if run.kind == HookKind::Approve => line!(
+                    warn,
+                    hook,
+                    elapsed_seconds,
+                    stdout,
+                    stderr,
+                    error = %failure,
+                    "approval hook failed: event not approved, left for NotBefore"
+                ),
+                Err(failure) => line!(
+                    warn,
+                    hook,
+                    elapsed_seconds,
+                    stdout,
+                    stderr,
+                    error = %failure,
+                    "hook failed"
+                ),
+            }
+        }
+        Outcome::PostFailed {
+            error, retry_at, ..
+        } => match retry_at {
+            Some(at) => line!(
+                warn,
+                error = error.as_str(),
+                retry_at = %at.to_rfc3339(),
+                "approval POST failed, retrying while the event is Scheduled"
+            ),
+            None => line!(
+                error,
+                error = error.as_str(),
+                "approval POST refused: not sent again"
+            ),
+        },
+    }
+}

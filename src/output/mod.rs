@@ -1,0 +1,67 @@
+//! The outputs: each consumer of the occurrence stream behind one small interface.
+//!
+//! After every poll the loop hands the same [`Occurrence`]s, with their [`Context`], to each
+//! [`Output`] in the order they were wired ([`Outputs`]): [`log`] (one line per occurrence
+//! worth one), [`metrics`], [`spans`] (OpenTelemetry, queued for export), [`state`] (the file
+//! that survives restarts), [`hooks`] (prepare, recover and approval hooks) and [`approval`] (the
+//! POSTs). The state file comes before the approval output, so that an approval attempt is on
+//! disk before its POST leaves. `consume` never waits on the network: an output that does
+//! network I/O or runs programs hands the work to a task of its own, behind a bounded queue whose
+//! overflow is dropped and counted, and reports results back as [`Report`]s, which the loop takes
+//! in at its next poll. Adding an output is one file here and one line in the agent's wiring.
+
+pub mod approval;
+pub mod hooks;
+pub mod log;
+pub mod metrics;
+pub mod spans;
+pub mod state;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use crate::occurrence::{Context, Occurrence, Report};
+
+/// Where outputs that act send what they report back.
+pub type Reports = mpsc::UnboundedSender<Report>;
+
+/// One consumer of the occurrence stream.
+#[async_trait]
+pub trait Output: Send + std::fmt::Debug {
+    /// Takes in one batch of occurrences, without waiting on the network.
+    fn consume(&mut self, context: &Context, occurrences: &[Occurrence]);
+
+    /// Finishes what is pending before the agent exits, within the output's own bound.
+    async fn stop(&mut self, _context: &Context) {}
+}
+
+/// Every output, in wiring order.
+#[derive(Debug, Default)]
+pub struct Outputs(Vec<Box<dyn Output>>);
+
+impl Outputs {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `output` after those already wired.
+    pub fn with(mut self, output: impl Output + 'static) -> Self {
+        self.0.push(Box::new(output));
+        self
+    }
+
+    pub fn consume(&mut self, context: &Context, occurrences: &[Occurrence]) {
+        if occurrences.is_empty() {
+            return;
+        }
+        for output in &mut self.0 {
+            output.consume(context, occurrences);
+        }
+    }
+
+    pub async fn stop(&mut self, context: &Context) {
+        for output in &mut self.0 {
+            output.stop(context).await;
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The state file output: what must survive a restart, written when it changes.
+//!
+//! It folds the document's events (first-seen times, the impact expected for this VM) and every
+//! approval attempt and answer into [`crate::state::State`], then writes the file once per batch
+//! if anything changed. It runs before the approval output, so an attempt is on disk before its
+//! POST leaves; after a restart an attempt found `sending` counts as sent.
+
+use std::sync::Arc;
+
+use crate::approval::Outcome;
+use crate::metrics::Metrics;
+use crate::occurrence::{Context, Occurrence};
+use crate::state::{ApprovalRecord, ApprovalStatus, StateStore};
+use crate::tracker::Tracked;
+
+use super::Output;
+
+#[derive(Debug)]
+pub struct StateFile {
+    store: StateStore,
+    metrics: Arc<Metrics>,
+    /// The document's events as last seen, to work out again which affect this VM once its
+    /// name is known.
+    events: Arc<[Tracked]>,
+}
+
+impl StateFile {
+    pub fn new(store: StateStore, metrics: Arc<Metrics>) -> Self {
+        Self {
+            store,
+            metrics,
+            events: Arc::from([]),
+        }
+    }
+
+    fn observe(&mut self, context: &Context) {
+        self.store.state_mut().observe(
+            context.incarnation,
+            &self.events,
+            context.vm_name(),
+            context.at,
+        );
+    }
+
+    fn set_approval(&mut self, id: &str, status: ApprovalStatus) {
+        if let Some(record) = self.store.state_mut().approvals.get_mut(id) {
+            record.status = status;
+        }
+    }
+}
+
+impl Output for StateFile {
+    fn consume(&mut self, context: &Context, occurrences: &[Occurrence]) {
+        for occurrence in occurrences {
+            match occurrence {
+                Occurrence::Events(events) => {
+                    self.events = Arc::clone(events);
+                    self.observe(context);
+                }
+                Occurrence::VmIdentified { .. } if !self.events.is_empty() => self.observe(context),
+                Occurrence::ApprovalSending {
+                    event, attempts, ..
+                } => {
+                    self.store.state_mut().approvals.insert(
+                        event.id.as_str().to_owned(),
+                        ApprovalRecord {
+                            event_type: event.event_type.as_str().to_owned(),
+                            at: context.at,
+                            status: ApprovalStatus::Sending,
+                            attempts: *attempts,
+                        },
+                    );
+                }
+                Occurrence::Decision(decision) => {
+                    let id = decision.event.id.as_str();
+                    match &decision.outcome {
+                        Outcome::Approved { .. } => self.set_approval(id, ApprovalStatus::Sent),
+                        Outcome::PostFailed { retry_at: None, .. } => {
+                            self.set_approval(id, ApprovalStatus::Rejected)
+                        }
+                        Outcome::PostFailed {
+                            retry_at: Some(_), ..
+                        } => self.set_approval(id, ApprovalStatus::Failed),
+                        Outcome::DryRun { .. }
+                        | Outcome::Waiting { .. }
+                        | Outcome::Skipped(_)
+                        | Outcome::HookStarted(_)
+                        | Outcome::HookFinished(_) => {}
+                    }
+                }
+                Occurrence::Restarted(_)
+                | Occurrence::VmIdentified { .. }
+                | Occurrence::VmUnidentified { .. }
+                | Occurrence::Reachable { .. }
+                | Occurrence::Unreachable { .. }
+                | Occurrence::Incarnation(_)
+                | Occurrence::DuplicateEventId(_)
+                | Occurrence::Transition(_)
+                | Occurrence::EndedWhileDown(_) => {}
+            }
+        }
+        self.store.flush();
+        self.metrics.set_state_up(self.store.is_healthy());
+    }
+}
