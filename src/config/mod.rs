@@ -1,5 +1,6 @@
 //! The agent's settings: the command line ([`flags`]) validated into one [`Config`], the
-//! approval settings and the policy file ([`approval`]), the trace export settings ([`otlp`]).
+//! approval settings and the policy file ([`approval`]), the trace export settings ([`otlp`]),
+//! the listener's limits and the exporter-toolkit web configuration file ([`web`]).
 //! Anything invalid is one line on stderr and exit code 64 (`EX_USAGE`).
 //!
 //! Settings only: this folder imports the domain types it needs and none of the modules that act
