@@ -149,6 +149,35 @@ async fn tls_with_a_private_ca_requires_a_client_certificate_when_configured() -
 }
 
 #[tokio::test]
+async fn require_any_client_cert_takes_a_certificate_of_any_ca_but_needs_one() -> TestResult {
+    let dir = TempDir::new("web-any-cert")?;
+    let ca = Ca::new("agent test CA")?;
+    let (cert, key) = ca
+        .server("agent", &["127.0.0.1"])?
+        .write(&dir.0, "server")?;
+    let flag = web_config(
+        &dir,
+        &format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\n  client_auth_type: RequireAnyClientCert\n",
+            cert.display(),
+            key.display()
+        ),
+    )?;
+    let imds = Imds::start().await?;
+    let agent = Agent::start(&imds, &[&flag]).await?;
+    let url = https(&agent, "/metrics");
+    let stranger = Ca::new("any CA")?.client("anyone")?;
+    let answer = tls_client(&ca.pem(), Some(&stranger))?
+        .get(&url)
+        .send()
+        .await?;
+    assert_eq!(answer.status(), 200);
+    let without = tls_client(&ca.pem(), None)?.get(&url).send().await;
+    assert!(without.is_err(), "no client certificate, yet: {without:?}");
+    agent.stop().await
+}
+
+#[tokio::test]
 async fn basic_auth_admits_the_right_password_only() -> TestResult {
     let dir = TempDir::new("web-auth")?;
     let hash = bcrypt::hash("s3cret", 6)?;

@@ -9,7 +9,7 @@
 //! (logged) until it is fixed, and the agent keeps polling.
 //!
 //! Supported keys: `tls_server_config` (`cert_file`, `key_file`, `client_ca_file`,
-//! `client_auth_type`, `min_version`, `max_version`) and `basic_auth_users` (bcrypt hashes, as
+//! `client_auth_type` with all five of the toolkit's values, `min_version`, `max_version`) and `basic_auth_users` (bcrypt hashes, as
 //! `htpasswd -nBC 10 user` writes them). Any other key the toolkit knows is refused by name
 //! rather than silently ignored: a setting that is not applied must not look applied.
 
@@ -144,6 +144,8 @@ struct TlsFile {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ClientAuth {
     NoClientCert,
+    RequestClientCert,
+    RequireAnyClientCert,
     VerifyClientCertIfGiven,
     RequireAndVerifyClientCert,
 }
@@ -152,13 +154,12 @@ impl ClientAuth {
     fn parse(text: Option<&str>) -> Result<Self, String> {
         match text.unwrap_or("") {
             "" | "NoClientCert" => Ok(Self::NoClientCert),
+            "RequestClientCert" => Ok(Self::RequestClientCert),
+            "RequireAnyClientCert" => Ok(Self::RequireAnyClientCert),
             "VerifyClientCertIfGiven" => Ok(Self::VerifyClientCertIfGiven),
             "RequireAndVerifyClientCert" => Ok(Self::RequireAndVerifyClientCert),
-            value @ ("RequestClientCert" | "RequireAnyClientCert") => Err(format!(
-                "client_auth_type {value} accepts certificates that no CA signed and is not supported: use VerifyClientCertIfGiven or RequireAndVerifyClientCert with client_ca_file"
-            )),
             other => Err(format!(
-                "client_auth_type {other:?} is not one of NoClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert"
+                "client_auth_type {other:?} is not one of NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert"
             )),
         }
     }
@@ -411,6 +412,12 @@ fn server_config(tls: &TlsFile, sources: &Sources) -> Result<ServerConfig, Strin
         .map_err(|e| e.to_string())?;
     let builder = match (auth, sources.client_ca.is_empty()) {
         (ClientAuth::NoClientCert, true) => builder.with_no_client_auth(),
+        // Go checks no CA for these two, whatever client_ca_file says: neither does this.
+        (ClientAuth::RequestClientCert | ClientAuth::RequireAnyClientCert, _) => builder
+            .with_client_cert_verifier(Arc::new(AnyClientCert {
+                mandatory: auth == ClientAuth::RequireAnyClientCert,
+                algorithms: provider.signature_verification_algorithms,
+            })),
         (ClientAuth::NoClientCert, false) => {
             return Err(
                 "client_ca_file is set but client_auth_type is not: set it to VerifyClientCertIfGiven or RequireAndVerifyClientCert".into(),
@@ -442,6 +449,60 @@ fn server_config(tls: &TlsFile, sources: &Sources) -> Result<ServerConfig, Strin
         .map_err(|e| format!("cert_file and key_file: {e}"))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// Go's `RequestClientCert` and `RequireAnyClientCert`: a client certificate is asked for (the
+/// latter requires one) but checked against no CA. The handshake still proves that the client
+/// holds the certificate's key.
+#[derive(Debug)]
+struct AnyClientCert {
+    mandatory: bool,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl rustls::server::danger::ClientCertVerifier for AnyClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.mandatory
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
 }
 
 #[cfg(test)]
@@ -490,9 +551,9 @@ mod tests {
             ClientAuth::parse(Some("RequireAndVerifyClientCert")),
             Ok(ClientAuth::RequireAndVerifyClientCert)
         );
-        assert!(
-            ClientAuth::parse(Some("RequireAnyClientCert"))
-                .is_err_and(|e| e.contains("not supported"))
+        assert_eq!(
+            ClientAuth::parse(Some("RequireAnyClientCert")),
+            Ok(ClientAuth::RequireAnyClientCert)
         );
         assert!(ClientAuth::parse(Some("Always")).is_err());
     }
