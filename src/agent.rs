@@ -19,9 +19,9 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
-use crate::approval;
 use crate::boot;
 use crate::config::Config;
+use crate::config::approval::Mode;
 use crate::health::Health;
 use crate::imds::{ImdsClient, ImdsError, Operation};
 use crate::metrics::Metrics;
@@ -101,7 +101,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
             compute: None,
         },
     )?;
-    if config.approval.mode != approval::Mode::Off {
+    if config.approval.mode != Mode::Off {
         let approval = &config.approval;
         tracing::info!(
             mode = approval.mode.as_str(),
@@ -124,22 +124,19 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
     }
     outputs = outputs.with(StateFile::new(store, Arc::clone(&metrics)));
     let approval = &config.approval;
-    if approval.mode != approval::Mode::Off
+    if approval.mode != Mode::Off
         || approval.prepare_hook.is_some()
         || approval.recover_hook.is_some()
     {
         outputs = outputs.with(Hooks::new(
-            approval
-                .hook
-                .clone()
-                .filter(|_| approval.mode == approval::Mode::On),
+            approval.hook.clone(),
             approval.prepare_hook.clone(),
             approval.recover_hook.clone(),
             approval.hook_timeout,
             reports_tx.clone(),
         ));
     }
-    if approval.mode == approval::Mode::On {
+    if approval.mode == Mode::On {
         outputs = outputs.with(Approval::start(
             client.clone(),
             config.imds_timeout,

@@ -8,7 +8,8 @@
 use chrono::{DateTime, Utc};
 
 use crate::approval::decide::{Decided, Decider};
-use crate::approval::{ApprovalConfig, Decision, HookKind, Outcome};
+use crate::approval::{Decision, HookKind, Outcome};
+use crate::config::approval::ApprovalConfig;
 use crate::event::{Affects, Document, Event};
 use crate::imds::ImdsError;
 use crate::monitor::Monitor;
