@@ -154,6 +154,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         observer,
         outputs,
         reports,
+        last_document: Vec::new(),
         compute_read: false,
         instance_failures: 0,
         next_instance_read: Instant::now(),
@@ -228,6 +229,8 @@ struct Poller {
     reports: mpsc::UnboundedReceiver<Report>,
     /// This VM's name in `Resources`: `--vm.name`, else `compute.name`.
     vm_name: Option<Arc<str>>,
+    /// The body of the last valid document, to tell an unchanged one without parsing it.
+    last_document: Vec<u8>,
     compute_read: bool,
     instance_failures: u64,
     next_instance_read: Instant,
@@ -316,7 +319,7 @@ impl Poller {
         );
         let result = self
             .client
-            .scheduled_events(self.poll_timeout())
+            .scheduled_events(self.poll_timeout(), &mut self.last_document)
             .instrument(span.clone())
             .await;
         if !span.is_disabled() {
