@@ -36,6 +36,7 @@ use crate::output::spans::Spans;
 use crate::output::state::StateFile;
 use crate::server::{self, Endpoints};
 use crate::state::{Opened, StateStore};
+use crate::systemd::Systemd;
 use crate::telemetry::{Telemetry, VmIdentity};
 
 /// How often instance metadata is asked for again while it cannot be read.
@@ -159,6 +160,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         instance_failures: 0,
         next_instance_read: Instant::now(),
         backoff_exponent: 0,
+        systemd: Systemd::from_env(),
     };
     poller.dispatch(Utc::now(), vec![Occurrence::Restarted(restart)]);
 
@@ -173,6 +175,8 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         endpoints,
         until_stopped(stopped.clone()),
     ));
+    poller.systemd.ready();
+    poller.systemd.start_watchdog(Arc::clone(&poller.health));
     let poller = tokio::spawn(poller.run(stopped));
     Ok(RunningAgent {
         address,
@@ -235,6 +239,7 @@ struct Poller {
     instance_failures: u64,
     next_instance_read: Instant,
     backoff_exponent: u32,
+    systemd: Systemd,
 }
 
 impl Poller {
@@ -245,6 +250,7 @@ impl Poller {
             timeout = ?self.config.imds_first_timeout,
             "waiting for the first scheduled-events document: Azure enables the service on the first request and can take up to 2 minutes to answer it"
         );
+        self.tell_systemd(None);
         let stop = until_stopped(stopped);
         tokio::pin!(stop);
         loop {
@@ -255,11 +261,15 @@ impl Poller {
             }
             tokio::select! {
                 () = &mut stop => break,
-                backoff = self.step() => if let Some(delay) = backoff {
-                    ticks.reset_after(delay);
+                backoff = self.step() => {
+                    if let Some(delay) = backoff {
+                        ticks.reset_after(delay);
+                    }
+                    self.tell_systemd(backoff);
                 }
             }
         }
+        self.systemd.stopping();
         let context = self.context(Utc::now());
         self.outputs.stop(&context).await;
     }
@@ -277,6 +287,36 @@ impl Poller {
     fn dispatch(&mut self, at: chrono::DateTime<Utc>, occurrences: Vec<Occurrence>) {
         let context = self.context(at);
         self.outputs.consume(&context, &occurrences);
+    }
+
+    /// Tells systemd, when it listens, what the loop is doing or waiting for.
+    fn tell_systemd(&mut self, backoff: Option<Duration>) {
+        if self.systemd.is_listening() {
+            let status = self.status(backoff);
+            self.systemd.status(status);
+        }
+    }
+
+    /// What the loop is doing or waiting for, in one line.
+    fn status(&self, backoff: Option<Duration>) -> String {
+        let monitor = self.observer.monitor();
+        let next = backoff.map_or_else(String::new, |delay| {
+            format!("; IMDS asked to slow down, next poll in {delay:?}")
+        });
+        match (monitor.is_up(), monitor.last_success()) {
+            (true, _) => format!(
+                "polling every {:?}: {} events in the document",
+                self.config.poll_interval,
+                monitor.tracker().events().len()
+            ),
+            (false, None) => format!(
+                "waiting for the first scheduled-events document (Azure can take 2 minutes to enable the service){next}"
+            ),
+            (false, Some(at)) => format!(
+                "IMDS unreachable, last document at {}: events kept as they were{next}",
+                at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        }
     }
 
     /// Tells the health endpoint the longest the next wait plus step can take.

@@ -33,6 +33,7 @@ pub(crate) mod response;
 pub(crate) mod server;
 pub mod simulator;
 pub mod state;
+pub(crate) mod systemd;
 pub mod telemetry;
 pub mod trace_id;
 pub mod tracker;
