@@ -47,6 +47,13 @@ local g = import 'grafana.libsonnet';
   local traced(expr) = 'label_replace(\n%s,\n"trace_id", "$1$2$3$4$5", "event_id", "%s")' % [expr, guid],
 
   local affects = ['affects_this_vm="true"'],
+  // 1 for each VM and event seen Started during the time range, 0 for those only seen Scheduled.
+  local started(matchers) =
+    'max by (%(on)s) (\n  max_over_time(%(started)s[$__range])\n  or on (%(on)s)\n  max_over_time(%(any)s[$__range]) * 0\n)' % {
+      on: by(q.vm + ['event_id']),
+      started: s('azure_scheduled_events_event_info', matchers + ['event_status="Started"']),
+      any: s('azure_scheduled_events_event_info', matchers),
+    },
   local eventLabels = ['event_id', 'event_type', 'event_source'],
   // VMs facing `types` with NotBefore within impactSoonSeconds, passed, unknown or Started.
   local soon(types) =
@@ -178,12 +185,12 @@ local g = import 'grafana.libsonnet';
           local seen = traced(filtered(join('max by (%s) (last_over_time(%s[$__range]))' % [by(q.vm + eventLabels), s('azure_scheduled_events_event_info', affects)], ['event_id'], ['vm_name', cap])));
           [
             g.target(seen, 'A', instant=true, table=true),
-            g.target('%s\n* on (%s, event_id) group_left ()\nmax by (%s, event_id) (max_over_time(%s[$__range]))' % [seen, vm, vm, s('azure_scheduled_events_event_info', affects + ['event_status="Started"'])], 'B', instant=true, table=true),
+            g.target('%s\n* on (%s, event_id) group_left ()\n%s' % [seen, vm, started(affects)], 'B', instant=true, table=true),
             g.target('%s\n* on (%s, event_id) group_left ()\nmax by (%s, event_id) (last_over_time(%s[$__range])) * 1000' % [seen, vm, vm, s('azure_scheduled_events_event_not_before_timestamp_seconds')], 'C', instant=true, table=true),
           ],
           clusterColumn + [['vm_name', 'VM'], [cap, 'Scale set'], ['event_type', 'Type'], ['event_source', 'Source'], ['Value #B', 'Started'], ['Value #C', 'NotBefore'], ['event_id', 'event_id'], ['trace_id', 'trace_id'], ['instance', 'Instance'], ['Value #A', 'Value #A']],
           overrides=[
-            ['Started', [{ id: 'mappings', value: [{ type: 'value', options: { '1': { text: 'yes', index: 0 } } }] }]],
+            ['Started', [{ id: 'mappings', value: [{ type: 'value', options: { '0': { text: 'no', index: 0 }, '1': { text: 'yes', index: 1 } } }] }]],
             ['NotBefore', g.unit('dateTimeAsIso')],
             ['Value #A', [{ id: 'custom.hidden', value: true }]],
             eventColumn,
@@ -196,7 +203,7 @@ local g = import 'grafana.libsonnet';
         g.table(
           'Maintenance waves',
           'Azure gives every host operation its own EventId, so one wave of maintenance across a %(name)s is many EventIds of the same type and source seen within %(w)s. Per cluster, %(name)s, type and source: the EventIds and the VMs they name in the last %(w)s.' % { name: c.capacityName, w: c.waveWindow },
-          local wave = filtered('max by (%s) (last_over_time(%s[%s]))\n* on (%s) group_left (%s)\n%s' % [by(q.vm + eventLabels), s('azure_scheduled_events_event_info', affects), c.waveWindow, vm, cap, q.vmInfo([cap], lookback, matchers)]);
+          local wave = filtered('max by (%s) (last_over_time(%s[%s]))\n* on (%s) group_left (%s)\n%s' % [by(q.vm + eventLabels), s('azure_scheduled_events_event_info', affects), c.waveWindow, vm, cap, q.vmInfo([cap], lookback, matchers + ['%s!=""' % cap])]);
           [
             g.target('count by (%s) (count by (%s) (%s))' % [by(q.group + ['event_type', 'event_source']), by(q.group + eventLabels), wave], 'A', instant=true, table=true),
             g.target('count by (%s) (count by (%s) (%s))' % [by(q.group + ['event_type', 'event_source']), by(q.vm + [cap, 'event_type', 'event_source']), wave], 'B', instant=true, table=true),
@@ -207,7 +214,7 @@ local g = import 'grafana.libsonnet';
           h=8,
         ),
         g.timeseries('EventIds per scale set and type within %s' % c.waveWindow, 'A rise across many EventIds is a wave of maintenance going through a %s.' % c.capacityName,
-                     [g.target('count by (%s) (count by (%s) (%s))' % [by(q.group + ['event_type']), by(q.group + ['event_id', 'event_type']), filtered('max by (%s) (last_over_time(%s[%s]))\n* on (%s) group_left (%s)\n%s' % [by(q.vm + eventLabels), s('azure_scheduled_events_event_info', affects), c.waveWindow, vm, cap, q.vmInfo([cap], lookback, matchers)])],
+                     [g.target('count by (%s) (count by (%s) (%s))' % [by(q.group + ['event_type']), by(q.group + ['event_id', 'event_type']), filtered('max by (%s) (last_over_time(%s[%s]))\n* on (%s) group_left (%s)\n%s' % [by(q.vm + eventLabels), s('azure_scheduled_events_event_info', affects), c.waveWindow, vm, cap, q.vmInfo([cap], lookback, matchers + ['%s!=""' % cap])])],
                                legend=legendCluster + '{{%s}} {{event_type}}' % cap)],
                      w=14),
 
@@ -284,13 +291,13 @@ local g = import 'grafana.libsonnet';
           'Every VM that saw the event during the time range, with its placement, whether it started there, its last NotBefore and DurationInSeconds.',
           [
             g.target(seen, 'A', instant=true, table=true),
-            g.target('%s\n* on (%s, event_id) group_left ()\nmax by (%s, event_id) (max_over_time(%s[$__range]))' % [seen, vm, vm, s('azure_scheduled_events_event_info', eid + ['event_status="Started"'])], 'B', instant=true, table=true),
+            g.target('%s\n* on (%s, event_id) group_left ()\n%s' % [seen, vm, started(eid)], 'B', instant=true, table=true),
             g.target('%s\n* on (%s, event_id) group_left ()\nmax by (%s, event_id) (last_over_time(%s[$__range])) * 1000' % [seen, vm, vm, s('azure_scheduled_events_event_not_before_timestamp_seconds', eid)], 'C', instant=true, table=true),
             g.target('%s\n* on (%s, event_id) group_left ()\nmax by (%s, event_id) (last_over_time(%s[$__range]))' % [seen, vm, vm, s('azure_scheduled_events_event_duration_seconds', eid)], 'D', instant=true, table=true),
           ],
           clusterColumn + [['vm_name', 'VM'], ['Value #B', 'Started'], ['Value #C', 'NotBefore'], ['Value #D', 'Duration'], [cap, 'Scale set'], ['zone', 'Zone'], ['platform_fault_domain', 'Fault domain'], ['platform_update_domain', 'Update domain'], ['trace_id', 'trace_id'], ['instance', 'Instance'], ['Value #A', 'Value #A']],
           overrides=[
-            ['Started', [{ id: 'mappings', value: [{ type: 'value', options: { '1': { text: 'yes', index: 0 } } }] }]],
+            ['Started', [{ id: 'mappings', value: [{ type: 'value', options: { '0': { text: 'no', index: 0 }, '1': { text: 'yes', index: 1 } } }] }]],
             ['NotBefore', g.unit('dateTimeAsIso')],
             durationColumn('Duration'),
             ['Value #A', [{ id: 'custom.hidden', value: true }]],
