@@ -187,7 +187,14 @@
 
   // A table merging instant table queries: `columns` is a list of [field, header] in display
   // order; fields not listed are hidden. `overrides` by header.
-  table(title, description, targets, columns, overrides=[], sortBy=null, w=24, h=10):: {
+  table(title, description, targets, allColumns, overrides=[], sortBy=null, w=24, h=10)::
+    // A field listed twice (capacityLabel may be one of the other columns) shows once.
+    local columns = std.foldl(
+      function(kept, column) if std.member([k[0] for k in kept], column[0]) then kept else kept + [column],
+      allColumns,
+      [],
+    );
+    {
     type: 'table',
     title: title,
     description: description,

@@ -4,9 +4,11 @@
   new(config):: {
     local c = config,
     local nonEmpty(list) = std.filter(function(l) l != '', list),
+    // The first occurrence of each name, in order.
+    local unique(list) = std.foldl(function(seen, l) if std.member(seen, l) then seen else seen + [l], list, []),
 
-    // 'a, b, c' from a list, skipping empty names.
-    list(labels):: std.join(', ', nonEmpty(labels)),
+    // 'a, b, c' from a list, skipping empty and repeated names.
+    list(labels):: std.join(', ', unique(nonEmpty(labels))),
 
     // The labels that identify one VM's agent.
     vm:: nonEmpty([c.clusterLabel] + c.vmLabels),
