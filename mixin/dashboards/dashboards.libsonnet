@@ -308,11 +308,11 @@ local g = import 'grafana.libsonnet';
         g.stateTimeline(
           'Status per VM',
           'The event as each VM saw it: Scheduled, Started, or nothing (not in its document, or the agent was not scraped).',
-          [g.target(join('2 * max by (%(vm)s) (%(started)s)\nor on (%(vm)s)\nmax by (%(vm)s) (%(scheduled)s)' % {
+          [g.target(filtered(join('2 * max by (%(vm)s) (%(started)s)\nor on (%(vm)s)\nmax by (%(vm)s) (%(scheduled)s)' % {
             vm: vm,
             started: s('azure_scheduled_events_event_info', eid + ['event_status="Started"']),
             scheduled: s('azure_scheduled_events_event_info', eid + ['event_status="Scheduled"']),
-          }, [], ['vm_name']) + '\nand on (%s) %s' % [vm, vmFilter], legend=legendCluster + '{{vm_name}} {{instance}}')],
+          }, [], ['vm_name'])), legend=legendCluster + '{{vm_name}} {{instance}}')],
           [[1, 'Scheduled', 'blue'], [2, 'Started', 'orange']],
         ),
         g.timeseries('Countdown per VM', 'NotBefore minus now, on each VM.',
