@@ -506,6 +506,20 @@ fn rendered_rules(config: &str, dir: &Path) -> Result<Vec<ops::Alert>, Error> {
     ops::alerts_in(&dir.join("alerts/azure-scheduled-events.yml"))
 }
 
+/// `values` with the variable `name` set to `value`.
+fn set<'a, const N: usize>(
+    mut values: [(&'a str, &'a str); N],
+    name: &str,
+    value: &'a str,
+) -> [(&'a str, &'a str); N] {
+    for (variable, old) in &mut values {
+        if *variable == name {
+            *old = value;
+        }
+    }
+    values
+}
+
 fn label<'a>(labels: &'a Value, name: &str) -> &'a str {
     labels[name].as_str().unwrap_or_default()
 }
@@ -920,8 +934,7 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         }
     }
     // The location variable narrows to the VMs there: east's are in eastus.
-    let mut in_eastus = values(".*");
-    in_eastus[1] = ("location", "eastus");
+    let in_eastus = set(values(".*"), "location", "eastus");
     let expr = ops::substitute(
         &panel("fleet-overview.json", "VMs with a pending event", "A")?,
         &in_eastus,
@@ -949,8 +962,7 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         trace_id.clone(),
         typed.clone(),
     ] {
-        let mut with = values(".*");
-        with[6] = ("event", pasted.as_str());
+        let with = set(values(".*"), "event", &pasted);
         let expr = ops::substitute(&normalise, &with)?;
         let ids: BTreeSet<String> = prometheus
             .query(&expr)
