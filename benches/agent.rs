@@ -1,9 +1,12 @@
 //! The agent as it runs: CPU time per poll and memory while polling a simulated IMDS at 50 Hz,
-//! next to a bare GET+parse loop measured in the same run, then `/metrics` latency under
-//! concurrent scrapes, and the size of the binary.
+//! next to the floor, a bare GET+parse loop measured in the same run, then `/metrics` latency
+//! under concurrent scrapes, and the size of the binary.
 //!
-//! The simulator and the agent are the built binary, each in its own process on 127.0.0.1, so the
-//! bench process runs nothing else while it measures its own bare loop. CPU time is the sum of
+//! The simulator and the agent are the built binary, each in its own process on 127.0.0.1. The
+//! floor is this bench re-run as `--floor URL` in a process of its own, measured exactly as the
+//! agent is: a single-threaded tokio runtime, a reqwest client with no proxy and a 5 s timeout,
+//! `GET` with `Metadata: true`, the body parsed into a `serde_json::Value`, nothing else; its
+//! polls are the GETs the simulator counted in the window. CPU time is the sum of
 //! every thread's `/proc/<pid>/task/<tid>/schedstat` run time (nanoseconds; `utime + stime` from
 //! `/proc/<pid>/stat` is printed as a cross-check, but at 100 ticks per second it is too coarse for
 //! a window of a few hundred milliseconds of CPU). Memory is `VmRSS` and `VmHWM` from
@@ -28,8 +31,6 @@ use std::net::{SocketAddr, TcpListener};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use azure_scheduled_events_exporter::wire::ScheduledEventsDocument;
-use reqwest::header::{HeaderMap, HeaderValue};
 use tokio::time::{Instant, MissedTickBehavior};
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
@@ -71,7 +72,18 @@ macro_rules! say {
     };
 }
 
+/// The argument that makes this bench the floor's poll loop.
+const FLOOR: &str = "--floor";
+
 fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(url) = args
+        .iter()
+        .position(|arg| arg == FLOOR)
+        .and_then(|i| args.get(i + 1))
+    {
+        return floor(url);
+    }
     let plan = if std::env::args().any(|arg| arg == "--bench") {
         &FULL
     } else {
@@ -133,8 +145,8 @@ async fn run(plan: &Plan) -> Result<()> {
     let events_url =
         format!("http://{sim_address}/metadata/scheduledevents?api-version=2020-07-01");
 
-    // The bare loop first, while the agent does not exist yet: nothing else runs in this process.
-    let bare = bare_loop(&events_url, plan).await?;
+    // The floor first, while the agent does not exist yet.
+    let bare = floor_window(&control, &sim_address, &events_url, plan).await?;
 
     let agent_address = free_port()?;
     let agent = Process::spawn(
@@ -191,7 +203,7 @@ async fn run(plan: &Plan) -> Result<()> {
         header[5],
         header[6]
     );
-    for (name, window) in [("bare loop", &bare), ("agent", &agent_window)] {
+    for (name, window) in [("floor", &bare), ("agent", &agent_window)] {
         say!(
             "{name:<10} {:>6} {:>8.1} {:>12.0} {:>9.2}% {:>6} {:>14.0}",
             window.polls,
@@ -203,7 +215,7 @@ async fn run(plan: &Plan) -> Result<()> {
         );
     }
     say!(
-        "agent / bare loop CPU per poll: {:.2}x (target at most 1.5x)",
+        "agent / floor CPU per poll: {:.2}x (target at most 1.5x, then 1.25x)",
         agent_window.ns_per_poll() / bare.ns_per_poll()
     );
     say!(
@@ -402,48 +414,73 @@ impl Window {
 
 /// GETs the document at 50 Hz and parses each body into the wire structs, as plainly as reqwest
 /// and serde allow, with the same client settings as the agent.
-async fn bare_loop(url: &str, plan: &Plan) -> Result<Window> {
-    let mut headers = HeaderMap::new();
-    headers.insert("Metadata", HeaderValue::from_static("true"));
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .redirect(reqwest::redirect::Policy::none())
-        .default_headers(headers)
-        .pool_max_idle_per_host(1)
-        .build()?;
-    let mut ticks = tokio::time::interval(POLL_INTERVAL);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let warm = Instant::now() + plan.warm_up;
-    while Instant::now() < warm {
-        ticks.tick().await;
-        get_and_parse(&client, url).await?;
-    }
-    let before = Cpu::of("self")?;
+/// Runs the floor as a process of its own and measures it over one window.
+async fn floor_window(
+    control: &reqwest::Client,
+    sim_address: &SocketAddr,
+    url: &str,
+    plan: &Plan,
+) -> Result<Window> {
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .args([FLOOR, url])
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let mut child = command.spawn()?;
+    let pid = child.id().to_string();
+    let state_url = format!("http://{sim_address}/control/state");
+    let requests = || async {
+        let body = control.get(&state_url).send().await?.bytes().await?;
+        let state: serde_json::Value = serde_json::from_slice(&body)?;
+        state["requests"]
+            .as_u64()
+            .ok_or_else(|| Box::<dyn Error>::from("no request count in /control/state"))
+    };
+    tokio::time::sleep(plan.warm_up).await;
+    let before = (requests().await?, Cpu::of(&pid)?);
     let started = Instant::now();
-    let mut polls = 0;
-    while started.elapsed() < plan.window {
-        ticks.tick().await;
-        get_and_parse(&client, url).await?;
-        polls += 1;
-    }
-    let cpu = Cpu::of("self")?.since(&before);
+    tokio::time::sleep(plan.window).await;
+    let cpu = Cpu::of(&pid)?.since(&before.1);
+    let elapsed = started.elapsed();
+    let polls = requests().await?.saturating_sub(before.0);
+    let _ = child.kill();
+    let _ = child.wait();
     Ok(Window {
         polls,
-        elapsed: started.elapsed(),
+        elapsed,
         cpu,
     })
 }
 
-async fn get_and_parse(client: &reqwest::Client, url: &str) -> Result<usize> {
-    let body = client
-        .get(url)
-        .send()
-        .await?
-        .error_for_status()?
-        .bytes()
-        .await?;
-    let document: ScheduledEventsDocument = serde_json::from_slice(&body)?;
-    Ok(black_box(document).events.len())
+/// The floor's loop, until killed.
+fn floor(url: &str) -> Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            let client = reqwest::Client::builder()
+                .no_proxy()
+                .timeout(Duration::from_secs(5))
+                .build()?;
+            let mut ticks = tokio::time::interval(POLL_INTERVAL);
+            ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            let mut events = 0usize;
+            loop {
+                ticks.tick().await;
+                let body = client
+                    .get(url)
+                    .header("Metadata", "true")
+                    .send()
+                    .await?
+                    .bytes()
+                    .await?;
+                let value: serde_json::Value = serde_json::from_slice(&body)?;
+                events += value["Events"].as_array().map_or(0, Vec::len);
+                black_box(events);
+            }
+        })
 }
 
 /// `clients` tasks scraping `url` back to back for `phase`; the latency of every scrape.

@@ -19,9 +19,9 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
-use crate::approval;
 use crate::boot;
 use crate::config::Config;
+use crate::config::approval::Mode;
 use crate::health::Health;
 use crate::imds::{ImdsClient, ImdsError, Operation};
 use crate::metrics::{Families, Metrics};
@@ -36,6 +36,7 @@ use crate::output::spans::Spans;
 use crate::output::state::StateFile;
 use crate::server::Endpoints;
 use crate::state::{Opened, StateStore};
+use crate::systemd::Systemd;
 use crate::telemetry::{Telemetry, VmIdentity};
 
 /// How often instance metadata is asked for again while it cannot be read.
@@ -62,7 +63,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningAgent> {
 pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<RunningAgent> {
     let policy = &config.approval;
     let families = Families {
-        approval: policy.mode != approval::Mode::Off,
+        approval: policy.mode != Mode::Off,
         hooks: policy.hook.is_some()
             || policy.prepare_hook.is_some()
             || policy.recover_hook.is_some(),
@@ -114,7 +115,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
             compute: None,
         },
     )?;
-    if config.approval.mode != approval::Mode::Off {
+    if config.approval.mode != Mode::Off {
         let approval = &config.approval;
         tracing::info!(
             mode = approval.mode.as_str(),
@@ -137,22 +138,19 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
     }
     outputs = outputs.with(StateFile::new(store, Arc::clone(&metrics)));
     let approval = &config.approval;
-    if approval.mode != approval::Mode::Off
+    if approval.mode != Mode::Off
         || approval.prepare_hook.is_some()
         || approval.recover_hook.is_some()
     {
         outputs = outputs.with(Hooks::new(
-            approval
-                .hook
-                .clone()
-                .filter(|_| approval.mode == approval::Mode::On),
+            approval.hook.clone(),
             approval.prepare_hook.clone(),
             approval.recover_hook.clone(),
             approval.hook_timeout,
             reports_tx.clone(),
         ));
     }
-    if approval.mode == approval::Mode::On {
+    if approval.mode == Mode::On {
         outputs = outputs.with(Approval::start(
             client.clone(),
             config.imds_timeout,
@@ -170,10 +168,12 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         observer,
         outputs,
         reports,
+        last_document: Vec::new(),
         compute_read: false,
         instance_failures: 0,
         next_instance_read: Instant::now(),
         backoff_exponent: 0,
+        systemd: Systemd::from_env(),
     };
     poller.dispatch(Utc::now(), vec![Occurrence::Restarted(restart)]);
 
@@ -189,6 +189,8 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         poller.config.web.clone(),
         until_stopped(stopped.clone()),
     ));
+    poller.systemd.ready();
+    poller.systemd.start_watchdog(Arc::clone(&poller.health));
     let poller = tokio::spawn(poller.run(stopped));
     Ok(RunningAgent {
         address,
@@ -245,10 +247,13 @@ struct Poller {
     reports: mpsc::UnboundedReceiver<Report>,
     /// This VM's name in `Resources`: `--vm.name`, else `compute.name`.
     vm_name: Option<Arc<str>>,
+    /// The body of the last valid document, to tell an unchanged one without parsing it.
+    last_document: Vec<u8>,
     compute_read: bool,
     instance_failures: u64,
     next_instance_read: Instant,
     backoff_exponent: u32,
+    systemd: Systemd,
 }
 
 impl Poller {
@@ -259,6 +264,7 @@ impl Poller {
             timeout = ?self.config.imds_first_timeout,
             "waiting for the first scheduled-events document: Azure enables the service on the first request and can take up to 2 minutes to answer it"
         );
+        self.tell_systemd(None);
         let stop = until_stopped(stopped);
         tokio::pin!(stop);
         loop {
@@ -269,11 +275,15 @@ impl Poller {
             }
             tokio::select! {
                 () = &mut stop => break,
-                backoff = self.step() => if let Some(delay) = backoff {
-                    ticks.reset_after(delay);
+                backoff = self.step() => {
+                    if let Some(delay) = backoff {
+                        ticks.reset_after(delay);
+                    }
+                    self.tell_systemd(backoff);
                 }
             }
         }
+        self.systemd.stopping();
         let context = self.context(Utc::now());
         self.outputs.stop(&context).await;
     }
@@ -291,6 +301,36 @@ impl Poller {
     fn dispatch(&mut self, at: chrono::DateTime<Utc>, occurrences: Vec<Occurrence>) {
         let context = self.context(at);
         self.outputs.consume(&context, &occurrences);
+    }
+
+    /// Tells systemd, when it listens, what the loop is doing or waiting for.
+    fn tell_systemd(&mut self, backoff: Option<Duration>) {
+        if self.systemd.is_listening() {
+            let status = self.status(backoff);
+            self.systemd.status(status);
+        }
+    }
+
+    /// What the loop is doing or waiting for, in one line.
+    fn status(&self, backoff: Option<Duration>) -> String {
+        let monitor = self.observer.monitor();
+        let next = backoff.map_or_else(String::new, |delay| {
+            format!("; IMDS asked to slow down, next poll in {delay:?}")
+        });
+        match (monitor.is_up(), monitor.last_success()) {
+            (true, _) => format!(
+                "polling every {:?}: {} events in the document",
+                self.config.poll_interval,
+                monitor.tracker().events().len()
+            ),
+            (false, None) => format!(
+                "waiting for the first scheduled-events document (Azure can take 2 minutes to enable the service){next}"
+            ),
+            (false, Some(at)) => format!(
+                "IMDS unreachable, last document at {}: events kept as they were{next}",
+                at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        }
     }
 
     /// Tells the health endpoint the longest the next wait plus step can take.
@@ -333,7 +373,7 @@ impl Poller {
         );
         let result = self
             .client
-            .scheduled_events(self.poll_timeout())
+            .scheduled_events(self.poll_timeout(), &mut self.last_document)
             .instrument(span.clone())
             .await;
         if !span.is_disabled() {

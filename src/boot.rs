@@ -9,7 +9,6 @@
 
 use std::path::Path;
 
-pub use crate::config::DEFAULT_BOOT_ID_FILE;
 use crate::state::{Impact, State};
 
 /// How this start of the agent relates to the previous one.

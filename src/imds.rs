@@ -140,6 +140,13 @@ impl From<DocumentError> for ImdsError {
     }
 }
 
+/// A valid scheduled-events document, or the news that it is byte for byte the last one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Polled {
+    Changed(Document),
+    Unchanged,
+}
+
 /// A client for one IMDS base URL.
 #[derive(Debug, Clone)]
 pub struct ImdsClient {
@@ -177,10 +184,20 @@ impl ImdsClient {
         &self.events_url
     }
 
-    /// Reads the scheduled-events document.
-    pub async fn scheduled_events(&self, timeout: Duration) -> Result<Document, ImdsError> {
+    /// Reads the scheduled-events document. `last` holds the body of the last valid document:
+    /// the same bytes again (nearly every poll) are [`Polled::Unchanged`] and not parsed again.
+    pub async fn scheduled_events(
+        &self,
+        timeout: Duration,
+        last: &mut Vec<u8>,
+    ) -> Result<Polled, ImdsError> {
         let body = self.get(&self.events_url, timeout).await?;
-        Ok(Document::from_json(&body)?)
+        if body == *last {
+            return Ok(Polled::Unchanged);
+        }
+        let document = Document::from_json(&body)?;
+        *last = body;
+        Ok(Polled::Changed(document))
     }
 
     /// Reads the `compute` section of instance metadata.

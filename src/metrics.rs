@@ -16,8 +16,9 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::approval::{Decision, HookFailure, HookKind, Mode, Outcome};
+use crate::approval::{Decision, HookFailure, HookKind, Outcome};
 pub use crate::config::EventSeries;
+use crate::config::approval::Mode;
 use crate::event::{Affects, Event, EventStatus, EventType};
 use crate::imds::{ImdsError, Operation};
 use crate::tracker::Transition;

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use crate::event::Document;
-use crate::imds::ImdsError;
+use crate::imds::{ImdsError, Polled};
 use crate::occurrence::Occurrence;
 use crate::tracker::{IncarnationChange, Tracked, Tracker};
 
@@ -70,12 +69,12 @@ impl Monitor {
     /// Takes in one poll's outcome, read at `now`.
     pub fn observe(
         &mut self,
-        outcome: Result<Document, &ImdsError>,
+        outcome: Result<Polled, &ImdsError>,
         now: DateTime<Utc>,
     ) -> Vec<Occurrence> {
         match outcome {
             Err(error) => self.failed(error, now).into_iter().collect(),
-            Ok(document) => {
+            Ok(polled) => {
                 let mut changes = Vec::new();
                 match self.reachability {
                     Reachability::Reachable => {}
@@ -95,6 +94,11 @@ impl Monitor {
                 }
                 self.reachability = Reachability::Reachable;
                 self.last_success = Some(now);
+                // The same bytes as the last valid document change nothing: the tracker is a
+                // function of the documents alone.
+                let Polled::Changed(document) = polled else {
+                    return changes;
+                };
                 let observation = self.tracker.observe(document, now);
                 let events_changed = !observation.transitions.is_empty()
                     || observation.incarnation != IncarnationChange::Unchanged;
@@ -153,7 +157,7 @@ impl Monitor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::DocumentIncarnation;
+    use crate::event::{Document, DocumentIncarnation};
     use crate::tracker::Transition;
     use chrono::TimeZone;
 
@@ -163,8 +167,8 @@ mod tests {
             .unwrap_or_default()
     }
 
-    fn doc(json: &str) -> Document {
-        Document::from_json(json.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
+    fn doc(json: &str) -> Polled {
+        Polled::Changed(Document::from_json(json.as_bytes()).unwrap_or_else(|e| panic!("{e}")))
     }
 
     const SCHEDULED: &str = r#"{"DocumentIncarnation":2,"Events":[{"EventId":"A","EventStatus":"Scheduled","EventType":"Reboot",
@@ -198,6 +202,25 @@ mod tests {
             "no event transition"
         );
         assert_eq!(monitor.tracker().events(), known);
+    }
+
+    #[test]
+    fn an_unchanged_document_changes_nothing_but_reachability() {
+        let mut monitor = Monitor::new();
+        monitor.observe(Ok(doc(SCHEDULED)), t(0));
+        let known = monitor.tracker().events().to_vec();
+        assert!(monitor.observe(Ok(Polled::Unchanged), t(1)).is_empty());
+        let error = ImdsError::Timeout(std::time::Duration::from_secs(2));
+        monitor.observe(Err(&error), t(2));
+        assert_eq!(
+            monitor.observe(Ok(Polled::Unchanged), t(3)),
+            [Occurrence::Reachable {
+                failed_polls: 1,
+                since: Some(t(2))
+            }]
+        );
+        assert_eq!(monitor.tracker().events(), known);
+        assert_eq!(monitor.last_success(), Some(t(3)));
     }
 
     #[test]

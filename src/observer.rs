@@ -8,9 +8,10 @@
 use chrono::{DateTime, Utc};
 
 use crate::approval::decide::{Decided, Decider};
-use crate::approval::{ApprovalConfig, Decision, HookKind, Outcome};
-use crate::event::{Affects, Document, Event};
-use crate::imds::ImdsError;
+use crate::approval::{Decision, HookKind, Outcome};
+use crate::config::approval::ApprovalConfig;
+use crate::event::{Affects, Event};
+use crate::imds::{ImdsError, Polled};
 use crate::monitor::Monitor;
 use crate::occurrence::{Occurrence, Report};
 use crate::state::{KnownEvent, State};
@@ -46,7 +47,7 @@ impl Observer {
     /// Takes in one poll's outcome, read at `now` by the VM called `vm`.
     pub fn poll(
         &mut self,
-        outcome: Result<Document, &ImdsError>,
+        outcome: Result<Polled, &ImdsError>,
         vm: Option<&str>,
         now: DateTime<Utc>,
     ) -> Vec<Occurrence> {

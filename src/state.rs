@@ -134,21 +134,6 @@ pub struct Impact {
 }
 
 impl State {
-    /// What the file knows of event `id`.
-    pub fn known(&self, id: &str) -> Option<&KnownEvent> {
-        self.events.iter().find(|known| known.event_id == id)
-    }
-
-    /// The events this file knows that `events` (a document's) no longer holds: after a
-    /// restart, those that ended while the agent was down.
-    pub fn gone_from<'a>(&'a self, events: &'a [Tracked]) -> impl Iterator<Item = &'a KnownEvent> {
-        self.events.iter().filter(|known| {
-            !events
-                .iter()
-                .any(|tracked| tracked.event.id.as_str() == known.event_id)
-        })
-    }
-
     pub fn new() -> Self {
         Self {
             version: VERSION,
@@ -222,14 +207,6 @@ impl State {
         self.approvals.retain(|id, record| {
             in_document.contains(&id.as_str()) || now - record.at < APPROVAL_RETENTION
         });
-    }
-
-    /// When this agent first saw the event, as remembered across restarts.
-    pub fn first_seen(&self, event_id: &str) -> Option<DateTime<Utc>> {
-        self.events
-            .iter()
-            .find(|e| e.event_id == event_id)
-            .map(|e| e.first_seen)
     }
 
     /// Reads a state file's bytes.
@@ -459,7 +436,9 @@ mod tests {
         state.observe(Some(1), std::slice::from_ref(&a), Some("me"), t(10));
         let restarted = tracked("A", EventType::Reboot, EventStatus::Scheduled, 500);
         state.observe(Some(2), &[restarted], Some("me"), t(500));
-        assert_eq!(state.first_seen("A"), Some(t(10)));
+        assert_eq!(state.events.len(), 1);
+        assert_eq!(state.events[0].event_id, "A");
+        assert_eq!(state.events[0].first_seen, t(10));
         assert_eq!(state.document_incarnation, Some(2));
     }
 

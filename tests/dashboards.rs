@@ -109,7 +109,14 @@ fn dashboards_import_anywhere_with_stable_uids_and_datasource_variables() -> Tes
         let tempo = variable(&json, "tempo").ok_or(format!("{name}: no $tempo"))?;
         assert_eq!(tempo["type"], "datasource", "{name}");
         assert_eq!(tempo["query"], "tempo", "{name}");
-        for filter in ["job", "instance"] {
+        for filter in [
+            "cluster",
+            "location",
+            "scale_set",
+            "zone",
+            "job",
+            "instance",
+        ] {
             let var = variable(&json, filter).ok_or(format!("{name}: no ${filter}"))?;
             assert_eq!(var["type"], "query", "{name} ${filter}");
             assert_eq!(
@@ -129,18 +136,36 @@ fn dashboards_import_anywhere_with_stable_uids_and_datasource_variables() -> Tes
             }
         }
 
-        // Every target queries $datasource and uses the job/instance filters.
+        // Every target and annotation uses every filter: cluster, job and instance on the
+        // agent's series, location, scale set and zone through vm_info.
         for query in ops::queries(&name, &json) {
             if !query.variable {
-                assert!(
-                    query.expr.contains("job=~\"$job\"")
-                        && query.expr.contains("instance=~\"$instance\""),
-                    "{name} {}: not filtered by $job and $instance: {}",
-                    query.place,
-                    query.expr
-                );
+                for filter in [
+                    "cluster=~\"$cluster\"",
+                    "job=~\"$job\"",
+                    "instance=~\"$instance\"",
+                    "location=~\"$location\"",
+                    "vm_scale_set_name=~\"$scale_set\"",
+                    "zone=~\"$zone\"",
+                ] {
+                    assert!(
+                        query.expr.contains(filter),
+                        "{name} {}: not filtered by {filter}: {}",
+                        query.place,
+                        query.expr
+                    );
+                }
             }
         }
+        let annotations = json["annotations"]["list"]
+            .as_array()
+            .ok_or(format!("{name}: no annotations"))?;
+        assert!(
+            annotations.iter().any(|a| a["target"]["expr"]
+                .as_str()
+                .is_some_and(|e| e.contains("transitions_total"))),
+            "{name}: transitions are not annotations"
+        );
 
         // Panels are listed in reading order (top to bottom, left to right), ids unique.
         let panels = json["panels"]
@@ -185,10 +210,38 @@ fn the_event_dashboard_picks_event_ids_from_the_metrics_and_links_each_to_its_tr
         .iter()
         .find(|(_, d)| d["uid"] == "azure-sched-events-event")
         .ok_or("no event dashboard")?;
-    let event_id = variable(event, "event_id").ok_or("no $event_id")?;
+    // Picked from the metrics, or pasted: tests/prometheus.rs checks that $event_id finds the
+    // exported EventId for any case, with or without dashes.
+    let pick = variable(event, "event").ok_or("no $event")?;
     assert_eq!(
-        event_id["query"],
-        "label_values(azure_scheduled_events_event_info{job=~\"$job\"}, event_id)"
+        pick["query"],
+        "label_values(azure_scheduled_events_event_info{cluster=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}, event_id)"
+    );
+    assert_eq!(
+        pick["allowCustomValue"], true,
+        "an EventId cannot be pasted"
+    );
+    let event_id = variable(event, "event_id").ok_or("no $event_id")?;
+    assert_eq!(event_id["hide"], 2, "$event_id is derived, not picked");
+    assert!(
+        event_id["query"]
+            .as_str()
+            .is_some_and(|q| q.contains("(?i)$event") && q.contains("[$__range]")),
+        "$event_id does not match $event case-insensitively over the time range: {event_id}"
+    );
+    // The fleet's event tables link each EventId to this dashboard.
+    let (_, fleet) = dashboards
+        .iter()
+        .find(|(_, d)| d["uid"] == "azure-sched-events-fleet")
+        .ok_or("no fleet dashboard")?;
+    let fleet_text = serde_json::to_string(fleet)?;
+    assert!(
+        fleet_text.contains("/d/azure-sched-events-event?var-event=${__data.fields.event_id}"),
+        "the fleet dashboard does not link events to the event dashboard"
+    );
+    assert!(
+        fleet_text.contains("${__data.fields.trace_id}"),
+        "the fleet dashboard does not link events to their traces"
     );
     let text = serde_json::to_string(event)?;
     // Table rows link to Tempo's Explore with the row's trace id; the dashboard links the

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use azure_scheduled_events_exporter::approval::Mode;
+use azure_scheduled_events_exporter::config::approval::Mode;
 use azure_scheduled_events_exporter::event::Document;
 use azure_scheduled_events_exporter::imds::{ImdsError, Operation};
 use azure_scheduled_events_exporter::metrics::{EventSeries, Families, Metrics};

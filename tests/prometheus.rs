@@ -9,9 +9,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use azure_scheduled_events_exporter::simulator::Scenario;
+use azure_scheduled_events_exporter::simulator::{
+    Fault, RunningSimulator, Scenario, SimulatorHandle, example_compute,
+};
+use azure_scheduled_events_exporter::wire::Compute;
+use common::TempDir;
 use common::process::AgentProcess;
-use common::{Imds, TempDir};
 use ops::{Error, Process};
 use serde_json::Value;
 
@@ -112,8 +115,8 @@ fn every_alert_is_named_labelled_described_and_has_a_runbook_section() -> TestRe
         assert!(rule["for"].is_string(), "{name} has no `for:`");
         let severity = rule["labels"]["severity"].as_str().unwrap_or_default();
         assert!(
-            ["critical", "warning"].contains(&severity),
-            "{name}: severity {severity:?} is neither critical nor warning"
+            ["critical", "warning", "info"].contains(&severity),
+            "{name}: severity {severity:?} is not critical, warning or info"
         );
         let annotations = &rule["annotations"];
         assert!(
@@ -127,7 +130,7 @@ fn every_alert_is_named_labelled_described_and_has_a_runbook_section() -> TestRe
             description.contains("$labels.instance") || description.contains(".Labels.instance"),
             "{name}: the description does not name the VM"
         );
-        if alert.expr.contains("event_info") && !alert.expr.contains("count by (job)") {
+        if alert.expr.contains("event_info") && !alert.expr.contains("count by") {
             assert!(
                 description.contains("$labels.event_id"),
                 "{name}: the description does not name the event"
@@ -150,11 +153,89 @@ fn every_alert_is_named_labelled_described_and_has_a_runbook_section() -> TestRe
     Ok(())
 }
 
+/// The label lists of every `by (...)` and `on (...)` in `expr`.
+fn groupings(expr: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for keyword in ["by (", "on ("] {
+        let mut rest = expr;
+        while let Some(start) = rest.find(keyword) {
+            let tail = &rest[start + keyword.len()..];
+            let end = tail.find(')').unwrap_or(tail.len());
+            found.push(tail[..end].to_owned());
+            rest = &tail[end..];
+        }
+    }
+    found
+}
+
+#[test]
+fn only_a_scale_sets_capacity_pages_and_every_grouping_keeps_the_cluster() -> TestResult {
+    let mut pages = Vec::new();
+    for alert in ops::alerts()? {
+        if alert.rule["labels"]["severity"] == "critical" {
+            pages.push(alert.name.clone());
+        }
+        for labels in groupings(&alert.expr) {
+            assert!(
+                labels.split(", ").any(|l| l == "cluster"),
+                "alert {}: grouping ({labels}) drops the cluster",
+                alert.name
+            );
+        }
+    }
+    assert_eq!(pages, ["AzureScheduledEventsCapacityAtRisk"]);
+    let capacity = ops::alerts()?
+        .into_iter()
+        .find(|a| a.name == "AzureScheduledEventsCapacityAtRisk")
+        .ok_or("no capacity alert")?;
+    assert!(
+        capacity
+            .expr
+            .starts_with("count by (cluster, vm_scale_set_name)"),
+        "the page is not per cluster and scale set: {}",
+        capacity.expr
+    );
+    // Panels and annotations too; variable queries pick values and may span clusters.
+    let mut checked = 0;
+    for (dashboard, json) in ops::dashboards()? {
+        for query in ops::queries(&dashboard, &json) {
+            if query.variable {
+                continue;
+            }
+            for labels in groupings(&query.expr) {
+                checked += 1;
+                assert!(
+                    labels.split(", ").any(|l| l == "cluster"),
+                    "{dashboard} {}: grouping ({labels}) drops the cluster: {}",
+                    query.place,
+                    query.expr
+                );
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} groupings found");
+    Ok(())
+}
+
+#[test]
+fn the_grouping_scan_finds_aggregations_and_joins() {
+    assert_eq!(
+        groupings("sum by (a, b) (x * on (c) group_left (d) y) or on () z"),
+        ["a, b", "c", ""]
+    );
+}
+
 // ----------------------------------------------------------------------------- end to end
 
 const JOB: &str = "azure-scheduled-events";
 /// The scenario's Freeze, shared by web_0, web_1 and web_2: the event dashboard shows it.
 const SHARED_EVENT: &str = "0E5A2C4B-7D1F-4B8E-9A36-5C2D8F1E7B90";
+
+/// One scrape target: the agent's address and the labels Prometheus gives it.
+struct Target {
+    address: String,
+    labels: Vec<(&'static str, String)>,
+}
 
 /// A Prometheus server on loopback, scraping `targets` every second and evaluating the rules.
 struct Prometheus {
@@ -165,22 +246,33 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    async fn start(targets: &[String], rule_files: &[std::path::PathBuf]) -> Result<Self, Error> {
+    async fn start(targets: &[Target], rule_files: &[std::path::PathBuf]) -> Result<Self, Error> {
         let dir = TempDir::new("prometheus")?;
         let rules: Vec<String> = rule_files
             .iter()
             .map(|p| format!("  - {:?}", p.to_string_lossy()))
             .collect();
+        let groups: Vec<String> = targets
+            .iter()
+            .map(|t| {
+                let labels: Vec<String> = t
+                    .labels
+                    .iter()
+                    .map(|(name, value)| format!("{name}: {value:?}"))
+                    .collect();
+                format!(
+                    "      - targets: [{:?}]\n        labels: {{{}}}\n",
+                    t.address,
+                    labels.join(", ")
+                )
+            })
+            .collect();
         let config = format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
              rule_files:\n{}\n\
-             scrape_configs:\n  - job_name: {JOB}\n    static_configs:\n      - targets: [{}]\n",
+             scrape_configs:\n  - job_name: {JOB}\n    static_configs:\n{}",
             rules.join("\n"),
-            targets
-                .iter()
-                .map(|t| format!("{t:?}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            groups.concat()
         );
         let config_path = dir.0.join("prometheus.yml");
         std::fs::write(&config_path, config)?;
@@ -283,19 +375,22 @@ impl Prometheus {
         }
     }
 
-    /// Alert name -> state ("inactive", "pending", "firing") of every alerting rule loaded.
-    async fn rule_states(&self) -> Result<BTreeMap<String, String>, Error> {
+    /// Every alerting rule loaded: (name, state, health, last error).
+    async fn rules(&self) -> Result<Vec<(String, String, String, String)>, Error> {
         let answer = self.api("/api/v1/rules", &[("type", "alert")]).await?;
-        let mut states = BTreeMap::new();
+        let mut rules = Vec::new();
         for group in answer["data"]["groups"].as_array().into_iter().flatten() {
             for rule in group["rules"].as_array().into_iter().flatten() {
-                states.insert(
-                    rule["name"].as_str().unwrap_or_default().to_owned(),
-                    rule["state"].as_str().unwrap_or_default().to_owned(),
-                );
+                let text = |key: &str| rule[key].as_str().unwrap_or_default().to_owned();
+                rules.push((
+                    text("name"),
+                    text("state"),
+                    text("health"),
+                    text("lastError"),
+                ));
             }
         }
-        Ok(states)
+        Ok(rules)
     }
 
     /// The active alerts: (alert name, state, labels).
@@ -319,6 +414,48 @@ impl Prometheus {
     }
 }
 
+/// A simulated IMDS whose instance metadata is `compute` (the agents give their own VM names
+/// with `--vm.name`), playing `scenario`.
+struct Site {
+    sim: SimulatorHandle,
+    running: RunningSimulator,
+}
+
+impl Site {
+    async fn start(compute: Compute, scenario: Scenario) -> Result<Self, Error> {
+        let sim = SimulatorHandle::new(compute);
+        sim.load_scenario(scenario);
+        let running = RunningSimulator::start(sim.clone()).await?;
+        Ok(Self { sim, running })
+    }
+
+    fn url(&self) -> String {
+        self.running.url()
+    }
+}
+
+fn compute(name: &str, location: &str, zone: &str) -> Compute {
+    let mut compute = example_compute(name);
+    compute.location = location.to_owned();
+    compute.zone = zone.to_owned();
+    compute
+}
+
+/// A Reboot with 12 minutes of notice for each VM named, one EventId per VM (one per host
+/// operation, as Azure does): a wave of maintenance through a scale set.
+fn reboots(name: &str, vms: &[(&str, &str)]) -> Result<Scenario, Error> {
+    if vms.is_empty() {
+        return Ok(Scenario::parse(&format!("name: {name}\nevents: []\n"))?);
+    }
+    let mut text = format!("name: {name}\nevents:\n");
+    for (vm, id) in vms {
+        text.push_str(&format!(
+            "  - id: {id}\n    type: Reboot\n    resources: [{vm}]\n    notice: 12m\n"
+        ));
+    }
+    Ok(Scenario::parse(&text)?)
+}
+
 /// The agent as VM `name`, polling `imds_url` fast, its state file and boot id in `dir`.
 fn agent(name: &str, imds_url: &str, dir: &Path, extra: &[&str]) -> Result<AgentProcess, Error> {
     let boot_id = dir.join(format!("{name}.boot_id"));
@@ -328,56 +465,186 @@ fn agent(name: &str, imds_url: &str, dir: &Path, extra: &[&str]) -> Result<Agent
     let mut args = vec![
         format!("--imds.url={imds_url}"),
         format!("--vm.name={name}"),
-        "--poll.interval=200ms".into(),
-        "--imds.timeout=1s".into(),
-        "--imds.first-timeout=2s".into(),
-        "--imds.max-backoff=500ms".into(),
         format!(
             "--state.file={}",
             dir.join(format!("{name}.json")).display()
         ),
         format!("--state.boot-id-file={}", boot_id.display()),
     ];
+    // Fast polling and short timeouts, unless `extra` sets them.
+    for default in [
+        "--poll.interval=200ms",
+        "--imds.timeout=1s",
+        "--imds.first-timeout=2s",
+        "--imds.max-backoff=500ms",
+    ] {
+        let flag = default.split('=').next().unwrap_or(default);
+        if !extra.iter().any(|a| a.starts_with(&format!("{flag}="))) {
+            args.push(default.to_owned());
+        }
+    }
     args.extend(extra.iter().map(|a| (*a).to_owned()));
     ops::start_agent(name, &args)
 }
 
-/// scenarios/fleet.yaml played to five agents scraped by one Prometheus with the alert rules:
-/// web_0..web_2 see the scenario (web_0 exports traces, to a collector that is down, so its
-/// OTLP counters exist; web_1 approves Spot evictions through a hook that fails; web_2's
-/// machine reboots without warning), web_3 cannot reach IMDS, web_4 stops after its first scrapes.
-/// Every dashboard expression (variables set to real values) and every alert expression must
-/// parse and return data, the alerts without a delay must fire, and the others must be pending.
+/// The rule file rendered from the mixin with `config` (Jsonnet) merged into its config.
+fn rendered_rules(config: &str, dir: &Path) -> Result<Vec<ops::Alert>, Error> {
+    let output = Command::new("bash")
+        .arg(ops::repo().join("scripts/render-mixin.sh"))
+        .arg(dir)
+        .arg(config)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run scripts/render-mixin.sh: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "scripts/render-mixin.sh (needs jsonnet, Debian package jsonnet; .ci/run installs it): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    ops::alerts_in(&dir.join("alerts/azure-scheduled-events.yml"))
+}
+
+/// `values` with the variable `name` set to `value`.
+fn set<'a, const N: usize>(
+    mut values: [(&'a str, &'a str); N],
+    name: &str,
+    value: &'a str,
+) -> [(&'a str, &'a str); N] {
+    for (variable, old) in &mut values {
+        if *variable == name {
+            *old = value;
+        }
+    }
+    values
+}
+
+fn label<'a>(labels: &'a Value, name: &str) -> &'a str {
+    labels[name].as_str().unwrap_or_default()
+}
+
+/// A query's answer as label value (of `key`, or "" without one) -> sample value.
+fn answer(result: &[Value], key: Option<&str>) -> BTreeMap<String, String> {
+    result
+        .iter()
+        .map(|s| {
+            let name = key.map(|k| label(&s["metric"], k)).unwrap_or_default();
+            let value = s["value"][1].as_str().unwrap_or_default();
+            (name.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
+/// Two clusters in one metrics store, as AKS clusters sharing a workspace: their agents'
+/// `instance` labels collide (relabelled to the same addresses) and both have a scale set
+/// `pool` of four VMs.
+///
+/// - east: 3 of pool's 4 VMs face a Reboot (one EventId each: a maintenance wave), and `slow_0`,
+///   whose poll loop stalls on a request that never ends.
+/// - west: 1 of pool's 4 VMs faces a Reboot, and scenarios/fleet.yaml played to five plain VMs:
+///   web_0..web_2 see the scenario (web_0 exports traces, to a collector that is down, so its
+///   OTLP counters exist; web_1 approves Spot evictions through a hook that fails;
+///   web_2's machine reboots without warning), web_3 cannot reach IMDS, web_4 stops after its
+///   first scrapes.
+///
+/// One Prometheus scrapes them all with the shipped rules. Every alert rule evaluates without
+/// error; only east's pool pages; every dashboard query, with its variables set for either
+/// cluster, returns that cluster's answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_real_prometheus_evaluates_every_dashboard_and_alert_expression_against_the_agent()
--> TestResult {
-    let imds = Imds::start().await?;
-    imds.sim.load_scenario(Scenario::from_file(
-        &ops::repo().join("scenarios/fleet.yaml"),
-    )?);
+async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard() -> TestResult {
+    let dir = TempDir::new("fleet")?;
+    let east = Site::start(
+        compute("pool_0", "eastus", "2"),
+        reboots(
+            "east",
+            &[
+                ("pool_0", "A0000000-0000-4000-8000-00000000000E"),
+                ("pool_1", "A1000000-0000-4000-8000-00000000000E"),
+                ("pool_2", "A2000000-0000-4000-8000-00000000000E"),
+            ],
+        )?,
+    )
+    .await?;
+    let west = Site::start(
+        compute("pool_0", "westeurope", "1"),
+        reboots(
+            "west",
+            &[("pool_0", "B0000000-0000-4000-8000-00000000000A")],
+        )?,
+    )
+    .await?;
+    let fleet = Site::start(
+        compute("web", "westeurope", "1"),
+        Scenario::from_file(&ops::repo().join("scenarios/fleet.yaml"))?,
+    )
+    .await?;
+    let slow = Site::start(compute("slow_0", "eastus", "2"), reboots("slow", &[])?).await?;
     // web_3's IMDS: a socket that is bound but never answers, held for the whole test.
     let silent = std::net::TcpListener::bind("127.0.0.1:0")?;
     let unreachable = format!("http://{}", silent.local_addr()?);
-    let dir = TempDir::new("fleet")?;
+
+    let mut agents: BTreeMap<String, AgentProcess> = BTreeMap::new();
+    let mut targets = Vec::new();
+    for (cluster, site) in [("east", &east), ("west", &west)] {
+        for k in 0..4 {
+            let name = format!("pool_{k}");
+            let process = agent(
+                &format!("{cluster}-{name}"),
+                &site.url(),
+                &dir.0,
+                &[&format!("--vm.name={name}")],
+            )?;
+            targets.push(Target {
+                address: process.address().to_owned(),
+                labels: vec![
+                    ("cluster", cluster.to_owned()),
+                    ("instance", format!("10.224.0.{}:10188", 4 + k)),
+                ],
+            });
+            agents.insert(format!("{cluster}/{name}"), process);
+        }
+    }
     let approve = [
         "--approve",
         "--approve.event-types=Preempt",
         "--approve.hook=false",
     ];
     let traces = ["--otlp.endpoint=http://127.0.0.1:9"];
-    let mut agents = Vec::new();
     for (name, url, extra) in [
-        ("web_0", imds.url(), &traces[..]),
-        ("web_1", imds.url(), &approve[..]),
-        ("web_2", imds.url(), &[]),
-        ("web_3", unreachable, &[]),
-        ("web_4", imds.url(), &[]),
+        ("web_0", fleet.url(), &traces[..]),
+        ("web_1", fleet.url(), &approve[..]),
+        ("web_2", fleet.url(), &[]),
+        ("web_3", unreachable.clone(), &[]),
+        ("web_4", fleet.url(), &[]),
     ] {
-        agents.push(agent(name, &url, &dir.0, extra)?);
+        let process = agent(name, &url, &dir.0, extra)?;
+        targets.push(Target {
+            address: process.address().to_owned(),
+            labels: vec![("cluster", "west".to_owned())],
+        });
+        agents.insert(format!("west/{name}"), process);
     }
-    let targets: Vec<String> = agents.iter().map(|a| a.address().to_owned()).collect();
+    let process = agent(
+        "slow_0",
+        &slow.url(),
+        &dir.0,
+        &["--imds.timeout=120s", "--imds.first-timeout=120s"],
+    )?;
+    targets.push(Target {
+        address: process.address().to_owned(),
+        labels: vec![
+            ("cluster", "east".to_owned()),
+            ("instance", "10.224.1.4:10188".to_owned()),
+        ],
+    });
+    agents.insert("east/slow_0".into(), process);
     let prometheus = Prometheus::start(&targets, &ops::rule_files()?).await?;
     let patience = Duration::from_secs(60);
+    let count = |v: &[Value]| {
+        v.first()
+            .and_then(|s| s["value"][1].as_str().map(str::to_owned))
+    };
 
     // Every agent scraped, instance metadata read by those that reach IMDS, and enough samples
     // for rates.
@@ -386,18 +653,17 @@ async fn a_real_prometheus_evaluates_every_dashboard_and_alert_expression_agains
         let vms = prometheus
             .query("count(count_over_time(azure_scheduled_events_vm_info[1m]) >= 3)")
             .await?;
-        let count = |v: &[Value]| {
-            v.first()
-                .and_then(|s| s["value"][1].as_str().map(str::to_owned))
-        };
         Ok(
-            (count(&up).as_deref() == Some("5") && count(&vms).as_deref() == Some("4"))
+            (count(&up).as_deref() == Some("14") && count(&vms).as_deref() == Some("13"))
                 .then_some(()),
         )
     })
     .await?;
+    // slow_0's poll loop stalls: its next request to IMDS takes longer than the test.
+    slow.sim
+        .inject_fault(Fault::delay(Duration::from_secs(600)).until_cleared());
     // web_4 goes away: Prometheus keeps its history and sees the target down.
-    let web_4 = agents.pop().ok_or("no web_4")?;
+    let web_4 = agents.remove("west/web_4").ok_or("no web_4")?;
     let web_4_address = web_4.address().to_owned();
     drop(web_4);
     let down = format!("up{{instance=\"{web_4_address}\"}} == 0");
@@ -406,16 +672,16 @@ async fn a_real_prometheus_evaluates_every_dashboard_and_alert_expression_agains
     })
     .await?;
     // web_2's machine reboots: a new boot id, and the agent back on the same address.
-    let web_2 = agents.remove(2);
+    let web_2 = agents.remove("west/web_2").ok_or("no web_2")?;
     let web_2_address = web_2.address().to_owned();
     drop(web_2);
     std::fs::write(dir.0.join("web_2.boot_id"), "boot-2\n")?;
     let listen = format!("--web.listen-address={web_2_address}");
     let web_2 = ops::eventually("web_2 to restart on its address", patience, || async {
-        Ok(agent("web_2", &imds.url(), &dir.0, &[listen.as_str()]).ok())
+        Ok(agent("web_2", &fleet.url(), &dir.0, &[listen.as_str()]).ok())
     })
     .await?;
-    agents.insert(2, web_2);
+    agents.insert("west/web_2".into(), web_2);
     let rebooted = format!(
         "increase(azure_scheduled_events_reboots_total{{instance=\"{web_2_address}\",expected=\"false\"}}[1m]) > 0"
     );
@@ -432,112 +698,347 @@ async fn a_real_prometheus_evaluates_every_dashboard_and_alert_expression_agains
         Ok((!failed.is_empty()).then_some(()))
     })
     .await?;
-    ops::eventually("the Spot eviction to page", patience, || async {
-        let alerts = prometheus.alerts().await?;
-        Ok(alerts
-            .iter()
-            .any(|(name, state, _)| name == "AzureSpotEviction" && state == "firing")
-            .then_some(()))
-    })
+    ops::eventually(
+        "the Spot eviction and east's capacity to alert",
+        patience,
+        || async {
+            let alerts = prometheus.alerts().await?;
+            let spot = alerts
+                .iter()
+                .any(|(name, state, _)| name == "AzureSpotEviction" && state == "firing");
+            let capacity = alerts
+                .iter()
+                .any(|(name, _, _)| name == "AzureScheduledEventsCapacityAtRisk");
+            Ok((spot && capacity).then_some(()))
+        },
+    )
     .await?;
 
     let mut failures = Vec::new();
 
-    // Dashboards: every target and variable query, with variables set as a user would.
+    // Dashboards: every target, annotation and variable query, with the variables set as a
+    // user would, for each cluster. West plays the whole fleet scenario: every query has data
+    // there. Whatever a query returns carries the cluster asked for and no other.
     let trace_id = SHARED_EVENT.replace('-', "");
-    let values = [
-        ("job", JOB),
-        ("instance", ".+"),
-        ("event_id", SHARED_EVENT),
-        ("trace_id", trace_id.as_str()),
-        ("__rate_interval", "1m"),
-        ("__interval", "15s"),
-        ("__range", "5m"),
-    ];
+    let typed = trace_id.to_lowercase();
+    let values = |cluster: &'static str| {
+        [
+            ("cluster", cluster),
+            ("location", ".*"),
+            ("scale_set", ".*"),
+            ("zone", ".*"),
+            ("job", JOB),
+            ("instance", ".*"),
+            ("event", typed.as_str()),
+            ("event_id", SHARED_EVENT),
+            ("trace_id", trace_id.as_str()),
+            ("__rate_interval", "1m"),
+            ("__interval", "15s"),
+            ("__range", "5m"),
+        ]
+    };
     let mut evaluated = 0;
-    for (dashboard, json) in ops::dashboards()? {
-        for query in ops::queries(&dashboard, &json) {
-            let place = format!("{dashboard} {}", query.place);
-            let (expr, label) = if query.variable {
-                match ops::variable_promql(&query.expr) {
-                    Some(parts) => parts,
-                    None => {
-                        failures.push(format!(
-                            "{place}: not label_values() or query_result(): {}",
-                            query.expr
-                        ));
+    let dashboards = ops::dashboards()?;
+    for cluster in ["east", "west"] {
+        for (dashboard, json) in &dashboards {
+            for query in ops::queries(dashboard, json) {
+                let place = format!("{dashboard} {} (cluster {cluster})", query.place);
+                let (expr, label_name) = if query.variable {
+                    match ops::variable_promql(&query.expr) {
+                        Some(parts) => parts,
+                        None => {
+                            failures.push(format!(
+                                "{place}: not label_values() or query_result(): {}",
+                                query.expr
+                            ));
+                            continue;
+                        }
+                    }
+                } else {
+                    (query.expr.clone(), None)
+                };
+                let expr = match ops::substitute(&expr, &values(cluster)) {
+                    Ok(expr) => expr,
+                    Err(e) => {
+                        failures.push(format!("{place}: {e}"));
                         continue;
                     }
-                }
-            } else {
-                (query.expr.clone(), None)
-            };
-            let expr = match ops::substitute(&expr, &values) {
-                Ok(expr) => expr,
-                Err(e) => {
-                    failures.push(format!("{place}: {e}"));
-                    continue;
-                }
-            };
-            evaluated += 1;
-            match prometheus.query(&expr).await {
-                Err(e) => failures.push(format!("{place}: {e}\n    {expr}")),
-                Ok(result) if result.is_empty() => {
+                };
+                evaluated += 1;
+                let result = match prometheus.query(&expr).await {
+                    Err(e) => {
+                        failures.push(format!("{place}: {e}\n    {expr}"));
+                        continue;
+                    }
+                    Ok(result) => result,
+                };
+                if result.is_empty() && cluster == "west" {
                     failures.push(format!("{place}: no data\n    {expr}"));
                 }
-                Ok(result) => {
-                    if let Some(label) = label
-                        && !result.iter().any(|s| s["metric"][&label].is_string())
-                    {
-                        failures.push(format!("{place}: no series has label {label}"));
-                    }
-                    // The trace link must carry the EventId without dashes.
-                    if expr.contains("\"trace_id\"") && expr.contains(SHARED_EVENT) {
-                        let ids: BTreeSet<&str> = result
-                            .iter()
-                            .filter_map(|s| s["metric"]["trace_id"].as_str())
-                            .collect();
-                        if ids != BTreeSet::from([trace_id.as_str()]) {
-                            failures
-                                .push(format!("{place}: trace ids {ids:?}, expected {trace_id}"));
-                        }
+                let clusters: BTreeSet<&str> = result
+                    .iter()
+                    .filter_map(|s| s["metric"]["cluster"].as_str())
+                    .collect();
+                // Variables list the values to pick from, those of every cluster included.
+                if clusters.iter().any(|c| *c != cluster) && !query.variable {
+                    failures.push(format!(
+                        "{place}: series of clusters {clusters:?}\n    {expr}"
+                    ));
+                }
+                if let Some(label_name) = label_name
+                    && cluster == "west"
+                    && !result.iter().any(|s| s["metric"][&label_name].is_string())
+                {
+                    failures.push(format!("{place}: no series has label {label_name}"));
+                }
+                // The trace link must carry the EventId without dashes.
+                if expr.contains("\"trace_id\"") && expr.contains(SHARED_EVENT) && cluster == "west"
+                {
+                    let ids: BTreeSet<&str> = result
+                        .iter()
+                        .filter_map(|s| s["metric"]["trace_id"].as_str())
+                        .collect();
+                    if ids != BTreeSet::from([trace_id.as_str()]) {
+                        failures.push(format!("{place}: trace ids {ids:?}, expected {trace_id}"));
                     }
                 }
             }
         }
     }
     assert!(
-        evaluated >= 30,
+        evaluated >= 100,
         "only {evaluated} dashboard expressions found"
     );
 
-    // Alert rules: every expression returns data for this scenario.
+    // The right answer per cluster, for the panels that say how much is at stake.
+    let panel = |file: &str, title: &str, ref_id: &str| -> Result<String, Error> {
+        let (_, json) = dashboards
+            .iter()
+            .find(|(name, _)| name == file)
+            .ok_or(format!("no {file}"))?;
+        ops::queries(file, json)
+            .into_iter()
+            .find(|q| q.place == format!("panel {title:?} target {ref_id}"))
+            .map(|q| q.expr)
+            .ok_or_else(|| format!("{file}: no panel {title:?} target {ref_id}").into())
+    };
+    let scale_set = Some("vm_scale_set_name");
+    // (dashboard, panel, target, cluster, label keying the answer, answer)
+    type Expectation<'a> = (
+        &'a str,
+        &'a str,
+        &'a str,
+        &'static str,
+        Option<&'a str>,
+        &'a [(&'a str, &'a str)],
+    );
+    let expectations: [Expectation; 11] = [
+        (
+            "fleet-overview.json",
+            "VMs with a pending event",
+            "A",
+            "east",
+            None,
+            &[("", "3")],
+        ),
+        (
+            "fleet-overview.json",
+            "VMs with a pending event",
+            "A",
+            "west",
+            None,
+            &[("", "4")],
+        ),
+        (
+            "fleet-overview.json",
+            "Scale sets",
+            "A",
+            "east",
+            scale_set,
+            &[("pool", "3")],
+        ),
+        (
+            "fleet-overview.json",
+            "Scale sets",
+            "B",
+            "east",
+            scale_set,
+            &[("pool", "4"), ("slow", "1")],
+        ),
+        (
+            "fleet-overview.json",
+            "Scale sets",
+            "A",
+            "west",
+            scale_set,
+            &[("pool", "1")],
+        ),
+        (
+            "fleet-overview.json",
+            "Scale sets",
+            "B",
+            "west",
+            scale_set,
+            &[("pool", "4")],
+        ),
+        (
+            "fleet-overview.json",
+            "Maintenance waves",
+            "A",
+            "east",
+            scale_set,
+            &[("pool", "3")],
+        ),
+        (
+            "fleet-overview.json",
+            "Maintenance waves",
+            "B",
+            "west",
+            scale_set,
+            &[("pool", "1")],
+        ),
+        (
+            "event.json",
+            "VMs reporting it",
+            "A",
+            "west",
+            None,
+            &[("", "3")],
+        ),
+        (
+            "event.json",
+            "VMs reporting it",
+            "A",
+            "east",
+            None,
+            &[("", "0")],
+        ),
+        (
+            "agent-health.json",
+            "Agents down",
+            "A",
+            "west",
+            None,
+            &[("", "1")],
+        ),
+    ];
+    for (file, title, ref_id, cluster, key, expected) in expectations {
+        let expr = ops::substitute(&panel(file, title, ref_id)?, &values(cluster))?;
+        let got = answer(&prometheus.query(&expr).await?, key);
+        let expected: BTreeMap<String, String> = expected
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        if got != expected {
+            failures.push(format!(
+                "{file} {title:?} {ref_id} for {cluster}: {got:?}, expected {expected:?}\n    {expr}"
+            ));
+        }
+    }
+    // The location variable narrows to the VMs there: east's are in eastus.
+    let in_eastus = set(values(".*"), "location", "eastus");
+    let expr = ops::substitute(
+        &panel("fleet-overview.json", "VMs with a pending event", "A")?,
+        &in_eastus,
+    )?;
+    let got = answer(&prometheus.query(&expr).await?, None);
+    if got != BTreeMap::from([(String::new(), "3".to_owned())]) {
+        failures.push(format!(
+            "VMs with a pending event in eastus: {got:?}, expected 3\n    {expr}"
+        ));
+    }
+    // The EventId as pasted: any case, with or without dashes.
+    let (_, event) = dashboards
+        .iter()
+        .find(|(name, _)| name == "event.json")
+        .ok_or("no event.json")?;
+    let normalise = ops::queries("event.json", event)
+        .into_iter()
+        .find(|q| q.place == "variable $event_id")
+        .and_then(|q| ops::variable_promql(&q.expr))
+        .ok_or("no $event_id variable")?
+        .0;
+    for pasted in [
+        SHARED_EVENT.to_owned(),
+        SHARED_EVENT.to_lowercase(),
+        trace_id.clone(),
+        typed.clone(),
+    ] {
+        let with = set(values(".*"), "event", &pasted);
+        let expr = ops::substitute(&normalise, &with)?;
+        let ids: BTreeSet<String> = prometheus
+            .query(&expr)
+            .await?
+            .iter()
+            .filter_map(|s| s["metric"]["event_id"].as_str().map(str::to_owned))
+            .collect();
+        if ids != BTreeSet::from([SHARED_EVENT.to_owned()]) {
+            failures.push(format!("EventId pasted as {pasted}: {ids:?}"));
+        }
+    }
+
+    // Alert rules: every one evaluates without error; every expression but the stuck loop's
+    // returns data for this scenario.
     let alerts = ops::alerts()?;
+    for (name, _, health, error) in prometheus.rules().await? {
+        if health != "ok" || !error.is_empty() {
+            failures.push(format!("alert {name}: health {health:?} {error}"));
+        }
+    }
+    let stuck = "AzureScheduledEventsPollLoopStuck";
     for alert in &alerts {
         match prometheus.query(&alert.expr).await {
             Err(e) => failures.push(format!("alert {}: {e}", alert.name)),
-            Ok(result) if result.is_empty() => {
+            Ok(result) if result.is_empty() && alert.name != stuck => {
                 failures.push(format!("alert {}: no data for the scenario", alert.name));
             }
             Ok(_) => {}
         }
     }
+    // The stuck loop, with the mixin rendered for a 3-second threshold: slow_0 alone.
+    let quick = rendered_rules("{pollStuckSeconds: 3}", &dir.0.join("quick"))?;
+    let expr = quick
+        .iter()
+        .find(|a| a.name == stuck)
+        .map(|a| a.expr.clone())
+        .ok_or("no stuck-loop alert in the rendering")?;
+    let stalled = ops::eventually("slow_0's loop to be seen stuck", patience, || async {
+        let result = prometheus.query(&expr).await?;
+        Ok((!result.is_empty()).then_some(result))
+    })
+    .await?;
+    let stalled: BTreeSet<(String, String)> = stalled
+        .iter()
+        .map(|s| {
+            (
+                label(&s["metric"], "cluster").to_owned(),
+                label(&s["metric"], "vm_name").to_owned(),
+            )
+        })
+        .collect();
+    if stalled != BTreeSet::from([("east".to_owned(), "slow_0".to_owned())]) {
+        failures.push(format!(
+            "{stuck} with a 3 s threshold: {stalled:?}, expected east/slow_0"
+        ));
+    }
 
     // Rule states as Prometheus evaluates them: no delay fires, the others are pending.
     let states = ops::eventually("every alert to be pending or firing", patience, || async {
-        let states = prometheus.rule_states().await?;
-        Ok(states
-            .values()
-            .all(|s| s == "pending" || s == "firing")
-            .then_some(states))
+        let rules = prometheus.rules().await?;
+        Ok(rules
+            .iter()
+            .all(|(name, state, _, _)| name == stuck || state == "pending" || state == "firing")
+            .then_some(rules))
     })
     .await;
     match states {
-        Ok(states) => {
-            for alert in &alerts {
+        Ok(rules) => {
+            for alert in alerts.iter().filter(|a| a.name != stuck) {
                 let immediate = alert.rule["for"].as_str() == Some("0s");
-                let expected = if immediate { "firing" } else { "pending" };
-                let state = states.get(&alert.name).map(String::as_str);
+                let state = rules
+                    .iter()
+                    .find(|(name, ..)| *name == alert.name)
+                    .map(|(_, state, ..)| state.as_str());
                 // A rule with a delay may have fired by now on a slow machine; never inactive.
                 let acceptable = match state {
                     Some("firing") => true,
@@ -545,28 +1046,59 @@ async fn a_real_prometheus_evaluates_every_dashboard_and_alert_expression_agains
                     _ => false,
                 };
                 if !acceptable {
-                    failures.push(format!(
-                        "alert {}: {state:?}, expected {expected}",
-                        alert.name
-                    ));
+                    failures.push(format!("alert {}: {state:?}", alert.name));
                 }
             }
         }
         Err(e) => failures.push(e.to_string()),
     }
 
-    // Which events page: the Freeze and the Redeploy a week ahead never do.
-    let impact: BTreeSet<String> = prometheus
-        .alerts()
-        .await?
-        .into_iter()
-        .filter(|(name, _, _)| name == "AzureScheduledEventImpactSoon")
-        .filter_map(|(_, _, labels)| labels["event_type"].as_str().map(str::to_owned))
+    // Who is told what: one page, for east's pool; per-VM alerts name their cluster and VM.
+    let active = prometheus.alerts().await?;
+    let pages: Vec<(String, String, String)> = active
+        .iter()
+        .filter(|(_, _, labels)| label(labels, "severity") == "critical")
+        .map(|(name, _, labels)| {
+            (
+                name.clone(),
+                label(labels, "cluster").to_owned(),
+                label(labels, "vm_scale_set_name").to_owned(),
+            )
+        })
         .collect();
-    let expected: BTreeSet<String> = ["Preempt", "Reboot", "Terminate"].map(String::from).into();
-    if impact != expected {
+    let expected_pages = vec![(
+        "AzureScheduledEventsCapacityAtRisk".to_owned(),
+        "east".to_owned(),
+        "pool".to_owned(),
+    )];
+    if pages != expected_pages {
+        failures.push(format!("pages {pages:?}, expected {expected_pages:?}"));
+    }
+    let impact: BTreeSet<(String, String, String)> = active
+        .iter()
+        .filter(|(name, _, _)| name == "AzureScheduledEventImpactSoon")
+        .map(|(_, _, labels)| {
+            (
+                label(labels, "cluster").to_owned(),
+                label(labels, "vm_name").to_owned(),
+                label(labels, "event_type").to_owned(),
+            )
+        })
+        .collect();
+    let expected_impact: BTreeSet<(String, String, String)> = [
+        ("east", "pool_0"),
+        ("east", "pool_1"),
+        ("east", "pool_2"),
+        ("west", "pool_0"),
+        ("west", "web_0"),
+        ("west", "web_1"),
+    ]
+    .into_iter()
+    .map(|(c, v)| (c.to_owned(), v.to_owned(), "Reboot".to_owned()))
+    .collect();
+    if impact != expected_impact {
         failures.push(format!(
-            "AzureScheduledEventImpactSoon for {impact:?}, expected {expected:?}"
+            "AzureScheduledEventImpactSoon for {impact:?}, expected {expected_impact:?}"
         ));
     }
 
@@ -577,7 +1109,6 @@ async fn a_real_prometheus_evaluates_every_dashboard_and_alert_expression_agains
         failures.join("\n")
     );
     drop(agents);
-    drop(imds);
-    drop(silent);
+    drop((east, west, fleet, slow, silent));
     Ok(())
 }

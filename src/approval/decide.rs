@@ -17,10 +17,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
+use super::takeover::chrono_duration;
 use super::{
-    ApprovalConfig, Decision, HookKind, HookRun, MAX_POSTS_PER_POLL, Mode, Outcome, PostFailure,
-    Rule, SkipReason, Verdict, policy, retry_delay,
+    Decision, HookKind, HookRun, MAX_POSTS_PER_POLL, Outcome, PostFailure, Rule, SkipReason,
+    Verdict, retry_delay,
 };
+use crate::config::approval::{ApprovalConfig, Mode};
 use crate::event::{Event, EventId};
 use crate::state::{ApprovalRecord, ApprovalStatus};
 use crate::tracker::Tracked;
@@ -245,7 +247,7 @@ impl Decider {
                 },
             ),
             Err(failure) => {
-                let at = now + policy::chrono_duration(retry_delay(attempts));
+                let at = now + chrono_duration(retry_delay(attempts));
                 (
                     ApprovalStatus::Failed,
                     Progress::Retry(at),
@@ -286,7 +288,8 @@ fn outcome_of(verdict: Verdict) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::approval::{HookCommand, HookFailure, WaitReason, When};
+    use crate::approval::{HookFailure, WaitReason};
+    use crate::config::approval::{HookCommand, Policy, When};
     use crate::event::{DurationInSeconds, EventSource, EventStatus, EventType};
     use crate::not_before::NotBefore;
     use crate::resources::Resources;
@@ -566,7 +569,7 @@ mod tests {
     #[test]
     fn a_wait_is_said_once_and_the_approval_leaves_when_it_is_over() {
         let mut decider = machine(ApprovalConfig {
-            policy: crate::approval::Policy {
+            policy: Policy {
                 when: When::BeforeNotBefore(Duration::from_secs(60)),
                 ..Default::default()
             },

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-pub use crate::config::approval::HookCommand;
+use crate::config::approval::HookCommand;
 use crate::event::Event;
 use crate::trace_id::trace_id;
 use crate::wire;

@@ -18,9 +18,8 @@ use chrono::{DateTime, Utc};
 use crate::event::Event;
 use crate::imds::ImdsError;
 
-pub use crate::config::approval::{ApprovalConfig, DEFAULT_HOOK_TIMEOUT, Mode};
-pub use hook::{HookCommand, HookFailure, HookKind, HookRun};
-pub use policy::{Policy, Rule, SkipReason, Verdict, WaitReason, When};
+pub use hook::{HookFailure, HookKind, HookRun};
+pub use policy::{Rule, SkipReason, Verdict, WaitReason};
 
 /// First wait before retrying a failed POST; it doubles per attempt up to [`RETRY_MAX`].
 pub const RETRY_FIRST: Duration = Duration::from_secs(1);

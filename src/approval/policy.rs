@@ -11,11 +11,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::takeover;
-pub(crate) use super::takeover::chrono_duration;
-pub use crate::config::approval::{
-    DEFAULT_FREEZE_MAX_DURATION, DEFAULT_TAKEOVER_DELAY, Policy, When,
-};
+use super::takeover::{self, chrono_duration};
+use crate::config::approval::{Policy, When};
 use crate::event::{DurationInSeconds, Event, EventSource, EventStatus, EventType};
 
 /// The allow rule that matched an approved event.

@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use crate::approval::{HookCommand, HookKind, Outcome, hook};
+use crate::approval::{HookKind, Outcome, hook};
+use crate::config::approval::HookCommand;
 use crate::event::Event;
 use crate::occurrence::{Context, Occurrence, Report};
 

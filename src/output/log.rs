@@ -4,8 +4,9 @@
 //! `span_id` (this VM's lifecycle span of the event), the event's fields, `affects_this_vm`,
 //! `vm_name` and `document_incarnation`, so a search for one EventId finds every VM that saw it.
 
-use crate::approval::{Decision, HookKind, Mode, Outcome, SkipReason};
+use crate::approval::{Decision, HookKind, Outcome, SkipReason};
 use crate::boot::Restart;
+use crate::config::approval::Mode;
 use crate::occurrence::{Context, Occurrence};
 use crate::trace_id::{lifecycle_span_id, trace_id};
 use crate::tracker::{IncarnationChange, Transition};

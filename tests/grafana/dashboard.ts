@@ -5,8 +5,9 @@
 // errors, required fields must be there, and each panel's options and field config must match its
 // panel type's own schema. Panel types the dashboards do not use are not listed: a new one is an
 // error until it is added here.
-import type { Dashboard, Panel, RowPanel } from '@grafana/schema';
+import type { AnnotationQuery, Dashboard, Panel, RowPanel } from '@grafana/schema';
 import type * as BarGauge from '@grafana/schema/dist/esm/raw/composable/bargauge/panelcfg/x/BarGaugePanelCfg_types.gen';
+import type * as StateTimeline from '@grafana/schema/dist/esm/raw/composable/statetimeline/panelcfg/x/StateTimelinePanelCfg_types.gen';
 import type * as Stat from '@grafana/schema/dist/esm/raw/composable/stat/panelcfg/x/StatPanelCfg_types.gen';
 import type * as Table from '@grafana/schema/dist/esm/raw/composable/table/panelcfg/x/TablePanelCfg_types.gen';
 import type * as TimeSeries from '@grafana/schema/dist/esm/raw/composable/timeseries/panelcfg/x/TimeSeriesPanelCfg_types.gen';
@@ -30,11 +31,27 @@ type Typed<K extends string, Options, FieldConfig> = Json<
 export type CheckedPanel =
   | Typed<'bargauge', BarGauge.Options, Record<string, never>>
   | Typed<'stat', Stat.Options, Record<string, never>>
+  | Typed<'state-timeline', StateTimeline.Options, StateTimeline.FieldConfig>
   | Typed<'table', Table.Options, Table.FieldConfig>
   | Typed<'timeseries', TimeSeries.Options, TimeSeries.FieldConfig>;
 
 export type CheckedRow = Json<Omit<RowPanel, 'panels'>> & { panels: CheckedPanel[] };
 
-export type CheckedDashboard = Json<Omit<Dashboard, 'panels'>> & {
+/**
+ * An annotation from Prometheus: Grafana's AnnotationQuery with the query in `target` (the schema's
+ * AnnotationTarget only describes Grafana's own annotations) and the Prometheus data source's
+ * options for turning series into annotations.
+ */
+export type CheckedAnnotation = Json<Omit<AnnotationQuery, 'target'>> & {
+  target: { refId: string; expr: string };
+  step: string;
+  titleFormat: string;
+  textFormat: string;
+  tagKeys: string;
+  useValueForTime: boolean;
+};
+
+export type CheckedDashboard = Json<Omit<Dashboard, 'panels' | 'annotations'>> & {
   panels: Array<CheckedPanel | CheckedRow>;
+  annotations: { list: CheckedAnnotation[] };
 };

@@ -95,7 +95,16 @@ pub struct Alert {
 pub fn alerts() -> Result<Vec<Alert>, Error> {
     let mut all = Vec::new();
     for path in rule_files()? {
-        let doc = yaml(&path)?;
+        all.extend(alerts_in(&path)?);
+    }
+    Ok(all)
+}
+
+/// The alerting rules of one rule file.
+pub fn alerts_in(path: &Path) -> Result<Vec<Alert>, Error> {
+    let mut all = Vec::new();
+    {
+        let doc = yaml(path)?;
         for group in doc["groups"].as_array().into_iter().flatten() {
             for rule in group["rules"].as_array().into_iter().flatten() {
                 if let Some(name) = rule["alert"].as_str() {
@@ -122,7 +131,8 @@ pub struct Query {
     pub variable: bool,
 }
 
-/// Every PromQL expression of a dashboard: panel targets (rows included) and query variables.
+/// Every PromQL expression of a dashboard: panel targets (rows included), annotations and query
+/// variables.
 pub fn queries(dashboard: &str, json: &Value) -> Vec<Query> {
     let mut found = Vec::new();
     let mut panels: Vec<&Value> = json["panels"].as_array().into_iter().flatten().collect();
@@ -141,6 +151,19 @@ pub fn queries(dashboard: &str, json: &Value) -> Vec<Query> {
                     variable: false,
                 });
             }
+        }
+    }
+    for annotation in json["annotations"]["list"].as_array().into_iter().flatten() {
+        if let Some(expr) = annotation["target"]["expr"].as_str() {
+            found.push(Query {
+                dashboard: dashboard.to_owned(),
+                place: format!(
+                    "annotation {:?}",
+                    annotation["name"].as_str().unwrap_or_default()
+                ),
+                expr: expr.to_owned(),
+                variable: false,
+            });
         }
     }
     for variable in json["templating"]["list"].as_array().into_iter().flatten() {

@@ -1,0 +1,311 @@
+// The alert rules. Paging policy: one VM's event or one agent's trouble is `severities.vm` (or
+// `severities.info`); only a capacity group (scale set) losing several VMs at once in one cluster
+// is `severities.page`. docs/runbook.md has one section per alert.
+local promql = import '../lib/promql.libsonnet';
+
+{
+  local c = $._config,
+  local q = promql.new(c),
+  local cl = c.clusterLabel,
+
+  // `{{ $labels.x }}`.
+  local label(name) = '{{ $labels.%s }}' % name,
+  // The VM as people know it: vm_name when instance metadata was read, else the instance.
+  local vmName = '{{ if $labels.vm_name }}{{ $labels.vm_name }}{{ else }}{{ $labels.instance }}{{ end }}',
+  // " in cluster X" when there is a cluster label.
+  local inCluster = if cl == '' then '' else '{{ with $labels.%s }} in cluster {{ . }}{{ end }}' % cl,
+  // printf arguments that select this alert's VM in a template query: matchers and values.
+  local vmMatchers = std.join(',', ['%s=%%q' % l for l in q.vm]),
+  local vmValues = std.join(' ', ['$labels.%s' % l for l in q.vm]),
+  local vmQuery(metric, extra='', compare='') =
+    'printf "%s{%s%s}%s" %s' % [metric, vmMatchers, extra, compare, vmValues],
+
+  local runbook(name) = c.runbookUrlBase + std.asciiLower(name),
+  local alert(name, expr, for_, severity, summary, description) = {
+    alert: name,
+    expr: expr + '\n',
+    'for': for_,
+    labels: { severity: severity },
+    annotations: {
+      summary: summary,
+      description: description,
+      runbook_url: runbook(name),
+    },
+  },
+
+  // One series per VM and event: event_info with the given matchers, the same series whether
+  // the event is Scheduled or Started.
+  local eventKey = ['event_id', 'event_type', 'event_source'],
+  local events(matchers) =
+    'max by (%s) (\n  %s\n)' % [
+      q.list(q.vm + eventKey),
+      q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"'] + matchers),
+    ],
+  // Events of `types` whose NotBefore is within impactSoonSeconds, passed, unknown, or Started.
+  local soon(types) =
+    '%s\nunless on (%s)\n  (%s > %d)' % [
+      events(['event_type=~"%s"' % q.types(types)]),
+      q.list(q.vm + ['event_id']),
+      q.sel('azure_scheduled_events_event_seconds_until_not_before'),
+      c.impactSoonSeconds,
+    ],
+  local up = q.sel('up'),
+  // soon(types), held while the agent cannot be scraped (the VM is rebooting): its last events
+  // keep counting for impactHold, so the capacity page and Alertmanager's inhibitions of
+  // node-down alerts last through the reboot.
+  local impact(types) =
+    '(\n%(soon)s\n)\nor on (%(key)s)\n(\n  max_over_time((\n%(soon)s\n  )[%(hold)s:1m])\n  unless on (%(vm)s) (%(up)s == 1)\n)' % {
+      soon: soon(types),
+      key: q.list(q.vm + ['event_id']),
+      hold: c.impactHold,
+      vm: q.vmBy,
+      up: up,
+    },
+
+  // The VMs of each capacity group that face an interrupting event soon, and their count.
+  // Members of a capacity group: VMs with a non-empty capacityLabel, now or within impactHold
+  // (a rebooting VM's agent is not scraped, and still counts).
+  local members = q.vmInfo([c.capacityLabel], c.impactHold, ['%s!=""' % c.capacityLabel]),
+  local atRisk =
+    'max by (%(vm)s) (\n%(impact)s\n)\n* on (%(vm)s) group_left (%(capacity)s)\n%(members)s' % {
+      vm: q.vmBy,
+      impact: impact(c.capacity.eventTypes),
+      capacity: c.capacityLabel,
+      members: members,
+    },
+  local atRiskCount = 'count by (%s) (\n%s\n)' % [q.groupBy, atRisk],
+  local groupSize = 'count by (%s) (%s)' % [q.groupBy, members],
+
+  prometheusAlerts+:: {
+    groups+: [
+      {
+        name: 'azure-scheduled-events.capacity',
+        rules: [
+          alert(
+            'AzureScheduledEventsCapacityAtRisk',
+            '%(count)s >= %(min)d\nand on (%(group)s)\n(\n%(count)s\n/ %(size)s\n) > %(fraction)g' % {
+              count: atRiskCount,
+              min: c.capacity.minVMs,
+              group: q.groupBy,
+              size: groupSize,
+              fraction: c.capacity.fraction,
+            },
+            c.capacity['for'],
+            c.severities.page,
+            '{{ $value }} VMs of %s %s%s go down at once' % [c.capacityName, label(c.capacityLabel), inCluster],
+            ('{{ $value }} VMs of %(capacityName)s %(name)s%(cluster)s face a %(types)s event whose NotBefore is less than %(soon)s away, ' +
+             'passed, or already Started: more than %(percent)g %% of its VMs at once. ' +
+             '(VM, event: {{ range printf "max by (instance, vm_name, event_type, event_id) (azure_scheduled_events_event_info{affects_this_vm=\\"true\\",event_type=~\\"%(typesRe)s\\"%(clusterMatch)s} * on (%(vm)s) group_left (vm_name) azure_scheduled_events_vm_info{%(capacity)s=%%q%(clusterMatch)s})"%(clusterArg)s $labels.%(capacity)s%(clusterArg)s | query | sortByLabel "vm_name" }}' +
+             '{{ .Labels.vm_name }} ({{ .Labels.instance }}) {{ .Labels.event_type }} {{ .Labels.event_id }}; {{ end }})') % {
+              capacity: c.capacityLabel,
+              capacityName: c.capacityName,
+              name: label(c.capacityLabel),
+              cluster: inCluster,
+              types: std.join(' or ', c.capacity.eventTypes),
+              typesRe: q.types(c.capacity.eventTypes),
+              soon: '%d minutes' % (c.impactSoonSeconds / 60),
+              percent: c.capacity.fraction * 100,
+              vm: q.vmBy,
+              clusterMatch: if cl == '' then '' else ',%s=%%q' % cl,
+              clusterArg: if cl == '' then '' else ' $labels.%s' % cl,
+            },
+          ),
+        ],
+      },
+      {
+        name: 'azure-scheduled-events.events',
+        rules: [
+          alert(
+            'AzureScheduledEventImpactSoon',
+            // While the agent cannot be scraped (the VM is rebooting), its last events hold the
+            // alert, so Alertmanager can keep inhibiting node-down alerts of this VM.
+            q.withVmInfo(impact(c.impactSoonTypes), ['event_id']),
+            '1m',
+            c.severities.vm,
+            '%s of VM %s within %d minutes' % [label('event_type'), vmName, c.impactSoonSeconds / 60],
+            ('VM %(vm)s (%(instance)s%(cluster)s): %(source)s %(type)s event %(id)s ' +
+             '{{ with %(q)s | query }}starts in {{ . | first | value | humanizeDuration }}{{ else }}has started or starts any moment{{ end }}.') % {
+              vm: vmName,
+              instance: label('instance'),
+              cluster: inCluster,
+              source: label('event_source'),
+              type: label('event_type'),
+              id: label('event_id'),
+              q: vmQuery('azure_scheduled_events_event_seconds_until_not_before', ',event_id=%q', ' > 0') + ' $labels.event_id',
+            },
+          ),
+          alert(
+            'AzureSpotEviction',
+            q.withVmInfo(events(['event_type="Preempt"']), ['event_id']),
+            '0s',
+            c.severities.info,
+            'Spot eviction of VM %s' % vmName,
+            ('Spot VM %(vm)s (%(instance)s%(cluster)s) is being evicted: Preempt event %(id)s ' +
+             '{{ with %(q)s | query }}in {{ . | first | value | humanizeDuration }}{{ else }}now{{ end }}. ' +
+             'Informational: Azure gives 30 seconds, less than scrape, rule evaluation and notification take.') % {
+              vm: vmName,
+              instance: label('instance'),
+              cluster: inCluster,
+              id: label('event_id'),
+              q: vmQuery('azure_scheduled_events_event_seconds_until_not_before', ',event_id=%q', ' > 0') + ' $labels.event_id',
+            },
+          ),
+          alert(
+            'AzureScaleSetDelete',
+            q.withVmInfo(events(['event_type="Terminate"']), ['event_id']),
+            '0s',
+            c.severities.vm,
+            'Scale set deletes VM %s' % vmName,
+            ('VM %(vm)s (%(instance)s%(cluster)s) is being deleted by its scale set: Terminate event %(id)s ' +
+             '{{ with %(q)s | query }}in {{ . | first | value | humanizeDuration }}{{ else }}now{{ end }}.') % {
+              vm: vmName,
+              instance: label('instance'),
+              cluster: inCluster,
+              id: label('event_id'),
+              q: vmQuery('azure_scheduled_events_event_seconds_until_not_before', ',event_id=%q', ' > 0') + ' $labels.event_id',
+            },
+          ),
+          alert(
+            'AzureScheduledEventStuckStarted',
+            q.withVmInfo(
+              'max by (%s) (\n  %s\n)' % [
+                q.list(q.vm + eventKey),
+                q.sel('azure_scheduled_events_event_info', ['event_status="Started"']),
+              ],
+              ['event_id'],
+            ),
+            c.stuckStarted,
+            c.severities.vm,
+            '%s of VM %s Started for over %s' % [label('event_type'), vmName, c.stuckStarted],
+            'VM %s (%s%s) has shown %s event %s as Started for more than %s.' % [
+              vmName,
+              label('instance'),
+              inCluster,
+              label('event_type'),
+              label('event_id'),
+              c.stuckStarted,
+            ],
+          ),
+          alert(
+            'AzureRedeployAnnouncedDaysAhead',
+            q.withVmInfo(
+              '(%s > %d)\n* on (%s) group_left (event_type, event_source)\n%s' % [
+                q.sel('azure_scheduled_events_event_seconds_until_not_before'),
+                c.redeployDaysAheadSeconds,
+                q.list(q.vm + ['event_id']),
+                events(['event_type="Redeploy"']),
+              ],
+              ['event_id'],
+            ),
+            '5m',
+            c.severities.vm,
+            'Redeploy of VM %s announced days ahead (degraded hardware)' % vmName,
+            ('VM %s (%s%s) will be redeployed by Azure in {{ $value | humanizeDuration }} ' +
+             '(Redeploy event %s): its host is degraded. Redeploy it yourself at a quiet time.') % [
+              vmName,
+              label('instance'),
+              inCluster,
+              label('event_id'),
+            ],
+          ),
+        ],
+      },
+      {
+        name: 'azure-scheduled-events.agent',
+        rules: [
+          alert(
+            'AzureScheduledEventsAgentDown',
+            // A target that exported the agent's build_info within a day and now fails its
+            // scrape; one removed from service discovery (a deleted VM) has no `up` left.
+            q.withVmInfo('(%s == 0)\nand on (%s)\n  max_over_time(%s[1d])' % [
+              up,
+              q.vmBy,
+              q.sel('azure_scheduled_events_build_info'),
+            ]),
+            '2m',
+            c.severities.vm,
+            'Scheduled-events agent down on VM %s' % vmName,
+            ('Prometheus cannot scrape the agent on VM %s (%s, job %s%s): ' +
+             'scheduled events of this VM go unseen.') % [vmName, label('instance'), label('job'), inCluster],
+          ),
+          alert(
+            'AzureScheduledEventsPollLoopStuck',
+            // The heartbeat moves at every poll, successful or not; 0 before the first poll
+            // ends, which the first request (up to 2 minutes) may delay.
+            q.withVmInfo('time() - %s > %d' % [
+              q.sel('azure_scheduled_events_last_poll_timestamp_seconds'),
+              c.pollStuckSeconds,
+            ]),
+            '5m',
+            c.severities.vm,
+            'The agent on VM %s no longer polls IMDS' % vmName,
+            ('The agent on VM %s (%s%s) answers scrapes but its last poll ended {{ $value | humanizeDuration }} ago: ' +
+             'its poll loop is stuck and new events of this VM go unseen, while the last known ones stay exported.') % [
+              vmName,
+              label('instance'),
+              inCluster,
+            ],
+          ),
+          alert(
+            'AzureImdsUnreachable',
+            // azure_scheduled_events_up is 0 until the first document; Azure may take 2 minutes
+            // to answer the very first request.
+            q.withVmInfo('%s == 0' % q.sel('azure_scheduled_events_up')),
+            c.imdsUnreachableFor,
+            c.severities.vm,
+            'IMDS scheduled events unreachable from VM %s' % vmName,
+            ('The agent on VM %s (%s%s) has had no valid scheduled-events document for %s' +
+             '{{- with printf "topk(1, increase(azure_scheduled_events_imds_request_failures_total{%s,operation=\\"events\\"}[5m]) > 0)" %s | query }} (most failures: {{ . | first | label "reason" }}){{ end }}: ' +
+             'no events of this VM are seen; the last known ones stay exported.') % [
+              vmName,
+              label('instance'),
+              inCluster,
+              c.imdsUnreachableFor,
+              vmMatchers,
+              vmValues,
+            ],
+          ),
+          alert(
+            'AzureScheduledEventApprovalsFailing',
+            // Approvals of one event type failed and none of that type succeeded: the hook
+            // keeps failing or IMDS refuses the POST. The events still start at NotBefore.
+            q.withVmInfo(
+              'sum by (%(key)s) (\n  increase(%(failures)s[10m])\n) > 0\nunless on (%(on)s)\n  sum by (%(on)s) (increase(%(approvals)s[10m])) > 0' % {
+                key: q.list(q.vm + ['event_type', 'reason']),
+                on: q.list(q.vm + ['event_type']),
+                failures: q.sel('azure_scheduled_events_approval_failures_total'),
+                approvals: q.sel('azure_scheduled_events_approvals_total'),
+              },
+              ['event_type', 'reason'],
+            ),
+            '1m',
+            c.severities.vm,
+            'Approvals of %s events fail on VM %s (%s)' % [label('event_type'), vmName, label('reason')],
+            ('The agent on VM %s (%s%s) failed to approve %s events {{ printf "%%.0f" $value }} times in 10 minutes (%s) and approved none ' +
+             '(Scheduled %s events now: {{ range %s $labels.event_type | query | sortByLabel "event_id" }}{{ .Labels.event_id }} {{ else }}none {{ end }}). ' +
+             'They will start at NotBefore instead, ready or not.') % [
+              vmName,
+              label('instance'),
+              inCluster,
+              label('event_type'),
+              label('reason'),
+              label('event_type'),
+              vmQuery('azure_scheduled_events_event_info', ',event_type=%q,event_status=\\"Scheduled\\"'),
+            ],
+          ),
+          alert(
+            'AzureVMRebootedUnexpectedly',
+            // The counter starts at 1 in the agent started after the reboot; increase() sees it
+            // rise from the previous process' 0, and the alert clears itself 30 minutes later.
+            q.withVmInfo('increase(%s[30m]) > 0' % q.sel('azure_scheduled_events_reboots_total', ['expected="false"'])),
+            '0s',
+            c.severities.vm,
+            'VM %s rebooted without a scheduled event' % vmName,
+            ('VM %s (%s%s) rebooted, and no Reboot, Redeploy, Freeze or Preempt event of its own was seen Started before: ' +
+             'a crash, a manual restart, or an event missed while the agent was down.') % [vmName, label('instance'), inCluster],
+          ),
+        ],
+      },
+    ],
+  },
+}

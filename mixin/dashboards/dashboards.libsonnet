@@ -1,0 +1,412 @@
+// The three dashboards: fleet overview, one event across the fleet, agent health. Every query
+// keeps the cluster label and is filtered by the variables; joins with vm_info fall back to the
+// series without its labels when an agent has not read instance metadata.
+local promql = import '../lib/promql.libsonnet';
+local g = import 'grafana.libsonnet';
+
+{
+  local c = $._config,
+  local q = promql.new(c),
+  local cl = c.clusterLabel,
+  local cap = c.capacityLabel,
+  local vm = q.vmBy,
+  local by(labels) = q.list(labels),
+  local withCluster(labels) = (if cl == '' then [] else [cl]) + labels,
+  // "{{cluster}} " in legends when there is a cluster label.
+  local legendCluster = if cl == '' then '' else '{{%s}} ' % cl,
+
+  // The variables' matchers, on every series of the agent.
+  local matchers = (if cl == '' then [] else ['%s=~"$cluster"' % cl]) + ['job=~"$job"', 'instance=~"$instance"'],
+  local s(metric, extra=[]) = q.sel(metric, matchers + extra),
+  local lookback = c.vmInfoLookback,
+
+  // The VMs that pass the location, scale-set and zone variables, as last known within the
+  // lookback (a rebooting or stopped agent still counts). Agents that have not read instance
+  // metadata pass, since where they are is unknown.
+  local vmFilter =
+    '(\n  max by (%(vm)s) (last_over_time(%(info)s[%(lb)s]))\n  or on (%(vm)s)\n  (max by (%(vm)s) (last_over_time(%(build)s[%(lb)s])) unless on (%(vm)s) last_over_time(%(all)s[%(lb)s]))\n)' % {
+      vm: vm,
+      info: s('azure_scheduled_events_vm_info', ['location=~"$location"', '%s=~"$scale_set"' % cap, 'zone=~"$zone"']),
+      build: s('azure_scheduled_events_build_info'),
+      all: s('azure_scheduled_events_vm_info'),
+      lb: lookback,
+    },
+  local filtered(expr) = '(\n  (%s)\n  and on (%s)\n  %s\n)' % [expr, vm, vmFilter],
+
+  // `expr` with `labels` of vm_info added, or unchanged for a VM without instance metadata.
+  local join(expr, key, labels) =
+    '(\n  (%(e)s)\n  * on (%(vm)s) group_left (%(l)s)\n  %(info)s\n)\nor on (%(on)s)\n(%(e)s)' % {
+      e: expr,
+      vm: vm,
+      l: by(labels),
+      info: q.vmInfo(labels, lookback, matchers),
+      on: by(q.vm + key),
+    },
+  local guid = '([0-9A-Fa-f]{8})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{12})',
+  // The trace id of the event: its EventId without dashes (docs/traces.md).
+  local traced(expr) = 'label_replace(\n%s,\n"trace_id", "$1$2$3$4$5", "event_id", "%s")' % [expr, guid],
+
+  local affects = ['affects_this_vm="true"'],
+  // 1 for each VM and event seen Started during the time range, 0 for those only seen Scheduled.
+  local started(matchers) =
+    'max by (%(on)s) (\n  max_over_time(%(started)s[$__range])\n  or on (%(on)s)\n  max_over_time(%(any)s[$__range]) * 0\n)' % {
+      on: by(q.vm + ['event_id']),
+      started: s('azure_scheduled_events_event_info', matchers + ['event_status="Started"']),
+      any: s('azure_scheduled_events_event_info', matchers),
+    },
+  local eventLabels = ['event_id', 'event_type', 'event_source'],
+  // VMs facing `types` with NotBefore within impactSoonSeconds, passed, unknown or Started.
+  local soon(types) =
+    'max by (%(vm)s) (\n  %(info)s\n  unless on (%(vm)s, event_id)\n  (%(until)s > %(secs)d)\n)' % {
+      vm: vm,
+      info: s('azure_scheduled_events_event_info', affects + ['event_type=~"%s"' % q.types(types)]),
+      until: s('azure_scheduled_events_event_seconds_until_not_before'),
+      secs: c.impactSoonSeconds,
+    },
+
+  local variables(extra=[]) =
+    [
+      g.datasourceVariable('datasource', 'Prometheus', 'prometheus'),
+      g.datasourceVariable('tempo', 'Tempo', 'tempo'),
+    ]
+    + (if cl == '' then [] else [
+         g.queryVariable('cluster', 'Cluster', 'label_values(%s, %s)' % [q.sel('azure_scheduled_events_build_info'), cl]),
+       ])
+    + [
+      g.queryVariable('location', 'Location', 'label_values(%s, location)' % q.sel('azure_scheduled_events_vm_info', matchers[:std.length(matchers) - 2])),
+      g.queryVariable('scale_set', 'Scale set', 'label_values(%s, %s)' % [q.sel('azure_scheduled_events_vm_info', matchers[:std.length(matchers) - 2] + ['location=~"$location"']), cap]),
+      g.queryVariable('zone', 'Zone', 'label_values(%s, zone)' % q.sel('azure_scheduled_events_vm_info', matchers[:std.length(matchers) - 2] + ['location=~"$location"', '%s=~"$scale_set"' % cap])),
+      g.queryVariable('job', 'Job', 'label_values(%s, job)' % q.sel('azure_scheduled_events_build_info', matchers[:std.length(matchers) - 2])),
+      g.queryVariable('instance', 'Instance', 'label_values(%s, instance)' % q.sel('azure_scheduled_events_build_info', matchers[:std.length(matchers) - 1])),
+    ]
+    + extra,
+
+  // Lifecycle transitions as annotations, on every dashboard.
+  local annotations = [
+    g.annotation(
+      'Scheduled-event transitions',
+      'sum by (%s) (%s) > 0' % [
+        by(withCluster(['event_type', 'transition'])),
+        filtered('increase(%s[2m])' % s('azure_scheduled_events_transitions_total')),
+      ],
+      '{{event_type}} {{transition}}',
+      if cl == '' then 'VMs: {{value}}' else 'cluster {{%s}}, VMs: {{value}}' % cl,
+      'orange',
+    ),
+  ],
+
+  local traceColumn = ['trace_id', [
+    { id: 'displayName', value: 'Trace' },
+    { id: 'links', value: [{ title: "Open this event's trace in Tempo", url: g.traceUrl('${__data.fields.trace_id}'), targetBlank: true }] },
+  ]],
+  local eventColumn = ['event_id', [
+    { id: 'displayName', value: 'EventId' },
+    { id: 'links', value: [{
+      title: 'This event across the fleet',
+      url: '/d/%s?var-event=${__data.fields.event_id}&${__url_time_range}&${datasource:queryparam}&${tempo:queryparam}' % c.dashboardUids.event,
+      targetBlank: false,
+    }] },
+  ]],
+  local clusterColumn = if cl == '' then [] else [[cl, 'Cluster']],
+  local durationColumn(name) = [name, g.unit('s') + [{ id: 'mappings', value: [{ type: 'value', options: { '-1': { text: 'unknown', index: 0 } } }] }]],
+
+  grafanaDashboards+:: {
+    'fleet-overview.json': g.dashboard(
+      c,
+      c.dashboardUids.fleet,
+      'Fleet overview',
+      'Which VMs face Freeze, Reboot, Redeploy, Spot eviction or scale-set deletion, when, for how long, where, and which scale sets lose several VMs at once.',
+      variables(),
+      [
+        g.row('Now: which VMs face an event'),
+        g.stat('VMs with a pending event', "VMs whose scheduled-events document holds an event that names them (any type, Scheduled or Started).",
+               'count(%s) or vector(0)' % filtered('max by (%s) (%s) > 0' % [vm, s('azure_scheduled_events_pending', affects)])),
+        g.stat('Reboot or Redeploy', 'VMs facing a Reboot or a Redeploy (memory lost; Redeploy also loses the temporary disk).',
+               'count(%s) or vector(0)' % filtered('max by (%s) (%s) > 0' % [vm, s('azure_scheduled_events_pending', affects + ['event_type=~"Reboot|Redeploy"'])])),
+        g.stat('Spot evictions', 'Spot VMs with a Preempt event: 30 seconds of notice.',
+               'count(%s) or vector(0)' % filtered('max by (%s) (%s) > 0' % [vm, s('azure_scheduled_events_pending', affects + ['event_type="Preempt"'])])),
+        g.stat('Scale-set deletions', 'VMs with a Terminate event: their scale set deletes them.',
+               'count(%s) or vector(0)' % filtered('max by (%s) (%s) > 0' % [vm, s('azure_scheduled_events_pending', affects + ['event_type="Terminate"'])])),
+        g.stat('VMs reporting', 'Agents exporting azure_scheduled_events_up.', 'count(%s)' % filtered(s('azure_scheduled_events_up')), steps=['text']),
+        g.stat('VMs blind', 'Agents that have no valid scheduled-events document: their events are not seen.',
+               'count(%s) or vector(0)' % filtered('%s == 0' % s('azure_scheduled_events_up')), steps=['green', [1, 'red']]),
+        g.timeseries('VMs with pending events, by type and status', 'How many VMs have at least one event naming them, per EventType and EventStatus.',
+                     [g.target('count by (%s) (%s)' % [by(withCluster(['event_type', 'event_status'])), filtered('max by (%s) (%s) > 0' % [by(q.vm + ['event_type', 'event_status']), s('azure_scheduled_events_pending', affects)])],
+                               legend=legendCluster + '{{event_type}} {{event_status}}')],
+                     stack=true, fill=30, w=16),
+        g.bargauge('Now, by type and status', 'VMs per EventType and EventStatus at the end of the time range.',
+                   'count by (%s) (%s)' % [by(withCluster(['event_type', 'event_status'])), filtered('max by (%s) (%s) > 0' % [by(q.vm + ['event_type', 'event_status']), s('azure_scheduled_events_pending', affects)])],
+                   legendCluster + '{{event_type}} {{event_status}}'),
+
+        g.row('Capacity: VMs of one scale set going down at once'),
+        g.table(
+          'Scale sets',
+          'Per cluster and %(name)s: VMs facing a %(types)s whose NotBefore is less than %(min)d minutes away, passed, or already Started, out of its VMs. More than %(pct)g %% (and at least %(n)d VMs) pages (AzureScheduledEventsCapacityAtRisk).' % {
+            name: c.capacityName,
+            types: std.join(', ', c.capacity.eventTypes),
+            min: c.impactSoonSeconds / 60,
+            pct: c.capacity.fraction * 100,
+            n: c.capacity.minVMs,
+          },
+          [
+            g.target('count by (%s) (%s)' % [q.groupBy, filtered('%s\n* on (%s) group_left (%s)\nmax by (%s) (%s)' % [soon(c.capacity.eventTypes), vm, cap, by(q.vm + [cap]), s('azure_scheduled_events_vm_info', ['%s!=""' % cap])])], 'A', instant=true, table=true),
+            g.target('count by (%s) (%s)' % [q.groupBy, filtered(s('azure_scheduled_events_vm_info', ['%s!=""' % cap]))], 'B', instant=true, table=true),
+            g.target('count by (%s) (%s)\n/\ncount by (%s) (%s)' % [q.groupBy, filtered('%s\n* on (%s) group_left (%s)\nmax by (%s) (%s)' % [soon(c.capacity.eventTypes), vm, cap, by(q.vm + [cap]), s('azure_scheduled_events_vm_info', ['%s!=""' % cap])]), q.groupBy, filtered(s('azure_scheduled_events_vm_info', ['%s!=""' % cap]))], 'C', instant=true, table=true),
+          ],
+          clusterColumn + [[cap, 'Scale set'], ['Value #A', 'VMs going down'], ['Value #B', 'VMs'], ['Value #C', 'Share']],
+          overrides=[['Share', g.unit('percentunit') + [
+            { id: 'custom.cellOptions', value: { type: 'color-background' } },
+            { id: 'thresholds', value: { mode: 'absolute', steps: [{ color: 'green', value: null }, { color: 'red', value: c.capacity.fraction }] } },
+          ]]],
+          sortBy=['Share', true],
+          w=10,
+          h=8,
+        ),
+        g.timeseries('Share of each scale set going down', 'The share of each %s facing an interrupting event soon, over time.' % c.capacityName,
+                     [g.target('count by (%s) (%s)\n/\ncount by (%s) (%s)' % [q.groupBy, filtered('%s\n* on (%s) group_left (%s)\nmax by (%s) (%s)' % [soon(c.capacity.eventTypes), vm, cap, by(q.vm + [cap]), s('azure_scheduled_events_vm_info', ['%s!=""' % cap])]), q.groupBy, filtered(s('azure_scheduled_events_vm_info', ['%s!=""' % cap]))],
+                               legend=legendCluster + '{{%s}}' % cap)],
+                     unit='percentunit', w=14),
+
+        g.row('Next: the events to come, soonest first'),
+        g.table(
+          'Next events',
+          'Every event naming a VM, soonest NotBefore first. Started events have no NotBefore. Duration is DurationInSeconds (-1 unknown). EventId opens the event across the fleet; Trace opens its trace (every VM\'s view of it) in Tempo.',
+          [
+            g.target(traced(filtered(join('%s\n* on (%s, event_id) group_left (event_type, event_status, event_source)\n%s' % [s('azure_scheduled_events_event_seconds_until_not_before'), vm, s('azure_scheduled_events_event_info')], ['event_id'], ['vm_name', cap]))), 'A', instant=true, table=true),
+            g.target(traced(filtered(join('%s\n* on (%s, event_id) group_left (event_type, event_status, event_source)\n%s' % [s('azure_scheduled_events_event_duration_seconds'), vm, s('azure_scheduled_events_event_info')], ['event_id'], ['vm_name', cap]))), 'B', instant=true, table=true),
+          ],
+          clusterColumn + [['vm_name', 'VM'], [cap, 'Scale set'], ['event_type', 'Type'], ['event_status', 'Status'], ['Value #A', 'Starts in'], ['Value #B', 'Duration'], ['event_source', 'Source'], ['event_id', 'event_id'], ['trace_id', 'trace_id'], ['instance', 'Instance']],
+          overrides=[['Starts in', g.unit('s')], durationColumn('Duration'), eventColumn, traceColumn],
+          sortBy=['Starts in', false],
+        ),
+        g.table(
+          'Events in the time range',
+          'Every event that named a VM during the time range, also those that have left the document: whether it started, its last NotBefore, and links to the event and its trace.',
+          local seen = traced(filtered(join('max by (%s) (last_over_time(%s[$__range]))' % [by(q.vm + eventLabels), s('azure_scheduled_events_event_info', affects)], ['event_id'], ['vm_name', cap])));
+          [
+            g.target(seen, 'A', instant=true, table=true),
+            g.target('%s\n* on (%s, event_id) group_left ()\n%s' % [seen, vm, started(affects)], 'B', instant=true, table=true),
+            g.target('%s\n* on (%s, event_id) group_left ()\nmax by (%s, event_id) (last_over_time(%s[$__range])) * 1000' % [seen, vm, vm, s('azure_scheduled_events_event_not_before_timestamp_seconds')], 'C', instant=true, table=true),
+          ],
+          clusterColumn + [['vm_name', 'VM'], [cap, 'Scale set'], ['event_type', 'Type'], ['event_source', 'Source'], ['Value #B', 'Started'], ['Value #C', 'NotBefore'], ['event_id', 'event_id'], ['trace_id', 'trace_id'], ['instance', 'Instance'], ['Value #A', 'Value #A']],
+          overrides=[
+            ['Started', [{ id: 'mappings', value: [{ type: 'value', options: { '0': { text: 'no', index: 0 }, '1': { text: 'yes', index: 1 } } }] }]],
+            ['NotBefore', g.unit('dateTimeAsIso')],
+            ['Value #A', [{ id: 'custom.hidden', value: true }]],
+            eventColumn,
+            traceColumn,
+          ],
+          sortBy=['NotBefore', true],
+        ),
+
+        g.row('Maintenance waves: many EventIds of one type across a scale set within minutes'),
+        g.table(
+          'Maintenance waves',
+          'Azure gives every host operation its own EventId, so one wave of maintenance across a %(name)s is many EventIds of the same type and source seen within %(w)s. Per cluster, %(name)s, type and source: the EventIds and the VMs they name in the last %(w)s.' % { name: c.capacityName, w: c.waveWindow },
+          local wave = filtered('max by (%s) (last_over_time(%s[%s]))\n* on (%s) group_left (%s)\n%s' % [by(q.vm + eventLabels), s('azure_scheduled_events_event_info', affects), c.waveWindow, vm, cap, q.vmInfo([cap], lookback, matchers + ['%s!=""' % cap])]);
+          [
+            g.target('count by (%s) (count by (%s) (%s))' % [by(q.group + ['event_type', 'event_source']), by(q.group + eventLabels), wave], 'A', instant=true, table=true),
+            g.target('count by (%s) (count by (%s) (%s))' % [by(q.group + ['event_type', 'event_source']), by(q.vm + [cap, 'event_type', 'event_source']), wave], 'B', instant=true, table=true),
+          ],
+          clusterColumn + [[cap, 'Scale set'], ['event_type', 'Type'], ['event_source', 'Source'], ['Value #A', 'EventIds'], ['Value #B', 'VMs']],
+          sortBy=['VMs', true],
+          w=10,
+          h=8,
+        ),
+        g.timeseries('EventIds per scale set and type within %s' % c.waveWindow, 'A rise across many EventIds is a wave of maintenance going through a %s.' % c.capacityName,
+                     [g.target('count by (%s) (count by (%s) (%s))' % [by(q.group + ['event_type']), by(q.group + ['event_id', 'event_type']), filtered('max by (%s) (last_over_time(%s[%s]))\n* on (%s) group_left (%s)\n%s' % [by(q.vm + eventLabels), s('azure_scheduled_events_event_info', affects), c.waveWindow, vm, cap, q.vmInfo([cap], lookback, matchers + ['%s!=""' % cap])])],
+                               legend=legendCluster + '{{%s}} {{event_type}}' % cap)],
+                     w=14),
+
+        g.row('Spot evictions and scale-set deletions'),
+        g.timeseries('VMs being evicted or deleted', 'Spot evictions (Preempt) and scale-set deletions (Terminate) in progress.',
+                     [g.target('count by (%s) (%s)' % [by(withCluster(['event_type'])), filtered('max by (%s) (%s) > 0' % [by(q.vm + ['event_type']), s('azure_scheduled_events_pending', affects + ['event_type=~"Preempt|Terminate"'])])],
+                               legend=legendCluster + '{{event_type}}')],
+                     stack=true, fill=30),
+        g.table(
+          'Evicted or deleted now',
+          'VMs with a Preempt or Terminate event, with their scale set and zone.',
+          [g.target(filtered(join('max by (%s) (%s)' % [by(q.vm + ['event_id', 'event_type', 'event_status']), s('azure_scheduled_events_event_info', affects + ['event_type=~"Preempt|Terminate"'])], ['event_id'], ['vm_name', cap, 'zone'])), 'A', instant=true, table=true)],
+          clusterColumn + [['vm_name', 'VM'], [cap, 'Scale set'], ['zone', 'Zone'], ['event_type', 'Type'], ['event_status', 'Status'], ['event_id', 'event_id'], ['instance', 'Instance'], ['Value', 'Value']],
+          overrides=[['Value', [{ id: 'custom.hidden', value: true }]], eventColumn],
+          w=12,
+          h=8,
+        ),
+
+        g.row('Where: fault domains, update domains and zones'),
+      ] + [
+        g.bargauge('VMs with pending events per %s' % d[1], 'VMs with an event naming them, per %s and event type (from azure_scheduled_events_vm_info).' % d[1],
+                   'count by (%s) (\n%s\n* on (%s) group_left (%s)\n%s\n)' % [by(withCluster([d[0], 'event_type'])), filtered('max by (%s) (%s) > 0' % [by(q.vm + ['event_type']), s('azure_scheduled_events_pending', affects)]), vm, d[0], q.vmInfo([d[0]], lookback, matchers)],
+                   legendCluster + '%s {{%s}} · {{event_type}}' % [d[1], d[0]])
+        for d in [['platform_fault_domain', 'fault domain'], ['platform_update_domain', 'update domain'], ['zone', 'zone']]
+      ],
+      annotations,
+    ),
+
+    'event.json': g.dashboard(
+      c,
+      c.dashboardUids.event,
+      'One event across the fleet',
+      'Pick or paste an EventId (any case, with or without dashes, as in the logs\' trace_id): every VM it names, each one\'s status over time, countdown and placement, also after the event has left the document, and its trace in Tempo.',
+      variables([
+        g.queryVariable('event', 'EventId', 'label_values(%s, event_id)' % s('azure_scheduled_events_event_info'), all=false) + { allowCustomValue: true },
+        g.queryVariable(
+          'event_id',
+          'EventId as exported',
+          'query_result(max by (event_id) (label_replace(label_replace(label_replace(last_over_time(%s[$__range]), "key", "$1$2$3$4$5", "event_id", "%s"), "hit", "yes", "event_id", "(?i)$event"), "hit", "yes", "key", "(?i)$event") and on (hit) label_replace(vector(1), "hit", "yes", "", "")))' % [s('azure_scheduled_events_event_info'), guid],
+          all=false,
+          hide=2,
+          regex='/event_id="([^"]+)"/',
+          sort=0,
+        ),
+        g.queryVariable(
+          'trace_id',
+          'Trace id',
+          'query_result(%s)' % traced('max by (event_id) (last_over_time(%s[$__range]))' % s('azure_scheduled_events_event_info', ['event_id="$event_id"'])),
+          all=false,
+          hide=2,
+          regex='/trace_id="([^"]+)"/',
+          sort=0,
+        ),
+      ]),
+      local eid = ['event_id="$event_id"'];
+      local seen = traced(filtered(join('max by (%s) (last_over_time(%s[$__range]))' % [by(q.vm + eventLabels), s('azure_scheduled_events_event_info', eid)], ['event_id'], ['vm_name', cap, 'zone', 'platform_fault_domain', 'platform_update_domain'])));
+      [
+        g.row('The event'),
+        g.stat('Type', 'EventType and EventSource, as the agents saw it during the time range.',
+               'max by (%s) (%s)' % [by(withCluster(['event_type', 'event_source'])), filtered('last_over_time(%s[$__range])' % s('azure_scheduled_events_event_info', eid))],
+               steps=['text'], textMode='name', legend=legendCluster + '{{event_type}} ({{event_source}})', w=5, noValue='not seen'),
+        g.stat('VMs reporting it', 'Agents that saw this event during the time range.',
+               'count(%s) or vector(0)' % filtered('max by (%s) (last_over_time(%s[$__range]))' % [vm, s('azure_scheduled_events_event_info', eid)]), steps=['text'], w=5),
+        g.stat('VMs it names', "How many VMs the event's Resources names (approving it lets it proceed for all of them).",
+               'max(%s)' % filtered('last_over_time(%s[$__range])' % s('azure_scheduled_events_event_resources', eid)), steps=['text'], w=5),
+        g.stat('Started on', 'VMs that saw it Started during the time range.',
+               'count(%s) or vector(0)' % filtered('max by (%s) (last_over_time(%s[$__range]))' % [vm, s('azure_scheduled_events_event_info', eid + ['event_status="Started"'])]), steps=['text'], w=5),
+        g.stat('Starts in', 'NotBefore minus now on the VM where it is soonest; empty once Started or gone.',
+               'min(%s)' % filtered(s('azure_scheduled_events_event_seconds_until_not_before', eid)), unit='s', steps=['text'], w=4, noValue='-'),
+
+        g.row('Every VM it names'),
+        g.table(
+          'VMs',
+          'Every VM that saw the event during the time range, with its placement, whether it started there, its last NotBefore and DurationInSeconds.',
+          [
+            g.target(seen, 'A', instant=true, table=true),
+            g.target('%s\n* on (%s, event_id) group_left ()\n%s' % [seen, vm, started(eid)], 'B', instant=true, table=true),
+            g.target('%s\n* on (%s, event_id) group_left ()\nmax by (%s, event_id) (last_over_time(%s[$__range])) * 1000' % [seen, vm, vm, s('azure_scheduled_events_event_not_before_timestamp_seconds', eid)], 'C', instant=true, table=true),
+            g.target('%s\n* on (%s, event_id) group_left ()\nmax by (%s, event_id) (last_over_time(%s[$__range]))' % [seen, vm, vm, s('azure_scheduled_events_event_duration_seconds', eid)], 'D', instant=true, table=true),
+          ],
+          clusterColumn + [['vm_name', 'VM'], ['Value #B', 'Started'], ['Value #C', 'NotBefore'], ['Value #D', 'Duration'], [cap, 'Scale set'], ['zone', 'Zone'], ['platform_fault_domain', 'Fault domain'], ['platform_update_domain', 'Update domain'], ['trace_id', 'trace_id'], ['instance', 'Instance'], ['Value #A', 'Value #A']],
+          overrides=[
+            ['Started', [{ id: 'mappings', value: [{ type: 'value', options: { '0': { text: 'no', index: 0 }, '1': { text: 'yes', index: 1 } } }] }]],
+            ['NotBefore', g.unit('dateTimeAsIso')],
+            durationColumn('Duration'),
+            ['Value #A', [{ id: 'custom.hidden', value: true }]],
+            traceColumn,
+          ],
+          sortBy=['VM', false],
+        ),
+        g.stateTimeline(
+          'Status per VM',
+          'The event as each VM saw it: Scheduled, Started, or nothing (not in its document, or the agent was not scraped).',
+          [g.target(filtered(join('2 * max by (%(vm)s) (%(started)s)\nor on (%(vm)s)\nmax by (%(vm)s) (%(scheduled)s)' % {
+            vm: vm,
+            started: s('azure_scheduled_events_event_info', eid + ['event_status="Started"']),
+            scheduled: s('azure_scheduled_events_event_info', eid + ['event_status="Scheduled"']),
+          }, [], ['vm_name'])), legend=legendCluster + '{{vm_name}} {{instance}}')],
+          [[1, 'Scheduled', 'blue'], [2, 'Started', 'orange']],
+        ),
+        g.timeseries('Countdown per VM', 'NotBefore minus now, on each VM.',
+                     [g.target(filtered(join(s('azure_scheduled_events_event_seconds_until_not_before', eid), ['event_id'], ['vm_name'])), legend=legendCluster + '{{vm_name}} {{instance}}')],
+                     unit='s', min=null),
+        g.timeseries('VMs by status', 'How many VMs see the event Scheduled or Started.',
+                     [g.target('count by (%s) (%s)' % [by(withCluster(['event_status'])), filtered(s('azure_scheduled_events_event_info', eid))], legend=legendCluster + '{{event_status}}')]),
+      ],
+      annotations,
+      links=[{
+        title: 'Trace of this event in Tempo',
+        type: 'link',
+        url: g.traceUrl('${trace_id}'),
+        icon: 'external link',
+        tooltip: "Every VM's view of this event, as one trace",
+        asDropdown: false,
+        includeVars: false,
+        keepTime: false,
+        targetBlank: true,
+        tags: [],
+      }],
+    ),
+
+    'agent-health.json': g.dashboard(
+      c,
+      c.dashboardUids.agent,
+      'Agent health',
+      'Is every agent scraped and polling, is IMDS answering, how fast, what fails, and what the approvals, the state file and the trace export do.',
+      variables(),
+      [
+        g.row('Is every agent watching?'),
+        g.stat('Agents scraped', 'Agents whose last scrape succeeded.', 'sum(%s)' % filtered(s('up')), steps=['text'], w=3),
+        g.stat('Agents down', 'Agents Prometheus cannot scrape.', 'count(%s) or vector(0)' % filtered('%s == 0' % s('up')), steps=['green', [1, 'red']], w=3),
+        g.stat('IMDS answering', 'Agents whose last poll returned a valid document.', 'sum(%s)' % filtered(s('azure_scheduled_events_up')), steps=['text'], w=3),
+        g.stat('IMDS failing', 'Agents whose last poll failed.', 'count(%s) or vector(0)' % filtered('%s == 0' % s('azure_scheduled_events_up')), steps=['green', [1, 'red']], w=3),
+        g.stat('Longest blind', 'The longest time since an agent had a valid document.', 'max(%s)' % filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds')), unit='s', steps=['green', [10, 'orange'], [60, 'red']], w=3),
+        g.stat('Longest since a poll', 'The longest time since an agent\'s poll loop last finished a poll (the heartbeat): more than a few seconds is a stuck loop.', 'max(%s)' % filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds')), unit='s', steps=['green', [10, 'orange'], [c.pollStuckSeconds, 'red']], w=3),
+        g.stat('Versions', 'Agents per version.', 'count by (%s) (%s)' % [by(withCluster(['version'])), filtered(s('azure_scheduled_events_build_info'))], steps=['green'], textMode='value_and_name', legend=legendCluster + '{{version}}', w=6),
+        g.timeseries('Scrape and IMDS health per VM', '1 when the scrape (up) or the last IMDS poll (azure_scheduled_events_up) succeeded.', [
+          g.target(filtered(s('up')), 'A', legend=legendCluster + 'scrape {{instance}}'),
+          g.target(filtered(s('azure_scheduled_events_up')), 'B', legend=legendCluster + 'IMDS {{instance}}'),
+        ], w=8),
+        g.timeseries('Time since the last good document', 'How long each agent has been blind.', [
+          g.target(filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds')), legend=legendCluster + '{{instance}}'),
+        ], unit='s', w=8),
+        g.timeseries('Time since the last poll', 'The poll loop\'s heartbeat: it ends a poll every --poll.interval, successful or not. A line that keeps rising is a stuck loop (AzureScheduledEventsPollLoopStuck).', [
+          g.target(filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds')), legend=legendCluster + '{{instance}}'),
+        ], unit='s', w=8),
+
+        g.row('IMDS requests'),
+        g.timeseries('IMDS failures by reason', 'Requests to IMDS that gave no usable answer, per operation and reason.', [
+          g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'reason'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_imds_request_failures_total'))], legend=legendCluster + '{{operation}} {{reason}}'),
+        ], unit='reqps', w=8),
+        g.timeseries('IMDS request latency', 'p50 and p99 of the time to a complete answer, per operation.', [
+          g.target('histogram_quantile(0.99, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_imds_request_duration_seconds_bucket'))], 'A', legend=legendCluster + 'p99 {{operation}}'),
+          g.target('histogram_quantile(0.5, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_imds_request_duration_seconds_bucket'))], 'B', legend=legendCluster + 'p50 {{operation}}'),
+        ], unit='s', w=8),
+        g.timeseries('IMDS requests', 'Requests per second, per operation.', [
+          g.target('sum by (%s) (%s)' % [by(withCluster(['operation'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_imds_requests_total'))], legend=legendCluster + '{{operation}}'),
+        ], unit='reqps', w=8),
+
+        g.row('What the agents saw'),
+        g.timeseries('Lifecycle transitions', 'Transitions seen per event type (scheduled, started, updated, completed, cancelled).', [
+          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['event_type', 'transition'])), filtered('increase(%s[$__rate_interval])' % s('azure_scheduled_events_transitions_total'))], legend=legendCluster + '{{event_type}} {{transition}}'),
+        ]),
+        g.table(
+          'Agents',
+          'Every agent: its version and the VM it runs on (empty until it has read instance metadata).',
+          [g.target(filtered(join(s('azure_scheduled_events_build_info'), [], ['vm_name', 'vm_size', 'location', 'zone', cap])), 'A', instant=true, table=true)],
+          clusterColumn + [['vm_name', 'VM'], ['instance', 'Instance'], ['version', 'Version'], ['revision', 'Revision'], ['api_version', 'api-version'], ['vm_size', 'Size'], ['location', 'Location'], ['zone', 'Zone'], [cap, 'Scale set'], ['Value', 'Value']],
+          overrides=[['Value', [{ id: 'custom.hidden', value: true }]]],
+          sortBy=['VM', false],
+          w=12,
+          h=8,
+        ),
+
+        g.row('Approvals, state and traces'),
+        g.stat('Approval mode', 'Agents per approval mode (off, dry_run, on).', 'count by (%s) (%s)' % [by(withCluster(['mode'])), filtered('%s == 1' % s('azure_scheduled_events_approval_mode'))], steps=['text'], textMode='value_and_name', legend=legendCluster + '{{mode}}', w=6),
+        g.stat('Approval failures', 'Approvals that failed during the time range.', 'sum(%s)' % filtered('increase(%s[$__range])' % s('azure_scheduled_events_approval_failures_total')), steps=['green', [1, 'red']], w=6),
+        g.stat('State file failing', 'Agents that cannot write their state file.', 'count(%s) or vector(0)' % filtered('%s == 0' % s('azure_scheduled_events_state_up')), steps=['green', [1, 'red']], w=6),
+        g.stat('Unexpected reboots', 'VMs that rebooted during the time range without a scheduled event of their own seen Started.', 'count(%s) or vector(0)' % filtered('increase(%s[$__range]) > 0' % s('azure_scheduled_events_reboots_total', ['expected="false"'])), steps=['green', [1, 'orange']], w=6),
+        g.timeseries('Approvals and their failures', 'Events approved, and approvals that failed by reason.', [
+          g.target('sum by (%s) (%s)' % [by(withCluster(['event_type'])), filtered('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approvals_total'))], 'A', legend=legendCluster + 'approved {{event_type}}'),
+          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['event_type', 'reason'])), filtered('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approval_failures_total'))], 'B', legend=legendCluster + 'failed {{event_type}}: {{reason}}'),
+        ], w=8),
+        g.timeseries('Approval decisions', 'Every decision of the approval policy, by reason.', [
+          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['decision', 'reason'])), filtered('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approval_decisions_total'))], legend=legendCluster + '{{decision}} {{reason}}'),
+        ], w=8),
+        g.timeseries('Trace spans', 'Spans the OTLP collector accepted, and spans dropped by reason.', [
+          g.target('sum by (%s) (%s)' % [by(withCluster([])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_exported_total'))], 'A', legend=legendCluster + 'exported'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['reason'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_dropped_total'))], 'B', legend=legendCluster + 'dropped {{reason}}'),
+        ], w=8),
+      ],
+      annotations,
+    ),
+  },
+}

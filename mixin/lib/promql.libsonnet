@@ -1,0 +1,51 @@
+// PromQL building blocks shared by the alerts and the dashboards, all driven by the config so
+// that every aggregation and join keeps the cluster label (or leaves it out when it is empty).
+{
+  new(config):: {
+    local c = config,
+    local nonEmpty(list) = std.filter(function(l) l != '', list),
+    // The first occurrence of each name, in order.
+    local unique(list) = std.foldl(function(seen, l) if std.member(seen, l) then seen else seen + [l], list, []),
+
+    // 'a, b, c' from a list, skipping empty and repeated names.
+    list(labels):: std.join(', ', unique(nonEmpty(labels))),
+
+    // The labels that identify one VM's agent.
+    vm:: nonEmpty([c.clusterLabel] + c.vmLabels),
+    vmBy:: self.list(self.vm),
+    // The labels of one capacity group.
+    group:: nonEmpty([c.clusterLabel, c.capacityLabel]),
+    groupBy:: self.list(self.group),
+
+    // `metric{selector, matchers...}`.
+    sel(metric, matchers=[])::
+      local all = nonEmpty([c.selector] + matchers);
+      if all == [] then metric else metric + '{' + std.join(', ', all) + '}',
+
+    // An alternation regex of event types.
+    types(list):: std.join('|', list),
+
+    // One series per VM with the labels vmInfoLabels: the agent's vm_info now, or its last
+    // known one while the agent cannot be scraped. topk keeps one series per VM even if its
+    // labels changed within the lookback, so joins never see duplicates.
+    vmInfo(labels=c.vmInfoLabels, lookback=c.vmInfoLookback, matchers=[])::
+      'max by (%(by)s) (topk by (%(vm)s) (1, %(now)s or on (%(vm)s) last_over_time(%(now)s[%(lookback)s])))' % {
+        by: $.new(c).list($.new(c).vm + labels),
+        vm: $.new(c).vmBy,
+        now: $.new(c).sel('azure_scheduled_events_vm_info', matchers),
+        lookback: lookback,
+      },
+
+    // `expr` (one series per VM, or per VM and `key` labels) with the vmInfoLabels of its VM
+    // added when known, and unchanged when the agent has not read instance metadata.
+    withVmInfo(expr, key=[])::
+      local on = $.new(c).list($.new(c).vm + key);
+      '(\n  (\n%(expr)s\n  )\n  * on (%(vm)s) group_left (%(labels)s)\n  %(info)s\n)\nor on (%(on)s)\n(\n%(expr)s\n)' % {
+        expr: expr,
+        vm: $.new(c).vmBy,
+        labels: $.new(c).list(c.vmInfoLabels),
+        info: $.new(c).vmInfo(),
+        on: on,
+      },
+  },
+}

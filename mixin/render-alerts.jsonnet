@@ -1,0 +1,42 @@
+// alerts/ as `jsonnet -S -m <repository> mixin/render-alerts.jsonnet` writes it
+// (scripts/render-mixin.sh). `config` (a Jsonnet object, --tla-code) is merged into the config.
+// The YAML is written here rather than by std.manifestYamlDoc, which is slow on long strings and
+// sorts keys: rules read alert, expr, for, labels, annotations.
+function(config={})
+  local mixin = (import 'mixin.libsonnet') + { _config+:: config };
+  // A scalar: a block for expressions (they end with a newline), a JSON string otherwise
+  // (JSON strings are YAML).
+  local scalar(value, indent) =
+    if std.isString(value) && std.endsWith(value, '\n') then
+      '|\n' + std.join('', [
+        (if line == '' then '\n' else indent + line + '\n')
+        for line in std.split(std.substr(value, 0, std.length(value) - 1), '\n')
+      ])
+    else
+      std.escapeStringJson(value) + '\n';
+  local map(object, indent) = std.join('', [
+    indent + key + ': ' + scalar(object[key], indent + '  ')
+    for key in std.objectFields(object)
+  ]);
+  local rule(r) =
+    local first = if std.objectHas(r, 'alert') then 'alert' else 'record';
+    '      - %s: %s' % [first, scalar(r[first], '')]
+    + std.join('', [
+      if std.isObject(r[key]) then
+        '        %s:\n%s' % [key, map(r[key], '          ')]
+      else
+        '        %s: %s' % [key, scalar(r[key], '          ')]
+      for key in ['expr', 'for', 'labels', 'annotations']
+      if std.objectHas(r, key)
+    ]);
+  {
+    'alerts/azure-scheduled-events.yml':
+      '# Generated from mixin/ by scripts/render-mixin.sh: edit the mixin, not this file.\n' +
+      '# Alert rules for azure-scheduled-events-exporter, tested by azure-scheduled-events.test.yml\n' +
+      '# (`promtool test rules`) and end to end by tests/prometheus.rs; docs/runbook.md has one\n' +
+      '# section per alert and the paging policy.\n' +
+      'groups:\n' + std.join('', [
+        '  - name: %s    rules:\n%s' % [scalar(group.name, ''), std.join('', [rule(r) for r in group.rules])]
+        for group in mixin.prometheusAlerts.groups
+      ]),
+  }

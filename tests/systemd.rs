@@ -1,0 +1,128 @@
+//! Under a `Type=notify` unit: systemd's notifications, over a real unix datagram socket that
+//! stands where systemd's `NOTIFY_SOCKET` would.
+
+mod common;
+
+use std::time::Duration;
+
+use azure_scheduled_events_exporter::simulator::Fault;
+use common::process::{AgentProcess, command};
+use common::{Imds, PATIENCE, TempDir, TestResult};
+use tokio::net::UnixDatagram;
+
+/// Notifications received until one satisfies `done`, or [`PATIENCE`] runs out.
+async fn until(
+    socket: &UnixDatagram,
+    seen: &mut Vec<String>,
+    done: impl Fn(&[String]) -> bool,
+) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut buffer = vec![0u8; 4096];
+    while !done(seen) {
+        let received = tokio::time::timeout_at(deadline, socket.recv(&mut buffer))
+            .await
+            .map_err(|_| format!("timed out; received so far: {seen:?}"))?
+            .map_err(|e| e.to_string())?;
+        let datagram = String::from_utf8_lossy(&buffer[..received]);
+        seen.extend(datagram.lines().map(str::to_owned));
+    }
+    Ok(())
+}
+
+fn count(seen: &[String], line: &str) -> usize {
+    seen.iter().filter(|l| *l == line).count()
+}
+
+#[tokio::test]
+async fn under_systemd_the_agent_says_ready_what_it_waits_for_and_pings_the_watchdog() -> TestResult
+{
+    let imds = Imds::start().await?;
+    let dir = TempDir::new("notify")?;
+    let path = dir.path("notify.sock");
+    let socket = UnixDatagram::bind(&path)?;
+    let mut agent_command = command(&[
+        &format!("--imds.url={}", imds.url()),
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=100ms",
+    ]);
+    // A 400 ms watchdog: a ping every 200 ms.
+    agent_command
+        .env("NOTIFY_SOCKET", &path)
+        .env("WATCHDOG_USEC", "400000");
+    let agent = tokio::task::spawn_blocking(move || {
+        AgentProcess::spawn(agent_command).map_err(|e| e.to_string())
+    })
+    .await??;
+
+    let mut seen = Vec::new();
+    until(&socket, &mut seen, |seen| {
+        seen.iter()
+            .any(|l| l.starts_with("STATUS=polling every 100ms"))
+            && count(seen, "WATCHDOG=1") >= 3
+    })
+    .await?;
+    let ready = seen.iter().position(|l| l == "READY=1");
+    assert!(ready.is_some(), "READY=1 once serving: {seen:?}");
+    assert!(
+        seen.iter()
+            .any(|l| l.starts_with("STATUS=waiting for the first scheduled-events document")),
+        "{seen:?}"
+    );
+    assert!(!seen.iter().any(|l| l.starts_with("STOPPING")), "{seen:?}");
+
+    // IMDS fails: the loop goes on polling (and says so), so the watchdog goes on too.
+    imds.sim.inject_fault(Fault::status(503).until_cleared());
+    let pings_before = count(&seen, "WATCHDOG=1");
+    until(&socket, &mut seen, |seen| {
+        seen.iter()
+            .any(|l| l.starts_with("STATUS=IMDS unreachable"))
+            && count(seen, "WATCHDOG=1") >= pings_before + 3
+    })
+    .await?;
+    assert!(
+        seen.iter().any(|l| l.contains("next poll in")),
+        "a backoff is said: {seen:?}"
+    );
+
+    let mut agent = agent;
+    let status = tokio::task::spawn_blocking(move || agent.terminate()).await??;
+    assert!(status.success());
+    until(&socket, &mut seen, |seen| {
+        seen.iter().any(|l| l == "STOPPING=1")
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_a_watchdog_period_nothing_pings() -> TestResult {
+    let imds = Imds::start().await?;
+    let dir = TempDir::new("notify-no-watchdog")?;
+    let path = dir.path("notify.sock");
+    let socket = UnixDatagram::bind(&path)?;
+    let mut agent_command = command(&[
+        &format!("--imds.url={}", imds.url()),
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=100ms",
+    ]);
+    agent_command.env("NOTIFY_SOCKET", &path);
+    let mut agent = tokio::task::spawn_blocking(move || {
+        AgentProcess::spawn(agent_command).map_err(|e| e.to_string())
+    })
+    .await??;
+    let mut seen = Vec::new();
+    until(&socket, &mut seen, |seen| {
+        seen.iter().any(|l| l.starts_with("STATUS=polling every"))
+    })
+    .await?;
+    // A few more polls' worth of time, then stop: STOPPING=1 ends what the agent says.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let status = tokio::task::spawn_blocking(move || agent.terminate()).await??;
+    assert!(status.success());
+    until(&socket, &mut seen, |seen| {
+        seen.iter().any(|l| l == "STOPPING=1")
+    })
+    .await?;
+    assert_eq!(count(&seen, "WATCHDOG=1"), 0, "{seen:?}");
+    Ok(())
+}
