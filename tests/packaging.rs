@@ -532,10 +532,14 @@ fn helm(args: &[&str]) -> Result<Output, Error> {
 /// `helm template` of the chart as release `azure-scheduled-events-exporter` in namespace
 /// `azure-scheduled-events`, parsed.
 fn render(extra: &[&str]) -> Result<Vec<Value>, Error> {
+    render_chart(CHART, extra)
+}
+
+fn render_chart(chart: &str, extra: &[&str]) -> Result<Vec<Value>, Error> {
     let mut args = vec![
         "template",
         NAME,
-        CHART,
+        chart,
         "--namespace",
         "azure-scheduled-events",
     ];
@@ -1050,6 +1054,32 @@ async fn spans_of_the_released_binary_in_the_chart_name_the_node() -> TestResult
     assert_eq!(
         resource.get("k8s.pod.name").map(String::as_str),
         Some("exporter-x7k2p")
+    );
+    Ok(())
+}
+
+/// `helm package` resolves the links to alerts/ and dashboards/: the archive renders the same.
+#[test]
+fn the_packaged_chart_carries_the_rules_and_dashboards_themselves() -> TestResult {
+    let out = TempDir::new("helm-package")?;
+    let output = helm(&["package", CHART, "--destination", &out.0.to_string_lossy()])?;
+    assert!(output.status.success(), "{}", report(&output));
+    let archive = out.path(&format!("{NAME}-{VERSION}.tgz"));
+    let listing = ok("tar", &["-tzf", &archive.to_string_lossy()])?;
+    let packaged: BTreeSet<&str> = listing.lines().collect();
+    for rules in ops::rule_files()? {
+        let name = format!("{NAME}/files/alerts/{}", ops::file_name(&rules));
+        assert!(packaged.contains(name.as_str()), "{name} not packaged");
+    }
+    assert!(
+        !packaged
+            .iter()
+            .any(|p| p.contains("/files/alerts/") && p.contains("test")),
+        "the promtool unit tests are packaged: {packaged:?}"
+    );
+    assert_eq!(
+        render_chart(&archive.to_string_lossy(), ALL_ON)?,
+        render(ALL_ON)?
     );
     Ok(())
 }
