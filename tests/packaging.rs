@@ -591,6 +591,18 @@ fn helm_lints_the_chart_with_defaults_and_with_every_optional_value_on() -> Test
             report(&output)
         );
     }
+    // values.schema.json turns a mistyped value into an error naming it, before anything renders.
+    let output = helm(&[
+        "lint",
+        "--strict",
+        CHART,
+        "--set",
+        "podMonitor.apiVersion=monitoring.coreos.com/v2,port=metrics",
+    ])?;
+    assert!(!output.status.success(), "{}", report(&output));
+    for named in ["/podMonitor/apiVersion", "/port"] {
+        assert!(report(&output).contains(named), "{}", report(&output));
+    }
     // The same helm refuses a broken copy of the chart: it is really linting.
     let broken = TempDir::new("chart")?;
     let copy = broken.path("chart");
