@@ -954,10 +954,18 @@ fn the_dashboard_config_maps_hold_exactly_the_files_of_dashboards() -> TestResul
             .iter()
             .find(|m| m["data"].get(&name).is_some())
             .ok_or_else(|| format!("no ConfigMap holds {name}"))?;
-        assert_eq!(
-            map["data"][&name].as_str(),
-            Some(std::fs::read_to_string(&file)?.as_str()),
-            "{name} differs from dashboards/"
+        let shipped = map["data"][&name].as_str().unwrap_or_default();
+        let source = std::fs::read_to_string(&file)?;
+        let first_difference = shipped
+            .bytes()
+            .zip(source.bytes())
+            .position(|(a, b)| a != b)
+            .unwrap_or(shipped.len().min(source.len()));
+        assert!(
+            shipped == source,
+            "{name} differs from dashboards/ at byte {first_difference} ({} bytes, file {})",
+            shipped.len(),
+            source.len()
         );
         assert_eq!(map["metadata"]["namespace"], "monitoring");
         assert_eq!(map["metadata"]["annotations"]["grafana_folder"], "Azure");
