@@ -27,17 +27,17 @@ use crate::imds::{ImdsClient, ImdsError, Operation};
 use crate::metrics::{Families, Metrics};
 use crate::observer::Observer;
 use crate::occurrence::{Context, Occurrence, Report};
-use crate::output::Outputs;
 use crate::output::approval::Approval;
 use crate::output::hooks::Hooks;
 use crate::output::log::Log;
 use crate::output::metrics::MetricsOutput;
 use crate::output::spans::Spans;
 use crate::output::state::StateFile;
+use crate::output::{Outputs, Reports};
 use crate::server::Endpoints;
 use crate::state::{Opened, StateStore};
 use crate::systemd::Systemd;
-use crate::telemetry::{Telemetry, VmIdentity};
+use crate::telemetry::{Telemetry, Traces, VmIdentity};
 
 /// How often instance metadata is asked for again while it cannot be read.
 const INSTANCE_RETRY: Duration = Duration::from_secs(30);
@@ -127,37 +127,8 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
     }
     let (store, restart) = open_state(&config);
     let observer = Observer::new(config.approval.clone(), store.state());
-
-    // The outputs, in the order they see each batch: the state file before the approval POSTs.
     let (reports_tx, reports) = mpsc::unbounded_channel();
-    let mut outputs = Outputs::new()
-        .with(Log::new(config.vm_name.clone(), config.approval.mode))
-        .with(MetricsOutput::new(Arc::clone(&metrics)));
-    if let Some(traces) = traces {
-        outputs = outputs.with(Spans::new(traces));
-    }
-    outputs = outputs.with(StateFile::new(store, Arc::clone(&metrics)));
-    let approval = &config.approval;
-    if approval.mode != Mode::Off
-        || approval.prepare_hook.is_some()
-        || approval.recover_hook.is_some()
-    {
-        outputs = outputs.with(Hooks::new(
-            approval.hook.clone(),
-            approval.prepare_hook.clone(),
-            approval.recover_hook.clone(),
-            approval.hook_timeout,
-            reports_tx.clone(),
-        ));
-    }
-    if approval.mode == Mode::On {
-        outputs = outputs.with(Approval::start(
-            client.clone(),
-            config.imds_timeout,
-            Arc::clone(&metrics),
-            reports_tx,
-        ));
-    }
+    let outputs = outputs(&config, &metrics, traces, store, &client, reports_tx);
 
     let mut poller = Poller {
         vm_name: config.vm_name.as_deref().map(Arc::from),
@@ -457,6 +428,47 @@ impl Poller {
             }
         }
     }
+}
+
+/// The outputs, each behind its own setting, in the order they see each batch of occurrences.
+/// The state file comes before the approval POSTs, so that an attempt is on disk before it leaves.
+fn outputs(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+    traces: Option<Traces>,
+    store: StateStore,
+    client: &ImdsClient,
+    reports: Reports,
+) -> Outputs {
+    let approval = &config.approval;
+    let mut outputs = Outputs::new()
+        .with(Log::new(config.vm_name.clone(), approval.mode))
+        .with(MetricsOutput::new(Arc::clone(metrics)));
+    if let Some(traces) = traces {
+        outputs = outputs.with(Spans::new(traces));
+    }
+    outputs = outputs.with(StateFile::new(store, Arc::clone(metrics)));
+    if approval.mode != Mode::Off
+        || approval.prepare_hook.is_some()
+        || approval.recover_hook.is_some()
+    {
+        outputs = outputs.with(Hooks::new(
+            approval.hook.clone(),
+            approval.prepare_hook.clone(),
+            approval.recover_hook.clone(),
+            approval.hook_timeout,
+            reports.clone(),
+        ));
+    }
+    if approval.mode == Mode::On {
+        outputs = outputs.with(Approval::start(
+            client.clone(),
+            config.imds_timeout,
+            Arc::clone(metrics),
+            reports,
+        ));
+    }
+    outputs
 }
 
 /// Opens the state file, classifies this start (reboot or not) against it, and records the

@@ -322,7 +322,27 @@ async fn the_agent_answers_the_probes_and_reads_the_variables_the_service_files_
             .filter_map(|l| l.split('=').next().map(str::to_owned)),
     );
     assert!(!variables.is_empty());
+    // Besides its own variables, the DaemonSet sets OTEL_RESOURCE_ATTRIBUTES (standard, read by
+    // the OpenTelemetry configuration) from downward-API variables that only it refers to.
+    let attributes = container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "OTEL_RESOURCE_ATTRIBUTES")
+        .and_then(|e| e["value"].as_str())
+        .unwrap_or_default()
+        .to_owned();
     for variable in variables {
+        if variable == "OTEL_RESOURCE_ATTRIBUTES" {
+            continue;
+        }
+        if variable.starts_with("K8S_") {
+            assert!(
+                attributes.contains(&format!("$({variable})")),
+                "{variable} is set but never used"
+            );
+            continue;
+        }
         assert!(
             help.contains(&format!("[env: {variable}=")),
             "the agent does not read {variable}"

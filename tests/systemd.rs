@@ -29,6 +29,31 @@ async fn until(
     Ok(())
 }
 
+/// The agent polling `imds` every 100 ms under a notify socket bound in `dir`, with a watchdog
+/// period when `watchdog_usec` is given.
+async fn under_systemd(
+    imds: &Imds,
+    dir: &TempDir,
+    watchdog_usec: Option<&str>,
+) -> Result<(AgentProcess, UnixDatagram), Box<dyn std::error::Error>> {
+    let path = dir.path("notify.sock");
+    let socket = UnixDatagram::bind(&path)?;
+    let mut agent_command = command(&[
+        &format!("--imds.url={}", imds.url()),
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=100ms",
+    ]);
+    agent_command.env("NOTIFY_SOCKET", &path);
+    if let Some(usec) = watchdog_usec {
+        agent_command.env("WATCHDOG_USEC", usec);
+    }
+    let agent = tokio::task::spawn_blocking(move || {
+        AgentProcess::spawn(agent_command).map_err(|e| e.to_string())
+    })
+    .await??;
+    Ok((agent, socket))
+}
+
 fn count(seen: &[String], line: &str) -> usize {
     seen.iter().filter(|l| *l == line).count()
 }
@@ -38,21 +63,8 @@ async fn under_systemd_the_agent_says_ready_what_it_waits_for_and_pings_the_watc
 {
     let imds = Imds::start().await?;
     let dir = TempDir::new("notify")?;
-    let path = dir.path("notify.sock");
-    let socket = UnixDatagram::bind(&path)?;
-    let mut agent_command = command(&[
-        &format!("--imds.url={}", imds.url()),
-        "--web.listen-address=127.0.0.1:0",
-        "--poll.interval=100ms",
-    ]);
     // A 400 ms watchdog: a ping every 200 ms.
-    agent_command
-        .env("NOTIFY_SOCKET", &path)
-        .env("WATCHDOG_USEC", "400000");
-    let agent = tokio::task::spawn_blocking(move || {
-        AgentProcess::spawn(agent_command).map_err(|e| e.to_string())
-    })
-    .await??;
+    let (agent, socket) = under_systemd(&imds, &dir, Some("400000")).await?;
 
     let mut seen = Vec::new();
     until(&socket, &mut seen, |seen| {
@@ -98,18 +110,7 @@ async fn under_systemd_the_agent_says_ready_what_it_waits_for_and_pings_the_watc
 async fn without_a_watchdog_period_nothing_pings() -> TestResult {
     let imds = Imds::start().await?;
     let dir = TempDir::new("notify-no-watchdog")?;
-    let path = dir.path("notify.sock");
-    let socket = UnixDatagram::bind(&path)?;
-    let mut agent_command = command(&[
-        &format!("--imds.url={}", imds.url()),
-        "--web.listen-address=127.0.0.1:0",
-        "--poll.interval=100ms",
-    ]);
-    agent_command.env("NOTIFY_SOCKET", &path);
-    let mut agent = tokio::task::spawn_blocking(move || {
-        AgentProcess::spawn(agent_command).map_err(|e| e.to_string())
-    })
-    .await??;
+    let (mut agent, socket) = under_systemd(&imds, &dir, None).await?;
     let mut seen = Vec::new();
     until(&socket, &mut seen, |seen| {
         seen.iter().any(|l| l.starts_with("STATUS=polling every"))

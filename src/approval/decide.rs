@@ -361,6 +361,23 @@ mod tests {
             .collect()
     }
 
+    /// The answer to attempt `attempts` of the POST for `event`, reported at `t(at)`.
+    fn answer(
+        decider: &mut Decider,
+        event: &Tracked,
+        attempts: u32,
+        result: Result<(), PostFailure>,
+        at: i64,
+    ) -> Decision {
+        decider.posted(
+            event.event.clone(),
+            Rule::UserEvent,
+            attempts,
+            result,
+            t(at),
+        )
+    }
+
     fn failure(reason: &'static str, refused: bool) -> Result<(), PostFailure> {
         Err(PostFailure {
             reason,
@@ -410,11 +427,8 @@ mod tests {
             decider.decide(&events, VM, t(2)).is_empty(),
             "nothing more while the POST is under way"
         );
-        let answer = decider.posted(events[0].event.clone(), Rule::UserEvent, 1, Ok(()), t(2));
-        assert_eq!(
-            said(&[Decided::Decision(answer)]),
-            ["approved user_event A"]
-        );
+        let reply = answer(&mut decider, &events[0], 1, Ok(()), 2);
+        assert_eq!(said(&[Decided::Decision(reply)]), ["approved user_event A"]);
         assert!(decider.decide(&events, VM, t(3)).is_empty());
     }
 
@@ -424,7 +438,7 @@ mod tests {
         let events: Vec<Tracked> = (1..=7)
             .map(|i| reboot(&format!("E{i}"), &["vm_0"]))
             .collect();
-        let answer = |decider: &mut Decider, occurrences: Vec<Decided>, s: i64| {
+        let answer_all = |decider: &mut Decider, occurrences: Vec<Decided>, s: i64| {
             let mut sent = 0;
             for occurrence in occurrences {
                 if let Decided::Send {
@@ -444,11 +458,11 @@ mod tests {
             decider.decide(&events, VM, t(2)).is_empty(),
             "none more while three are under way"
         );
-        assert_eq!(answer(&mut decider, first, 2), 3);
+        assert_eq!(answer_all(&mut decider, first, 2), 3);
         let second = decider.decide(&events, VM, t(3));
-        assert_eq!(answer(&mut decider, second, 3), 3);
+        assert_eq!(answer_all(&mut decider, second, 3), 3);
         let third = decider.decide(&events, VM, t(4));
-        assert_eq!(answer(&mut decider, third, 4), 1);
+        assert_eq!(answer_all(&mut decider, third, 4), 1);
         assert!(decider.decide(&events, VM, t(5)).is_empty());
     }
 
@@ -457,15 +471,9 @@ mod tests {
         let mut decider = machine(config(Mode::On));
         let events = [reboot("A", &["vm_0"])];
         decider.decide(&events, VM, t(1));
-        let answer = decider.posted(
-            events[0].event.clone(),
-            Rule::UserEvent,
-            1,
-            failure("http_5xx", false),
-            t(2),
-        );
+        let reply = answer(&mut decider, &events[0], 1, failure("http_5xx", false), 2);
         assert!(matches!(
-            answer,
+            reply,
             Decision { outcome: Outcome::PostFailed { retry_at: Some(at), .. }, .. } if at == t(3)
         ));
         assert!(
@@ -473,16 +481,10 @@ mod tests {
             "not before 1 s"
         );
         assert_eq!(said(&decider.decide(&events, VM, t(3))), ["send A #2"]);
-        let answer = decider.posted(
-            events[0].event.clone(),
-            Rule::UserEvent,
-            2,
-            failure("timeout", false),
-            t(4),
-        );
+        let reply = answer(&mut decider, &events[0], 2, failure("timeout", false), 4);
         assert!(
             matches!(
-                answer,
+                reply,
                 Decision { outcome: Outcome::PostFailed { retry_at: Some(at), .. }, .. } if at == t(6)
             ),
             "the wait doubles"
@@ -494,15 +496,9 @@ mod tests {
         let mut decider = machine(config(Mode::On));
         let events = [reboot("A", &["vm_0"])];
         decider.decide(&events, VM, t(1));
-        let answer = decider.posted(
-            events[0].event.clone(),
-            Rule::UserEvent,
-            1,
-            failure("http_4xx", true),
-            t(2),
-        );
+        let reply = answer(&mut decider, &events[0], 1, failure("http_4xx", true), 2);
         assert_eq!(
-            said(&[Decided::Decision(answer)]),
+            said(&[Decided::Decision(reply)]),
             ["post_failed http_4xx A"]
         );
         for s in 3..100 {
@@ -612,15 +608,9 @@ mod tests {
         let mut decider = machine(config(Mode::On));
         let events = [reboot("A", &["vm_0"])];
         decider.decide(&events, VM, t(1));
-        let answer = decider.posted(
-            events[0].event.clone(),
-            Rule::UserEvent,
-            1,
-            failure("queue_full", false),
-            t(1),
-        );
+        let reply = answer(&mut decider, &events[0], 1, failure("queue_full", false), 1);
         assert_eq!(
-            said(&[Decided::Decision(answer)]),
+            said(&[Decided::Decision(reply)]),
             ["post_failed queue_full A"]
         );
         assert_eq!(said(&decider.decide(&events, VM, t(2))), ["send A #2"]);

@@ -1,0 +1,1105 @@
+//! What users install, checked as they would: the artefacts `scripts/dist.sh` leaves in
+//! `target/dist` (.ci/run builds them once before the suite) — the tarball's binary against glibc
+//! 2.28 and running, the .deb's fields and files and a real `dpkg` installing it into a scratch
+//! root — and the Helm chart, linted and rendered by a real `helm`, its objects compared with what
+//! the agent reads and with `alerts/` and `dashboards/`.
+
+mod common;
+mod ops;
+#[path = "common/otlp.rs"]
+mod otlp;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use azure_scheduled_events_exporter::simulator::Scenario;
+use common::process::AgentProcess;
+use common::{Imds, THIS_VM, TempDir};
+use ops::Error;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+type TestResult = Result<(), Error>;
+
+const NAME: &str = "azure-scheduled-events-exporter";
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+const BIN: &str = env!("CARGO_BIN_EXE_azure-scheduled-events-exporter");
+const CHART: &str = "deploy/helm/azure-scheduled-events-exporter";
+const STATE_DIR: &str = "/var/lib/azure-scheduled-events-exporter";
+/// The oldest glibc the release binary supports (RHEL 8, Ubuntu 20.04, Debian 10).
+const OLDEST_GLIBC: (u32, u32) = (2, 28);
+
+fn report(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn run(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Result<Output, Error> {
+    let program = program.as_ref();
+    Command::new(program)
+        .args(args)
+        .current_dir(ops::repo())
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", program.to_string_lossy()).into())
+}
+
+/// `program args`, which must succeed; its standard output.
+fn ok(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Result<String, Error> {
+    let output = run(&program, args)?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} {args:?}: {}\n{}",
+            program.as_ref().to_string_lossy(),
+            output.status,
+            report(&output)
+        )
+        .into());
+    }
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+/// `target/dist`, as `scripts/dist.sh` leaves it.
+fn dist(file: &str) -> Result<PathBuf, Error> {
+    let path = ops::repo().join("target/dist").join(file);
+    if !path.exists() {
+        return Err(format!(
+            "{} is missing: run scripts/dist.sh first (.ci/run does)",
+            path.display()
+        )
+        .into());
+    }
+    Ok(path)
+}
+
+fn tarball_name() -> String {
+    format!("{NAME}-{VERSION}-x86_64-linux-gnu.tar.gz")
+}
+
+fn deb_name() -> String {
+    format!("{NAME}_{VERSION}-1_amd64.deb")
+}
+
+/// The tarball, unpacked into a fresh directory: (directory, its single top-level folder).
+fn unpacked_tarball() -> Result<(TempDir, PathBuf), Error> {
+    let tarball = dist(&tarball_name())?;
+    let dir = TempDir::new("tarball")?;
+    ok(
+        "tar",
+        &[
+            "-xzf",
+            &tarball.to_string_lossy(),
+            "-C",
+            &dir.0.to_string_lossy(),
+        ],
+    )?;
+    let top = dir.0.join(format!("{NAME}-{VERSION}-x86_64-linux-gnu"));
+    Ok((dir, top))
+}
+
+/// Every `GLIBC_x.y[.z]` version the binary's dynamic symbols need.
+fn glibc_versions(binary: &Path) -> Result<BTreeSet<(u32, u32, u32)>, Error> {
+    let symbols = ok("objdump", &["-T", &binary.to_string_lossy()])
+        .map_err(|e| format!("objdump (Debian package binutils) is required: {e}"))?;
+    let mut versions = BTreeSet::new();
+    for token in symbols.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')) {
+        let Some(version) = token.strip_prefix("GLIBC_") else {
+            continue;
+        };
+        let parts: Vec<u32> = version
+            .split('.')
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .map_err(|_| format!("a symbol needs glibc's private {token}"))?;
+        let part = |i: usize| parts.get(i).copied().unwrap_or(0);
+        versions.insert((part(0), part(1), part(2)));
+    }
+    Ok(versions)
+}
+
+#[test]
+fn the_tarball_holds_the_binary_license_readme_unit_and_environment_file() -> TestResult {
+    let listing = ok("tar", &["-tzvf", &dist(&tarball_name())?.to_string_lossy()])?;
+    let top = format!("{NAME}-{VERSION}-x86_64-linux-gnu/");
+    let mut files = BTreeSet::new();
+    for line in listing.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(fields.get(1), Some(&"0/0"), "not owned by root: {line}");
+        let path = fields.last().ok_or("empty line")?;
+        assert!(path.starts_with(&top), "{path} is outside {top}");
+        files.insert(path.trim_start_matches(&top).to_owned());
+    }
+    let expected: BTreeSet<String> = [
+        "",
+        NAME,
+        "LICENSE",
+        "README.md",
+        &format!("{NAME}.service"),
+        &format!("{NAME}.env"),
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    assert_eq!(files, expected);
+
+    let (_dir, top) = unpacked_tarball()?;
+    for (shipped, source) in [
+        ("LICENSE", "LICENSE"),
+        ("README.md", "README.md"),
+        (
+            &format!("{NAME}.service"),
+            &format!("deploy/systemd/{NAME}.service"),
+        ),
+        (
+            &format!("{NAME}.env"),
+            &format!("deploy/systemd/{NAME}.default"),
+        ),
+    ] {
+        assert_eq!(
+            std::fs::read_to_string(top.join(shipped))?,
+            std::fs::read_to_string(ops::repo().join(source))?,
+            "{shipped} is not {source}"
+        );
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(top.join(NAME))?.permissions().mode();
+    assert_eq!(mode & 0o777, 0o755, "binary mode {mode:o}");
+    Ok(())
+}
+
+#[test]
+fn the_release_binary_needs_nothing_newer_than_glibc_2_28() -> TestResult {
+    let (_dir, top) = unpacked_tarball()?;
+    let binary = top.join(NAME);
+    let versions = glibc_versions(&binary)?;
+    let newest = versions
+        .last()
+        .ok_or("no GLIBC_ symbol versions: not a glibc binary?")?;
+    eprintln!(
+        "newest glibc symbol version: {}.{}.{} ({} versions)",
+        newest.0,
+        newest.1,
+        newest.2,
+        versions.len()
+    );
+    assert!(
+        (newest.0, newest.1) <= OLDEST_GLIBC,
+        "needs GLIBC_{}.{}: {versions:?}",
+        newest.0,
+        newest.1
+    );
+    // The same check finds the newer symbols of a binary linked against this machine's glibc
+    // (the test binary itself is built that way): it really reads versions.
+    let host = glibc_versions(&std::env::current_exe()?)?;
+    let host_newest = host
+        .last()
+        .ok_or("no symbol versions read from the test binary")?;
+    assert!(
+        (host_newest.0, host_newest.1) > OLDEST_GLIBC,
+        "this machine's build needs only {host_newest:?}: the check cannot tell"
+    );
+
+    // Only glibc's own libraries: the .deb depends on libc6 alone.
+    let dynamic = ok("objdump", &["-p", &binary.to_string_lossy()])?;
+    let needed: BTreeSet<&str> = dynamic
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("NEEDED"))
+        .map(str::trim)
+        .collect();
+    let allowed: BTreeSet<&str> = [
+        "libc.so.6",
+        "libm.so.6",
+        "libpthread.so.0",
+        "libdl.so.2",
+        "librt.so.1",
+        "ld-linux-x86-64.so.2",
+    ]
+    .into();
+    assert!(
+        !needed.is_empty() && needed.is_subset(&allowed),
+        "NEEDED {needed:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_release_binary_prints_its_version_and_runs_the_demo() -> TestResult {
+    let (_dir, top) = unpacked_tarball()?;
+    let binary = top.join(NAME);
+    let version = ok(&binary, &["--version"])?;
+    assert_eq!(version.trim(), format!("{NAME} {VERSION}"));
+
+    let mut command = Command::new(&binary);
+    command
+        .args([
+            "demo",
+            "--log.format=json",
+            "--web.listen-address=127.0.0.1:0",
+        ])
+        .env_clear()
+        .stdin(Stdio::null());
+    let mut agent = AgentProcess::spawn(command)?;
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    loop {
+        let metrics = agent.metrics()?;
+        if metrics.lines().any(|l| l == "azure_scheduled_events_up 1") {
+            assert!(
+                metrics.contains(&format!("version=\"{VERSION}\"")),
+                "build_info names another version"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the release binary never read a document:\n{metrics}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(agent.terminate()?.success());
+    Ok(())
+}
+
+#[test]
+fn sha256sums_match_the_artefacts() -> TestResult {
+    let sums = std::fs::read_to_string(dist("SHA256SUMS")?)?;
+    let named: BTreeSet<&str> = sums
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(|f| f.trim_start_matches('*'))
+        .collect();
+    let expected: BTreeSet<String> = [tarball_name(), deb_name()].into();
+    assert_eq!(
+        named,
+        expected.iter().map(String::as_str).collect::<BTreeSet<_>>()
+    );
+    let check = Command::new("sha256sum")
+        .args(["--check", "--strict", "SHA256SUMS"])
+        .current_dir(ops::repo().join("target/dist"))
+        .output()?;
+    assert!(check.status.success(), "{}", report(&check));
+    Ok(())
+}
+
+/// `dpkg-deb -f`: the control fields (continuation lines joined to their field).
+fn control_fields(deb: &Path) -> Result<BTreeMap<String, String>, Error> {
+    let text = ok("dpkg-deb", &["-f", &deb.to_string_lossy()])?;
+    let mut fields: BTreeMap<String, String> = BTreeMap::new();
+    let mut last = String::new();
+    for line in text.lines() {
+        if line.starts_with(' ') {
+            if let Some(value) = fields.get_mut(&last) {
+                value.push('\n');
+                value.push_str(line);
+            }
+        } else if let Some((key, value)) = line.split_once(':') {
+            last = key.to_owned();
+            fields.insert(key.to_owned(), value.trim().to_owned());
+        }
+    }
+    Ok(fields)
+}
+
+#[test]
+fn the_deb_control_fields_name_the_package_version_architecture_and_glibc() -> TestResult {
+    let deb = dist(&deb_name())?;
+    let fields = control_fields(&deb)?;
+    let field = |name: &str| fields.get(name).map(String::as_str).unwrap_or_default();
+    assert_eq!(field("Package"), NAME);
+    assert_eq!(field("Version"), format!("{VERSION}-1"));
+    assert_eq!(field("Architecture"), "amd64");
+    assert!(
+        field("Depends").contains("libc6 (>= 2.28)"),
+        "Depends: {}",
+        field("Depends")
+    );
+    assert!(field("Maintainer").contains('<'), "Maintainer");
+    assert!(field("Description").contains("Scheduled Events"));
+    let size: u64 = field("Installed-Size").parse()?;
+    let binary_kib = std::fs::metadata(unpacked_tarball()?.1.join(NAME))?.len() / 1024;
+    assert!(
+        size >= binary_kib,
+        "Installed-Size {size} KiB < binary {binary_kib} KiB"
+    );
+
+    let control = TempDir::new("deb-control")?;
+    ok(
+        "dpkg-deb",
+        &["-e", &deb.to_string_lossy(), &control.0.to_string_lossy()],
+    )?;
+    assert_eq!(
+        std::fs::read_to_string(control.path("conffiles"))?.trim(),
+        format!("/etc/default/{NAME}")
+    );
+    for script in ["postinst", "prerm", "postrm"] {
+        let path = control.path(script);
+        ok("sh", &["-n", &path.to_string_lossy()])?;
+        let text = std::fs::read_to_string(&path)?;
+        assert!(
+            text.contains("DPKG_ROOT"),
+            "{script} touches the running system when dpkg installs elsewhere"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn the_deb_ships_the_binary_unit_defaults_and_license_owned_by_root() -> TestResult {
+    let deb = dist(&deb_name())?;
+    let listing = ok("dpkg-deb", &["-c", &deb.to_string_lossy()])?;
+    let mut files = BTreeMap::new();
+    for line in listing.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(fields.get(1), Some(&"root/root"), "{line}");
+        let (Some(mode), Some(path)) = (fields.first(), fields.last()) else {
+            continue;
+        };
+        if !mode.starts_with('d') {
+            files.insert(path.trim_start_matches('.').to_owned(), mode.to_string());
+        }
+    }
+    let expected: BTreeMap<String, String> = [
+        (format!("/usr/bin/{NAME}"), "-rwxr-xr-x"),
+        (format!("/lib/systemd/system/{NAME}.service"), "-rw-r--r--"),
+        (format!("/etc/default/{NAME}"), "-rw-r--r--"),
+        (format!("/usr/share/doc/{NAME}/copyright"), "-rw-r--r--"),
+        (format!("/usr/share/doc/{NAME}/README.md"), "-rw-r--r--"),
+    ]
+    .into_iter()
+    .map(|(p, m)| (p, m.to_owned()))
+    .collect();
+    assert_eq!(files, expected);
+    Ok(())
+}
+
+/// An empty dpkg database under `root`.
+fn scratch_root() -> Result<TempDir, Error> {
+    let root = TempDir::new("dpkg-root")?;
+    for dir in [
+        "var/lib/dpkg/info",
+        "var/lib/dpkg/updates",
+        "var/lib/dpkg/triggers",
+    ] {
+        std::fs::create_dir_all(root.path(dir))?;
+    }
+    std::fs::write(root.path("var/lib/dpkg/status"), "")?;
+    std::fs::write(root.path("var/lib/dpkg/available"), "")?;
+    Ok(root)
+}
+
+fn dpkg(root: &TempDir, args: &[&str]) -> Result<String, Error> {
+    let root_flag = format!("--root={}", root.0.display());
+    let log = format!("--log={}", root.path("dpkg.log").display());
+    let mut all = vec![
+        root_flag.as_str(),
+        log.as_str(),
+        // The scratch root has no shell to chroot into; the scripts see DPKG_ROOT instead.
+        "--force-script-chrootless",
+        "--force-not-root",
+        // libc6 is not in the scratch root's empty database.
+        "--force-depends",
+    ];
+    all.extend_from_slice(args);
+    ok("dpkg", &all)
+}
+
+#[test]
+fn dpkg_installs_removes_and_purges_the_deb_in_a_scratch_root() -> TestResult {
+    let deb = dist(&deb_name())?;
+    let root = scratch_root()?;
+    dpkg(&root, &["--install", &deb.to_string_lossy()])?;
+    let status = dpkg(&root, &["--status", NAME])?;
+    assert!(status.contains("Status: install ok installed"), "{status}");
+    let listed = dpkg(&root, &["--listfiles", NAME])?;
+    for file in [
+        format!("/usr/bin/{NAME}"),
+        format!("/lib/systemd/system/{NAME}.service"),
+        format!("/etc/default/{NAME}"),
+    ] {
+        assert!(
+            listed.lines().any(|l| l == file),
+            "{file} not in:\n{listed}"
+        );
+        assert!(root.0.join(&file[1..]).is_file(), "{file} not installed");
+    }
+
+    let binary = root.path(&format!("usr/bin/{NAME}"));
+    assert_eq!(
+        ok(&binary, &["--version"])?.trim(),
+        format!("{NAME} {VERSION}")
+    );
+    let unit = std::fs::read_to_string(root.path(&format!("lib/systemd/system/{NAME}.service")))?;
+    let shipped =
+        std::fs::read_to_string(ops::repo().join(format!("deploy/systemd/{NAME}.service")))?;
+    assert_eq!(
+        unit,
+        shipped.replace(
+            &format!("ExecStart=/usr/local/bin/{NAME}"),
+            &format!("ExecStart=/usr/bin/{NAME}")
+        ),
+        "the packaged unit differs from deploy/systemd beyond ExecStart"
+    );
+    assert!(unit.contains(&format!("EnvironmentFile=-/etc/default/{NAME}")));
+    assert!(unit.contains(&format!("StateDirectory={NAME}")));
+    // The packaged unit verifies with its binary where the package puts it.
+    let verify_unit = TempDir::new("deb-unit")?;
+    let path = verify_unit.path(&format!("{NAME}.service"));
+    std::fs::write(
+        &path,
+        unit.replace(
+            &format!("ExecStart=/usr/bin/{NAME}"),
+            &format!("ExecStart={}", binary.display()),
+        ),
+    )?;
+    let verify = run("systemd-analyze", &["verify", &path.to_string_lossy()])?;
+    assert!(
+        verify.status.success() && report(&verify).trim().is_empty(),
+        "systemd-analyze verify:\n{}",
+        report(&verify)
+    );
+
+    // A user's settings and the agent's state survive a remove; a purge deletes both.
+    let defaults = root.path(&format!("etc/default/{NAME}"));
+    std::fs::write(&defaults, "AZURE_SCHEDULED_EVENTS_LOG_LEVEL=debug\n")?;
+    let state = root.path(&format!("var/lib/private/{NAME}"));
+    std::fs::create_dir_all(&state)?;
+    std::fs::write(state.join("state.json"), "{}")?;
+    std::os::unix::fs::symlink(
+        format!("private/{NAME}"),
+        root.path(&format!("var/lib/{NAME}")),
+    )?;
+    dpkg(&root, &["--remove", NAME])?;
+    assert!(!binary.exists(), "remove left the binary");
+    assert!(
+        std::fs::read_to_string(&defaults)?.contains("LOG_LEVEL=debug"),
+        "remove lost /etc/default"
+    );
+    assert!(state.join("state.json").exists(), "remove lost the state");
+    dpkg(&root, &["--purge", NAME])?;
+    assert!(!defaults.exists(), "purge left /etc/default/{NAME}");
+    assert!(!state.exists(), "purge left the state directory");
+    assert!(
+        std::fs::symlink_metadata(root.path(&format!("var/lib/{NAME}"))).is_err(),
+        "purge left the state directory's link"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_environment_file_names_only_variables_the_agent_reads() -> TestResult {
+    let text = std::fs::read_to_string(ops::repo().join(format!("deploy/systemd/{NAME}.default")))?;
+    let help = String::from_utf8(Command::new(BIN).arg("--help").output()?.stdout)?;
+    let mut named = 0;
+    for line in text.lines() {
+        let setting = line.trim_start_matches('#');
+        let Some((variable, _)) = setting.split_once('=') else {
+            continue;
+        };
+        if !variable.starts_with("AZURE_SCHEDULED_EVENTS_") {
+            continue;
+        }
+        named += 1;
+        assert!(
+            help.contains(&format!("[env: {variable}=")),
+            "the agent does not read {variable}"
+        );
+    }
+    assert!(named >= 5, "only {named} variables documented");
+    Ok(())
+}
+
+// ---- Helm ----
+
+/// helm from the directory .ci/run installs it in, else from PATH.
+fn helm_program() -> PathBuf {
+    let installed = ops::repo().join("target/ci-tools/bin/helm");
+    if installed.exists() {
+        installed
+    } else {
+        PathBuf::from("helm")
+    }
+}
+
+fn helm(args: &[&str]) -> Result<Output, Error> {
+    run(helm_program(), args).map_err(|e| {
+        format!("helm is required (.ci/run installs it into target/ci-tools/bin): {e}").into()
+    })
+}
+
+/// `helm template` of the chart as release `azure-scheduled-events-exporter` in namespace
+/// `azure-scheduled-events`, parsed.
+fn render(extra: &[&str]) -> Result<Vec<Value>, Error> {
+    render_chart(CHART, extra)
+}
+
+fn render_chart(chart: &str, extra: &[&str]) -> Result<Vec<Value>, Error> {
+    let mut args = vec![
+        "template",
+        NAME,
+        chart,
+        "--namespace",
+        "azure-scheduled-events",
+    ];
+    args.extend_from_slice(extra);
+    let output = helm(&args)?;
+    if !output.status.success() {
+        return Err(format!("helm template {extra:?}:\n{}", report(&output)).into());
+    }
+    let text = String::from_utf8(output.stdout)?;
+    let mut objects = Vec::new();
+    for document in serde_norway::Deserializer::from_str(&text) {
+        let value = Value::deserialize(document)?;
+        if !value.is_null() {
+            objects.push(value);
+        }
+    }
+    Ok(objects)
+}
+
+const ALL_ON: &[&str] = &[
+    "--values",
+    "deploy/helm/azure-scheduled-events-exporter/ci/all-on-values.yaml",
+];
+
+fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+fn one<'a>(objects: &'a [Value], kind: &str) -> Result<&'a Value, Error> {
+    match of_kind(objects, kind).as_slice() {
+        [object] => Ok(object),
+        other => Err(format!("{} {kind} objects", other.len()).into()),
+    }
+}
+
+fn chart_yaml() -> Result<Value, Error> {
+    ops::yaml(&ops::repo().join(CHART).join("Chart.yaml"))
+}
+
+#[test]
+fn helm_lints_the_chart_with_defaults_and_with_every_optional_value_on() -> TestResult {
+    for extra in [&[][..], ALL_ON] {
+        let mut args = vec!["lint", "--strict", CHART];
+        args.extend_from_slice(extra);
+        let output = helm(&args)?;
+        assert!(
+            output.status.success() && report(&output).contains("0 chart(s) failed"),
+            "helm lint {extra:?}:\n{}",
+            report(&output)
+        );
+    }
+    // values.schema.json turns a mistyped value into an error naming it, before anything renders.
+    let output = helm(&[
+        "lint",
+        "--strict",
+        CHART,
+        "--set",
+        "podMonitor.apiVersion=monitoring.coreos.com/v2,port=metrics",
+    ])?;
+    assert!(!output.status.success(), "{}", report(&output));
+    for named in ["/podMonitor/apiVersion", "/port"] {
+        assert!(report(&output).contains(named), "{}", report(&output));
+    }
+    // The same helm refuses a broken copy of the chart: it is really linting.
+    let broken = TempDir::new("chart")?;
+    let copy = broken.path("chart");
+    ok("cp", &["-rL", CHART, &copy.to_string_lossy()])?;
+    std::fs::write(
+        copy.join("templates/broken.yaml"),
+        "kind: ConfigMap\nmetadata:\n  name: {{ .Values.no.such.value }}\n",
+    )?;
+    let output = helm(&["lint", "--strict", &copy.to_string_lossy()])?;
+    assert!(!output.status.success(), "{}", report(&output));
+    Ok(())
+}
+
+#[test]
+fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> TestResult {
+    let objects = render(&[])?;
+    let kinds: BTreeSet<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["DaemonSet", "ServiceAccount"].into(),
+        "by default only the agent: the monitoring objects need their CRDs and are opt-in"
+    );
+    let ds = one(&objects, "DaemonSet")?;
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true, "IMDS needs the node's network");
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    assert_eq!(pod["priorityClassName"], "system-node-critical");
+    assert_eq!(pod["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
+    // A toleration with operator Exists and no key tolerates every taint, Spot pools' included.
+    let tolerations = pod["tolerations"].as_array().ok_or("no tolerations")?;
+    assert!(
+        tolerations.iter().any(|t| t["operator"] == "Exists"
+            && t.get("key").is_none()
+            && t.get("effect").is_none()),
+        "{tolerations:?}"
+    );
+
+    let containers = pod["containers"].as_array().ok_or("no containers")?;
+    assert_eq!(containers.len(), 1);
+    let agent = &containers[0];
+    let security = &agent["securityContext"];
+    assert_eq!(security["runAsNonRoot"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(agent["ports"][0]["containerPort"], 10188);
+
+    // The state directory is the node's, so the state file survives node reboots; only the init
+    // container that hands it to the agent's user runs as root, with no capability but CHOWN.
+    let volumes = pod["volumes"].as_array().ok_or("no volumes")?;
+    let state = volumes
+        .iter()
+        .find(|v| v["name"] == "state")
+        .ok_or("no state volume")?;
+    assert_eq!(state["hostPath"]["path"], STATE_DIR);
+    assert_eq!(agent["volumeMounts"][0]["mountPath"], STATE_DIR);
+    let init = pod["initContainers"]
+        .as_array()
+        .ok_or("no init container")?;
+    assert_eq!(init.len(), 1);
+    assert_eq!(
+        init[0]["command"],
+        json!(["chown", "65532:65532", STATE_DIR])
+    );
+    assert_eq!(
+        init[0]["securityContext"]["capabilities"]["drop"],
+        json!(["ALL"])
+    );
+    assert_eq!(
+        init[0]["securityContext"]["capabilities"]["add"],
+        json!(["CHOWN"])
+    );
+    assert_eq!(init[0]["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        init[0]["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+
+    let env = agent["env"].as_array().ok_or("no env")?;
+    let variable = |name: &str| env.iter().position(|e| e["name"] == name);
+    let state_file = env
+        .iter()
+        .find(|e| e["name"] == "AZURE_SCHEDULED_EVENTS_STATE_FILE")
+        .ok_or("no state file variable")?;
+    assert_eq!(state_file["value"], format!("{STATE_DIR}/state.json"));
+    // The node's name from the downward API, in OTEL_RESOURCE_ATTRIBUTES: Kubernetes expands
+    // $(K8S_NODE_NAME) only when that variable comes first.
+    let node = variable("K8S_NODE_NAME").ok_or("no K8S_NODE_NAME")?;
+    assert_eq!(
+        env[node]["valueFrom"]["fieldRef"]["fieldPath"],
+        "spec.nodeName"
+    );
+    let attributes = variable("OTEL_RESOURCE_ATTRIBUTES").ok_or("no OTEL_RESOURCE_ATTRIBUTES")?;
+    assert!(node < attributes);
+    let value = env[attributes]["value"].as_str().unwrap_or_default();
+    assert!(
+        value
+            .split(',')
+            .any(|kv| kv == "k8s.node.name=$(K8S_NODE_NAME)"),
+        "{value}"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_image_users_pull_is_named_once_in_the_chart_and_used_everywhere() -> TestResult {
+    let values = ops::yaml(&ops::repo().join(CHART).join("values.yaml"))?;
+    let repository = values["image"]["repository"]
+        .as_str()
+        .ok_or("no image.repository")?;
+    let chart = chart_yaml()?;
+    assert_eq!(chart["appVersion"], VERSION, "Chart.yaml appVersion");
+    assert_eq!(chart["version"], VERSION, "Chart.yaml version");
+    let image = format!("{repository}:{VERSION}");
+    let objects = render(&[])?;
+    assert_eq!(
+        one(&objects, "DaemonSet")?["spec"]["template"]["spec"]["containers"][0]["image"],
+        image
+    );
+    let plain = std::fs::read_to_string(ops::repo().join("deploy/kubernetes/daemonset.yaml"))?;
+    assert!(
+        plain.contains(&format!("image: {image}")),
+        "deploy/kubernetes"
+    );
+    let kustomization =
+        std::fs::read_to_string(ops::repo().join("deploy/kubernetes/kustomization.yaml"))?;
+    assert!(
+        kustomization.contains(&format!("- name: {repository}")),
+        "kustomization.yaml's images: entry names another image"
+    );
+    for doc in ["README.md", "docs/install.md"] {
+        let text = std::fs::read_to_string(ops::repo().join(doc))?;
+        assert!(text.contains(&image), "{doc} does not name {image}");
+    }
+    // The Dockerfile's version argument and labels agree with the package.
+    let dockerfile = std::fs::read_to_string(ops::repo().join("Dockerfile"))?;
+    assert!(
+        dockerfile.contains(&format!("\nARG VERSION={VERSION}\n")),
+        "Dockerfile ARG VERSION"
+    );
+    for label in ["version", "revision", "source", "licenses"] {
+        assert!(
+            dockerfile.contains(&format!("org.opencontainers.image.{label}=")),
+            "OCI label {label}"
+        );
+    }
+    assert!(
+        dockerfile.contains("ARG TARGETARCH"),
+        "multi-platform builds"
+    );
+
+    // The all-on values' digest wins over the tag.
+    let objects = render(ALL_ON)?;
+    let image = one(&objects, "DaemonSet")?["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(image.contains("@sha256:"), "{image}");
+    Ok(())
+}
+
+#[test]
+fn every_place_states_the_same_license() -> TestResult {
+    let license = env!("CARGO_PKG_LICENSE");
+    assert_eq!(license, "Apache-2.0");
+    let text = std::fs::read_to_string(ops::repo().join("LICENSE"))?;
+    assert!(
+        text.contains("Apache License") && text.contains("Version 2.0, January 2004"),
+        "LICENSE is not the Apache-2.0 text"
+    );
+    assert!(
+        text.contains("END OF TERMS AND CONDITIONS"),
+        "LICENSE is cut short"
+    );
+    assert_eq!(
+        chart_yaml()?["annotations"]["artifacthub.io/license"],
+        license
+    );
+    let dockerfile = std::fs::read_to_string(ops::repo().join("Dockerfile"))?;
+    assert!(dockerfile.contains(&format!("org.opencontainers.image.licenses=\"{license}\"")));
+    let copyright = std::fs::read_to_string(ops::repo().join("deploy/debian/copyright"))?;
+    assert!(copyright.contains(&format!("\nLicense: {license}\n")));
+    Ok(())
+}
+
+/// Flags the chart passes are ones the agent has, and booleans are passed bare.
+#[test]
+fn the_chart_passes_flags_and_variables_the_agent_reads() -> TestResult {
+    let objects = render(ALL_ON)?;
+    let ds = one(&objects, "DaemonSet")?;
+    let container = &ds["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .ok_or("no args")?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "--approve.dry-run",
+            "--log.level=debug",
+            "--metrics.all-events",
+            "--web.telemetry-path=/custom-metrics",
+            "--imds.timeout=3s"
+        ],
+        "true is a bare flag, false leaves it out"
+    );
+    let help = String::from_utf8(Command::new(BIN).arg("--help").output()?.stdout)?;
+    for arg in &args {
+        let flag = arg.split('=').next().unwrap_or_default();
+        let known = help.match_indices(flag).any(|(at, _)| {
+            !help[at + flag.len()..]
+                .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        });
+        assert!(known, "the agent has no {flag}");
+    }
+    // The agent accepts them together (a bad flag exits 64 at once).
+    let mut command = common::process::command(&["demo", "--log.format=json"]);
+    command.args(&args).arg("--web.listen-address=127.0.0.1:0");
+    let mut agent = AgentProcess::spawn(command)?;
+    agent.next_line_where(|l| l["message"] == "IMDS reachable")?;
+    assert!(agent.terminate()?.success());
+
+    let env = container["env"].as_array().ok_or("no env")?;
+    for variable in env.iter().filter_map(|e| e["name"].as_str()) {
+        if variable.starts_with("AZURE_SCHEDULED_EVENTS_") {
+            assert!(
+                help.contains(&format!("[env: {variable}=")),
+                "the agent does not read {variable}"
+            );
+        }
+    }
+    let listen = env
+        .iter()
+        .find(|e| e["name"] == "AZURE_SCHEDULED_EVENTS_WEB_LISTEN_ADDRESS")
+        .ok_or("no listen address")?;
+    assert_eq!(listen["value"], ":10190");
+    assert_eq!(container["ports"][0]["containerPort"], 10190);
+    let annotations = &ds["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/port"], "10190");
+    assert_eq!(annotations["prometheus.io/path"], "/custom-metrics");
+    let attributes = env
+        .iter()
+        .find(|e| e["name"] == "OTEL_RESOURCE_ATTRIBUTES")
+        .and_then(|e| e["value"].as_str())
+        .ok_or("no OTEL_RESOURCE_ATTRIBUTES")?;
+    assert!(
+        attributes.ends_with(",deployment.environment.name=prod,k8s.cluster.name=aks%20west"),
+        "{attributes}"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_chart_scrapes_with_the_prometheus_operator_or_azure_managed_prometheus() -> TestResult {
+    let objects = render(ALL_ON)?;
+    let ds = one(&objects, "DaemonSet")?;
+    let pod_labels = &ds["spec"]["template"]["metadata"]["labels"];
+    let selected = |selector: &Value| {
+        selector
+            .as_object()
+            .is_some_and(|s| !s.is_empty() && s.iter().all(|(k, v)| &pod_labels[k] == v))
+    };
+    let pod_monitor = one(&objects, "PodMonitor")?;
+    assert_eq!(pod_monitor["apiVersion"], "azmonitoring.coreos.com/v1");
+    assert!(selected(&pod_monitor["spec"]["selector"]["matchLabels"]));
+    let endpoint = &pod_monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["port"], "metrics");
+    assert_eq!(endpoint["path"], "/custom-metrics");
+    assert_eq!(
+        pod_monitor["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+
+    let service = one(&objects, "Service")?;
+    assert!(selected(&service["spec"]["selector"]));
+    assert_eq!(service["spec"]["clusterIP"], "None");
+    let service_monitor = one(&objects, "ServiceMonitor")?;
+    assert_eq!(service_monitor["apiVersion"], "monitoring.coreos.com/v1");
+    let service_labels = &service["metadata"]["labels"];
+    let matches = service_monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .ok_or("no ServiceMonitor selector")?;
+    assert!(matches.iter().all(|(k, v)| &service_labels[k] == v));
+    assert_eq!(service_monitor["spec"]["endpoints"][0]["port"], "metrics");
+
+    let namespace = one(&objects, "Namespace")?;
+    assert_eq!(namespace["metadata"]["name"], "azure-scheduled-events");
+    assert_eq!(
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "privileged"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_prometheus_rule_holds_exactly_the_rules_of_alerts() -> TestResult {
+    let mut expected = Vec::new();
+    for path in ops::rule_files()? {
+        let groups = ops::yaml(&path)?["groups"].clone();
+        expected.extend(
+            groups
+                .as_array()
+                .ok_or_else(|| format!("{}: no groups", path.display()))?
+                .iter()
+                .cloned(),
+        );
+    }
+    assert!(!expected.is_empty());
+    let objects = render(ALL_ON)?;
+    let rule = one(&objects, "PrometheusRule")?;
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(
+        rule["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    let rendered = rule["spec"]["groups"].as_array().ok_or("no groups")?;
+    assert_eq!(rendered.len(), expected.len(), "group count");
+    for (rendered, expected) in rendered.iter().zip(&expected) {
+        assert_eq!(
+            rendered, expected,
+            "group {} differs from alerts/",
+            expected["name"]
+        );
+    }
+    // No group of the promtool unit tests.
+    let tests = ops::rule_tests()?;
+    assert!(!tests.is_empty(), "alerts/ has no unit tests to leave out");
+    Ok(())
+}
+
+#[test]
+fn the_dashboard_config_maps_hold_exactly_the_files_of_dashboards() -> TestResult {
+    let objects = render(ALL_ON)?;
+    let maps: Vec<&Value> = of_kind(&objects, "ConfigMap")
+        .into_iter()
+        .filter(|m| m["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .collect();
+    let files = ops::files("dashboards", ".json")?;
+    assert!(!files.is_empty());
+    assert_eq!(maps.len(), files.len(), "one ConfigMap per dashboard");
+    for file in files {
+        let name = ops::file_name(&file);
+        let map = maps
+            .iter()
+            .find(|m| m["data"].get(&name).is_some())
+            .ok_or_else(|| format!("no ConfigMap holds {name}"))?;
+        let shipped = map["data"][&name].as_str().unwrap_or_default();
+        let source = std::fs::read_to_string(&file)?;
+        let first_difference = shipped
+            .bytes()
+            .zip(source.bytes())
+            .position(|(a, b)| a != b)
+            .unwrap_or(shipped.len().min(source.len()));
+        assert!(
+            shipped == source,
+            "{name} differs from dashboards/ at byte {first_difference} ({} bytes, file {})",
+            shipped.len(),
+            source.len()
+        );
+        assert_eq!(map["metadata"]["namespace"], "monitoring");
+        assert_eq!(map["metadata"]["annotations"]["grafana_folder"], "Azure");
+        let data: BTreeSet<&String> = map["data"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(data.len(), 1, "{name}: one dashboard per ConfigMap");
+    }
+    Ok(())
+}
+
+#[test]
+fn the_plain_manifests_are_the_charts_rendering() -> TestResult {
+    let helm_dir = helm_program()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let path = format!(
+        "{}:{}",
+        helm_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = Command::new("bash")
+        .args(["scripts/render-manifests.sh", "--check"])
+        .current_dir(ops::repo())
+        .env("PATH", path)
+        .output()?;
+    assert!(output.status.success(), "{}", report(&output));
+    Ok(())
+}
+
+/// The variables the chart sets, with `$(NAME)` expanded as the kubelet does and the downward API
+/// answered for a pod on `node`.
+fn daemonset_environment(node: &str) -> Result<Vec<(String, String)>, Error> {
+    let objects = render(&[])?;
+    let env = one(&objects, "DaemonSet")?["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .ok_or("no env")?
+        .clone();
+    let mut set: Vec<(String, String)> = Vec::new();
+    for variable in env {
+        let name = variable["name"]
+            .as_str()
+            .ok_or("a variable without a name")?;
+        let value = match variable["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+            Some("spec.nodeName") => node.to_owned(),
+            Some("metadata.name") => "exporter-x7k2p".to_owned(),
+            Some("metadata.namespace") => "azure-scheduled-events".to_owned(),
+            Some(other) => return Err(format!("{name}: unexpected field {other}").into()),
+            None => {
+                let mut value = variable["value"].as_str().unwrap_or_default().to_owned();
+                for (earlier, earlier_value) in &set {
+                    value = value.replace(&format!("$({earlier})"), earlier_value);
+                }
+                value
+            }
+        };
+        set.push((name.to_owned(), value));
+    }
+    Ok(set)
+}
+
+/// The release binary, with the environment the chart gives it, exports spans whose Resource names
+/// the Kubernetes node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_of_the_released_binary_in_the_chart_name_the_node() -> TestResult {
+    let node = "aks-spot-12345678-vmss000003";
+    let environment = daemonset_environment(node)?;
+    let (_dir, top) = unpacked_tarball()?;
+    let receiver = otlp::Receiver::start().await?;
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        "events:\n  - {{ type: Reboot, resources: [{THIS_VM}], notice: 10m }}\n"
+    ))?);
+    let mut command = Command::new(top.join(NAME));
+    command
+        .env_clear()
+        .stdin(Stdio::null())
+        .envs(environment.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        // What the chart sets stays; the test's own address, IMDS and collector come on top.
+        .args([
+            format!("--imds.url={}", imds.url()),
+            "--web.listen-address=127.0.0.1:0".to_owned(),
+            "--poll.interval=50ms".to_owned(),
+            "--state.file=".to_owned(),
+            format!("--otlp.endpoint={}", receiver.http_url()),
+        ]);
+    let agent = AgentProcess::spawn(command)?;
+    let spans = receiver
+        .wait_for("a span of the Reboot", |spans| !spans.is_empty())
+        .await?;
+    drop(agent);
+    let resource = &spans[0].resource;
+    assert_eq!(
+        resource.get("k8s.node.name").map(String::as_str),
+        Some(node),
+        "{resource:?}"
+    );
+    assert_eq!(
+        resource.get("k8s.namespace.name").map(String::as_str),
+        Some("azure-scheduled-events")
+    );
+    assert_eq!(
+        resource.get("k8s.pod.name").map(String::as_str),
+        Some("exporter-x7k2p")
+    );
+    Ok(())
+}
+
+/// `helm package` resolves the links to alerts/ and dashboards/: the archive renders the same.
+#[test]
+fn the_packaged_chart_carries_the_rules_and_dashboards_themselves() -> TestResult {
+    let out = TempDir::new("helm-package")?;
+    let output = helm(&["package", CHART, "--destination", &out.0.to_string_lossy()])?;
+    assert!(output.status.success(), "{}", report(&output));
+    let archive = out.path(&format!("{NAME}-{VERSION}.tgz"));
+    let listing = ok("tar", &["-tzf", &archive.to_string_lossy()])?;
+    let packaged: BTreeSet<&str> = listing.lines().collect();
+    for rules in ops::rule_files()? {
+        let name = format!("{NAME}/files/alerts/{}", ops::file_name(&rules));
+        assert!(packaged.contains(name.as_str()), "{name} not packaged");
+    }
+    assert!(
+        !packaged
+            .iter()
+            .any(|p| p.contains("/files/alerts/") && p.contains("test")),
+        "the promtool unit tests are packaged: {packaged:?}"
+    );
+    assert_eq!(
+        render_chart(&archive.to_string_lossy(), ALL_ON)?,
+        render(ALL_ON)?
+    );
+    Ok(())
+}
