@@ -8,7 +8,7 @@
 //! a poll that changed nothing.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -32,6 +32,8 @@ use crate::output::approval::Approval;
 use crate::output::hooks::Hooks;
 use crate::output::log::Log;
 use crate::output::metrics::MetricsOutput;
+use crate::output::notify::Notify;
+use crate::output::notify::metrics::NotifyMetrics;
 use crate::output::spans::Spans;
 use crate::output::state::StateFile;
 use crate::server::{self, Endpoints};
@@ -113,6 +115,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
     }
     let (store, restart) = open_state(&config);
     let observer = Observer::new(config.approval.clone(), store.state());
+    let store = Arc::new(Mutex::new(store));
 
     // The outputs, in the order they see each batch: the state file before the approval POSTs.
     let (reports_tx, reports) = mpsc::unbounded_channel();
@@ -122,7 +125,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
     if let Some(traces) = traces {
         outputs = outputs.with(Spans::new(traces));
     }
-    outputs = outputs.with(StateFile::new(store, Arc::clone(&metrics)));
+    outputs = outputs.with(StateFile::new(Arc::clone(&store), Arc::clone(&metrics)));
     let approval = &config.approval;
     if approval.mode != Mode::Off
         || approval.prepare_hook.is_some()
@@ -143,6 +146,29 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
             Arc::clone(&metrics),
             reports_tx,
         ));
+    }
+    if config.notify.is_enabled() {
+        let receivers: Vec<&str> = config
+            .notify
+            .receivers
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        for receiver in &config.notify.receivers {
+            tracing::info!(
+                receiver = receiver.name.as_str(),
+                format = receiver.format.as_str(),
+                endpoint = %receiver.endpoint(),
+                transitions = receiver.filter.transitions.join(","),
+                template = receiver.template.as_ref().map(|t| t.path.display().to_string()),
+                "notifications enabled"
+            );
+        }
+        let notify_metrics = NotifyMetrics::register(metrics.registry(), &receivers)?;
+        outputs = outputs.with(
+            Notify::start(&config.notify, store, notify_metrics)
+                .context("cannot set up a notification receiver")?,
+        );
     }
 
     let mut poller = Poller {

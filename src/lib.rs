@@ -28,6 +28,8 @@ pub mod not_before;
 pub(crate) mod observer;
 pub(crate) mod occurrence;
 pub(crate) mod output;
+/// The notification metrics, for tests that check the exposition with receivers configured.
+pub use output::notify::metrics::NotifyMetrics;
 pub mod resources;
 pub(crate) mod response;
 pub(crate) mod server;

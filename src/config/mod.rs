@@ -7,6 +7,7 @@
 
 pub mod approval;
 pub mod flags;
+pub mod notify;
 pub mod otlp;
 
 use std::net::SocketAddr;
@@ -62,6 +63,8 @@ pub struct Config {
     /// The `--otlp.*` flags, resolved with the `OTEL_*` variables by [`otlp::OtlpArgs::resolve`].
     pub otlp: otlp::OtlpArgs,
     pub approval: ApprovalConfig,
+    /// Receivers of notifications; none by default.
+    pub notify: notify::NotifyConfig,
     /// `None` keeps state in memory.
     pub state_file: Option<PathBuf>,
     pub boot_id_file: PathBuf,
@@ -138,6 +141,7 @@ impl AgentArgs {
         };
         let boot_id_file = self.approve.boot_id_file.clone();
         let approval = self.approve.validate()?;
+        let notify = self.notify.validate()?;
         Ok(Config {
             imds_url,
             api_version: self.imds_api_version,
@@ -157,6 +161,7 @@ impl AgentArgs {
             log_level: self.log_level,
             otlp: self.otlp,
             approval,
+            notify,
             state_file,
             boot_id_file,
         })
