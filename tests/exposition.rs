@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use azure_scheduled_events_exporter::NotifyMetrics;
 use azure_scheduled_events_exporter::event::Document;
 use azure_scheduled_events_exporter::imds::{ImdsError, Operation};
-use azure_scheduled_events_exporter::NotifyMetrics;
 use azure_scheduled_events_exporter::metrics::{EventSeries, Metrics};
 use azure_scheduled_events_exporter::tracker::Tracker;
 use azure_scheduled_events_exporter::wire::Compute;

@@ -133,7 +133,10 @@ fn assert_teams(body: &Value) {
             Some("TextBlock") => assert!(text_len(&element["text"]) > 0, "{element}"),
             Some("FactSet") => {
                 for fact in element["facts"].as_array().cloned().unwrap_or_default() {
-                    assert!(fact["title"].is_string() && fact["value"].is_string(), "{fact}");
+                    assert!(
+                        fact["title"].is_string() && fact["value"].is_string(),
+                        "{fact}"
+                    );
                 }
             }
             other => panic!("unexpected card element {other:?}: {element}"),
@@ -144,12 +147,18 @@ fn assert_teams(body: &Value) {
 /// PagerDuty Events API v2: routing_key, event_action, dedup_key (at most 255 characters); a
 /// trigger also needs payload.summary (at most 1024), payload.source and payload.severity.
 fn assert_pagerduty(body: &Value, action: &str) {
-    assert_eq!(body["routing_key"], "R0UT1NGKEY0000000000000000000000", "{body}");
+    assert_eq!(
+        body["routing_key"], "R0UT1NGKEY0000000000000000000000",
+        "{body}"
+    );
     assert_eq!(body["event_action"], action, "{body}");
     assert!((1..=255).contains(&text_len(&body["dedup_key"])), "{body}");
     if action == "trigger" {
         let payload = &body["payload"];
-        assert!((1..=1024).contains(&text_len(&payload["summary"])), "{payload}");
+        assert!(
+            (1..=1024).contains(&text_len(&payload["summary"])),
+            "{payload}"
+        );
         assert!(text_len(&payload["source"]) > 0, "{payload}");
         assert!(
             ["critical", "error", "warning", "info"]
@@ -242,7 +251,10 @@ async fn each_format_gets_a_body_its_receiver_accepts() -> TestResult {
 
     let slack = receiver.wait_for("/slack", 1).await?[0].json();
     assert_slack(&slack);
-    assert_eq!(slack["text"], format!("Reboot scheduled on {THIS_VM} (chat)"));
+    assert_eq!(
+        slack["text"],
+        format!("Reboot scheduled on {THIS_VM} (chat)")
+    );
     assert_teams(&receiver.wait_for("/teams", 1).await?[0].json());
     let trigger = receiver.wait_for("/pd", 1).await?[0].json();
     assert_pagerduty(&trigger, "trigger");
@@ -267,7 +279,10 @@ async fn each_format_gets_a_body_its_receiver_accepts() -> TestResult {
     receiver.wait_for("/pd", 2).await?;
     imds.sim.set_document(document(3, &[]));
     let pd = receiver.wait_for("/pd", 3).await?;
-    let actions: Vec<Value> = pd.iter().map(|h| h.json()["event_action"].clone()).collect();
+    let actions: Vec<Value> = pd
+        .iter()
+        .map(|h| h.json()["event_action"].clone())
+        .collect();
     assert_eq!(actions, ["trigger", "trigger", "resolve"]);
     assert_pagerduty(&pd[1].json(), "trigger");
     assert_pagerduty(&pd[2].json(), "resolve");
@@ -297,7 +312,9 @@ async fn each_format_gets_a_body_its_receiver_accepts() -> TestResult {
         })
         .await?;
     assert_eq!(notifications(&exposition, "generic", "failed"), 0.0);
-    assert!(exposition.has(r#"azure_scheduled_events_notifications_dropped_total{receiver="chat"} 0"#));
+    assert!(
+        exposition.has(r#"azure_scheduled_events_notifications_dropped_total{receiver="chat"} 0"#)
+    );
     agent.stop().await
 }
 
@@ -313,8 +330,10 @@ async fn a_503_then_200_delivers_once_and_retry_after_is_honoured() -> TestResul
         },
         status(503),
     ]);
-    imds.sim
-        .set_document(document(1, &[event(REBOOT, "Reboot", "Scheduled", THIS_VM)]));
+    imds.sim.set_document(document(
+        1,
+        &[event(REBOOT, "Reboot", "Scheduled", THIS_VM)],
+    ));
     let url = receiver.url("/hook");
     let agent = Agent::start(&imds, &["--notify.webhook-url", &url]).await?;
     let hits = receiver.wait_for("/hook", 3).await?;
@@ -329,7 +348,10 @@ async fn a_503_then_200_delivers_once_and_retry_after_is_honoured() -> TestResul
         "Retry-After: 1 was honoured: {:?}",
         hits[1].instant - hits[0].instant
     );
-    assert!(hits.iter().all(|h| h.body == hits[0].body), "the same body each time");
+    assert!(
+        hits.iter().all(|h| h.body == hits[0].body),
+        "the same body each time"
+    );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(receiver.hits_on("/hook").len(), 3, "nothing after the 200");
     agent.stop().await
@@ -344,8 +366,10 @@ async fn a_400_is_not_retried() -> TestResult {
         retry_after: None,
         body: "invalid_payload",
     });
-    imds.sim
-        .set_document(document(1, &[event(REBOOT, "Reboot", "Scheduled", THIS_VM)]));
+    imds.sim.set_document(document(
+        1,
+        &[event(REBOOT, "Reboot", "Scheduled", THIS_VM)],
+    ));
     let url = receiver.url("/hook");
     let agent = Agent::start(&imds, &["--notify.webhook-url", &url]).await?;
     agent
@@ -378,8 +402,10 @@ async fn a_receiver_that_hangs_or_is_down_does_not_hold_up_polling() -> TestResu
             hanging.url("/hook")
         ),
     )?;
-    imds.sim
-        .set_document(document(1, &[event(REBOOT, "Reboot", "Scheduled", THIS_VM)]));
+    imds.sim.set_document(document(
+        1,
+        &[event(REBOOT, "Reboot", "Scheduled", THIS_VM)],
+    ));
     let agent = Agent::start(&imds, &["--notify.config-file", &config]).await?;
     hanging.wait_for("/hook", 1).await?;
     // While the first POST hangs and the other receiver refuses connections, the loop sees
@@ -407,7 +433,11 @@ async fn a_receiver_that_hangs_or_is_down_does_not_hold_up_polling() -> TestResu
     }
     let exposition = agent.metrics().await?;
     assert_eq!(exposition.transitions("Reboot", "completed"), 1.0);
-    assert_eq!(hanging.hits_on("/hook").len(), 1, "one at a time per receiver");
+    assert_eq!(
+        hanging.hits_on("/hook").len(),
+        1,
+        "one at a time per receiver"
+    );
     agent.stop().await
 }
 
@@ -420,8 +450,10 @@ async fn a_restart_with_the_same_state_file_sends_nothing_twice() -> TestResult 
     let state_flag = format!("--state.file={state}");
     let url = receiver.url("/hook");
     let flags = ["--notify.webhook-url", url.as_str(), state_flag.as_str()];
-    imds.sim
-        .set_document(document(1, &[event(REBOOT, "Reboot", "Scheduled", THIS_VM)]));
+    imds.sim.set_document(document(
+        1,
+        &[event(REBOOT, "Reboot", "Scheduled", THIS_VM)],
+    ));
 
     let first = Agent::start(&imds, &flags).await?;
     receiver.wait_for("/hook", 1).await?;
@@ -474,8 +506,10 @@ async fn a_receiver_behind_https_proxy_gets_its_notification_while_imds_is_reach
             receiver.addr.port()
         ),
     )?;
-    imds.sim
-        .set_document(document(1, &[event(REBOOT, "Reboot", "Scheduled", THIS_VM)]));
+    imds.sim.set_document(document(
+        1,
+        &[event(REBOOT, "Reboot", "Scheduled", THIS_VM)],
+    ));
     let imds_url = format!("--imds.url={}", imds.url());
     let mut command = command(&[
         &imds_url,
@@ -485,9 +519,10 @@ async fn a_receiver_behind_https_proxy_gets_its_notification_while_imds_is_reach
         &config,
     ]);
     command.env("HTTPS_PROXY", format!("http://{}", proxy.addr));
-    let process =
-        tokio::task::spawn_blocking(move || AgentProcess::spawn(command).map_err(|e| e.to_string()))
-            .await??;
+    let process = tokio::task::spawn_blocking(move || {
+        AgentProcess::spawn(command).map_err(|e| e.to_string())
+    })
+    .await??;
     let (process, line) = tokio::task::spawn_blocking(move || {
         let line = process.next_line_where(|l| l["message"] == "event scheduled");
         (process, line)
@@ -498,7 +533,10 @@ async fn a_receiver_behind_https_proxy_gets_its_notification_while_imds_is_reach
     let body = hits[0].json();
     assert_eq!(
         proxy.requests(),
-        [format!("CONNECT localhost:{} HTTP/1.1", receiver.addr.port())],
+        [format!(
+            "CONNECT localhost:{} HTTP/1.1",
+            receiver.addr.port()
+        )],
         "only the receiver goes through the proxy"
     );
     assert!(imds.sim.requests() > 0, "IMDS was polled, directly");
@@ -509,7 +547,11 @@ async fn a_receiver_behind_https_proxy_gets_its_notification_while_imds_is_reach
         if matches!(field.as_str(), "timestamp" | "level" | "message" | "target") {
             continue;
         }
-        assert_eq!(body[field.as_str()], *value, "field {field}: {line} vs {body}");
+        assert_eq!(
+            body[field.as_str()],
+            *value,
+            "field {field}: {line} vs {body}"
+        );
     }
     for field in FIELDS {
         assert!(

@@ -158,12 +158,15 @@ pub fn body(
     routing_key: Option<&str>,
 ) -> Value {
     let summary = notification.summary();
-    let text = text.unwrap_or_else(|| summary.clone());
     match format {
         Format::Json => serde_json::to_value(notification).unwrap_or(Value::Null),
-        Format::Slack => slack(notification, &summary, &text),
-        Format::Teams => teams(notification, &summary, &text),
-        Format::Pagerduty => pagerduty(notification, &text, routing_key.unwrap_or_default()),
+        Format::Slack => slack(notification, &summary, text.as_deref()),
+        Format::Teams => teams(notification, &summary, text.as_deref()),
+        Format::Pagerduty => pagerduty(
+            notification,
+            text.as_deref().unwrap_or(&summary),
+            routing_key.unwrap_or_default(),
+        ),
     }
 }
 
@@ -177,26 +180,31 @@ fn clip(text: &str, limit: usize) -> String {
     clipped
 }
 
-/// A Slack incoming-webhook message: `text` (the notification's fallback) and Block Kit blocks.
-fn slack(notification: &Notification, summary: &str, text: &str) -> Value {
+/// A Slack incoming-webhook message: `text` (the notification's fallback: the template's text,
+/// else the summary) and Block Kit blocks: the summary as header, the template's text, the facts.
+fn slack(notification: &Notification, summary: &str, text: Option<&str>) -> Value {
     let fields: Vec<Value> = notification
         .facts()
         .into_iter()
         .take(10)
         .map(|(name, value)| json!({"type": "mrkdwn", "text": clip(&format!("*{name}*\n{value}"), 2000)}))
         .collect();
+    let mut blocks =
+        vec![json!({"type": "header", "text": {"type": "plain_text", "text": clip(summary, 150)}})];
+    if let Some(text) = text.filter(|t| !t.trim().is_empty()) {
+        blocks
+            .push(json!({"type": "section", "text": {"type": "mrkdwn", "text": clip(text, 3000)}}));
+    }
+    blocks.push(json!({"type": "section", "fields": fields}));
     json!({
-        "text": text,
-        "blocks": [
-            {"type": "header", "text": {"type": "plain_text", "text": clip(summary, 150)}},
-            {"type": "section", "text": {"type": "mrkdwn", "text": clip(text, 3000)}},
-            {"type": "section", "fields": fields},
-        ],
+        "text": text.unwrap_or(summary),
+        "blocks": blocks,
     })
 }
 
-/// A Teams Workflows webhook message: one Adaptive Card (schema 1.4) as its attachment.
-fn teams(notification: &Notification, summary: &str, text: &str) -> Value {
+/// A Teams Workflows webhook message: one Adaptive Card (schema 1.4) as its attachment: the
+/// summary, the template's text, the facts.
+fn teams(notification: &Notification, summary: &str, text: Option<&str>) -> Value {
     let facts: Vec<Value> = notification
         .facts()
         .into_iter()
@@ -207,6 +215,14 @@ fn teams(notification: &Notification, summary: &str, text: &str) -> Value {
         "warning" => "Warning",
         _ => "Good",
     };
+    let mut elements = vec![
+        json!({"type": "TextBlock", "text": summary, "weight": "Bolder",
+        "size": "Medium", "color": color, "wrap": true}),
+    ];
+    if let Some(text) = text.filter(|t| !t.trim().is_empty()) {
+        elements.push(json!({"type": "TextBlock", "text": text, "wrap": true}));
+    }
+    elements.push(json!({"type": "FactSet", "facts": facts}));
     json!({
         "type": "message",
         "attachments": [{
@@ -216,12 +232,7 @@ fn teams(notification: &Notification, summary: &str, text: &str) -> Value {
                 "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
                 "type": "AdaptiveCard",
                 "version": "1.4",
-                "body": [
-                    {"type": "TextBlock", "text": summary, "weight": "Bolder", "size": "Medium",
-                     "color": color, "wrap": true},
-                    {"type": "TextBlock", "text": text, "wrap": true},
-                    {"type": "FactSet", "facts": facts},
-                ],
+                "body": elements,
             },
         }],
     })
