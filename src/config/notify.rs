@@ -493,6 +493,20 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_templates_are_valid() {
+        let docs = include_str!("../../docs/notifications.md");
+        let templates: Vec<&str> = docs
+            .split("```jinja\n")
+            .skip(1)
+            .filter_map(|block| block.split("```").next())
+            .collect();
+        assert_eq!(templates.len(), 2);
+        for template in templates {
+            assert_eq!(check_template(template), Ok(()), "{template}");
+        }
+    }
+
+    #[test]
     fn loop_variables_are_not_unknown_fields() {
         assert_eq!(
             check_template("{% for r in resources.split(',') %}{{ r }}{% endfor %}"),
