@@ -216,12 +216,11 @@ async fn each_format_gets_a_body_its_receiver_accepts() -> TestResult {
             all = receiver.url("/all"),
         ),
     )?;
+    // Built once: its NotBefore must not move between documents.
+    let other = event(OTHER, "Freeze", "Scheduled", "another-vm");
     imds.sim.set_document(document(
         1,
-        &[
-            event(REBOOT, "Reboot", "Scheduled", THIS_VM),
-            event(OTHER, "Freeze", "Scheduled", "another-vm"),
-        ],
+        &[event(REBOOT, "Reboot", "Scheduled", THIS_VM), other.clone()],
     ));
     let agent = Agent::start(&imds, &["--notify.config-file", &config]).await?;
 
@@ -271,10 +270,7 @@ async fn each_format_gets_a_body_its_receiver_accepts() -> TestResult {
     // Started, then gone: the incident PagerDuty opened resolves itself.
     imds.sim.set_document(document(
         2,
-        &[
-            event(REBOOT, "Reboot", "Started", THIS_VM),
-            event(OTHER, "Freeze", "Scheduled", "another-vm"),
-        ],
+        &[event(REBOOT, "Reboot", "Started", THIS_VM), other],
     ));
     receiver.wait_for("/pd", 2).await?;
     imds.sim.set_document(document(3, &[]));
