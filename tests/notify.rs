@@ -9,6 +9,7 @@ mod receiver;
 use std::time::Duration;
 
 use azure_scheduled_events_exporter::config::notify::FIELDS;
+use azure_scheduled_events_exporter::simulator::Scenario;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use common::process::{AgentProcess, command};
@@ -310,6 +311,37 @@ async fn each_format_gets_a_body_its_receiver_accepts() -> TestResult {
     assert_eq!(notifications(&exposition, "generic", "failed"), 0.0);
     assert!(
         exposition.has(r#"azure_scheduled_events_notifications_dropped_total{receiver="chat"} 0"#)
+    );
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn an_approval_is_notified_when_a_receiver_asks_for_it() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        "events:\n  - {{ id: \"{REBOOT}\", type: Reboot, source: User, resources: [{THIS_VM}], notice: 10m }}\n"
+    ))?);
+    let receiver = Receiver::start().await?;
+    let dir = TempDir::new("notify-approved")?;
+    let config = write(
+        &dir,
+        "receivers.yaml",
+        &format!(
+            "receivers:\n  - name: approvals\n    url: {}\n    transitions: [approved]\n  - name: lifecycle\n    url: {}\n",
+            receiver.url("/approvals"),
+            receiver.url("/lifecycle")
+        ),
+    )?;
+    let agent = Agent::start(&imds, &["--approve", "--notify.config-file", &config]).await?;
+    let approved = receiver.wait_for("/approvals", 1).await?;
+    assert_eq!(transitions(&approved), ["approved"]);
+    assert_eq!(approved[0].json()["event_id"], REBOOT);
+    assert!(!imds.sim.approvals().is_empty(), "IMDS got the approval");
+    let lifecycle = receiver.wait_for("/lifecycle", 1).await?;
+    assert_eq!(transitions(&lifecycle)[0], "scheduled");
+    assert!(
+        !transitions(&receiver.hits_on("/lifecycle")).contains(&"approved".to_owned()),
+        "approvals only to receivers that list them"
     );
     agent.stop().await
 }
