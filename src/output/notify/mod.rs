@@ -197,10 +197,13 @@ impl Output for Notify {
             let Some(queue) = &route.queue else {
                 continue;
             };
-            if queue.try_send(Job { notification, seen }).is_err() {
+            if let Err(error) = queue.try_send(Job { notification, seen }) {
+                let Job { notification, .. } = error.into_inner();
                 self.metrics.record_drop(&route.name);
                 tracing::warn!(
                     receiver = route.name.as_str(),
+                    event_id = notification.event_id.as_str(),
+                    transition = notification.transition,
                     queue = QUEUE,
                     "notification dropped: the receiver's queue is full"
                 );
