@@ -12,10 +12,10 @@
 //! a window of a few hundred milliseconds of CPU). Memory is `VmRSS` and `VmHWM` from
 //! `/proc/<pid>/status`.
 //!
-//! Last, four agents poll the same unchanged document side by side for one window: two without
+//! Last, five agents poll the same unchanged document side by side for one window: two without
 //! traces (their difference is the noise), one exporting over OTLP/gRPC and one over OTLP/HTTP to
-//! a live receiver in this process, which shows what configuring traces costs a poll that changes
-//! nothing.
+//! a live receiver in this process, and one with two notification webhooks on loopback, which
+//! shows what configuring traces or notifications costs a poll that changes nothing.
 //!
 //! `cargo bench --bench agent` runs the full windows (about a minute); without `--bench` (as
 //! under `cargo test`) it runs the same steps for about a second each, to keep the bench working.
@@ -309,9 +309,11 @@ async fn otlp_overhead(
     let receiver = otlp::Receiver::start().await?;
     let grpc = receiver.grpc_url();
     let http = receiver.http_url();
+    let webhook = webhook_receiver().await?;
+    let webhooks = format!("http://{webhook}/first,http://{webhook}/second");
     // Two agents without traces: their difference is the noise the OTLP figures sit in. The
     // exporting agents start first and third, so no setup always has the same place.
-    let setups: [(&str, Vec<(&str, &str)>); 4] = [
+    let setups: [(&str, Vec<(&str, &str)>); 5] = [
         (
             "OTLP HTTP",
             vec![("OTEL_EXPORTER_OTLP_ENDPOINT", http.as_str())],
@@ -325,6 +327,13 @@ async fn otlp_overhead(
             ],
         ),
         ("no OTLP 2", vec![]),
+        (
+            "2 webhooks",
+            vec![(
+                "AZURE_SCHEDULED_EVENTS_NOTIFY_WEBHOOK_URL",
+                webhooks.as_str(),
+            )],
+        ),
     ];
     let mut agents = Vec::new();
     for (name, env) in &setups {
@@ -370,7 +379,7 @@ async fn otlp_overhead(
     }
     say!("");
     say!(
-        "OTLP configured, document unchanged: four agents side by side at 50 Hz over {:?}",
+        "OTLP or two notification receivers configured, document unchanged: five agents side by side at 50 Hz over {:?}",
         plan.window
     );
     say!(
@@ -396,6 +405,44 @@ async fn otlp_overhead(
         receiver.spans().len() - spans_before
     );
     Ok(())
+}
+
+/// A webhook receiver on loopback that answers 200 to everything, for the agent with
+/// notification receivers (it notifies each event's `scheduled` once, before the window).
+async fn webhook_receiver() -> Result<SocketAddr> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // The agent's bodies are small: the head and body arrive before it waits.
+                while let Ok(read) = stream.read(&mut chunk).await {
+                    if read == 0 {
+                        break;
+                    }
+                    request.extend_from_slice(&chunk[..read]);
+                    if let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&request[..end]).to_lowercase();
+                        let length = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if request.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    Ok(address)
 }
 
 /// CPU time of one measured loop.

@@ -8,7 +8,7 @@
 //! a poll that changed nothing.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -31,6 +31,8 @@ use crate::output::approval::Approval;
 use crate::output::hooks::Hooks;
 use crate::output::log::Log;
 use crate::output::metrics::MetricsOutput;
+use crate::output::notify::Notify;
+use crate::output::notify::metrics::NotifyMetrics;
 use crate::output::spans::Spans;
 use crate::output::state::StateFile;
 use crate::output::{Outputs, Reports};
@@ -128,7 +130,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
     let (store, restart) = open_state(&config);
     let observer = Observer::new(config.approval.clone(), store.state());
     let (reports_tx, reports) = mpsc::unbounded_channel();
-    let outputs = outputs(&config, &metrics, traces, store, &client, reports_tx);
+    let outputs = outputs(&config, &metrics, traces, store, &client, reports_tx)?;
 
     let mut poller = Poller {
         vm_name: config.vm_name.as_deref().map(Arc::from),
@@ -439,15 +441,17 @@ fn outputs(
     store: StateStore,
     client: &ImdsClient,
     reports: Reports,
-) -> Outputs {
+) -> anyhow::Result<Outputs> {
     let approval = &config.approval;
+    // Shared with the notification output, which records what it is about to send.
+    let store = Arc::new(Mutex::new(store));
     let mut outputs = Outputs::new()
         .with(Log::new(config.vm_name.clone(), approval.mode))
         .with(MetricsOutput::new(Arc::clone(metrics)));
     if let Some(traces) = traces {
         outputs = outputs.with(Spans::new(traces));
     }
-    outputs = outputs.with(StateFile::new(store, Arc::clone(metrics)));
+    outputs = outputs.with(StateFile::new(Arc::clone(&store), Arc::clone(metrics)));
     if approval.mode != Mode::Off
         || approval.prepare_hook.is_some()
         || approval.recover_hook.is_some()
@@ -468,7 +472,30 @@ fn outputs(
             reports,
         ));
     }
-    outputs
+    if config.notify.is_enabled() {
+        let receivers: Vec<&str> = config
+            .notify
+            .receivers
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        for receiver in &config.notify.receivers {
+            tracing::info!(
+                receiver = receiver.name.as_str(),
+                format = receiver.format.as_str(),
+                endpoint = %receiver.endpoint(),
+                transitions = receiver.filter.transitions.join(","),
+                template = receiver.template.as_ref().map(|t| t.path.display().to_string()),
+                "notifications enabled"
+            );
+        }
+        let notify_metrics = NotifyMetrics::register(metrics.registry(), &receivers)?;
+        outputs = outputs.with(
+            Notify::start(&config.notify, store, notify_metrics)
+                .context("cannot set up a notification receiver")?,
+        );
+    }
+    Ok(outputs)
 }
 
 /// Opens the state file, classifies this start (reboot or not) against it, and records the

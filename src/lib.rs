@@ -7,9 +7,10 @@
 //! after a restart) and `approval` (policy, takeover order, the decision machine), turns each
 //! poll into a list of `occurrence`s. [`agent`] runs the one poll loop and hands every list to
 //! the `output`s: log, [`metrics`], spans (`event_span`, exported by [`telemetry`] over OTLP
-//! with the EventId as trace id, [`trace_id`]), the [`state`] file, hooks and approval POSTs,
-//! the last two off the loop. `server` serves `/metrics` and health; [`config`] turns the
-//! command line, the approval policy file and the `OTEL_*` variables into resolved settings;
+//! with the EventId as trace id, [`trace_id`]), the [`state`] file, hooks, approval POSTs and
+//! notifications (webhooks, Slack, Teams, PagerDuty), the last three off the loop. `server`
+//! serves `/metrics` and health; [`config`] turns the command line, the approval policy file,
+//! the receivers file and the `OTEL_*` variables into resolved settings;
 //! [`simulator`] is a faithful local IMDS used by `demo`, by users' tests and by ours.
 //! [`web`] is the agent's listener (TLS and basic auth from `config/web.rs`, gzip, limits).
 
@@ -29,6 +30,8 @@ pub mod not_before;
 pub(crate) mod observer;
 pub(crate) mod occurrence;
 pub(crate) mod output;
+/// The notification metrics, for tests that check the exposition with receivers configured.
+pub use output::notify::metrics::NotifyMetrics;
 pub mod resources;
 pub(crate) mod response;
 pub(crate) mod server;

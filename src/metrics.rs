@@ -481,6 +481,11 @@ impl Metrics {
         }
     }
 
+    /// The registry, for outputs that register families of their own only when enabled.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// The text exposition format, as served on the telemetry path.
     pub fn encode(&self) -> Result<String, prometheus::Error> {
         let mut buffer = Vec::new();

@@ -60,6 +60,11 @@ pub struct State {
     /// The event affecting this VM that was last seen Started, while it lasts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected_impact: Option<Impact>,
+    /// Notifications handed to a receiver, by EventId, then receiver name: the transitions
+    /// (`scheduled`, `started`, ..., `approved`) never to be sent to it again. Written before
+    /// the POST leaves; kept while the event is in the document.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub notifications: BTreeMap<String, BTreeMap<String, Vec<String>>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,6 +212,36 @@ impl State {
         self.approvals.retain(|id, record| {
             in_document.contains(&id.as_str()) || now - record.at < APPROVAL_RETENTION
         });
+        // An event that left the document gets no further transition, even after a restart.
+        self.notifications
+            .retain(|id, _| in_document.contains(&id.as_str()));
+    }
+
+    /// Records that `transition` of `event_id` goes to `receiver`; false if it already went.
+    pub fn record_notification(
+        &mut self,
+        event_id: &str,
+        receiver: &str,
+        transition: &str,
+    ) -> bool {
+        let sent = self
+            .notifications
+            .entry(event_id.to_owned())
+            .or_default()
+            .entry(receiver.to_owned())
+            .or_default();
+        if sent.iter().any(|t| t == transition) {
+            return false;
+        }
+        sent.push(transition.to_owned());
+        true
+    }
+
+    /// Forgets the notifications of events no longer in the document.
+    pub fn forget_notifications_of_gone_events(&mut self) {
+        let events = &self.events;
+        self.notifications
+            .retain(|id, _| events.iter().any(|e| &e.event_id == id));
     }
 
     /// Reads a state file's bytes.

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use azure_scheduled_events_exporter::NotifyMetrics;
 use azure_scheduled_events_exporter::config::approval::Mode;
 use azure_scheduled_events_exporter::event::Document;
 use azure_scheduled_events_exporter::imds::{ImdsError, Operation};
@@ -90,6 +91,15 @@ fn populated_with(families: Families) -> Result<Metrics, Box<dyn std::error::Err
         tracker.events().iter().map(|t| t.event.clone()).collect(),
     );
     metrics.record_poll(scrape_time(), true);
+    Ok(metrics)
+}
+
+/// As [`populated`], with the families registered only when notification receivers are
+/// configured, so the docs check sees every family the agent can export.
+/// Every family the agent can register: the optional ones and the notifications'.
+fn populated_with_notifications() -> Result<Metrics, Box<dyn std::error::Error>> {
+    let metrics = populated_with(Families::ALL)?;
+    NotifyMetrics::register(metrics.registry(), &["ops-slack", "pagerduty"])?;
     Ok(metrics)
 }
 
@@ -239,7 +249,7 @@ fn documented() -> Result<BTreeMap<String, String>, std::io::Error> {
 
 #[test]
 fn docs_metrics_md_lists_exactly_the_registered_metrics() -> TestResult {
-    let metrics = populated_with(Families::ALL)?;
+    let metrics = populated_with_notifications()?;
     let registered: Vec<String> = metrics
         .families()
         .into_iter()
@@ -267,7 +277,7 @@ fn docs_metrics_md_lists_exactly_the_registered_metrics() -> TestResult {
 
 #[test]
 fn every_metric_has_help_text() -> TestResult {
-    for (name, help) in populated_with(Families::ALL)?.families() {
+    for (name, help) in populated_with_notifications()?.families() {
         assert!(help.len() > 20, "{name} has no real HELP: {help:?}");
     }
     Ok(())

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use super::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE, DEMO_VM, otlp};
+use super::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE, DEMO_VM, notify, otlp};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -108,6 +108,8 @@ pub struct AgentArgs {
     pub otlp: otlp::OtlpArgs,
     #[command(flatten)]
     pub approve: ApproveArgs,
+    #[command(flatten)]
+    pub notify: notify::NotifyArgs,
 }
 
 /// Approval, hooks and the state file (docs/approval.md, docs/state.md).

@@ -8,6 +8,7 @@
 
 pub mod approval;
 pub mod flags;
+pub mod notify;
 pub mod otlp;
 pub mod web;
 
@@ -66,6 +67,8 @@ pub struct Config {
     /// The `--otlp.*` flags, resolved with the `OTEL_*` variables by [`otlp::OtlpArgs::resolve`].
     pub otlp: otlp::OtlpArgs,
     pub approval: ApprovalConfig,
+    /// Receivers of notifications; none by default.
+    pub notify: notify::NotifyConfig,
     /// `None` keeps state in memory.
     pub state_file: Option<PathBuf>,
     pub boot_id_file: PathBuf,
@@ -143,6 +146,7 @@ impl AgentArgs {
         let boot_id_file = self.approve.boot_id_file.clone();
         let approval = self.approve.validate()?;
         let web = self.web.validate()?;
+        let notify = self.notify.validate()?;
         Ok(Config {
             imds_url,
             api_version: self.imds_api_version,
@@ -163,6 +167,7 @@ impl AgentArgs {
             log_level: self.log_level,
             otlp: self.otlp,
             approval,
+            notify,
             state_file,
             boot_id_file,
         })

@@ -4,8 +4,8 @@
 //! [`Output`] in the order they were wired ([`Outputs`]): [`log`] (one line per occurrence
 //! worth one), [`metrics`], [`spans`] (OpenTelemetry, queued for export), [`state`] (the file
 //! that survives restarts), [`hooks`] (prepare, recover and approval hooks) and [`approval`] (the
-//! POSTs). The state file comes before the approval output, so that an approval attempt is on
-//! disk before its POST leaves. `consume` never waits on the network: an output that does
+//! POSTs), then [`notify`] (webhooks, Slack, Teams, PagerDuty). The state file comes before the
+//! approval output, so that an approval attempt is on disk before its POST leaves. `consume` never waits on the network: an output that does
 //! network I/O or runs programs hands the work to a task of its own, behind a bounded queue whose
 //! overflow is dropped and counted, and reports results back as [`Report`]s, which the loop takes
 //! in at its next poll. Adding an output is one file here and one line in the agent's wiring.
@@ -14,6 +14,7 @@ pub mod approval;
 pub mod hooks;
 pub mod log;
 pub mod metrics;
+pub mod notify;
 pub mod spans;
 pub mod state;
 

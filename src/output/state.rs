@@ -5,7 +5,7 @@
 //! if anything changed. It runs before the approval output, so an attempt is on disk before its
 //! POST leaves; after a restart an attempt found `sending` counts as sent.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::approval::Outcome;
 use crate::metrics::Metrics;
@@ -17,7 +17,8 @@ use super::Output;
 
 #[derive(Debug)]
 pub struct StateFile {
-    store: StateStore,
+    /// Shared with the notification output, which records what it sends.
+    store: Arc<Mutex<StateStore>>,
     metrics: Arc<Metrics>,
     /// The document's events as last seen, to work out again which affect this VM once its
     /// name is known.
@@ -25,7 +26,7 @@ pub struct StateFile {
 }
 
 impl StateFile {
-    pub fn new(store: StateStore, metrics: Arc<Metrics>) -> Self {
+    pub fn new(store: Arc<Mutex<StateStore>>, metrics: Arc<Metrics>) -> Self {
         Self {
             store,
             metrics,
@@ -33,8 +34,12 @@ impl StateFile {
         }
     }
 
+    fn store(&self) -> std::sync::MutexGuard<'_, StateStore> {
+        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn observe(&mut self, context: &Context) {
-        self.store.state_mut().observe(
+        self.store().state_mut().observe(
             context.incarnation,
             &self.events,
             context.vm_name(),
@@ -43,7 +48,7 @@ impl StateFile {
     }
 
     fn set_approval(&mut self, id: &str, status: ApprovalStatus) {
-        if let Some(record) = self.store.state_mut().approvals.get_mut(id) {
+        if let Some(record) = self.store().state_mut().approvals.get_mut(id) {
             record.status = status;
         }
     }
@@ -61,7 +66,7 @@ impl Output for StateFile {
                 Occurrence::ApprovalSending {
                     event, attempts, ..
                 } => {
-                    self.store.state_mut().approvals.insert(
+                    self.store().state_mut().approvals.insert(
                         event.id.as_str().to_owned(),
                         ApprovalRecord {
                             event_type: event.event_type.as_str().to_owned(),
@@ -99,7 +104,8 @@ impl Output for StateFile {
                 | Occurrence::EndedWhileDown(_) => {}
             }
         }
-        self.store.flush();
-        self.metrics.set_state_up(self.store.is_healthy());
+        let mut store = self.store();
+        store.flush();
+        self.metrics.set_state_up(store.is_healthy());
     }
 }

@@ -1,0 +1,366 @@
+//! What a notification says, and how each receiver format says it.
+//!
+//! [`Notification`] carries exactly the fields of the event's transition log line
+//! ([`super::super::log`]) plus `timestamp`: it is the generic JSON body, the context of
+//! templates, and what the Slack, Teams and PagerDuty bodies are built from. Absent values are
+//! `null` rather than missing, so every body has the same keys.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::config::notify::Format;
+use crate::event::{Event, EventType};
+use crate::trace_id::{lifecycle_span_id, trace_id};
+use crate::tracker::Transition;
+
+/// One notification: a transition (or an approval) of one event, as this VM saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Notification {
+    pub timestamp: String,
+    pub transition: &'static str,
+    pub event_id: String,
+    pub trace_id: String,
+    pub span_id: Option<String>,
+    pub vm_name: Option<String>,
+    pub event_type: String,
+    pub event_status: String,
+    pub event_source: Option<String>,
+    pub resource_type: String,
+    pub resources: String,
+    pub not_before: String,
+    pub duration_in_seconds: Option<i64>,
+    pub description: Option<String>,
+    pub affects_this_vm: &'static str,
+    pub document_incarnation: Option<u64>,
+    pub changed: Option<String>,
+    pub seen_started: Option<bool>,
+}
+
+impl Notification {
+    /// The notification of `transition` (`scheduled`, ..., `approved`) of `event`, with the
+    /// details only some transitions have.
+    pub fn new(
+        transition: &'static str,
+        event: &Event,
+        changed: Option<String>,
+        seen_started: Option<bool>,
+        vm_name: Option<&str>,
+        incarnation: Option<u64>,
+        at: DateTime<Utc>,
+    ) -> Self {
+        let id = event.id.as_str();
+        Self {
+            timestamp: at.to_rfc3339_opts(SecondsFormat::Millis, true),
+            transition,
+            event_id: id.to_owned(),
+            trace_id: trace_id(id),
+            span_id: vm_name.map(|vm| format!("{:016x}", lifecycle_span_id(id, vm))),
+            vm_name: vm_name.map(str::to_owned),
+            event_type: event.event_type.as_str().to_owned(),
+            event_status: event.status.as_str().to_owned(),
+            event_source: event.source.as_ref().map(|s| s.as_str().to_owned()),
+            resource_type: event.resource_type.clone(),
+            resources: event.resources.to_string(),
+            not_before: event.not_before.raw().to_owned(),
+            duration_in_seconds: event.duration.map(|d| d.0),
+            description: event.description.clone(),
+            affects_this_vm: event.affects(vm_name).as_str(),
+            document_incarnation: incarnation,
+            changed,
+            seen_started,
+        }
+    }
+
+    /// The notification of a lifecycle transition.
+    pub fn of_transition(
+        transition: &Transition,
+        vm_name: Option<&str>,
+        incarnation: Option<u64>,
+        at: DateTime<Utc>,
+    ) -> Self {
+        let changed = match transition {
+            Transition::Updated { changed, .. } => Some(
+                changed
+                    .iter()
+                    .map(|f| f.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            _ => None,
+        };
+        let seen_started = match transition {
+            Transition::Completed { seen_started, .. } => Some(*seen_started),
+            _ => None,
+        };
+        Self::new(
+            transition.kind(),
+            transition.event(),
+            changed,
+            seen_started,
+            vm_name,
+            incarnation,
+            at,
+        )
+    }
+
+    /// One line for people: what happens to which VMs, and when.
+    pub fn summary(&self) -> String {
+        let resources = if self.resources.is_empty() {
+            "(no resources)"
+        } else {
+            &self.resources
+        };
+        let mut text = format!("{} {}: {}", self.event_type, self.transition, resources);
+        if !self.not_before.is_empty() && matches!(self.transition, "scheduled" | "updated") {
+            text.push_str(&format!(", not before {}", self.not_before));
+        }
+        text
+    }
+
+    fn vm(&self) -> &str {
+        self.vm_name.as_deref().unwrap_or("unknown VM")
+    }
+
+    /// `Name: value` pairs shown by chat formats.
+    fn facts(&self) -> Vec<(&'static str, String)> {
+        let mut facts = vec![
+            (
+                "Event",
+                format!("{} ({})", self.event_type, self.event_status),
+            ),
+            ("Resources", self.resources.clone()),
+            ("Seen by", self.vm().to_owned()),
+            ("EventId", self.event_id.clone()),
+        ];
+        if !self.not_before.is_empty() {
+            facts.push(("NotBefore", self.not_before.clone()));
+        }
+        if let Some(duration) = self.duration_in_seconds.filter(|d| *d >= 0) {
+            facts.push(("Duration", format!("{duration} s")));
+        }
+        if let Some(source) = &self.event_source {
+            facts.push(("Source", source.clone()));
+        }
+        if let Some(description) = self.description.as_deref().filter(|d| !d.is_empty()) {
+            facts.push(("Description", description.to_owned()));
+        }
+        facts
+    }
+}
+
+/// The body for `format`; `text`, when a template rendered one, replaces the summary line
+/// (for `json`, the template is the whole body and this is not called).
+pub fn body(
+    format: Format,
+    notification: &Notification,
+    text: Option<String>,
+    routing_key: Option<&str>,
+) -> Value {
+    let summary = notification.summary();
+    match format {
+        Format::Json => serde_json::to_value(notification).unwrap_or(Value::Null),
+        Format::Slack => slack(notification, &summary, text.as_deref()),
+        Format::Teams => teams(notification, &summary, text.as_deref()),
+        Format::Pagerduty => pagerduty(
+            notification,
+            text.as_deref().unwrap_or(&summary),
+            routing_key.unwrap_or_default(),
+        ),
+    }
+}
+
+/// Slack's limits: a header's text is at most 150 characters, a section's 3000, a field's 2000.
+fn clip(text: &str, limit: usize) -> String {
+    if text.chars().count() <= limit {
+        return text.to_owned();
+    }
+    let mut clipped: String = text.chars().take(limit.saturating_sub(1)).collect();
+    clipped.push('…');
+    clipped
+}
+
+/// A Slack incoming-webhook message: `text` (the notification's fallback: the template's text,
+/// else the summary) and Block Kit blocks: the summary as header, the template's text, the facts.
+fn slack(notification: &Notification, summary: &str, text: Option<&str>) -> Value {
+    let fields: Vec<Value> = notification
+        .facts()
+        .into_iter()
+        .take(10)
+        .map(|(name, value)| json!({"type": "mrkdwn", "text": clip(&format!("*{name}*\n{value}"), 2000)}))
+        .collect();
+    let mut blocks =
+        vec![json!({"type": "header", "text": {"type": "plain_text", "text": clip(summary, 150)}})];
+    if let Some(text) = text.filter(|t| !t.trim().is_empty()) {
+        blocks
+            .push(json!({"type": "section", "text": {"type": "mrkdwn", "text": clip(text, 3000)}}));
+    }
+    blocks.push(json!({"type": "section", "fields": fields}));
+    json!({
+        "text": text.unwrap_or(summary),
+        "blocks": blocks,
+    })
+}
+
+/// A Teams Workflows webhook message: one Adaptive Card (schema 1.4) as its attachment: the
+/// summary, the template's text, the facts.
+fn teams(notification: &Notification, summary: &str, text: Option<&str>) -> Value {
+    let facts: Vec<Value> = notification
+        .facts()
+        .into_iter()
+        .map(|(title, value)| json!({"title": title, "value": value}))
+        .collect();
+    let color = match severity(notification) {
+        "critical" | "error" => "Attention",
+        "warning" => "Warning",
+        _ => "Good",
+    };
+    let mut elements = vec![
+        json!({"type": "TextBlock", "text": summary, "weight": "Bolder",
+        "size": "Medium", "color": color, "wrap": true}),
+    ];
+    if let Some(text) = text.filter(|t| !t.trim().is_empty()) {
+        elements.push(json!({"type": "TextBlock", "text": text, "wrap": true}));
+    }
+    elements.push(json!({"type": "FactSet", "facts": facts}));
+    json!({
+        "type": "message",
+        "attachments": [{
+            "contentType": "application/vnd.microsoft.card.adaptive",
+            "contentUrl": null,
+            "content": {
+                "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+                "type": "AdaptiveCard",
+                "version": "1.4",
+                "body": elements,
+            },
+        }],
+    })
+}
+
+/// The PagerDuty severity of an event: what it does to the VM.
+fn severity(notification: &Notification) -> &'static str {
+    match notification.transition {
+        "completed" | "cancelled" => "info",
+        _ => match EventType::parse(&notification.event_type) {
+            EventType::Preempt | EventType::Terminate => "critical",
+            EventType::Reboot | EventType::Redeploy => "error",
+            EventType::Freeze | EventType::Other(_) => "warning",
+        },
+    }
+}
+
+/// PagerDuty's `dedup_key`: one incident per event and VM.
+pub fn dedup_key(notification: &Notification) -> String {
+    format!(
+        "{}/{}",
+        notification.event_id,
+        notification.vm_name.as_deref().unwrap_or("unknown")
+    )
+}
+
+/// A PagerDuty Events API v2 event: the incident opens when the event is scheduled (or starts)
+/// and resolves itself when it completes or is cancelled.
+fn pagerduty(notification: &Notification, summary: &str, routing_key: &str) -> Value {
+    let action = match notification.transition {
+        "completed" | "cancelled" => "resolve",
+        _ => "trigger",
+    };
+    json!({
+        "routing_key": routing_key,
+        "event_action": action,
+        "dedup_key": dedup_key(notification),
+        "payload": {
+            "summary": clip(summary, 1024),
+            "source": notification.vm(),
+            "severity": severity(notification),
+            "timestamp": notification.timestamp,
+            "component": notification.resources,
+            "group": notification.resource_type,
+            "class": notification.event_type,
+            "custom_details": notification,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::notify::FIELDS;
+    use crate::event::Document;
+
+    fn freeze() -> Option<Event> {
+        let document = Document::from_json(
+            br#"{"DocumentIncarnation": 2, "Events": [{"EventId": "C7061BAC-AFDC-4513-B24B-AA5F13A16123",
+              "EventStatus": "Scheduled", "EventType": "Freeze", "ResourceType": "VirtualMachine",
+              "Resources": ["vm_0", "vm_1"], "NotBefore": "Mon, 11 Apr 2022 22:26:58 GMT",
+              "Description": "Live Migration", "EventSource": "Platform", "DurationInSeconds": 5}]}"#,
+        )
+        .ok()?;
+        document.events.into_iter().next()
+    }
+
+    fn notification(transition: &'static str) -> Option<Notification> {
+        Some(Notification::new(
+            transition,
+            &freeze()?,
+            None,
+            None,
+            Some("vm_0"),
+            Some(2),
+            DateTime::UNIX_EPOCH,
+        ))
+    }
+
+    #[test]
+    fn the_generic_body_has_exactly_the_documented_fields() -> Result<(), String> {
+        let body = body(
+            Format::Json,
+            &notification("scheduled").ok_or("no event")?,
+            None,
+            None,
+        );
+        let keys: Vec<&str> = body
+            .as_object()
+            .ok_or("not an object")?
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut expected = FIELDS.to_vec();
+        expected.sort_unstable();
+        let mut keys = keys;
+        keys.sort_unstable();
+        assert_eq!(keys, expected);
+        assert_eq!(body["affects_this_vm"], "true");
+        assert_eq!(body["resources"], "vm_0,vm_1");
+        Ok(())
+    }
+
+    #[test]
+    fn pagerduty_resolves_what_it_triggered() -> Result<(), String> {
+        let trigger = body(
+            Format::Pagerduty,
+            &notification("scheduled").ok_or("no event")?,
+            None,
+            Some("key"),
+        );
+        let resolve = body(
+            Format::Pagerduty,
+            &notification("completed").ok_or("no event")?,
+            None,
+            Some("key"),
+        );
+        assert_eq!(trigger["event_action"], "trigger");
+        assert_eq!(resolve["event_action"], "resolve");
+        assert_eq!(trigger["dedup_key"], resolve["dedup_key"]);
+        assert_eq!(trigger["payload"]["severity"], "warning");
+        Ok(())
+    }
+
+    #[test]
+    fn slack_texts_are_clipped_to_slacks_limits() {
+        let long = "x".repeat(200);
+        assert_eq!(clip(&long, 150).chars().count(), 150);
+        assert_eq!(clip("short", 150), "short");
+    }
+}
