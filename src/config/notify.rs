@@ -74,6 +74,7 @@ pub struct NotifyArgs {
     /// Receivers file (YAML): named receivers with format (json, slack, teams, pagerduty), URL or
     /// url_file, template, headers and filters (docs/notifications.md).
     #[arg(
+        id = "notify.config-file",
         long = "notify.config-file",
         env = "AZURE_SCHEDULED_EVENTS_NOTIFY_CONFIG_FILE"
     )]

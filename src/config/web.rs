@@ -40,6 +40,7 @@ pub struct WebArgs {
     /// exporter-toolkit web configuration file (TLS, client certificates, basic auth), re-read
     /// on every connection and request.
     #[arg(
+        id = "web.config.file",
         long = "web.config.file",
         env = "AZURE_SCHEDULED_EVENTS_WEB_CONFIG_FILE"
     )]
