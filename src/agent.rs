@@ -30,6 +30,7 @@ use crate::occurrence::{Context, Occurrence, Report};
 use crate::output::Outputs;
 use crate::output::approval::Approval;
 use crate::output::hooks::Hooks;
+use crate::output::kubernetes::Kubernetes;
 use crate::output::log::Log;
 use crate::output::metrics::MetricsOutput;
 use crate::output::spans::Spans;
@@ -143,6 +144,9 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
             Arc::clone(&metrics),
             reports_tx,
         ));
+    }
+    if let Some(kubernetes) = config.kubernetes.clone() {
+        outputs = outputs.with(Kubernetes::start(kubernetes, &metrics).await?);
     }
 
     let mut poller = Poller {

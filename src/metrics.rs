@@ -416,6 +416,11 @@ impl Metrics {
         }
     }
 
+    /// The registry, for an optional output that registers a family of its own when enabled.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// The text exposition format, as served on the telemetry path.
     pub fn encode(&self) -> Result<String, prometheus::Error> {
         let mut buffer = Vec::new();

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use super::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE, DEMO_VM, otlp};
+use super::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE, DEMO_VM, kubernetes, otlp};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -106,6 +106,8 @@ pub struct AgentArgs {
     pub otlp: otlp::OtlpArgs,
     #[command(flatten)]
     pub approve: ApproveArgs,
+    #[command(flatten)]
+    pub kubernetes: kubernetes::KubernetesArgs,
 }
 
 /// Approval, hooks and the state file (docs/approval.md, docs/state.md).

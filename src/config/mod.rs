@@ -1,5 +1,6 @@
 //! The agent's settings: the command line ([`flags`]) validated into one [`Config`], the
-//! approval settings and the policy file ([`approval`]), the trace export settings ([`otlp`]).
+//! approval settings and the policy file ([`approval`]), the trace export settings ([`otlp`]),
+//! the Kubernetes node output's settings ([`kubernetes`]).
 //! Anything invalid is one line on stderr and exit code 64 (`EX_USAGE`).
 //!
 //! Settings only: this folder imports the domain types it needs and none of the modules that act
@@ -7,6 +8,7 @@
 
 pub mod approval;
 pub mod flags;
+pub mod kubernetes;
 pub mod otlp;
 
 use std::net::SocketAddr;
@@ -65,6 +67,8 @@ pub struct Config {
     /// `None` keeps state in memory.
     pub state_file: Option<PathBuf>,
     pub boot_id_file: PathBuf,
+    /// `None` unless `--kubernetes.node-name` is set.
+    pub kubernetes: Option<kubernetes::KubernetesConfig>,
 }
 
 /// An invalid setting, named by its flag.
@@ -138,6 +142,7 @@ impl AgentArgs {
         };
         let boot_id_file = self.approve.boot_id_file.clone();
         let approval = self.approve.validate()?;
+        let kubernetes = self.kubernetes.validate()?;
         Ok(Config {
             imds_url,
             api_version: self.imds_api_version,
@@ -159,6 +164,7 @@ impl AgentArgs {
             approval,
             state_file,
             boot_id_file,
+            kubernetes,
         })
     }
 }

@@ -4,7 +4,8 @@
 //! [`Output`] in the order they were wired ([`Outputs`]): [`log`] (one line per occurrence
 //! worth one), [`metrics`], [`spans`] (OpenTelemetry, queued for export), [`state`] (the file
 //! that survives restarts), [`hooks`] (prepare, recover and approval hooks) and [`approval`] (the
-//! POSTs). The state file comes before the approval output, so that an approval attempt is on
+//! POSTs), and [`kubernetes`] (the Node's condition, Events, taint and cordon, only with
+//! `--kubernetes.node-name`). The state file comes before the approval output, so that an approval attempt is on
 //! disk before its POST leaves. `consume` never waits on the network: an output that does
 //! network I/O or runs programs hands the work to a task of its own, behind a bounded queue whose
 //! overflow is dropped and counted, and reports results back as [`Report`]s, which the loop takes
@@ -12,6 +13,7 @@
 
 pub mod approval;
 pub mod hooks;
+pub mod kubernetes;
 pub mod log;
 pub mod metrics;
 pub mod spans;
