@@ -82,7 +82,9 @@ impl KubernetesArgs {
         if !is_node_name(&node_name) {
             return Err(invalid(
                 "kubernetes.node-name",
-                format!("{node_name:?} is not a Kubernetes node name (lower-case letters, digits, '-' and '.', at most 253)"),
+                format!(
+                    "{node_name:?} is not a Kubernetes node name (lower-case letters, digits, '-' and '.', at most 253)"
+                ),
             ));
         }
         if self.resync_interval < Duration::from_secs(1) {
@@ -94,7 +96,9 @@ impl KubernetesArgs {
                 let Some(path) = self.kubeconfig else {
                     return Err(invalid(
                         "kubernetes.node-name",
-                        format!("not in a pod with a service account ({in_cluster}) and KUBECONFIG is not set"),
+                        format!(
+                            "not in a pod with a service account ({in_cluster}) and KUBECONFIG is not set"
+                        ),
                     ));
                 };
                 let file = kube::config::Kubeconfig::read_from(&path).map_err(|e| {

@@ -138,7 +138,10 @@ impl ApiServer {
             .count()
     }
 
-    async fn answer(&self, request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    async fn answer(
+        &self,
+        request: Request<Incoming>,
+    ) -> Result<Response<Full<Bytes>>, Infallible> {
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
         let content_type = request
@@ -233,11 +236,18 @@ fn patch(state: &mut State, body: &[u8], status_subresource: bool) -> Response<F
         Err(e) => return status(422, "Invalid", &e.to_string()),
     };
     let taints = typed.spec.and_then(|s| s.taints).unwrap_or_default();
-    let mut keys: Vec<(&str, &str)> = taints.iter().map(|t| (t.key.as_str(), t.effect.as_str())).collect();
+    let mut keys: Vec<(&str, &str)> = taints
+        .iter()
+        .map(|t| (t.key.as_str(), t.effect.as_str()))
+        .collect();
     keys.sort_unstable();
     keys.dedup();
     if keys.len() != taints.len() {
-        return status(422, "Invalid", "spec.taints: taints must be unique by key and effect");
+        return status(
+            422,
+            "Invalid",
+            "spec.taints: taints must be unique by key and effect",
+        );
     }
     state.node = node;
     bump(state);
@@ -253,7 +263,9 @@ fn merge(target: &mut Value, patch: &Value) {
                 *target = json!({});
             }
             for (key, value) in fields {
-                let Some(map) = target.as_object_mut() else { return };
+                let Some(map) = target.as_object_mut() else {
+                    return;
+                };
                 if value.is_null() {
                     map.remove(key);
                 } else if key == "conditions" && value.is_array() {
@@ -269,9 +281,14 @@ fn merge(target: &mut Value, patch: &Value) {
 }
 
 fn merge_by_type(list: &mut Value, patch: &Value) {
-    let (Some(items), Some(patches)) = (list.as_array_mut(), patch.as_array()) else { return };
+    let (Some(items), Some(patches)) = (list.as_array_mut(), patch.as_array()) else {
+        return;
+    };
     for item in patches {
-        match items.iter_mut().find(|existing| existing["type"] == item["type"]) {
+        match items
+            .iter_mut()
+            .find(|existing| existing["type"] == item["type"])
+        {
             Some(existing) => merge(existing, item),
             None => items.push(item.clone()),
         }
@@ -294,10 +311,18 @@ fn create_event(state: &mut State, body: &[u8]) -> Response<Full<Bytes>> {
         || event.reason.is_none()
         || !matches!(event.type_.as_deref(), Some("Normal" | "Warning"))
     {
-        return status(422, "Invalid", "eventTime, reportingController, reportingInstance, action, reason and type are required");
+        return status(
+            422,
+            "Invalid",
+            "eventTime, reportingController, reportingInstance, action, reason and type are required",
+        );
     }
     if state.events.contains_key(&name) {
-        return status(409, "AlreadyExists", &format!("events {name:?} already exists"));
+        return status(
+            409,
+            "AlreadyExists",
+            &format!("events {name:?} already exists"),
+        );
     }
     let answer = ok(201, &event);
     state.events.insert(name, event);
@@ -320,7 +345,8 @@ fn status(code: u16, reason: &str, message: &str) -> Response<Full<Bytes>> {
 
 fn respond(code: u16, body: Vec<u8>) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    *response.status_mut() =
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("application/json"),

@@ -63,7 +63,11 @@ fn document(incarnation: u64, events: &[String]) -> Bytes {
 }
 
 fn reboot(status: &str, vm: &str) -> String {
-    let not_before = if status == "Started" { "" } else { "Mon, 11 Apr 2050 22:26:58 GMT" };
+    let not_before = if status == "Started" {
+        ""
+    } else {
+        "Mon, 11 Apr 2050 22:26:58 GMT"
+    };
     serde_json::json!({
         "EventId": REBOOT, "EventStatus": status, "EventType": "Reboot", "ResourceType": "VirtualMachine",
         "Resources": [vm], "NotBefore": not_before, "Description": "", "EventSource": "Platform",
@@ -88,13 +92,23 @@ impl Cluster {
     }
 
     /// An agent writing the Node, with its state file in this cluster's directory.
-    async fn agent(&self, imds: &Imds, extra: &[&str]) -> Result<Agent, Box<dyn std::error::Error>> {
+    async fn agent(
+        &self,
+        imds: &Imds,
+        extra: &[&str],
+    ) -> Result<Agent, Box<dyn std::error::Error>> {
         let mut flags = vec![
             format!("--kubernetes.node-name={NODE}"),
-            format!("--kubernetes.kubeconfig={}", self.dir.path("kubeconfig").display()),
+            format!(
+                "--kubernetes.kubeconfig={}",
+                self.dir.path("kubeconfig").display()
+            ),
             "--kubernetes.resync-interval=1s".to_owned(),
             format!("--state.file={}", self.dir.path("state.json").display()),
-            format!("--state.boot-id-file={}", self.dir.path("boot_id").display()),
+            format!(
+                "--state.boot-id-file={}",
+                self.dir.path("boot_id").display()
+            ),
         ];
         flags.extend(extra.iter().map(|s| (*s).to_owned()));
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -111,7 +125,11 @@ impl Cluster {
     }
 
     fn taints(&self) -> Vec<Taint> {
-        self.api.node().spec.and_then(|s| s.taints).unwrap_or_default()
+        self.api
+            .node()
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
     }
 
     fn our_taint(&self) -> Option<String> {
@@ -122,7 +140,11 @@ impl Cluster {
     }
 
     fn cordoned(&self) -> bool {
-        self.api.node().spec.and_then(|s| s.unschedulable).unwrap_or(false)
+        self.api
+            .node()
+            .spec
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false)
     }
 
     fn annotation(&self) -> Option<String> {
@@ -181,61 +203,116 @@ async fn condition_events_taint_and_cordon_follow_an_event_of_this_vm() -> TestR
     let imds = Imds::start().await?;
     imds.sim.set_document(document(1, &[]));
     let agent = cluster
-        .agent(&imds, &["--kubernetes.taint-events=Reboot", "--kubernetes.cordon-events=Reboot"])
+        .agent(
+            &imds,
+            &[
+                "--kubernetes.taint-events=Reboot",
+                "--kubernetes.cordon-events=Reboot",
+            ],
+        )
         .await?;
 
-    eventually("the condition False", || cluster.reason().as_deref() == Some("NoScheduledEvents")).await?;
+    eventually("the condition False", || {
+        cluster.reason().as_deref() == Some("NoScheduledEvents")
+    })
+    .await?;
     let condition = cluster.condition().ok_or("no condition")?;
     assert_eq!(condition.status, "False");
     assert!(!cluster.cordoned());
     assert_eq!(cluster.our_taint(), None);
 
-    imds.sim.set_document(document(2, &[reboot("Scheduled", THIS_VM)]));
-    eventually("the taint", || cluster.our_taint().as_deref() == Some("Reboot")).await?;
-    eventually("the condition True", || cluster.reason().as_deref() == Some("RebootScheduled")).await?;
+    imds.sim
+        .set_document(document(2, &[reboot("Scheduled", THIS_VM)]));
+    eventually("the taint", || {
+        cluster.our_taint().as_deref() == Some("Reboot")
+    })
+    .await?;
+    eventually("the condition True", || {
+        cluster.reason().as_deref() == Some("RebootScheduled")
+    })
+    .await?;
     let condition = cluster.condition().ok_or("no condition")?;
     assert_eq!(condition.status, "True");
     let message = condition.message.unwrap_or_default();
-    assert!(message.contains(REBOOT) && message.contains("NotBefore Mon, 11 Apr 2050 22:26:58 GMT"), "{message}");
+    assert!(
+        message.contains(REBOOT) && message.contains("NotBefore Mon, 11 Apr 2050 22:26:58 GMT"),
+        "{message}"
+    );
     let became_true = condition.last_transition_time;
     assert!(cluster.cordoned(), "cordoned for a Reboot");
-    assert!(cluster.taints().contains(&gpu_taint()), "other owners' taints stay");
+    assert!(
+        cluster.taints().contains(&gpu_taint()),
+        "other owners' taints stay"
+    );
     assert_eq!(cluster.taints().len(), 2);
     assert_eq!(
         cluster.annotation().as_deref(),
         Some(r#"{"taint":true,"cordon":true}"#)
     );
-    eventually("the Event", || cluster.event_reasons() == ["RebootScheduled"]).await?;
+    eventually("the Event", || {
+        cluster.event_reasons() == ["RebootScheduled"]
+    })
+    .await?;
     let event = cluster.api.events().into_iter().next().ok_or("no Event")?;
     let note = event.note.unwrap_or_default();
-    assert!(note.contains(REBOOT) && note.contains("Reboot") && note.contains("NotBefore") && note.contains("DurationInSeconds -1"), "{note}");
+    assert!(
+        note.contains(REBOOT)
+            && note.contains("Reboot")
+            && note.contains("NotBefore")
+            && note.contains("DurationInSeconds -1"),
+        "{note}"
+    );
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert_eq!(
         event.regarding.and_then(|r| r.uid).as_deref(),
         Some("5d2a4c8e-0000-4000-8000-000000000001")
     );
 
-    imds.sim.set_document(document(3, &[reboot("Started", THIS_VM)]));
-    eventually("the condition Started", || cluster.reason().as_deref() == Some("RebootStarted")).await?;
+    imds.sim
+        .set_document(document(3, &[reboot("Started", THIS_VM)]));
+    eventually("the condition Started", || {
+        cluster.reason().as_deref() == Some("RebootStarted")
+    })
+    .await?;
     assert_eq!(
         cluster.condition().and_then(|c| c.last_transition_time),
         became_true,
         "lastTransitionTime changes only with the status"
     );
-    eventually("the Started Event", || cluster.event_reasons() == ["RebootScheduled", "RebootStarted"]).await?;
+    eventually("the Started Event", || {
+        cluster.event_reasons() == ["RebootScheduled", "RebootStarted"]
+    })
+    .await?;
 
     imds.sim.set_document(document(4, &[]));
     eventually("the taint gone", || cluster.our_taint().is_none()).await?;
-    eventually("the condition False", || cluster.reason().as_deref() == Some("NoScheduledEvents")).await?;
+    eventually("the condition False", || {
+        cluster.reason().as_deref() == Some("NoScheduledEvents")
+    })
+    .await?;
     eventually("uncordoned", || !cluster.cordoned()).await?;
     eventually("the Completed Event", || {
         cluster.event_reasons() == ["RebootCompleted", "RebootScheduled", "RebootStarted"]
     })
     .await?;
-    assert_eq!(cluster.taints(), [gpu_taint()], "exactly what the agent added is gone");
+    assert_eq!(
+        cluster.taints(),
+        [gpu_taint()],
+        "exactly what the agent added is gone"
+    );
     assert_eq!(cluster.annotation(), None);
-    let ready = cluster.api.node().status.and_then(|s| s.conditions).unwrap_or_default();
-    assert!(ready.iter().any(|c| c.type_ == "Ready" && c.status == "True"), "other conditions untouched");
+    let ready = cluster
+        .api
+        .node()
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default();
+    assert!(
+        ready
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True"),
+        "other conditions untouched"
+    );
 
     let m = agent.metrics().await?;
     assert!(kube_requests(&m, "patch_node", "ok") >= 2.0, "{}", m.0);
@@ -251,17 +328,29 @@ async fn an_operators_cordon_survives_the_event() -> TestResult {
     }
     let cluster = Cluster::start(node).await?;
     let imds = Imds::start().await?;
-    imds.sim.set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
-    let agent = cluster.agent(&imds, &["--kubernetes.cordon-events=Reboot"]).await?;
-    eventually("the condition True", || cluster.reason().as_deref() == Some("RebootScheduled")).await?;
+    imds.sim
+        .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
+    let agent = cluster
+        .agent(&imds, &["--kubernetes.cordon-events=Reboot"])
+        .await?;
+    eventually("the condition True", || {
+        cluster.reason().as_deref() == Some("RebootScheduled")
+    })
+    .await?;
     assert!(cluster.cordoned());
     assert_eq!(cluster.annotation(), None, "the cordon is not the agent's");
 
     imds.sim.set_document(document(2, &[]));
-    eventually("the condition False", || cluster.reason().as_deref() == Some("NoScheduledEvents")).await?;
+    eventually("the condition False", || {
+        cluster.reason().as_deref() == Some("NoScheduledEvents")
+    })
+    .await?;
     // Two resyncs later the node is still as the operator left it.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert!(cluster.cordoned(), "never uncordons a node it did not cordon");
+    assert!(
+        cluster.cordoned(),
+        "never uncordons a node it did not cordon"
+    );
     assert_eq!(cluster.taints(), [gpu_taint()]);
     agent.stop().await
 }
@@ -270,11 +359,21 @@ async fn an_operators_cordon_survives_the_event() -> TestResult {
 async fn a_taint_or_cordon_removed_by_hand_comes_back_while_the_event_is_pending() -> TestResult {
     let cluster = Cluster::start(kubelet_node()).await?;
     let imds = Imds::start().await?;
-    imds.sim.set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
+    imds.sim
+        .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
     let agent = cluster
-        .agent(&imds, &["--kubernetes.taint-events=Reboot", "--kubernetes.cordon-events=Reboot"])
+        .agent(
+            &imds,
+            &[
+                "--kubernetes.taint-events=Reboot",
+                "--kubernetes.cordon-events=Reboot",
+            ],
+        )
         .await?;
-    eventually("the taint", || cluster.our_taint().is_some() && cluster.cordoned()).await?;
+    eventually("the taint", || {
+        cluster.our_taint().is_some() && cluster.cordoned()
+    })
+    .await?;
 
     cluster.api.edit(|node| {
         if let Some(spec) = node.spec.as_mut() {
@@ -283,10 +382,17 @@ async fn a_taint_or_cordon_removed_by_hand_comes_back_while_the_event_is_pending
         }
     });
     assert_eq!(cluster.our_taint(), None);
-    eventually("the taint back", || cluster.our_taint().as_deref() == Some("Reboot")).await?;
+    eventually("the taint back", || {
+        cluster.our_taint().as_deref() == Some("Reboot")
+    })
+    .await?;
     eventually("the cordon back", || cluster.cordoned()).await?;
     assert_eq!(cluster.taints().len(), 2);
-    assert_eq!(cluster.event_reasons(), ["RebootScheduled"], "no Event for a resync");
+    assert_eq!(
+        cluster.event_reasons(),
+        ["RebootScheduled"],
+        "no Event for a resync"
+    );
     agent.stop().await
 }
 
@@ -294,11 +400,17 @@ async fn a_taint_or_cordon_removed_by_hand_comes_back_while_the_event_is_pending
 async fn a_restart_in_the_middle_neither_doubles_nor_forgets() -> TestResult {
     let cluster = Cluster::start(kubelet_node()).await?;
     let imds = Imds::start().await?;
-    imds.sim.set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
-    let flags = ["--kubernetes.taint-events=Reboot", "--kubernetes.cordon-events=Reboot"];
+    imds.sim
+        .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
+    let flags = [
+        "--kubernetes.taint-events=Reboot",
+        "--kubernetes.cordon-events=Reboot",
+    ];
     let first = cluster.agent(&imds, &flags).await?;
     eventually("taint, cordon and Event", || {
-        cluster.our_taint().is_some() && cluster.cordoned() && cluster.event_reasons() == ["RebootScheduled"]
+        cluster.our_taint().is_some()
+            && cluster.cordoned()
+            && cluster.event_reasons() == ["RebootScheduled"]
     })
     .await?;
     within("stopping", first.stop()).await??;
@@ -310,8 +422,16 @@ async fn a_restart_in_the_middle_neither_doubles_nor_forgets() -> TestResult {
         .await?;
     // Two resyncs of the second agent.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(cluster.api.resource_version(), version, "the Node was as wanted: not written");
-    assert_eq!(cluster.event_reasons(), ["RebootScheduled"], "no Event twice");
+    assert_eq!(
+        cluster.api.resource_version(),
+        version,
+        "the Node was as wanted: not written"
+    );
+    assert_eq!(
+        cluster.event_reasons(),
+        ["RebootScheduled"],
+        "no Event twice"
+    );
     assert_eq!(cluster.api.answered("create_event", 201), 1);
     assert_eq!(cluster.taints().len(), 2);
 
@@ -319,7 +439,10 @@ async fn a_restart_in_the_middle_neither_doubles_nor_forgets() -> TestResult {
     eventually("the taint gone", || cluster.our_taint().is_none()).await?;
     eventually("uncordoned", || !cluster.cordoned()).await?;
     assert_eq!(cluster.annotation(), None);
-    eventually("the Cancelled Event", || cluster.event_reasons() == ["RebootCancelled", "RebootScheduled"]).await?;
+    eventually("the Cancelled Event", || {
+        cluster.event_reasons() == ["RebootCancelled", "RebootScheduled"]
+    })
+    .await?;
     second.stop().await
 }
 
@@ -327,17 +450,30 @@ async fn a_restart_in_the_middle_neither_doubles_nor_forgets() -> TestResult {
 async fn an_event_that_ended_while_the_agent_was_down_is_cleaned_up() -> TestResult {
     let cluster = Cluster::start(kubelet_node()).await?;
     let imds = Imds::start().await?;
-    imds.sim.set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
-    let flags = ["--kubernetes.taint-events=Reboot", "--kubernetes.cordon-events=Reboot"];
+    imds.sim
+        .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
+    let flags = [
+        "--kubernetes.taint-events=Reboot",
+        "--kubernetes.cordon-events=Reboot",
+    ];
     let first = cluster.agent(&imds, &flags).await?;
-    eventually("taint and cordon", || cluster.our_taint().is_some() && cluster.cordoned()).await?;
+    eventually("taint and cordon", || {
+        cluster.our_taint().is_some() && cluster.cordoned()
+    })
+    .await?;
     within("stopping", first.stop()).await??;
 
     imds.sim.set_document(document(2, &[]));
     let second = cluster.agent(&imds, &flags).await?;
-    eventually("the taint gone", || cluster.our_taint().is_none() && !cluster.cordoned()).await?;
+    eventually("the taint gone", || {
+        cluster.our_taint().is_none() && !cluster.cordoned()
+    })
+    .await?;
     assert_eq!(cluster.taints(), [gpu_taint()]);
-    eventually("the Event", || cluster.event_reasons() == ["RebootEndedWhileDown", "RebootScheduled"]).await?;
+    eventually("the Event", || {
+        cluster.event_reasons() == ["RebootEndedWhileDown", "RebootScheduled"]
+    })
+    .await?;
     second.stop().await
 }
 
@@ -346,19 +482,30 @@ async fn a_conflict_is_retried() -> TestResult {
     let cluster = Cluster::start(kubelet_node()).await?;
     cluster.api.conflict_next_patches(3);
     let imds = Imds::start().await?;
-    imds.sim.set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
-    let agent = cluster.agent(&imds, &["--kubernetes.taint-events=Reboot"]).await?;
+    imds.sim
+        .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
+    let agent = cluster
+        .agent(&imds, &["--kubernetes.taint-events=Reboot"])
+        .await?;
     eventually("condition and taint", || {
         cluster.reason().as_deref() == Some("RebootScheduled") && cluster.our_taint().is_some()
     })
     .await?;
-    assert_eq!(cluster.api.answered("patch_node_status", 409) + cluster.api.answered("patch_node", 409), 3);
+    assert_eq!(
+        cluster.api.answered("patch_node_status", 409) + cluster.api.answered("patch_node", 409),
+        3
+    );
     let m = agent.metrics().await?;
     assert_eq!(
-        kube_requests(&m, "patch_node_status", "conflict") + kube_requests(&m, "patch_node", "conflict"),
+        kube_requests(&m, "patch_node_status", "conflict")
+            + kube_requests(&m, "patch_node", "conflict"),
         3.0
     );
-    assert_eq!(cluster.taints().len(), 2, "one taint of ours, the other owner's kept");
+    assert_eq!(
+        cluster.taints().len(),
+        2,
+        "one taint of ours, the other owner's kept"
+    );
     agent.stop().await
 }
 
@@ -368,8 +515,11 @@ async fn a_forbidding_api_server_is_counted_retried_and_never_delays_polling() -
     cluster.api.forbid("patch_node_status");
     cluster.api.forbid("create_event");
     let imds = Imds::start().await?;
-    imds.sim.set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
-    let agent = cluster.agent(&imds, &["--kubernetes.taint-events=Reboot"]).await?;
+    imds.sim
+        .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
+    let agent = cluster
+        .agent(&imds, &["--kubernetes.taint-events=Reboot"])
+        .await?;
     let m = agent
         .wait_for("refusals counted", |m| {
             kube_requests(m, "patch_node_status", "forbidden") >= 2.0
@@ -384,8 +534,14 @@ async fn a_forbidding_api_server_is_counted_retried_and_never_delays_polling() -
     assert!(cluster.event_reasons().is_empty());
 
     cluster.api.allow_all();
-    eventually("the condition after the backoff", || cluster.reason().as_deref() == Some("RebootScheduled")).await?;
-    eventually("the Event after the backoff", || cluster.event_reasons() == ["RebootScheduled"]).await?;
+    eventually("the condition after the backoff", || {
+        cluster.reason().as_deref() == Some("RebootScheduled")
+    })
+    .await?;
+    eventually("the Event after the backoff", || {
+        cluster.event_reasons() == ["RebootScheduled"]
+    })
+    .await?;
     assert_eq!(cluster.our_taint().as_deref(), Some("Reboot"));
     agent.stop().await
 }
@@ -395,10 +551,15 @@ async fn a_hanging_api_server_does_not_delay_polls() -> TestResult {
     let cluster = Cluster::start(kubelet_node()).await?;
     cluster.api.hang();
     let imds = Imds::start().await?;
-    imds.sim.set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
-    let agent = cluster.agent(&imds, &["--kubernetes.taint-events=Reboot"]).await?;
+    imds.sim
+        .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
+    let agent = cluster
+        .agent(&imds, &["--kubernetes.taint-events=Reboot"])
+        .await?;
     let started = tokio::time::Instant::now();
-    let first = agent.wait_for("the first poll", |m| imds_gets(m) >= 1.0).await?;
+    let first = agent
+        .wait_for("the first poll", |m| imds_gets(m) >= 1.0)
+        .await?;
     let from = imds_gets(&first);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let m = agent.metrics().await?;
@@ -423,12 +584,22 @@ async fn another_vms_event_changes_nothing_on_this_node() -> TestResult {
     let imds = Imds::start().await?;
     imds.sim.set_document(document(1, &[]));
     let agent = cluster
-        .agent(&imds, &["--kubernetes.taint-events=Reboot", "--kubernetes.cordon-events=Reboot"])
+        .agent(
+            &imds,
+            &[
+                "--kubernetes.taint-events=Reboot",
+                "--kubernetes.cordon-events=Reboot",
+            ],
+        )
         .await?;
-    eventually("the condition False", || cluster.reason().as_deref() == Some("NoScheduledEvents")).await?;
+    eventually("the condition False", || {
+        cluster.reason().as_deref() == Some("NoScheduledEvents")
+    })
+    .await?;
     let before = cluster.api.node();
 
-    imds.sim.set_document(document(2, &[reboot("Scheduled", OTHER_VM)]));
+    imds.sim
+        .set_document(document(2, &[reboot("Scheduled", OTHER_VM)]));
     agent
         .wait_for("the other VM's event seen", |m| {
             m.pending("Reboot", "Scheduled", "false") == 1.0
@@ -451,10 +622,17 @@ async fn the_request_counter_exists_only_with_the_kubernetes_output() -> TestRes
     let cluster = Cluster::start(kubelet_node()).await?;
     let on = cluster.agent(&imds, &[]).await?;
     let m = on.metrics().await?;
-    assert_eq!(kube_requests(&m, "patch_node", "forbidden"), 0.0, "pre-created");
+    assert_eq!(
+        kube_requests(&m, "patch_node", "forbidden"),
+        0.0,
+        "pre-created"
+    );
     assert!(m.0.contains("# TYPE azure_scheduled_events_kubernetes_requests_total counter"));
     let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))?;
-    assert!(docs.contains("azure_scheduled_events_kubernetes_requests_total"), "documented");
+    assert!(
+        docs.contains("azure_scheduled_events_kubernetes_requests_total"),
+        "documented"
+    );
     on.stop().await
 }
 
@@ -468,17 +646,35 @@ fn bad_kubernetes_settings_name_their_flag() -> TestResult {
         dir.path("kubeconfig"),
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:1\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\nusers:\n- name: u\n  user: {}\ncurrent-context: c\n",
     )?;
-    let valid = format!("--kubernetes.kubeconfig={}", dir.path("kubeconfig").display());
+    let valid = format!(
+        "--kubernetes.kubeconfig={}",
+        dir.path("kubeconfig").display()
+    );
     for (args, flag) in [
-        (vec!["--kubernetes.taint-events=Reboot"], "--kubernetes.taint-events"),
-        (vec!["--kubernetes.node-name=Node_1", missing.as_str()], "--kubernetes.node-name"),
-        (vec![&format!("--kubernetes.node-name={NODE}"), missing.as_str()], "--kubernetes.kubeconfig"),
         (
-            vec![&format!("--kubernetes.node-name={NODE}"), valid.as_str(), "--kubernetes.cordon-events=Hibernate"],
+            vec!["--kubernetes.taint-events=Reboot"],
+            "--kubernetes.taint-events",
+        ),
+        (
+            vec!["--kubernetes.node-name=Node_1", missing.as_str()],
+            "--kubernetes.node-name",
+        ),
+        (
+            vec![&format!("--kubernetes.node-name={NODE}"), missing.as_str()],
+            "--kubernetes.kubeconfig",
+        ),
+        (
+            vec![
+                &format!("--kubernetes.node-name={NODE}"),
+                valid.as_str(),
+                "--kubernetes.cordon-events=Hibernate",
+            ],
             "--kubernetes.cordon-events",
         ),
     ] {
-        let cli = Cli::try_parse_from(std::iter::once("azure-scheduled-events-exporter").chain(args.iter().map(|s| &**s)))?;
+        let cli = Cli::try_parse_from(
+            std::iter::once("azure-scheduled-events-exporter").chain(args.iter().map(|s| &**s)),
+        )?;
         match cli.agent.validate(LogFormat::Json) {
             Ok(_) => return Err(format!("{args:?} was accepted").into()),
             Err(e) => assert!(e.to_string().contains(flag), "{args:?}: {e}"),

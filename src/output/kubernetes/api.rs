@@ -39,7 +39,12 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(16);
 
 /// The `operation` label values.
-const OPERATIONS: [&str; 4] = ["get_node", "patch_node", "patch_node_status", "create_event"];
+const OPERATIONS: [&str; 4] = [
+    "get_node",
+    "patch_node",
+    "patch_node_status",
+    "create_event",
+];
 /// The `result` label values every operation can have.
 const RESULTS: [&str; 7] = [
     "ok",
@@ -241,7 +246,10 @@ impl NodeWriter {
             let plan = node::plan(&current, wanted, Utc::now());
             let (operation, sent) = if let Some(status) = plan.status {
                 let patch = Patch::Strategic(status);
-                ("patch_node_status", self.nodes.patch_status(&name, &params, &patch).await)
+                (
+                    "patch_node_status",
+                    self.nodes.patch_status(&name, &params, &patch).await,
+                )
             } else if let Some(spec) = plan.spec {
                 let patch = Patch::Strategic(spec);
                 ("patch_node", self.nodes.patch(&name, &params, &patch).await)

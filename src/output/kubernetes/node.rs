@@ -78,7 +78,11 @@ pub fn plan(node: &Node, wanted: &Wanted, now: DateTime<Utc>) -> Plan {
 }
 
 fn condition_patch(node: &Node, wanted: &Wanted, now: DateTime<Utc>) -> Option<Value> {
-    let status = if wanted.condition.status { "True" } else { "False" };
+    let status = if wanted.condition.status {
+        "True"
+    } else {
+        "False"
+    };
     let current: Option<&NodeCondition> = node
         .status
         .as_ref()
@@ -165,7 +169,9 @@ fn spec_patch(node: &Node, wanted: &Wanted) -> Option<Value> {
     let annotation = if new_applied == Applied::default() {
         annotated.then_some(Value::Null)
     } else if new_applied != applied || !annotated {
-        Some(json!(serde_json::to_string(&new_applied).unwrap_or_default()))
+        Some(json!(
+            serde_json::to_string(&new_applied).unwrap_or_default()
+        ))
     } else {
         None
     };
@@ -209,7 +215,12 @@ mod tests {
         Wanted {
             condition: Condition {
                 status: taint.is_some() || cordon,
-                reason: if taint.is_some() || cordon { "RebootScheduled" } else { "NoScheduledEvents" }.into(),
+                reason: if taint.is_some() || cordon {
+                    "RebootScheduled"
+                } else {
+                    "NoScheduledEvents"
+                }
+                .into(),
                 message: "m".into(),
             },
             taint: taint.map(str::to_owned),
@@ -230,10 +241,15 @@ mod tests {
         }));
         assert!(plan(&n, &wanted(None, false), now()).is_empty());
         let status = plan(&n, &wanted(Some("Reboot"), false), now()).status;
-        let Some(status) = status else { panic!("the condition changes") };
+        let Some(status) = status else {
+            panic!("the condition changes")
+        };
         assert_eq!(status["metadata"]["resourceVersion"], "7");
         assert_eq!(status["status"]["conditions"][0]["status"], "True");
-        assert_eq!(status["status"]["conditions"][0]["lastTransitionTime"], "1970-01-01T00:00:00Z");
+        assert_eq!(
+            status["status"]["conditions"][0]["lastTransitionTime"],
+            "1970-01-01T00:00:00Z"
+        );
     }
 
     #[test]
@@ -244,49 +260,85 @@ mod tests {
                 "lastTransitionTime": "2020-01-01T00:00:00Z"}]}
         }));
         let status = plan(&n, &wanted(Some("Reboot"), false), now()).status;
-        let Some(status) = status else { panic!("the reason changes") };
-        assert_eq!(status["status"]["conditions"][0]["lastTransitionTime"], "2020-01-01T00:00:00Z");
+        let Some(status) = status else {
+            panic!("the reason changes")
+        };
+        assert_eq!(
+            status["status"]["conditions"][0]["lastTransitionTime"],
+            "2020-01-01T00:00:00Z"
+        );
     }
 
     #[test]
     fn the_taint_is_added_beside_other_owners_taints_and_removed_alone() {
         let other = json!({"key": "dedicated", "value": "gpu", "effect": "NoSchedule"});
-        let n = node(json!({"metadata": {"name": "n", "resourceVersion": "1"}, "spec": {"taints": [other]}}));
-        let Some(spec) = plan(&n, &wanted(Some("Reboot"), false), now()).spec else { panic!("tainted") };
-        assert_eq!(spec["spec"]["taints"], json!([other, {"key": TAINT_KEY, "value": "Reboot", "effect": "NoSchedule"}]));
-        assert_eq!(spec["metadata"]["annotations"][APPLIED], r#"{"taint":true,"cordon":false}"#);
+        let n = node(
+            json!({"metadata": {"name": "n", "resourceVersion": "1"}, "spec": {"taints": [other]}}),
+        );
+        let Some(spec) = plan(&n, &wanted(Some("Reboot"), false), now()).spec else {
+            panic!("tainted")
+        };
+        assert_eq!(
+            spec["spec"]["taints"],
+            json!([other, {"key": TAINT_KEY, "value": "Reboot", "effect": "NoSchedule"}])
+        );
+        assert_eq!(
+            spec["metadata"]["annotations"][APPLIED],
+            r#"{"taint":true,"cordon":false}"#
+        );
         assert!(spec["spec"].get("unschedulable").is_none());
 
         let tainted = node(json!({
             "metadata": {"name": "n", "resourceVersion": "2", "annotations": {APPLIED: r#"{"taint":true,"cordon":false}"#}},
             "spec": {"taints": [other, {"key": TAINT_KEY, "value": "Reboot", "effect": "NoSchedule"}]}
         }));
-        assert_eq!(plan(&tainted, &wanted(Some("Reboot"), false), now()).spec, None);
-        let Some(spec) = plan(&tainted, &wanted(None, false), now()).spec else { panic!("untainted") };
+        assert_eq!(
+            plan(&tainted, &wanted(Some("Reboot"), false), now()).spec,
+            None
+        );
+        let Some(spec) = plan(&tainted, &wanted(None, false), now()).spec else {
+            panic!("untainted")
+        };
         assert_eq!(spec["spec"]["taints"], json!([other]));
         assert_eq!(spec["metadata"]["annotations"][APPLIED], Value::Null);
     }
 
     #[test]
     fn an_operators_cordon_is_never_lifted() {
-        let n = node(json!({"metadata": {"name": "n", "resourceVersion": "1"}, "spec": {"unschedulable": true}}));
-        assert_eq!(plan(&n, &wanted(None, true), now()).spec, None, "not recorded as ours");
+        let n = node(
+            json!({"metadata": {"name": "n", "resourceVersion": "1"}, "spec": {"unschedulable": true}}),
+        );
+        assert_eq!(
+            plan(&n, &wanted(None, true), now()).spec,
+            None,
+            "not recorded as ours"
+        );
         assert_eq!(plan(&n, &wanted(None, false), now()).spec, None);
     }
 
     #[test]
     fn the_agents_cordon_is_put_back_and_lifted_when_the_event_is_gone() {
         let n = node(json!({"metadata": {"name": "n", "resourceVersion": "1"}}));
-        let Some(spec) = plan(&n, &wanted(None, true), now()).spec else { panic!("cordoned") };
+        let Some(spec) = plan(&n, &wanted(None, true), now()).spec else {
+            panic!("cordoned")
+        };
         assert_eq!(spec["spec"]["unschedulable"], true);
         let uncordoned_by_hand = node(json!({
             "metadata": {"name": "n", "resourceVersion": "2", "annotations": {APPLIED: r#"{"taint":false,"cordon":true}"#}},
             "spec": {"unschedulable": false}
         }));
-        let Some(spec) = plan(&uncordoned_by_hand, &wanted(None, true), now()).spec else { panic!("back") };
+        let Some(spec) = plan(&uncordoned_by_hand, &wanted(None, true), now()).spec else {
+            panic!("back")
+        };
         assert_eq!(spec["spec"]["unschedulable"], true);
-        let Some(spec) = plan(&uncordoned_by_hand, &wanted(None, false), now()).spec else { panic!("record") };
-        assert_eq!(spec["metadata"]["annotations"][APPLIED], Value::Null, "only the record goes");
+        let Some(spec) = plan(&uncordoned_by_hand, &wanted(None, false), now()).spec else {
+            panic!("record")
+        };
+        assert_eq!(
+            spec["metadata"]["annotations"][APPLIED],
+            Value::Null,
+            "only the record goes"
+        );
         assert!(spec.get("spec").is_none());
     }
 }

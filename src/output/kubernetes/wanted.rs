@@ -43,7 +43,12 @@ impl Wanted {
         // message does not flap between polls.
         ours.sort_by_key(|event| {
             let started = event.status == EventStatus::Started;
-            (!started, event.not_before.at().is_none(), event.not_before.at(), event.id.clone())
+            (
+                !started,
+                event.not_before.at().is_none(),
+                event.not_before.at(),
+                event.id.clone(),
+            )
         });
         let condition = match ours.first() {
             None => Condition {
@@ -117,7 +122,14 @@ impl Note {
             Transition::Updated { .. } => format!("{what}-{}", incarnation.unwrap_or_default()),
             _ => what.to_owned(),
         };
-        Some(Self::new(node, transition.event(), what, &suffix, warning, at))
+        Some(Self::new(
+            node,
+            transition.event(),
+            what,
+            &suffix,
+            warning,
+            at,
+        ))
     }
 
     /// The Event for an event that left the document while the agent was down.
@@ -206,7 +218,13 @@ mod tests {
 
     const VM: &str = "aks-pool-12345678-vmss_0";
 
-    fn event(id: &str, kind: EventType, status: EventStatus, not_before: &str, vm: &str) -> Tracked {
+    fn event(
+        id: &str,
+        kind: EventType,
+        status: EventStatus,
+        not_before: &str,
+        vm: &str,
+    ) -> Tracked {
         Tracked {
             event: Event {
                 id: EventId::new(id),
@@ -226,8 +244,19 @@ mod tests {
 
     #[test]
     fn no_event_of_this_vm_is_false_with_no_taint_nor_cordon() {
-        let events = [event("B", EventType::Reboot, EventStatus::Scheduled, "Mon, 11 Apr 2022 23:00:00 GMT", "other_1")];
-        let wanted = Wanted::from_events(&events, Some(VM), &[EventType::Reboot], &[EventType::Reboot]);
+        let events = [event(
+            "B",
+            EventType::Reboot,
+            EventStatus::Scheduled,
+            "Mon, 11 Apr 2022 23:00:00 GMT",
+            "other_1",
+        )];
+        let wanted = Wanted::from_events(
+            &events,
+            Some(VM),
+            &[EventType::Reboot],
+            &[EventType::Reboot],
+        );
         assert!(!wanted.condition.status);
         assert_eq!(wanted.condition.reason, "NoScheduledEvents");
         assert_eq!(wanted.taint, None);
@@ -237,9 +266,27 @@ mod tests {
     #[test]
     fn the_soonest_event_names_reason_message_and_taint() {
         let events = [
-            event("LATE", EventType::Redeploy, EventStatus::Scheduled, "Mon, 11 Apr 2022 23:00:00 GMT", VM),
-            event("SOON", EventType::Reboot, EventStatus::Scheduled, "Mon, 11 Apr 2022 22:26:58 GMT", VM),
-            event("OTHER", EventType::Freeze, EventStatus::Started, "", "other_1"),
+            event(
+                "LATE",
+                EventType::Redeploy,
+                EventStatus::Scheduled,
+                "Mon, 11 Apr 2022 23:00:00 GMT",
+                VM,
+            ),
+            event(
+                "SOON",
+                EventType::Reboot,
+                EventStatus::Scheduled,
+                "Mon, 11 Apr 2022 22:26:58 GMT",
+                VM,
+            ),
+            event(
+                "OTHER",
+                EventType::Freeze,
+                EventStatus::Started,
+                "",
+                "other_1",
+            ),
         ];
         let wanted = Wanted::from_events(
             &events,
@@ -260,7 +307,13 @@ mod tests {
     #[test]
     fn an_event_under_way_comes_first() {
         let events = [
-            event("SOON", EventType::Reboot, EventStatus::Scheduled, "Mon, 11 Apr 2022 22:26:58 GMT", VM),
+            event(
+                "SOON",
+                EventType::Reboot,
+                EventStatus::Scheduled,
+                "Mon, 11 Apr 2022 22:26:58 GMT",
+                VM,
+            ),
             event("NOW", EventType::Freeze, EventStatus::Started, "", VM),
         ];
         let wanted = Wanted::from_events(&events, Some(VM), &[], &[]);
@@ -270,33 +323,74 @@ mod tests {
 
     #[test]
     fn an_unknown_vm_name_names_nothing() {
-        let events = [event("A", EventType::Reboot, EventStatus::Scheduled, "", VM)];
-        assert!(!Wanted::from_events(&events, None, &[], &[]).condition.status);
+        let events = [event(
+            "A",
+            EventType::Reboot,
+            EventStatus::Scheduled,
+            "",
+            VM,
+        )];
+        assert!(
+            !Wanted::from_events(&events, None, &[], &[])
+                .condition
+                .status
+        );
     }
 
     #[test]
     fn notes_are_named_per_transition_and_resumed_events_are_not_reported_again() {
-        let tracked = event("C7061BAC-AFDC-4513", EventType::Reboot, EventStatus::Scheduled, "Mon, 11 Apr 2022 22:26:58 GMT", VM);
+        let tracked = event(
+            "C7061BAC-AFDC-4513",
+            EventType::Reboot,
+            EventStatus::Scheduled,
+            "Mon, 11 Apr 2022 22:26:58 GMT",
+            VM,
+        );
         let at = DateTime::UNIX_EPOCH;
-        let appeared = Note::of_transition("node-0", &Transition::Appeared(tracked.event.clone()), Some(2), at);
+        let appeared = Note::of_transition(
+            "node-0",
+            &Transition::Appeared(tracked.event.clone()),
+            Some(2),
+            at,
+        );
         let Some(appeared) = appeared else {
             panic!("an appeared event is reported");
         };
         assert_eq!(appeared.name, "node-0.c7061bac-afdc-4513.scheduled");
         assert_eq!(appeared.reason, "RebootScheduled");
         assert!(appeared.warning);
-        assert!(appeared.note.contains("C7061BAC-AFDC-4513"), "{}", appeared.note);
-        assert!(appeared.note.contains("NotBefore Mon, 11 Apr 2022 22:26:58 GMT"), "{}", appeared.note);
-        assert!(appeared.note.contains("DurationInSeconds -1 (unknown)"), "{}", appeared.note);
+        assert!(
+            appeared.note.contains("C7061BAC-AFDC-4513"),
+            "{}",
+            appeared.note
+        );
+        assert!(
+            appeared
+                .note
+                .contains("NotBefore Mon, 11 Apr 2022 22:26:58 GMT"),
+            "{}",
+            appeared.note
+        );
+        assert!(
+            appeared.note.contains("DurationInSeconds -1 (unknown)"),
+            "{}",
+            appeared.note
+        );
         let resumed = Transition::Resumed {
             event: tracked.event.clone(),
             first_seen: at,
             seen_started: false,
         };
         assert_eq!(Note::of_transition("node-0", &resumed, Some(2), at), None);
-        let completed = Transition::Completed { event: tracked.event.clone(), seen_started: true };
+        let completed = Transition::Completed {
+            event: tracked.event.clone(),
+            seen_started: true,
+        };
         let completed = Note::of_transition("node-0", &completed, Some(3), at);
-        assert_eq!(completed.map(|n| (n.reason, n.warning)), Some(("RebootCompleted".into(), false)));
+        assert_eq!(
+            completed.map(|n| (n.reason, n.warning)),
+            Some(("RebootCompleted".into(), false))
+        );
         let gone = Note::ended_while_down("node-0", &tracked.event, at);
         assert_eq!(gone.reason, "RebootEndedWhileDown");
     }
