@@ -10,6 +10,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use apiserver::ApiServer;
+use azure_scheduled_events_exporter::simulator::{Fault, FaultTarget};
 use bytes::Bytes;
 use common::{Agent, Imds, PATIENCE, THIS_VM, TempDir, TestResult};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, Taint};
@@ -475,6 +476,43 @@ async fn an_event_that_ended_while_the_agent_was_down_is_cleaned_up() -> TestRes
         cluster.event_reasons() == ["RebootEndedWhileDown", "RebootScheduled"]
     })
     .await?;
+    second.stop().await
+}
+
+#[tokio::test]
+async fn a_restart_that_cannot_name_this_vm_lifts_nothing() -> TestResult {
+    let cluster = Cluster::start(kubelet_node()).await?;
+    let imds = Imds::start().await?;
+    imds.sim
+        .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
+    let flags = [
+        "--kubernetes.taint-events=Reboot",
+        "--kubernetes.cordon-events=Reboot",
+    ];
+    let first = cluster.agent(&imds, &flags).await?;
+    eventually("taint and cordon", || {
+        cluster.our_taint().is_some() && cluster.cordoned()
+    })
+    .await?;
+    within("stopping", first.stop()).await??;
+    let version = cluster.api.resource_version();
+
+    // Instance metadata fails: the second agent reads the document but cannot tell which
+    // events name this VM.
+    imds.sim
+        .inject_fault(Fault::status(500).on(FaultTarget::Instance).until_cleared());
+    let second = cluster.agent(&imds, &flags).await?;
+    second
+        .wait_for("a few polls", |m| imds_gets(m) >= 20.0)
+        .await?;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        cluster.api.resource_version(),
+        version,
+        "the Node is untouched"
+    );
+    assert_eq!(cluster.our_taint().as_deref(), Some("Reboot"));
+    assert!(cluster.cordoned());
     second.stop().await
 }
 

@@ -36,7 +36,7 @@ const QUEUE: usize = 64;
 pub struct Kubernetes {
     config: KubernetesConfig,
     /// The last document's events; `None` until the first, so a start touches nothing on the
-    /// Node before the agent knows what is pending.
+    /// Node before the agent knows what is pending (nor before it knows this VM's name).
     events: Option<Arc<[Tracked]>>,
     wanted: watch::Sender<Option<Wanted>>,
     notes: mpsc::Sender<Note>,
@@ -118,7 +118,12 @@ impl Output for Kubernetes {
                 | Occurrence::ApprovalSending { .. } => {}
             }
         }
-        if changed && let Some(events) = &self.events {
+        // Until this VM's name is known no event can be told to name it: wanting nothing then
+        // would lift, after a restart, a taint or cordon that a pending event still wants.
+        if changed
+            && vm.is_some()
+            && let Some(events) = &self.events
+        {
             let wanted = Wanted::from_events(
                 events,
                 vm,
