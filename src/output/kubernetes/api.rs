@@ -309,8 +309,8 @@ impl NodeWriter {
                     .unwrap_or(Timestamp::UNIX_EPOCH),
             )),
             action: Some("ScheduledEvent".into()),
-            reason: Some(note.reason.clone()),
-            note: Some(note.note.clone()),
+            reason: Some(truncated(&note.reason, 128)),
+            note: Some(truncated(&note.note, 1024)),
             type_: Some(if note.warning { "Warning" } else { "Normal" }.into()),
             regarding: Some(ObjectReference {
                 api_version: Some("v1".into()),
@@ -320,7 +320,7 @@ impl NodeWriter {
                 ..ObjectReference::default()
             }),
             reporting_controller: Some(MANAGER.into()),
-            reporting_instance: Some(format!("{MANAGER}-{}", self.node_name)),
+            reporting_instance: Some(truncated(&format!("{MANAGER}-{}", self.node_name), 128)),
             ..KubeEvent::default()
         }
     }
@@ -340,6 +340,15 @@ impl NodeWriter {
     }
 }
 
+/// `text` cut to the `max` bytes the API server accepts for the field, at a character boundary.
+fn truncated(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
 /// The `result` label of a failed request.
 fn classify(error: &kube::Error) -> &'static str {
     match error {
@@ -351,5 +360,16 @@ fn classify(error: &kube::Error) -> &'static str {
             _ => "rejected",
         },
         _ => "unreachable",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_cut_to_what_the_api_server_accepts() {
+        assert_eq!(truncated("RebootScheduled", 128), "RebootScheduled");
+        assert_eq!(truncated(&"é".repeat(100), 127).len(), 126);
     }
 }
