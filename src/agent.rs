@@ -30,6 +30,7 @@ use crate::occurrence::{Context, Occurrence, Report};
 use crate::output::Outputs;
 use crate::output::approval::Approval;
 use crate::output::hooks::Hooks;
+#[cfg(feature = "kubernetes")]
 use crate::output::kubernetes::Kubernetes;
 use crate::output::log::Log;
 use crate::output::metrics::MetricsOutput;
@@ -145,6 +146,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
             reports_tx,
         ));
     }
+    #[cfg(feature = "kubernetes")]
     if let Some(kubernetes) = config.kubernetes.clone() {
         outputs = outputs.with(Kubernetes::start(kubernetes, &metrics).await?);
     }

@@ -417,6 +417,7 @@ impl Metrics {
     }
 
     /// The registry, for an optional output that registers a family of its own when enabled.
+    #[cfg(feature = "kubernetes")]
     pub(crate) fn registry(&self) -> &Registry {
         &self.registry
     }

@@ -3,6 +3,8 @@
 //! after it; other owners' taints and an operator's cordon survive; a restart neither doubles nor
 //! forgets; conflicts are retried; an API server that refuses or hangs never delays polling.
 
+#![cfg(feature = "kubernetes")]
+
 mod apiserver;
 mod common;
 

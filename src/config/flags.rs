@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use super::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE, DEMO_VM, kubernetes, otlp};
+use super::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE, DEMO_VM, otlp};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -106,8 +106,9 @@ pub struct AgentArgs {
     pub otlp: otlp::OtlpArgs,
     #[command(flatten)]
     pub approve: ApproveArgs,
+    #[cfg(feature = "kubernetes")]
     #[command(flatten)]
-    pub kubernetes: kubernetes::KubernetesArgs,
+    pub kubernetes: super::kubernetes::KubernetesArgs,
 }
 
 /// Approval, hooks and the state file (docs/approval.md, docs/state.md).

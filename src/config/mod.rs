@@ -8,6 +8,7 @@
 
 pub mod approval;
 pub mod flags;
+#[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 pub mod otlp;
 
@@ -68,6 +69,7 @@ pub struct Config {
     pub state_file: Option<PathBuf>,
     pub boot_id_file: PathBuf,
     /// `None` unless `--kubernetes.node-name` is set.
+    #[cfg(feature = "kubernetes")]
     pub kubernetes: Option<kubernetes::KubernetesConfig>,
 }
 
@@ -142,6 +144,7 @@ impl AgentArgs {
         };
         let boot_id_file = self.approve.boot_id_file.clone();
         let approval = self.approve.validate()?;
+        #[cfg(feature = "kubernetes")]
         let kubernetes = self.kubernetes.validate()?;
         Ok(Config {
             imds_url,
@@ -164,6 +167,7 @@ impl AgentArgs {
             approval,
             state_file,
             boot_id_file,
+            #[cfg(feature = "kubernetes")]
             kubernetes,
         })
     }

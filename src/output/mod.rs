@@ -13,6 +13,7 @@
 
 pub mod approval;
 pub mod hooks;
+#[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 pub mod log;
 pub mod metrics;
