@@ -69,6 +69,10 @@ fn reboot(status: &str, vm: &str) -> String {
     } else {
         "Mon, 11 Apr 2050 22:26:58 GMT"
     };
+    reboot_not_before(status, vm, not_before)
+}
+
+fn reboot_not_before(status: &str, vm: &str, not_before: &str) -> String {
     serde_json::json!({
         "EventId": REBOOT, "EventStatus": status, "EventType": "Reboot", "ResourceType": "VirtualMachine",
         "Resources": [vm], "NotBefore": not_before, "Description": "", "EventSource": "Platform",
@@ -272,8 +276,35 @@ async fn condition_events_taint_and_cordon_follow_an_event_of_this_vm() -> TestR
         Some("5d2a4c8e-0000-4000-8000-000000000001")
     );
 
+    // A second later, so that a rewritten lastTransitionTime would differ.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    imds.sim.set_document(document(
+        3,
+        &[reboot_not_before(
+            "Scheduled",
+            THIS_VM,
+            "Mon, 11 Apr 2050 23:00:00 GMT",
+        )],
+    ));
+    eventually("the Updated Event", || {
+        cluster.event_reasons() == ["RebootScheduled", "RebootUpdated"]
+    })
+    .await?;
+    eventually("the new NotBefore in the message", || {
+        cluster
+            .condition()
+            .and_then(|c| c.message)
+            .is_some_and(|m| m.contains("23:00:00"))
+    })
+    .await?;
+    assert_eq!(
+        cluster.condition().and_then(|c| c.last_transition_time),
+        became_true,
+        "lastTransitionTime changes only with the status"
+    );
+
     imds.sim
-        .set_document(document(3, &[reboot("Started", THIS_VM)]));
+        .set_document(document(4, &[reboot("Started", THIS_VM)]));
     eventually("the condition Started", || {
         cluster.reason().as_deref() == Some("RebootStarted")
     })
@@ -284,11 +315,11 @@ async fn condition_events_taint_and_cordon_follow_an_event_of_this_vm() -> TestR
         "lastTransitionTime changes only with the status"
     );
     eventually("the Started Event", || {
-        cluster.event_reasons() == ["RebootScheduled", "RebootStarted"]
+        cluster.event_reasons() == ["RebootScheduled", "RebootStarted", "RebootUpdated"]
     })
     .await?;
 
-    imds.sim.set_document(document(4, &[]));
+    imds.sim.set_document(document(5, &[]));
     eventually("the taint gone", || cluster.our_taint().is_none()).await?;
     eventually("the condition False", || {
         cluster.reason().as_deref() == Some("NoScheduledEvents")
@@ -296,7 +327,13 @@ async fn condition_events_taint_and_cordon_follow_an_event_of_this_vm() -> TestR
     .await?;
     eventually("uncordoned", || !cluster.cordoned()).await?;
     eventually("the Completed Event", || {
-        cluster.event_reasons() == ["RebootCompleted", "RebootScheduled", "RebootStarted"]
+        cluster.event_reasons()
+            == [
+                "RebootCompleted",
+                "RebootScheduled",
+                "RebootStarted",
+                "RebootUpdated",
+            ]
     })
     .await?;
     assert_eq!(
@@ -318,9 +355,18 @@ async fn condition_events_taint_and_cordon_follow_an_event_of_this_vm() -> TestR
         "other conditions untouched"
     );
 
-    let m = agent.metrics().await?;
+    let m = agent
+        .wait_for("four Events counted", |m| {
+            kube_requests(m, "create_event", "ok") >= 4.0
+        })
+        .await?;
     assert!(kube_requests(&m, "patch_node", "ok") >= 2.0, "{}", m.0);
-    assert!(kube_requests(&m, "create_event", "ok") >= 3.0);
+    assert_eq!(
+        kube_requests(&m, "create_event", "ok"),
+        4.0,
+        "one per transition"
+    );
+    assert_eq!(kube_requests(&m, "create_event", "already_exists"), 0.0);
     agent.stop().await
 }
 
