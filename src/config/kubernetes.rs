@@ -1,6 +1,6 @@
 //! The Kubernetes node output's settings: which Node is this machine, which event types taint or
-//! cordon it, and how the agent reaches the API server (the pod's service account, else the
-//! kubeconfig file named by `KUBECONFIG`). Resolved once at startup; anything unusable is a
+//! cordon it, and how the agent reaches the API server (`--kubernetes.kubeconfig` when given, else
+//! the pod's service account, else the kubeconfig file named by `KUBECONFIG`). Resolved once at startup; anything unusable is a
 //! [`ConfigError`] (one line, exit 64).
 
 use std::path::PathBuf;
@@ -38,9 +38,16 @@ pub struct KubernetesArgs {
     /// hand while its event is pending comes back within this).
     #[arg(long = "kubernetes.resync-interval", env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL", default_value = "5s", value_parser = super::duration)]
     pub resync_interval: Duration,
-    /// Kubeconfig file, used when the agent does not run in a pod with a service account.
-    #[arg(long = "kubernetes.kubeconfig", env = "KUBECONFIG")]
+    /// Kubeconfig file; when given it wins over the pod's service account [default: the service
+    /// account in a pod, else KUBECONFIG].
+    #[arg(
+        long = "kubernetes.kubeconfig",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_KUBECONFIG"
+    )]
     pub kubeconfig: Option<PathBuf>,
+    /// `KUBECONFIG`, used only outside a pod.
+    #[arg(long = "kubernetes.kubeconfig-env", env = "KUBECONFIG", hide = true)]
+    pub kubeconfig_env: Option<PathBuf>,
 }
 
 /// How the agent reaches the API server.
@@ -90,25 +97,20 @@ impl KubernetesArgs {
         if self.resync_interval < Duration::from_secs(1) {
             return Err(invalid("kubernetes.resync-interval", "must be at least 1s"));
         }
-        let api_server = match kube::Config::incluster() {
-            Ok(config) => ApiServer::InCluster(Box::new(config)),
-            Err(in_cluster) => {
-                let Some(path) = self.kubeconfig else {
+        let api_server = match (self.kubeconfig, kube::Config::incluster()) {
+            (Some(path), _) => kubeconfig(path)?,
+            (None, Ok(config)) => ApiServer::InCluster(Box::new(config)),
+            (None, Err(in_cluster)) => match self.kubeconfig_env {
+                Some(path) => kubeconfig(path)?,
+                None => {
                     return Err(invalid(
                         "kubernetes.node-name",
                         format!(
                             "not in a pod with a service account ({in_cluster}) and KUBECONFIG is not set"
                         ),
                     ));
-                };
-                let file = kube::config::Kubeconfig::read_from(&path).map_err(|e| {
-                    invalid("kubernetes.kubeconfig", format!("{}: {e}", path.display()))
-                })?;
-                ApiServer::Kubeconfig {
-                    path,
-                    file: Box::new(file),
                 }
-            }
+            },
         };
         Ok(Some(KubernetesConfig {
             node_name,
@@ -118,6 +120,16 @@ impl KubernetesArgs {
             api_server,
         }))
     }
+}
+
+/// A kubeconfig file, read and parsed.
+fn kubeconfig(path: PathBuf) -> Result<ApiServer, ConfigError> {
+    let file = kube::config::Kubeconfig::read_from(&path)
+        .map_err(|e| invalid("kubernetes.kubeconfig", format!("{}: {e}", path.display())))?;
+    Ok(ApiServer::Kubeconfig {
+        path,
+        file: Box::new(file),
+    })
 }
 
 /// A comma-separated list of known event types.
