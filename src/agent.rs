@@ -29,6 +29,8 @@ use crate::observer::Observer;
 use crate::occurrence::{Context, Occurrence, Report};
 use crate::output::approval::Approval;
 use crate::output::hooks::Hooks;
+#[cfg(feature = "kubernetes")]
+use crate::output::kubernetes::Kubernetes;
 use crate::output::log::Log;
 use crate::output::metrics::MetricsOutput;
 use crate::output::notify::Notify;
@@ -130,7 +132,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
     let (store, restart) = open_state(&config);
     let observer = Observer::new(config.approval.clone(), store.state());
     let (reports_tx, reports) = mpsc::unbounded_channel();
-    let outputs = outputs(&config, &metrics, traces, store, &client, reports_tx)?;
+    let outputs = outputs(&config, &metrics, traces, store, &client, reports_tx).await?;
 
     let mut poller = Poller {
         vm_name: config.vm_name.as_deref().map(Arc::from),
@@ -434,7 +436,7 @@ impl Poller {
 
 /// The outputs, each behind its own setting, in the order they see each batch of occurrences.
 /// The state file comes before the approval POSTs, so that an attempt is on disk before it leaves.
-fn outputs(
+async fn outputs(
     config: &Config,
     metrics: &Arc<Metrics>,
     traces: Option<Traces>,
@@ -494,6 +496,10 @@ fn outputs(
             Notify::start(&config.notify, store, notify_metrics)
                 .context("cannot set up a notification receiver")?,
         );
+    }
+    #[cfg(feature = "kubernetes")]
+    if let Some(kubernetes) = config.kubernetes.clone() {
+        outputs = outputs.with(Kubernetes::start(kubernetes, metrics).await?);
     }
     Ok(outputs)
 }

@@ -110,6 +110,9 @@ pub struct AgentArgs {
     pub approve: ApproveArgs,
     #[command(flatten)]
     pub notify: notify::NotifyArgs,
+    #[cfg(feature = "kubernetes")]
+    #[command(flatten)]
+    pub kubernetes: super::kubernetes::KubernetesArgs,
 }
 
 /// Approval, hooks and the state file (docs/approval.md, docs/state.md).

@@ -1,6 +1,7 @@
 //! The agent's settings: the command line ([`flags`]) validated into one [`Config`], the
 //! approval settings and the policy file ([`approval`]), the trace export settings ([`otlp`]),
-//! the listener's limits and the exporter-toolkit web configuration file ([`web`]).
+//! the listener's limits and the exporter-toolkit web configuration file ([`web`]), the
+//! notification receivers ([`notify`]) and the Kubernetes node output's settings ([`kubernetes`]).
 //! Anything invalid is one line on stderr and exit code 64 (`EX_USAGE`).
 //!
 //! Settings only: this folder imports the domain types it needs and none of the modules that act
@@ -8,6 +9,8 @@
 
 pub mod approval;
 pub mod flags;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 pub mod notify;
 pub mod otlp;
 pub mod web;
@@ -72,6 +75,9 @@ pub struct Config {
     /// `None` keeps state in memory.
     pub state_file: Option<PathBuf>,
     pub boot_id_file: PathBuf,
+    /// `None` unless `--kubernetes.node-name` is set.
+    #[cfg(feature = "kubernetes")]
+    pub kubernetes: Option<kubernetes::KubernetesConfig>,
 }
 
 /// An invalid setting, named by its flag.
@@ -147,6 +153,8 @@ impl AgentArgs {
         let approval = self.approve.validate()?;
         let web = self.web.validate()?;
         let notify = self.notify.validate()?;
+        #[cfg(feature = "kubernetes")]
+        let kubernetes = self.kubernetes.validate()?;
         Ok(Config {
             imds_url,
             api_version: self.imds_api_version,
@@ -170,6 +178,8 @@ impl AgentArgs {
             notify,
             state_file,
             boot_id_file,
+            #[cfg(feature = "kubernetes")]
+            kubernetes,
         })
     }
 }

@@ -4,14 +4,18 @@
 //! [`Output`] in the order they were wired ([`Outputs`]): [`log`] (one line per occurrence
 //! worth one), [`metrics`], [`spans`] (OpenTelemetry, queued for export), [`state`] (the file
 //! that survives restarts), [`hooks`] (prepare, recover and approval hooks) and [`approval`] (the
-//! POSTs), then [`notify`] (webhooks, Slack, Teams, PagerDuty). The state file comes before the
-//! approval output, so that an approval attempt is on disk before its POST leaves. `consume` never waits on the network: an output that does
+//! POSTs), [`notify`] (webhooks, Slack, Teams, PagerDuty), and [`kubernetes`] (the Node's
+//! condition, Events, taint and cordon, only with `--kubernetes.node-name`). The state file comes
+//! before the approval output, so that an approval attempt is on disk before its POST leaves.
+//! `consume` never waits on the network: an output that does
 //! network I/O or runs programs hands the work to a task of its own, behind a bounded queue whose
 //! overflow is dropped and counted, and reports results back as [`Report`]s, which the loop takes
 //! in at its next poll. Adding an output is one file here and one line in the agent's wiring.
 
 pub mod approval;
 pub mod hooks;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 pub mod log;
 pub mod metrics;
 pub mod notify;

@@ -1,0 +1,191 @@
+//! The Kubernetes node output's settings: which Node is this machine, which event types taint or
+//! cordon it, and how the agent reaches the API server (`--kubernetes.kubeconfig` when given, else
+//! the pod's service account, else the kubeconfig file named by `KUBECONFIG`). Resolved once at startup; anything unusable is a
+//! [`ConfigError`] (one line, exit 64).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{ConfigError, invalid};
+use crate::event::EventType;
+
+/// The `--kubernetes.*` flags.
+#[derive(Debug, Clone, Args)]
+pub struct KubernetesArgs {
+    /// This machine's Node name (a DaemonSet sets it from spec.nodeName): turns on the node
+    /// condition, Events, and the taint and cordon asked for below. Off when not set.
+    #[arg(
+        long = "kubernetes.node-name",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_NODE_NAME"
+    )]
+    pub node_name: Option<String>,
+    /// Taint the node (azure-scheduled-events/impact=<EventType>:NoSchedule) while an event of
+    /// these types (comma-separated, e.g. Reboot,Redeploy,Preempt,Terminate) names this VM [default: none].
+    #[arg(
+        long = "kubernetes.taint-events",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_TAINT_EVENTS"
+    )]
+    pub taint_events: Option<String>,
+    /// Cordon the node while an event of these types (comma-separated) names this VM [default: none].
+    #[arg(
+        long = "kubernetes.cordon-events",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_CORDON_EVENTS"
+    )]
+    pub cordon_events: Option<String>,
+    /// How often the node is read again and put back as the events want it (a taint removed by
+    /// hand while its event is pending comes back within this).
+    #[arg(long = "kubernetes.resync-interval", env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL", default_value = "5s", value_parser = super::duration)]
+    pub resync_interval: Duration,
+    /// Kubeconfig file; when given it wins over the pod's service account [default: the service
+    /// account in a pod, else KUBECONFIG].
+    #[arg(
+        long = "kubernetes.kubeconfig",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_KUBECONFIG"
+    )]
+    pub kubeconfig: Option<PathBuf>,
+    /// `KUBECONFIG`, used only outside a pod.
+    #[arg(long = "kubernetes.kubeconfig-env", env = "KUBECONFIG", hide = true)]
+    pub kubeconfig_env: Option<PathBuf>,
+}
+
+/// How the agent reaches the API server.
+#[derive(Debug, Clone)]
+pub enum ApiServer {
+    /// In a pod: its service account's token and CA, `KUBERNETES_SERVICE_HOST`.
+    InCluster(Box<kube::Config>),
+    /// The current context of a kubeconfig file, already read and parsed.
+    Kubeconfig {
+        path: PathBuf,
+        file: Box<kube::config::Kubeconfig>,
+    },
+}
+
+/// The Kubernetes output's resolved settings; absent unless `--kubernetes.node-name` is set.
+#[derive(Debug, Clone)]
+pub struct KubernetesConfig {
+    pub node_name: String,
+    pub taint_events: Vec<EventType>,
+    pub cordon_events: Vec<EventType>,
+    pub resync_interval: Duration,
+    pub api_server: ApiServer,
+}
+
+impl KubernetesArgs {
+    pub(super) fn validate(self) -> Result<Option<KubernetesConfig>, ConfigError> {
+        let Some(node_name) = self.node_name else {
+            for (flag, given) in [
+                ("kubernetes.taint-events", self.taint_events.is_some()),
+                ("kubernetes.cordon-events", self.cordon_events.is_some()),
+            ] {
+                if given {
+                    return Err(invalid(flag, "needs --kubernetes.node-name"));
+                }
+            }
+            return Ok(None);
+        };
+        let node_name = node_name.trim().to_owned();
+        if !is_node_name(&node_name) {
+            return Err(invalid(
+                "kubernetes.node-name",
+                format!(
+                    "{node_name:?} is not a Kubernetes node name (lower-case letters, digits, '-' and '.', at most 253)"
+                ),
+            ));
+        }
+        if self.resync_interval < Duration::from_secs(1) {
+            return Err(invalid("kubernetes.resync-interval", "must be at least 1s"));
+        }
+        let api_server = match (self.kubeconfig, kube::Config::incluster()) {
+            (Some(path), _) => kubeconfig(path)?,
+            (None, Ok(config)) => ApiServer::InCluster(Box::new(config)),
+            (None, Err(in_cluster)) => match self.kubeconfig_env {
+                Some(path) => kubeconfig(path)?,
+                None => {
+                    return Err(invalid(
+                        "kubernetes.node-name",
+                        format!(
+                            "not in a pod with a service account ({in_cluster}) and KUBECONFIG is not set"
+                        ),
+                    ));
+                }
+            },
+        };
+        Ok(Some(KubernetesConfig {
+            node_name,
+            taint_events: event_types("kubernetes.taint-events", self.taint_events)?,
+            cordon_events: event_types("kubernetes.cordon-events", self.cordon_events)?,
+            resync_interval: self.resync_interval,
+            api_server,
+        }))
+    }
+}
+
+/// A kubeconfig file, read and parsed.
+fn kubeconfig(path: PathBuf) -> Result<ApiServer, ConfigError> {
+    let file = kube::config::Kubeconfig::read_from(&path)
+        .map_err(|e| invalid("kubernetes.kubeconfig", format!("{}: {e}", path.display())))?;
+    Ok(ApiServer::Kubeconfig {
+        path,
+        file: Box::new(file),
+    })
+}
+
+/// A comma-separated list of known event types.
+fn event_types(flag: &'static str, text: Option<String>) -> Result<Vec<EventType>, ConfigError> {
+    let mut types = Vec::new();
+    for name in text.iter().flat_map(|t| t.split(',')).map(str::trim) {
+        match EventType::parse(name) {
+            _ if name.is_empty() => {}
+            EventType::Other(_) => {
+                return Err(invalid(
+                    flag,
+                    format!("{name:?} is not one of Freeze, Reboot, Redeploy, Preempt, Terminate"),
+                ));
+            }
+            known if !types.contains(&known) => types.push(known),
+            _ => {}
+        }
+    }
+    Ok(types)
+}
+
+/// A DNS subdomain, as Kubernetes requires of node names.
+fn is_node_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_names_are_dns_subdomains() {
+        assert!(is_node_name("aks-pool-12345678-vmss000000"));
+        assert!(is_node_name("node-1.example.internal"));
+        for bad in ["", "Node", "node_1", "-node", "node..1", &"a".repeat(254)] {
+            assert!(!is_node_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn event_type_lists_are_known_types_once() -> Result<(), ConfigError> {
+        assert_eq!(
+            event_types("f", Some("reboot, Redeploy,,Reboot".into()))?,
+            [EventType::Reboot, EventType::Redeploy]
+        );
+        assert_eq!(event_types("f", None)?, []);
+        assert!(event_types("f", Some("Reboot,Hibernate".into())).is_err());
+        Ok(())
+    }
+}

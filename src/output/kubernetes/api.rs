@@ -1,0 +1,375 @@
+//! The Kubernetes output's task: the one place that talks to the API server. It reads the Node,
+//! sends the patches [`super::node::plan`] asks for, creates the Events, and retries what failed
+//! with backoff. Each request is counted
+//! (`azure_scheduled_events_kubernetes_requests_total{operation,result}`); a failure is logged
+//! once per kind (operation and result) until requests succeed again.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use chrono::Utc;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::events::v1::Event as KubeEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use prometheus::{IntCounterVec, Opts, Registry};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::node;
+use super::wanted::{Note, Wanted};
+use crate::config::kubernetes::{ApiServer, KubernetesConfig};
+use crate::metrics::NAMESPACE;
+
+/// Our name as the API server records it: the field manager of our patches and the reporting
+/// controller of our Events.
+pub const MANAGER: &str = "azure-scheduled-events-exporter";
+
+/// Where Events about cluster-scoped objects such as Nodes go, as the kubelet does.
+const EVENTS_NAMESPACE: &str = "default";
+
+/// Conflicting patches retried at once, reading the Node again each time, before backing off.
+const CONFLICT_RETRIES: u32 = 5;
+
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(16);
+
+/// The `operation` label values.
+const OPERATIONS: [&str; 4] = [
+    "get_node",
+    "patch_node",
+    "patch_node_status",
+    "create_event",
+];
+/// The `result` label values every operation can have.
+const RESULTS: [&str; 7] = [
+    "ok",
+    "conflict",
+    "forbidden",
+    "not_found",
+    "rejected",
+    "server_error",
+    "unreachable",
+];
+
+/// `azure_scheduled_events_kubernetes_requests_total`, registered only when the output is on.
+#[derive(Debug)]
+pub struct KubernetesMetrics {
+    requests: IntCounterVec,
+}
+
+impl KubernetesMetrics {
+    pub fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "kubernetes_requests_total",
+                "Requests to the Kubernetes API server by the Kubernetes output (--kubernetes.node-name), by operation and result; result=\"dropped\" counts Events never sent because too many were waiting.",
+            )
+            .namespace(NAMESPACE),
+            &["operation", "result"],
+        )?;
+        for operation in OPERATIONS {
+            for result in RESULTS {
+                requests.with_label_values(&[operation, result]);
+            }
+        }
+        for result in ["already_exists", "dropped"] {
+            requests.with_label_values(&["create_event", result]);
+        }
+        registry.register(Box::new(requests.clone()))?;
+        Ok(Self { requests })
+    }
+
+    fn record(&self, operation: &str, result: &str) {
+        self.requests.with_label_values(&[operation, result]).inc();
+    }
+
+    pub fn dropped(&self) {
+        self.record("create_event", "dropped");
+    }
+}
+
+/// A request that failed.
+#[derive(Debug)]
+struct Failure {
+    operation: &'static str,
+    result: &'static str,
+    error: String,
+}
+
+/// Writes this machine's Node and creates Events about it.
+pub struct NodeWriter {
+    node_name: String,
+    nodes: Api<Node>,
+    events: Api<KubeEvent>,
+    metrics: Arc<KubernetesMetrics>,
+    /// The Node's uid once read, for the Events' `regarding`.
+    uid: Option<String>,
+    /// Kinds of failure logged since requests last succeeded.
+    logged: HashSet<(&'static str, &'static str)>,
+}
+
+impl std::fmt::Debug for NodeWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeWriter")
+            .field("node_name", &self.node_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeWriter {
+    /// A client for the API server `config` names; fails only on an unusable kubeconfig.
+    pub async fn connect(
+        config: &KubernetesConfig,
+        metrics: Arc<KubernetesMetrics>,
+    ) -> anyhow::Result<Self> {
+        let mut client_config = match &config.api_server {
+            ApiServer::InCluster(client_config) => (**client_config).clone(),
+            ApiServer::Kubeconfig { path, file } => kube::Config::from_custom_kubeconfig(
+                (**file).clone(),
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .with_context(|| format!("cannot use the kubeconfig {}", path.display()))?,
+        };
+        // Bounded, so a hanging API server is a failure retried with backoff, not a stuck task.
+        client_config.connect_timeout = Some(Duration::from_secs(5));
+        client_config.read_timeout = Some(Duration::from_secs(10));
+        client_config.write_timeout = Some(Duration::from_secs(10));
+        tracing::info!(
+            node = %config.node_name,
+            api_server = %client_config.cluster_url,
+            taint_events = ?config.taint_events.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
+            cordon_events = ?config.cordon_events.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
+            resync_interval = ?config.resync_interval,
+            "writing scheduled events to the Kubernetes node"
+        );
+        let client = Client::try_from(client_config).context("cannot build a Kubernetes client")?;
+        Ok(Self {
+            node_name: config.node_name.clone(),
+            nodes: Api::all(client.clone()),
+            events: Api::namespaced(client, EVENTS_NAMESPACE),
+            metrics,
+            uid: None,
+            logged: HashSet::new(),
+        })
+    }
+
+    /// Until the output is dropped: brings the Node to the latest wanted state on every change
+    /// and every `resync`, creates the queued Events, and backs off while requests fail.
+    pub async fn run(
+        mut self,
+        mut wanted: watch::Receiver<Option<Wanted>>,
+        mut notes: mpsc::Receiver<Note>,
+        resync: Duration,
+    ) {
+        let mut pending: VecDeque<Note> = VecDeque::new();
+        let mut dirty = false;
+        let mut next_resync = Instant::now() + resync;
+        let mut retry_at: Option<Instant> = None;
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let due = match retry_at {
+                Some(at) => at,
+                None if dirty || !pending.is_empty() => Instant::now(),
+                None => next_resync,
+            };
+            tokio::select! {
+                biased;
+                changed = wanted.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    dirty = true;
+                    continue;
+                }
+                note = notes.recv() => {
+                    match note {
+                        Some(note) => pending.push_back(note),
+                        None => return,
+                    }
+                    continue;
+                }
+                () = tokio::time::sleep_until(due) => {}
+            }
+            let current = wanted.borrow_and_update().clone();
+            let mut result = Ok(());
+            if let Some(current) = &current {
+                result = self.reconcile(current).await;
+            }
+            // Events go out even when the Node cannot be written (and the other way round).
+            let events = self.create_events(&mut pending).await;
+            match result.and(events) {
+                Ok(()) => {
+                    if !self.logged.is_empty() {
+                        tracing::info!(node = %self.node_name, "Kubernetes API requests succeed again");
+                        self.logged.clear();
+                    }
+                    dirty = false;
+                    retry_at = None;
+                    backoff = FIRST_BACKOFF;
+                    next_resync = Instant::now() + resync;
+                }
+                Err(failure) => {
+                    if self.logged.insert((failure.operation, failure.result)) {
+                        tracing::warn!(
+                            node = %self.node_name,
+                            operation = failure.operation,
+                            result = failure.result,
+                            error = %failure.error,
+                            retry_in = ?backoff,
+                            "Kubernetes API request failed; retrying with backoff (logged once until requests succeed)"
+                        );
+                    }
+                    retry_at = Some(Instant::now() + backoff);
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// Reads the Node and patches it until it is as `wanted`; a conflict reads it again.
+    async fn reconcile(&mut self, wanted: &Wanted) -> Result<(), Failure> {
+        let name = self.node_name.clone();
+        let params = PatchParams {
+            field_manager: Some(MANAGER.into()),
+            ..PatchParams::default()
+        };
+        let mut current = self.get_node(&name).await?;
+        let mut conflicts = 0;
+        // Each round sends one patch; two suffice unless someone else writes the Node meanwhile.
+        for _ in 0..2 * (CONFLICT_RETRIES + 1) {
+            let plan = node::plan(&current, wanted, Utc::now());
+            let (operation, sent) = if let Some(status) = plan.status {
+                let patch = Patch::Strategic(status);
+                (
+                    "patch_node_status",
+                    self.nodes.patch_status(&name, &params, &patch).await,
+                )
+            } else if let Some(spec) = plan.spec {
+                let patch = Patch::Strategic(spec);
+                ("patch_node", self.nodes.patch(&name, &params, &patch).await)
+            } else {
+                return Ok(());
+            };
+            match self.count(operation, sent) {
+                Ok(node) => current = node,
+                Err(failure) if failure.result == "conflict" && conflicts < CONFLICT_RETRIES => {
+                    conflicts += 1;
+                    current = self.get_node(&name).await?;
+                }
+                Err(failure) => return Err(failure),
+            }
+        }
+        Err(Failure {
+            operation: "patch_node",
+            result: "conflict",
+            error: "the Node kept changing under every patch".into(),
+        })
+    }
+
+    async fn get_node(&mut self, name: &str) -> Result<Node, Failure> {
+        let node = self.nodes.get(name).await;
+        let node = self.count("get_node", node)?;
+        self.uid.clone_from(&node.metadata.uid);
+        Ok(node)
+    }
+
+    /// Creates the queued Events in order; one that exists already was created before.
+    async fn create_events(&mut self, pending: &mut VecDeque<Note>) -> Result<(), Failure> {
+        while let Some(note) = pending.front() {
+            let event = self.event(note);
+            let created = self.events.create(&PostParams::default(), &event).await;
+            match created {
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    self.metrics.record("create_event", "already_exists");
+                }
+                other => {
+                    self.count("create_event", other)?;
+                }
+            }
+            pending.pop_front();
+        }
+        Ok(())
+    }
+
+    fn event(&self, note: &Note) -> KubeEvent {
+        KubeEvent {
+            metadata: ObjectMeta {
+                name: Some(note.name.clone()),
+                namespace: Some(EVENTS_NAMESPACE.into()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(
+                Timestamp::from_microsecond(note.at.timestamp_micros())
+                    .unwrap_or(Timestamp::UNIX_EPOCH),
+            )),
+            action: Some("ScheduledEvent".into()),
+            reason: Some(truncated(&note.reason, 128)),
+            note: Some(truncated(&note.note, 1024)),
+            type_: Some(if note.warning { "Warning" } else { "Normal" }.into()),
+            regarding: Some(ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(self.node_name.clone()),
+                uid: self.uid.clone(),
+                ..ObjectReference::default()
+            }),
+            reporting_controller: Some(MANAGER.into()),
+            reporting_instance: Some(truncated(&format!("{MANAGER}-{}", self.node_name), 128)),
+            ..KubeEvent::default()
+        }
+    }
+
+    /// Counts one request and classifies its failure.
+    fn count<T>(&self, operation: &'static str, result: kube::Result<T>) -> Result<T, Failure> {
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(error) => classify(error),
+        };
+        self.metrics.record(operation, outcome);
+        result.map_err(|error| Failure {
+            operation,
+            result: outcome,
+            error: error.to_string(),
+        })
+    }
+}
+
+/// `text` cut to the `max` bytes the API server accepts for the field, at a character boundary.
+fn truncated(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+/// The `result` label of a failed request.
+fn classify(error: &kube::Error) -> &'static str {
+    match error {
+        kube::Error::Api(status) => match status.code {
+            401 | 403 => "forbidden",
+            404 => "not_found",
+            409 => "conflict",
+            500..=599 => "server_error",
+            _ => "rejected",
+        },
+        _ => "unreachable",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_cut_to_what_the_api_server_accepts() {
+        assert_eq!(truncated("RebootScheduled", 128), "RebootScheduled");
+        assert_eq!(truncated(&"é".repeat(100), 127).len(), 126);
+    }
+}

@@ -1,0 +1,145 @@
+//! The Kubernetes output: tells the cluster, on this machine's Node, what Azure is about to do to
+//! the VM (off unless `--kubernetes.node-name` is set; docs/kubernetes.md).
+//!
+//! `consume` only works out the wanted state ([`wanted::Wanted`], from the events naming this VM)
+//! and the Kubernetes Events to create ([`wanted::Note`]); a task of its own ([`api`]) talks to
+//! the API server. The wanted state is a single value the task reads when it is ready (a newer
+//! one replaces an older one unread), the Events wait in a bounded queue whose overflow is
+//! dropped and counted, so an API server that is down, refuses or hangs never delays a poll. The
+//! task brings the Node to the wanted state on every change, after a start, and every
+//! `--kubernetes.resync-interval` ([`node::plan`]).
+
+mod api;
+pub mod node;
+pub mod wanted;
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::config::kubernetes::KubernetesConfig;
+use crate::event::Affects;
+use crate::metrics::Metrics;
+use crate::occurrence::{Context, Occurrence};
+use crate::tracker::Tracked;
+
+use super::Output;
+use api::{KubernetesMetrics, NodeWriter};
+use wanted::{Note, Wanted};
+
+/// Events waiting to be created at most; a document holds a handful of events, each with a few
+/// transitions.
+const QUEUE: usize = 64;
+
+#[derive(Debug)]
+pub struct Kubernetes {
+    config: KubernetesConfig,
+    /// The last document's events; `None` until the first, so a start touches nothing on the
+    /// Node before the agent knows what is pending (nor before it knows this VM's name).
+    events: Option<Arc<[Tracked]>>,
+    wanted: watch::Sender<Option<Wanted>>,
+    notes: mpsc::Sender<Note>,
+    metrics: Arc<KubernetesMetrics>,
+    task: JoinHandle<()>,
+}
+
+impl Kubernetes {
+    /// Connects to the API server as `config` says and starts the task that writes the Node.
+    pub async fn start(config: KubernetesConfig, metrics: &Metrics) -> anyhow::Result<Self> {
+        let metrics = Arc::new(KubernetesMetrics::new(metrics.registry())?);
+        let writer = NodeWriter::connect(&config, Arc::clone(&metrics)).await?;
+        let (wanted, wanted_rx) = watch::channel(None);
+        let (notes, notes_rx) = mpsc::channel(QUEUE);
+        let task = tokio::spawn(writer.run(wanted_rx, notes_rx, config.resync_interval));
+        Ok(Self {
+            config,
+            events: None,
+            wanted,
+            notes,
+            metrics,
+            task,
+        })
+    }
+
+    fn note(&self, note: Option<Note>) {
+        if let Some(note) = note
+            && let Err(error) = self.notes.try_send(note)
+        {
+            self.metrics.dropped();
+            tracing::warn!(
+                event = error.into_inner().name,
+                "Kubernetes Event not created: {QUEUE} already waiting for the API server"
+            );
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Output for Kubernetes {
+    fn consume(&mut self, context: &Context, occurrences: &[Occurrence]) {
+        let vm = context.vm_name();
+        let node = self.config.node_name.as_str();
+        let mut changed = false;
+        for occurrence in occurrences {
+            match occurrence {
+                Occurrence::Events(events) => {
+                    self.events = Some(Arc::clone(events));
+                    changed = true;
+                }
+                // The VM's name may become known after the document that names it.
+                Occurrence::VmIdentified { .. } => changed = true,
+                Occurrence::Transition(transition) => {
+                    if transition.event().affects(vm) == Affects::Yes {
+                        self.note(Note::of_transition(
+                            node,
+                            transition,
+                            context.incarnation,
+                            context.at,
+                        ));
+                    }
+                }
+                Occurrence::EndedWhileDown(tracked) => {
+                    if tracked.event.affects(vm) == Affects::Yes {
+                        self.note(Some(Note::ended_while_down(
+                            node,
+                            &tracked.event,
+                            context.at,
+                        )));
+                    }
+                }
+                Occurrence::Restarted(_)
+                | Occurrence::VmUnidentified { .. }
+                | Occurrence::Reachable { .. }
+                | Occurrence::Unreachable { .. }
+                | Occurrence::Incarnation(_)
+                | Occurrence::DuplicateEventId(_)
+                | Occurrence::Decision(_)
+                | Occurrence::ApprovalSending { .. } => {}
+            }
+        }
+        // Until this VM's name is known no event can be told to name it: wanting nothing then
+        // would lift, after a restart, a taint or cordon that a pending event still wants.
+        if changed
+            && vm.is_some()
+            && let Some(events) = &self.events
+        {
+            let wanted = Wanted::from_events(
+                events,
+                vm,
+                &self.config.taint_events,
+                &self.config.cordon_events,
+            );
+            self.wanted.send_if_modified(|current| {
+                let modified = current.as_ref() != Some(&wanted);
+                *current = Some(wanted);
+                modified
+            });
+        }
+    }
+
+    async fn stop(&mut self, _context: &Context) {
+        // What the Node says stays: a restarted agent takes over from the annotation.
+        self.task.abort();
+    }
+}

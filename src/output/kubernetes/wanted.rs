@@ -1,0 +1,404 @@
+//! What the Node should say, worked out from the events naming this VM: the condition, the taint
+//! and the cordon ([`Wanted`]), and the Kubernetes Event that tells of one transition ([`Note`]).
+//! Pure: the events and the time come in as arguments.
+
+use chrono::{DateTime, Utc};
+
+use crate::event::{Affects, Event, EventStatus, EventType};
+use crate::tracker::{Tracked, Transition};
+
+/// The `AzureScheduledEvent` condition as it should be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    /// `True` while an event naming this VM is in the document.
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The node as the events naming this VM want it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted {
+    pub condition: Condition,
+    /// The value (an event type) of the `azure-scheduled-events/impact` taint, if one is wanted.
+    pub taint: Option<String>,
+    pub cordon: bool,
+}
+
+impl Wanted {
+    /// From the document's events, for the VM called `vm`: the soonest event names the reason,
+    /// message and taint value.
+    pub fn from_events(
+        events: &[Tracked],
+        vm: Option<&str>,
+        taint_events: &[EventType],
+        cordon_events: &[EventType],
+    ) -> Self {
+        let mut ours: Vec<&Event> = events
+            .iter()
+            .map(|tracked| &tracked.event)
+            .filter(|event| event.affects(vm) == Affects::Yes)
+            .collect();
+        // Under way first, then by NotBefore, unknown NotBefore last; EventId breaks ties so the
+        // message does not flap between polls.
+        ours.sort_by_key(|event| {
+            let started = event.status == EventStatus::Started;
+            (
+                !started,
+                event.not_before.at().is_none(),
+                event.not_before.at(),
+                event.id.clone(),
+            )
+        });
+        let condition = match ours.first() {
+            None => Condition {
+                status: false,
+                reason: "NoScheduledEvents".into(),
+                message: "No scheduled event names this VM.".into(),
+            },
+            Some(soonest) => Condition {
+                status: true,
+                reason: format!(
+                    "{}{}",
+                    word(soonest.event_type.as_str()),
+                    word(soonest.status.as_str())
+                ),
+                message: format!(
+                    "{} {} {}, NotBefore {}{}",
+                    soonest.event_type,
+                    soonest.id,
+                    soonest.status,
+                    not_before(soonest),
+                    match ours.len() {
+                        1 => String::new(),
+                        2 => " (and 1 more event)".into(),
+                        n => format!(" (and {} more events)", n - 1),
+                    }
+                ),
+            },
+        };
+        Self {
+            condition,
+            taint: ours
+                .iter()
+                .find(|event| taint_events.contains(&event.event_type))
+                .map(|event| event.event_type.as_str().to_owned()),
+            cordon: ours
+                .iter()
+                .any(|event| cordon_events.contains(&event.event_type)),
+        }
+    }
+}
+
+/// One Kubernetes Event about the Node: a transition of an event naming this VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// The Event's name: the same transition always gets the same name, so that one reported
+    /// again (a retry, a restart without a state file) is refused as existing, never doubled.
+    pub name: String,
+    pub reason: String,
+    pub note: String,
+    /// `Warning` for what is about to happen or under way, `Normal` for what ended.
+    pub warning: bool,
+    pub at: DateTime<Utc>,
+}
+
+impl Note {
+    /// The Event for `transition`; `None` for an event resumed after a restart, which the
+    /// earlier run reported.
+    pub fn of_transition(
+        node: &str,
+        transition: &Transition,
+        incarnation: Option<u64>,
+        at: DateTime<Utc>,
+    ) -> Option<Self> {
+        let (what, warning) = match transition {
+            Transition::Resumed { .. } => return None,
+            Transition::Appeared(_) | Transition::Started(_) => (transition.kind(), true),
+            Transition::Updated { .. } => (transition.kind(), true),
+            Transition::Completed { .. } | Transition::Cancelled(_) => (transition.kind(), false),
+        };
+        let suffix = match transition {
+            Transition::Updated { .. } => format!("{what}-{}", incarnation.unwrap_or_default()),
+            _ => what.to_owned(),
+        };
+        Some(Self::new(
+            node,
+            transition.event(),
+            what,
+            &suffix,
+            warning,
+            at,
+        ))
+    }
+
+    /// The Event for an event that left the document while the agent was down.
+    pub fn ended_while_down(node: &str, event: &Event, at: DateTime<Utc>) -> Self {
+        Self::new(node, event, "ended_while_down", "ended", false, at)
+    }
+
+    fn new(
+        node: &str,
+        event: &Event,
+        what: &str,
+        suffix: &str,
+        warning: bool,
+        at: DateTime<Utc>,
+    ) -> Self {
+        let duration = match event.duration {
+            None => "not given".to_owned(),
+            Some(d) if d.0 < 0 => format!("{} (unknown)", d.0),
+            Some(d) => format!("{}s", d.0),
+        };
+        Self {
+            name: event_name(node, event.id.as_str(), suffix),
+            reason: format!("{}{}", word(event.event_type.as_str()), word(what)),
+            note: format!(
+                "Scheduled event {} ({} {}, {}): EventType {}, NotBefore {}, DurationInSeconds {}",
+                event.id,
+                event.event_type,
+                event.status,
+                what.replace('_', " "),
+                event.event_type,
+                not_before(event),
+                duration
+            ),
+            warning,
+            at,
+        }
+    }
+}
+
+fn not_before(event: &Event) -> &str {
+    match event.not_before.raw() {
+        "" => "none",
+        raw => raw,
+    }
+}
+
+/// `scheduled` -> `Scheduled`, `ended_while_down` -> `EndedWhileDown`; anything but ASCII
+/// letters and digits is dropped, as Kubernetes wants reasons in UpperCamelCase.
+fn word(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut upper = true;
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(if upper { c.to_ascii_uppercase() } else { c });
+            upper = false;
+        } else {
+            upper = true;
+        }
+    }
+    if out.is_empty() { "Event".into() } else { out }
+}
+
+/// `<node>.<event id>.<suffix>`, lower-case, within the 253 characters of a DNS subdomain.
+fn event_name(node: &str, id: &str, suffix: &str) -> String {
+    let id: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let tail = format!(".{}.{}", id.trim_matches('-'), suffix.replace('_', "-"));
+    let room = 253usize.saturating_sub(tail.len());
+    let head = node.get(..room.min(node.len())).unwrap_or(node);
+    format!("{}{tail}", head.trim_end_matches(['.', '-']))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{DurationInSeconds, EventId};
+    use crate::not_before::NotBefore;
+
+    const VM: &str = "aks-pool-12345678-vmss_0";
+
+    fn event(
+        id: &str,
+        kind: EventType,
+        status: EventStatus,
+        not_before: &str,
+        vm: &str,
+    ) -> Tracked {
+        Tracked {
+            event: Event {
+                id: EventId::new(id),
+                event_type: kind,
+                status,
+                resource_type: "VirtualMachine".into(),
+                resources: serde_json::from_str(&format!("[\"{vm}\"]")).unwrap_or_default(),
+                not_before: NotBefore::parse(Some(not_before)),
+                description: None,
+                source: None,
+                duration: Some(DurationInSeconds(-1)),
+            },
+            first_seen: DateTime::UNIX_EPOCH,
+            seen_started: false,
+        }
+    }
+
+    #[test]
+    fn no_event_of_this_vm_is_false_with_no_taint_nor_cordon() {
+        let events = [event(
+            "B",
+            EventType::Reboot,
+            EventStatus::Scheduled,
+            "Mon, 11 Apr 2022 23:00:00 GMT",
+            "other_1",
+        )];
+        let wanted = Wanted::from_events(
+            &events,
+            Some(VM),
+            &[EventType::Reboot],
+            &[EventType::Reboot],
+        );
+        assert!(!wanted.condition.status);
+        assert_eq!(wanted.condition.reason, "NoScheduledEvents");
+        assert_eq!(wanted.taint, None);
+        assert!(!wanted.cordon);
+    }
+
+    #[test]
+    fn the_soonest_event_names_reason_message_and_taint() {
+        let events = [
+            event(
+                "LATE",
+                EventType::Redeploy,
+                EventStatus::Scheduled,
+                "Mon, 11 Apr 2022 23:00:00 GMT",
+                VM,
+            ),
+            event(
+                "SOON",
+                EventType::Reboot,
+                EventStatus::Scheduled,
+                "Mon, 11 Apr 2022 22:26:58 GMT",
+                VM,
+            ),
+            event(
+                "OTHER",
+                EventType::Freeze,
+                EventStatus::Started,
+                "",
+                "other_1",
+            ),
+        ];
+        let wanted = Wanted::from_events(
+            &events,
+            Some(VM),
+            &[EventType::Reboot, EventType::Redeploy],
+            &[EventType::Redeploy],
+        );
+        assert!(wanted.condition.status);
+        assert_eq!(wanted.condition.reason, "RebootScheduled");
+        assert_eq!(
+            wanted.condition.message,
+            "Reboot SOON Scheduled, NotBefore Mon, 11 Apr 2022 22:26:58 GMT (and 1 more event)"
+        );
+        assert_eq!(wanted.taint.as_deref(), Some("Reboot"));
+        assert!(wanted.cordon, "the later Redeploy cordons");
+    }
+
+    #[test]
+    fn an_event_under_way_comes_first() {
+        let events = [
+            event(
+                "SOON",
+                EventType::Reboot,
+                EventStatus::Scheduled,
+                "Mon, 11 Apr 2022 22:26:58 GMT",
+                VM,
+            ),
+            event("NOW", EventType::Freeze, EventStatus::Started, "", VM),
+        ];
+        let wanted = Wanted::from_events(&events, Some(VM), &[], &[]);
+        assert_eq!(wanted.condition.reason, "FreezeStarted");
+        assert_eq!(wanted.taint, None);
+    }
+
+    #[test]
+    fn an_unknown_vm_name_names_nothing() {
+        let events = [event(
+            "A",
+            EventType::Reboot,
+            EventStatus::Scheduled,
+            "",
+            VM,
+        )];
+        assert!(
+            !Wanted::from_events(&events, None, &[], &[])
+                .condition
+                .status
+        );
+    }
+
+    #[test]
+    fn notes_are_named_per_transition_and_resumed_events_are_not_reported_again() {
+        let tracked = event(
+            "C7061BAC-AFDC-4513",
+            EventType::Reboot,
+            EventStatus::Scheduled,
+            "Mon, 11 Apr 2022 22:26:58 GMT",
+            VM,
+        );
+        let at = DateTime::UNIX_EPOCH;
+        let appeared = Note::of_transition(
+            "node-0",
+            &Transition::Appeared(tracked.event.clone()),
+            Some(2),
+            at,
+        );
+        let Some(appeared) = appeared else {
+            panic!("an appeared event is reported");
+        };
+        assert_eq!(appeared.name, "node-0.c7061bac-afdc-4513.scheduled");
+        assert_eq!(appeared.reason, "RebootScheduled");
+        assert!(appeared.warning);
+        assert!(
+            appeared.note.contains("C7061BAC-AFDC-4513"),
+            "{}",
+            appeared.note
+        );
+        assert!(
+            appeared
+                .note
+                .contains("NotBefore Mon, 11 Apr 2022 22:26:58 GMT"),
+            "{}",
+            appeared.note
+        );
+        assert!(
+            appeared.note.contains("DurationInSeconds -1 (unknown)"),
+            "{}",
+            appeared.note
+        );
+        let resumed = Transition::Resumed {
+            event: tracked.event.clone(),
+            first_seen: at,
+            seen_started: false,
+        };
+        assert_eq!(Note::of_transition("node-0", &resumed, Some(2), at), None);
+        let completed = Transition::Completed {
+            event: tracked.event.clone(),
+            seen_started: true,
+        };
+        let completed = Note::of_transition("node-0", &completed, Some(3), at);
+        assert_eq!(
+            completed.map(|n| (n.reason, n.warning)),
+            Some(("RebootCompleted".into(), false))
+        );
+        let gone = Note::ended_while_down("node-0", &tracked.event, at);
+        assert_eq!(gone.reason, "RebootEndedWhileDown");
+    }
+
+    #[test]
+    fn event_names_fit_a_dns_subdomain() {
+        let name = event_name(&"n".repeat(253), "ID", "updated-7");
+        assert_eq!(name.len(), 253);
+        assert!(name.ends_with(".id.updated-7"));
+    }
+}
