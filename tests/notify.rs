@@ -419,8 +419,10 @@ async fn a_receiver_that_hangs_or_is_down_does_not_hold_up_polling() -> TestResu
     let imds = Imds::start().await?;
     let hanging = Receiver::start().await?;
     hanging.then_answer(Answer::Hang);
-    // A port that was just free: nothing listens there.
-    let down = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    // Nothing listens on port 1, and the kernel never hands it out to a listener on port 0: a port
+    // that was merely free could go to another test's receiver, which would then get this
+    // agent's retries.
+    let down = "127.0.0.1:1";
     let dir = TempDir::new("notify-hang")?;
     let config = write(
         &dir,
