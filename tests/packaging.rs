@@ -861,6 +861,57 @@ fn the_chart_passes_flags_and_variables_the_agent_reads() -> TestResult {
 }
 
 #[test]
+fn the_kubernetes_output_gets_exactly_its_rights_and_only_when_enabled() -> TestResult {
+    let off = render(&[])?;
+    assert!(
+        of_kind(&off, "ClusterRole").is_empty(),
+        "no rights by default"
+    );
+    assert!(of_kind(&off, "ClusterRoleBinding").is_empty());
+
+    let objects = render(ALL_ON)?;
+    let role = one(&objects, "ClusterRole")?;
+    assert_eq!(
+        role["rules"],
+        json!([
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+            {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+        ]),
+        "nodes get/patch, nodes/status patch, events create: nothing more"
+    );
+    let binding = one(&objects, "ClusterRoleBinding")?;
+    let account = one(&objects, "ServiceAccount")?;
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        json!([{
+            "kind": "ServiceAccount",
+            "name": account["metadata"]["name"],
+            "namespace": "azure-scheduled-events",
+        }])
+    );
+    let pod = &one(&objects, "DaemonSet")?["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["automountServiceAccountToken"], true,
+        "the client needs the token"
+    );
+    assert_eq!(account["automountServiceAccountToken"], true);
+    let env = pod["containers"][0]["env"].as_array().ok_or("no env")?;
+    let node = env
+        .iter()
+        .find(|e| e["name"] == "AZURE_SCHEDULED_EVENTS_KUBERNETES_NODE_NAME")
+        .ok_or("no node name")?;
+    assert_eq!(node["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+    let taint = env
+        .iter()
+        .find(|e| e["name"] == "AZURE_SCHEDULED_EVENTS_KUBERNETES_TAINT_EVENTS")
+        .ok_or("no taint events")?;
+    assert_eq!(taint["value"], "Reboot,Redeploy,Preempt,Terminate");
+    Ok(())
+}
+
+#[test]
 fn the_chart_scrapes_with_the_prometheus_operator_or_azure_managed_prometheus() -> TestResult {
     let objects = render(ALL_ON)?;
     let ds = one(&objects, "DaemonSet")?;
