@@ -14,7 +14,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::health::Health;
 use crate::metrics::Metrics;
@@ -45,17 +45,7 @@ where
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(error) => {
-                        // Running out of file descriptors is the usual cause: back off briefly
-                        // instead of spinning.
-                        tracing::warn!(%error, "cannot accept a connection");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
+            stream = accept(&listener) => {
                 let handle = handle.clone();
                 // The timer lets hyper drop clients that never finish sending their headers.
                 let connection = hyper::server::conn::http1::Builder::new()
@@ -72,13 +62,32 @@ where
         }
     }
     drop(listener);
+    drain(graceful).await;
+    Ok(())
+}
+
+/// The next connection on `listener`. A failed accept is logged and retried after a short pause:
+/// running out of file descriptors is the usual cause, and spinning would not help.
+pub(crate) async fn accept(listener: &TcpListener) -> TcpStream {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => return stream,
+            Err(error) => {
+                tracing::warn!(%error, "cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Lets in-flight requests finish for a few seconds once the listener is closed.
+pub(crate) async fn drain(graceful: GracefulShutdown) {
     if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
         .await
         .is_err()
     {
         tracing::debug!("in-flight requests did not finish before shutdown");
     }
-    Ok(())
 }
 
 /// What the agent's HTTP endpoints read.

@@ -109,6 +109,28 @@ impl Transition {
         }
     }
 
+    /// The fields an update changed, comma-separated as in the log line; `None` for other kinds.
+    pub fn changed_fields(&self) -> Option<String> {
+        match self {
+            Transition::Updated { changed, .. } => Some(
+                changed
+                    .iter()
+                    .map(|f| f.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Whether a completed event was seen `Started`; `None` for other kinds.
+    pub fn seen_started(&self) -> Option<bool> {
+        match self {
+            Transition::Completed { seen_started, .. } => Some(*seen_started),
+            _ => None,
+        }
+    }
+
     /// Every `transition` label value, for pre-creating series.
     pub const KINDS: [&'static str; 5] =
         ["scheduled", "started", "updated", "completed", "cancelled"];

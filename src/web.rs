@@ -34,14 +34,11 @@ use tokio::task::AbortHandle;
 
 use crate::config::web::{Access, WebConfigFile, WebSettings};
 use crate::response::respond;
-use crate::server::Endpoints;
+use crate::server::{Endpoints, accept, drain};
 
 /// How long a client has to send a request's headers (hyper's timer) and, with TLS, to finish
 /// its handshake. Scrapers send at once; a connection that sends nothing is closed.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long in-flight requests may finish after shutdown begins.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Scrapes smaller than this are sent as they are: compressing them saves nothing.
 const GZIP_MIN_BYTES: usize = 1024;
@@ -157,17 +154,7 @@ pub async fn serve(
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(error) => {
-                        // Running out of file descriptors is the usual cause: back off briefly
-                        // instead of spinning.
-                        tracing::warn!(%error, "cannot accept a connection");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
+            stream = accept(&listener) => {
                 let registration = shared.register(settings.max_connections);
                 let id = registration.id;
                 let task = tokio::spawn(connection(
@@ -182,12 +169,7 @@ pub async fn serve(
         }
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::debug!("in-flight requests did not finish before shutdown");
-    }
+    drain(graceful).await;
     Ok(())
 }
 

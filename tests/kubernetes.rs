@@ -446,17 +446,20 @@ async fn a_taint_or_cordon_removed_by_hand_comes_back_while_the_event_is_pending
     agent.stop().await
 }
 
-#[tokio::test]
-async fn a_restart_in_the_middle_neither_doubles_nor_forgets() -> TestResult {
+/// The flags that taint and cordon the node for Reboots.
+const TAINT_AND_CORDON: [&str; 2] = [
+    "--kubernetes.taint-events=Reboot",
+    "--kubernetes.cordon-events=Reboot",
+];
+
+/// The first half of a restart: a Reboot of this VM is pending, and an agent with
+/// [`TAINT_AND_CORDON`] tainted and cordoned the node, wrote its Event, and stopped.
+async fn tainted_cordoned_and_stopped() -> Result<(Cluster, Imds), Box<dyn std::error::Error>> {
     let cluster = Cluster::start(kubelet_node()).await?;
     let imds = Imds::start().await?;
     imds.sim
         .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
-    let flags = [
-        "--kubernetes.taint-events=Reboot",
-        "--kubernetes.cordon-events=Reboot",
-    ];
-    let first = cluster.agent(&imds, &flags).await?;
+    let first = cluster.agent(&imds, &TAINT_AND_CORDON).await?;
     eventually("taint, cordon and Event", || {
         cluster.our_taint().is_some()
             && cluster.cordoned()
@@ -464,6 +467,13 @@ async fn a_restart_in_the_middle_neither_doubles_nor_forgets() -> TestResult {
     })
     .await?;
     within("stopping", first.stop()).await??;
+    Ok((cluster, imds))
+}
+
+#[tokio::test]
+async fn a_restart_in_the_middle_neither_doubles_nor_forgets() -> TestResult {
+    let (cluster, imds) = tainted_cordoned_and_stopped().await?;
+    let flags = TAINT_AND_CORDON;
     let version = cluster.api.resource_version();
 
     let second = cluster.agent(&imds, &flags).await?;
@@ -498,20 +508,8 @@ async fn a_restart_in_the_middle_neither_doubles_nor_forgets() -> TestResult {
 
 #[tokio::test]
 async fn an_event_that_ended_while_the_agent_was_down_is_cleaned_up() -> TestResult {
-    let cluster = Cluster::start(kubelet_node()).await?;
-    let imds = Imds::start().await?;
-    imds.sim
-        .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
-    let flags = [
-        "--kubernetes.taint-events=Reboot",
-        "--kubernetes.cordon-events=Reboot",
-    ];
-    let first = cluster.agent(&imds, &flags).await?;
-    eventually("taint and cordon", || {
-        cluster.our_taint().is_some() && cluster.cordoned()
-    })
-    .await?;
-    within("stopping", first.stop()).await??;
+    let (cluster, imds) = tainted_cordoned_and_stopped().await?;
+    let flags = TAINT_AND_CORDON;
 
     imds.sim.set_document(document(2, &[]));
     let second = cluster.agent(&imds, &flags).await?;
@@ -529,20 +527,8 @@ async fn an_event_that_ended_while_the_agent_was_down_is_cleaned_up() -> TestRes
 
 #[tokio::test]
 async fn a_restart_that_cannot_name_this_vm_lifts_nothing() -> TestResult {
-    let cluster = Cluster::start(kubelet_node()).await?;
-    let imds = Imds::start().await?;
-    imds.sim
-        .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
-    let flags = [
-        "--kubernetes.taint-events=Reboot",
-        "--kubernetes.cordon-events=Reboot",
-    ];
-    let first = cluster.agent(&imds, &flags).await?;
-    eventually("taint and cordon", || {
-        cluster.our_taint().is_some() && cluster.cordoned()
-    })
-    .await?;
-    within("stopping", first.stop()).await??;
+    let (cluster, imds) = tainted_cordoned_and_stopped().await?;
+    let flags = TAINT_AND_CORDON;
     let version = cluster.api.resource_version();
 
     // Instance metadata fails: the second agent reads the document but cannot tell which

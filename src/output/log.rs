@@ -166,20 +166,8 @@ fn restarted(restart: &Restart, vm_name: Option<&str>) {
 fn log_transition(transition: &Transition, context: &Context) {
     let vm_name = context.vm_name();
     let event = transition.event();
-    let changed = match transition {
-        Transition::Updated { changed, .. } => Some(
-            changed
-                .iter()
-                .map(|f| f.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-        ),
-        _ => None,
-    };
-    let seen_started = match transition {
-        Transition::Completed { seen_started, .. } => Some(*seen_started),
-        _ => None,
-    };
+    let changed = transition.changed_fields();
+    let seen_started = transition.seen_started();
     tracing::info!(
         vm_name,
         transition = transition.kind(),

@@ -79,25 +79,11 @@ impl Notification {
         incarnation: Option<u64>,
         at: DateTime<Utc>,
     ) -> Self {
-        let changed = match transition {
-            Transition::Updated { changed, .. } => Some(
-                changed
-                    .iter()
-                    .map(|f| f.as_str())
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ),
-            _ => None,
-        };
-        let seen_started = match transition {
-            Transition::Completed { seen_started, .. } => Some(*seen_started),
-            _ => None,
-        };
         Self::new(
             transition.kind(),
             transition.event(),
-            changed,
-            seen_started,
+            transition.changed_fields(),
+            transition.seen_started(),
             vm_name,
             incarnation,
             at,
