@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 
 use azure_scheduled_events_exporter::simulator::Scenario;
-use common::{Agent, Imds};
+use common::{Agent, Imds, TempDir};
 use ops::Error;
 use serde_json::Value;
 
@@ -291,8 +291,11 @@ fn the_event_dashboard_picks_event_ids_from_the_metrics_and_links_each_to_its_tr
 
 /// What a rule or dashboard may name: every family in a live exposition of an agent that has
 /// events (so the per-event families exist), has read instance metadata (`vm_info`), and runs
-/// every optional feature (approval in dry run, a hook, traces), whose families exist only then.
+/// every optional feature (approval in dry run, a hook, traces, a notification receiver, the
+/// Kubernetes output), whose families exist only then.
 async fn exported() -> Result<BTreeSet<String>, Error> {
+    let dir = TempDir::new("exported")?;
+    let kubeconfig = ops::down_kubeconfig(&dir.0)?;
     let imds = Imds::start().await?;
     imds.sim.load_scenario(Scenario::from_file(
         &ops::repo().join("scenarios/fleet.yaml"),
@@ -306,6 +309,9 @@ async fn exported() -> Result<BTreeSet<String>, Error> {
             "--approve.prepare-hook=true",
             // Nothing listens there: the export counters exist all the same.
             "--otlp.endpoint=http://127.0.0.1:9",
+            &format!("--notify.webhook-url={}/", ops::DOWN),
+            "--kubernetes.node-name=aks-pool-12345678-vmss000000",
+            &format!("--kubernetes.kubeconfig={}", kubeconfig.display()),
         ],
         &[],
     )

@@ -584,17 +584,24 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     let silent = std::net::TcpListener::bind("127.0.0.1:0")?;
     let unreachable = format!("http://{}", silent.local_addr()?);
 
+    // west/pool_0's outputs fail: neither its API server nor its webhook receiver can be reached
+    // (`ops::DOWN`). Its Reboot's notification is counted failed once its retries
+    // are over, some 15 s after the agent starts: Prometheus has scraped the counter at 0 by then,
+    // so increase() sees it rise.
+    let kubeconfig = ops::down_kubeconfig(&dir.0)?;
     let mut agents: BTreeMap<String, AgentProcess> = BTreeMap::new();
     let mut targets = Vec::new();
     for (cluster, site) in [("east", &east), ("west", &west)] {
         for k in 0..4 {
             let name = format!("pool_{k}");
-            let process = agent(
-                &format!("{cluster}-{name}"),
-                &site.url(),
-                &dir.0,
-                &[&format!("--vm.name={name}")],
-            )?;
+            let mut extra = vec![format!("--vm.name={name}")];
+            if cluster == "west" && k == 0 {
+                extra.push(format!("--notify.webhook-url={}/", ops::DOWN));
+                extra.push("--kubernetes.node-name=aks-pool-12345678-vmss000000".to_owned());
+                extra.push(format!("--kubernetes.kubeconfig={}", kubeconfig.display()));
+            }
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let process = agent(&format!("{cluster}-{name}"), &site.url(), &dir.0, &extra)?;
             targets.push(Target {
                 address: process.address().to_owned(),
                 labels: vec![
@@ -694,6 +701,15 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     ops::eventually("web_1's approval hook to fail", patience, || async {
         let failed = prometheus
             .query("increase(azure_scheduled_events_approval_failures_total{reason=\"hook_failed\"}[1m]) > 0")
+            .await?;
+        Ok((!failed.is_empty()).then_some(()))
+    })
+    .await?;
+    ops::eventually("west/pool_0's notification to fail", patience, || async {
+        let failed = prometheus
+            .query(
+                "increase(azure_scheduled_events_notifications_total{result=\"failed\"}[1m]) > 0",
+            )
             .await?;
         Ok((!failed.is_empty()).then_some(()))
     })
@@ -1100,6 +1116,27 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         failures.push(format!(
             "AzureScheduledEventImpactSoon for {impact:?}, expected {expected_impact:?}"
         ));
+    }
+
+    // The failing outputs are west/pool_0's alone, though east/pool_0 has the same instance.
+    for name in [
+        "AzureScheduledEventNotificationsFailing",
+        "AzureScheduledEventsKubernetesRequestsFailing",
+    ] {
+        let named: BTreeSet<(String, String)> = active
+            .iter()
+            .filter(|(alert, _, _)| alert == name)
+            .map(|(_, _, labels)| {
+                (
+                    label(labels, "cluster").to_owned(),
+                    label(labels, "vm_name").to_owned(),
+                )
+            })
+            .collect();
+        let expected = BTreeSet::from([("west".to_owned(), "pool_0".to_owned())]);
+        if named != expected {
+            failures.push(format!("{name} for {named:?}, expected {expected:?}"));
+        }
     }
 
     assert!(

@@ -294,6 +294,64 @@ local promql = import '../lib/promql.libsonnet';
             ],
           ),
           alert(
+            'AzureScheduledEventNotificationsFailing',
+            // Notifications (--notify.*) that reached no receiver in the last 10 minutes: retries
+            // exhausted, refused with a 4xx, or dropped from a full queue. The `or` adds the drops,
+            // which have no `result` label, to the failures of the same receiver.
+            q.withVmInfo(
+              'sum by (%(key)s) (
+  increase(%(failed)s[10m])
+  or
+  increase(%(dropped)s[10m])
+) > 0' % {
+                key: q.list(q.vm + ['receiver']),
+                failed: q.sel('azure_scheduled_events_notifications_total', ['result!="delivered"']),
+                dropped: q.sel('azure_scheduled_events_notifications_dropped_total'),
+              },
+              ['receiver'],
+            ),
+            '1m',
+            c.severities.vm,
+            'Notifications from VM %s to receiver %s are lost' % [vmName, label('receiver')],
+            ('The agent on VM %s (%s%s) could not deliver {{ printf "%%.0f" $value }} notifications to receiver %s in 10 minutes ' +
+             '(refused, retries exhausted, or dropped from a full queue). Whoever relies on that receiver is not told of this VM\'s events.') % [
+              vmName,
+              label('instance'),
+              inCluster,
+              label('receiver'),
+            ],
+          ),
+          alert(
+            'AzureScheduledEventsKubernetesRequestsFailing',
+            // Requests of the Kubernetes output (--kubernetes.node-name) of one operation failed in
+            // the last 10 minutes and none of that operation succeeded. Conflicts are retried at
+            // once and an Event that already exists is not a failure.
+            q.withVmInfo(
+              'sum by (%(key)s) (
+  increase(%(failures)s[10m])
+) > 0
+unless on (%(on)s)
+  sum by (%(on)s) (increase(%(ok)s[10m])) > 0' % {
+                key: q.list(q.vm + ['operation', 'result']),
+                on: q.list(q.vm + ['operation']),
+                failures: q.sel('azure_scheduled_events_kubernetes_requests_total', ['result!~"ok|conflict|already_exists"']),
+                ok: q.sel('azure_scheduled_events_kubernetes_requests_total', ['result="ok"']),
+              },
+              ['operation', 'result'],
+            ),
+            '5m',
+            c.severities.vm,
+            'The agent on VM %s cannot %s (%s)' % [vmName, label('operation'), label('result')],
+            ('The agent on VM %s (%s%s) failed {{ printf "%%.0f" $value }} %s requests to the Kubernetes API server in 10 minutes (%s) and none succeeded. ' +
+             'Its Node may lack the AzureScheduledEvent condition, Events, or the taint and cordon of a pending event.') % [
+              vmName,
+              label('instance'),
+              inCluster,
+              label('operation'),
+              label('result'),
+            ],
+          ),
+          alert(
             'AzureVMRebootedUnexpectedly',
             // The counter starts at 1 in the agent started after the reboot; increase() sees it
             // rise from the previous process' 0, and the alert clears itself 30 minutes later.

@@ -340,7 +340,7 @@ local g = import 'grafana.libsonnet';
       c,
       c.dashboardUids.agent,
       'Agent health',
-      'Is every agent scraped and polling, is IMDS answering, how fast, what fails, and what the approvals, the state file and the trace export do.',
+      'Is every agent scraped and polling, is IMDS answering, how fast, what fails, and what the approvals, the state file, the trace export, the notifications and the Kubernetes output do.',
       variables(),
       [
         g.row('Is every agent watching?'),
@@ -405,6 +405,15 @@ local g = import 'grafana.libsonnet';
           g.target('sum by (%s) (%s)' % [by(withCluster([])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_exported_total'))], 'A', legend=legendCluster + 'exported'),
           g.target('sum by (%s) (%s)' % [by(withCluster(['reason'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_dropped_total'))], 'B', legend=legendCluster + 'dropped {{reason}}'),
         ], w=8),
+
+        g.row('Notifications and the Kubernetes Node'),
+        g.timeseries('Notifications', 'Notifications per receiver that reached an end: delivered, failed (retries exhausted) or rejected (a 4xx); and those dropped from a full queue (AzureScheduledEventNotificationsFailing). Empty without --notify.* receivers.', [
+          g.target('sum by (%s) (%s)' % [by(withCluster(['receiver', 'result'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_notifications_total'))], 'A', legend=legendCluster + '{{receiver}} {{result}}'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['receiver'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_notifications_dropped_total'))], 'B', legend=legendCluster + '{{receiver}} dropped'),
+        ], unit='reqps', w=12),
+        g.timeseries('Kubernetes API requests', 'Requests of the Kubernetes output to the API server, per operation and result; anything but ok, conflict and already_exists is a failure (AzureScheduledEventsKubernetesRequestsFailing). Empty without --kubernetes.node-name.', [
+          g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'result'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_kubernetes_requests_total'))], legend=legendCluster + '{{operation}} {{result}}'),
+        ], unit='reqps', w=12),
       ],
       annotations,
     ),

@@ -54,6 +54,22 @@ pub fn dashboards() -> Result<Vec<(String, Value)>, Error> {
     Ok(all)
 }
 
+/// Nothing listens on port 1 of loopback (binding it needs privileges no test has): a webhook
+/// receiver or API server there is down.
+pub const DOWN: &str = "http://127.0.0.1:1";
+
+/// Writes `dir/kubeconfig`, naming an API server at [`DOWN`], and returns its path.
+pub fn down_kubeconfig(dir: &Path) -> Result<PathBuf, Error> {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: down\n  cluster:\n    server: {DOWN}\nusers:\n- name: agent\n  user:\n    token: t\ncontexts:\n- name: down\n  context:\n    cluster: down\n    user: agent\ncurrent-context: down\n"
+        ),
+    )?;
+    Ok(path)
+}
+
 /// Rule files: alerts/*.yml except the unit tests (`*test*.yml`).
 pub fn rule_files() -> Result<Vec<PathBuf>, Error> {
     let rules: Vec<PathBuf> = files("alerts", ".yml")?
