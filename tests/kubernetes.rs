@@ -14,6 +14,7 @@ use std::time::Duration;
 use apiserver::ApiServer;
 use azure_scheduled_events_exporter::simulator::{Fault, FaultTarget};
 use bytes::Bytes;
+use common::process::{AgentProcess, command};
 use common::{Agent, Imds, PATIENCE, THIS_VM, TempDir, TestResult};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -680,6 +681,37 @@ async fn another_vms_event_changes_nothing_on_this_node() -> TestResult {
     assert_eq!(cluster.api.node(), before, "the Node is unchanged");
     assert!(cluster.event_reasons().is_empty(), "no Event");
     agent.stop().await
+}
+
+#[tokio::test]
+async fn outside_a_pod_the_kubeconfig_named_by_kubeconfig_is_used() -> TestResult {
+    let cluster = Cluster::start(kubelet_node()).await?;
+    let imds = Imds::start().await?;
+    imds.sim
+        .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
+    // The binary as users run it outside a cluster: no service account, no --kubernetes.kubeconfig,
+    // only the KUBECONFIG variable kubectl reads too.
+    let imds_url = format!("--imds.url={}", imds.url());
+    let node = format!("--kubernetes.node-name={NODE}");
+    let mut command = command(&[
+        &imds_url,
+        &node,
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=50ms",
+    ]);
+    command.env("KUBECONFIG", cluster.dir.path("kubeconfig"));
+    let mut process = tokio::task::spawn_blocking(move || {
+        AgentProcess::spawn(command).map_err(|e| e.to_string())
+    })
+    .await??;
+    let seen = eventually("the condition True", || {
+        cluster.reason().as_deref() == Some("RebootScheduled")
+    })
+    .await;
+    process.terminate()?;
+    seen?;
+    assert_eq!(cluster.event_reasons(), ["RebootScheduled"]);
+    Ok(())
 }
 
 #[tokio::test]
