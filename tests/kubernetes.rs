@@ -203,25 +203,30 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> Result<T, Str
         .map_err(|_| format!("{what} took longer than {PATIENCE:?}"))
 }
 
-#[tokio::test]
-async fn condition_events_taint_and_cordon_follow_an_event_of_this_vm() -> TestResult {
+/// The flags that taint and cordon the node for Reboots.
+const TAINT_AND_CORDON: [&str; 2] = [
+    "--kubernetes.taint-events=Reboot",
+    "--kubernetes.cordon-events=Reboot",
+];
+
+/// An agent with [`TAINT_AND_CORDON`] that has written the condition `False` for an empty
+/// document.
+async fn watching_an_empty_document() -> Result<(Cluster, Imds, Agent), Box<dyn std::error::Error>>
+{
     let cluster = Cluster::start(kubelet_node()).await?;
     let imds = Imds::start().await?;
     imds.sim.set_document(document(1, &[]));
-    let agent = cluster
-        .agent(
-            &imds,
-            &[
-                "--kubernetes.taint-events=Reboot",
-                "--kubernetes.cordon-events=Reboot",
-            ],
-        )
-        .await?;
-
+    let agent = cluster.agent(&imds, &TAINT_AND_CORDON).await?;
     eventually("the condition False", || {
         cluster.reason().as_deref() == Some("NoScheduledEvents")
     })
     .await?;
+    Ok((cluster, imds, agent))
+}
+
+#[tokio::test]
+async fn condition_events_taint_and_cordon_follow_an_event_of_this_vm() -> TestResult {
+    let (cluster, imds, agent) = watching_an_empty_document().await?;
     let condition = cluster.condition().ok_or("no condition")?;
     assert_eq!(condition.status, "False");
     assert!(!cluster.cordoned());
@@ -447,12 +452,6 @@ async fn a_taint_or_cordon_removed_by_hand_comes_back_while_the_event_is_pending
     agent.stop().await
 }
 
-/// The flags that taint and cordon the node for Reboots.
-const TAINT_AND_CORDON: [&str; 2] = [
-    "--kubernetes.taint-events=Reboot",
-    "--kubernetes.cordon-events=Reboot",
-];
-
 /// The first half of a restart: a Reboot of this VM is pending, and an agent with
 /// [`TAINT_AND_CORDON`] tainted and cordoned the node, wrote its Event, and stopped.
 async fn tainted_cordoned_and_stopped() -> Result<(Cluster, Imds), Box<dyn std::error::Error>> {
@@ -474,10 +473,9 @@ async fn tainted_cordoned_and_stopped() -> Result<(Cluster, Imds), Box<dyn std::
 #[tokio::test]
 async fn a_restart_in_the_middle_neither_doubles_nor_forgets() -> TestResult {
     let (cluster, imds) = tainted_cordoned_and_stopped().await?;
-    let flags = TAINT_AND_CORDON;
     let version = cluster.api.resource_version();
 
-    let second = cluster.agent(&imds, &flags).await?;
+    let second = cluster.agent(&imds, &TAINT_AND_CORDON).await?;
     second
         .wait_for("a few polls", |m| imds_gets(m) >= 20.0)
         .await?;
@@ -510,10 +508,9 @@ async fn a_restart_in_the_middle_neither_doubles_nor_forgets() -> TestResult {
 #[tokio::test]
 async fn an_event_that_ended_while_the_agent_was_down_is_cleaned_up() -> TestResult {
     let (cluster, imds) = tainted_cordoned_and_stopped().await?;
-    let flags = TAINT_AND_CORDON;
 
     imds.sim.set_document(document(2, &[]));
-    let second = cluster.agent(&imds, &flags).await?;
+    let second = cluster.agent(&imds, &TAINT_AND_CORDON).await?;
     eventually("the taint gone", || {
         cluster.our_taint().is_none() && !cluster.cordoned()
     })
@@ -529,14 +526,13 @@ async fn an_event_that_ended_while_the_agent_was_down_is_cleaned_up() -> TestRes
 #[tokio::test]
 async fn a_restart_that_cannot_name_this_vm_lifts_nothing() -> TestResult {
     let (cluster, imds) = tainted_cordoned_and_stopped().await?;
-    let flags = TAINT_AND_CORDON;
     let version = cluster.api.resource_version();
 
     // Instance metadata fails: the second agent reads the document but cannot tell which
     // events name this VM.
     imds.sim
         .inject_fault(Fault::status(500).on(FaultTarget::Instance).until_cleared());
-    let second = cluster.agent(&imds, &flags).await?;
+    let second = cluster.agent(&imds, &TAINT_AND_CORDON).await?;
     second
         .wait_for("a few polls", |m| imds_gets(m) >= 20.0)
         .await?;
@@ -652,22 +648,7 @@ async fn a_hanging_api_server_does_not_delay_polls() -> TestResult {
 
 #[tokio::test]
 async fn another_vms_event_changes_nothing_on_this_node() -> TestResult {
-    let cluster = Cluster::start(kubelet_node()).await?;
-    let imds = Imds::start().await?;
-    imds.sim.set_document(document(1, &[]));
-    let agent = cluster
-        .agent(
-            &imds,
-            &[
-                "--kubernetes.taint-events=Reboot",
-                "--kubernetes.cordon-events=Reboot",
-            ],
-        )
-        .await?;
-    eventually("the condition False", || {
-        cluster.reason().as_deref() == Some("NoScheduledEvents")
-    })
-    .await?;
+    let (cluster, imds, agent) = watching_an_empty_document().await?;
     let before = cluster.api.node();
 
     imds.sim

@@ -196,15 +196,7 @@ async fn traces_reach_a_collector_over_mutual_tls_with_a_private_ca_gzipped() ->
         ],
         &[],
     )?;
-    let spans = receiver
-        .wait_for("the Reboot scheduled", |spans| {
-            spans.iter().any(|s| s.name == "Reboot scheduled")
-        })
-        .await?;
-    let span = spans
-        .iter()
-        .find(|s| s.name == "Reboot scheduled")
-        .ok_or("no span")?;
+    let span = receiver.span_named("Reboot scheduled").await?;
     assert_eq!(span.trace_id, EVENT.replace('-', "").to_lowercase());
     assert_eq!(
         span.headers.get("content-encoding").map(String::as_str),
@@ -261,15 +253,7 @@ async fn gzip_over_grpc_reaches_the_collector() -> TestResult {
         ],
         &[],
     )?;
-    let spans = receiver
-        .wait_for("the Reboot scheduled over gRPC", |spans| {
-            spans.iter().any(|s| s.name == "Reboot scheduled")
-        })
-        .await?;
-    let span = spans
-        .iter()
-        .find(|s| s.name == "Reboot scheduled")
-        .ok_or("no span")?;
+    let span = receiver.span_named("Reboot scheduled").await?;
     assert_eq!(span.via, "grpc");
     assert_eq!(
         span.headers.get("grpc-encoding").map(String::as_str),

@@ -149,6 +149,17 @@ impl Receiver {
         self.spans.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
+    /// The first span named `name`, once it has arrived.
+    pub async fn span_named(&self, name: &str) -> Result<ReceivedSpan, String> {
+        let spans = self
+            .wait_for(name, |spans| spans.iter().any(|s| s.name == name))
+            .await?;
+        spans
+            .into_iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| format!("no span {name}"))
+    }
+
     /// Polls the received spans until `condition` holds; fails with what arrived.
     pub async fn wait_for(
         &self,
