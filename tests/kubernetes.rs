@@ -470,17 +470,22 @@ async fn tainted_cordoned_and_stopped() -> Result<(Cluster, Imds), Box<dyn std::
     Ok((cluster, imds))
 }
 
+/// Lets `agent` poll a while and read the Node again twice (`--kubernetes.resync-interval=1s`).
+async fn polls_and_resyncs(agent: &Agent) -> TestResult {
+    agent
+        .wait_for("a few polls", |m| imds_gets(m) >= 20.0)
+        .await?;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_restart_in_the_middle_neither_doubles_nor_forgets() -> TestResult {
     let (cluster, imds) = tainted_cordoned_and_stopped().await?;
     let version = cluster.api.resource_version();
 
     let second = cluster.agent(&imds, &TAINT_AND_CORDON).await?;
-    second
-        .wait_for("a few polls", |m| imds_gets(m) >= 20.0)
-        .await?;
-    // Two resyncs of the second agent.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    polls_and_resyncs(&second).await?;
     assert_eq!(
         cluster.api.resource_version(),
         version,
@@ -533,10 +538,7 @@ async fn a_restart_that_cannot_name_this_vm_lifts_nothing() -> TestResult {
     imds.sim
         .inject_fault(Fault::status(500).on(FaultTarget::Instance).until_cleared());
     let second = cluster.agent(&imds, &TAINT_AND_CORDON).await?;
-    second
-        .wait_for("a few polls", |m| imds_gets(m) >= 20.0)
-        .await?;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    polls_and_resyncs(&second).await?;
     assert_eq!(
         cluster.api.resource_version(),
         version,
