@@ -4,7 +4,7 @@
 //! (`azure_scheduled_events_kubernetes_requests_total{operation,result}`); a failure is logged
 //! once per kind (operation and result) until requests succeed again.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -160,14 +160,15 @@ impl NodeWriter {
     }
 
     /// Until the output is dropped: brings the Node to the latest wanted state on every change
-    /// and every `resync`, creates the queued Events, and backs off while requests fail.
+    /// and every `resync`, creates the queued Events, and backs off while requests fail. Events
+    /// wait in the channel, whose bound is the queue's: only the one being sent is taken out.
     pub async fn run(
         mut self,
         mut wanted: watch::Receiver<Option<Wanted>>,
         mut notes: mpsc::Receiver<Note>,
         resync: Duration,
     ) {
-        let mut pending: VecDeque<Note> = VecDeque::new();
+        let mut head: Option<Note> = None;
         let mut dirty = false;
         let mut next_resync = Instant::now() + resync;
         let mut retry_at: Option<Instant> = None;
@@ -175,7 +176,7 @@ impl NodeWriter {
         loop {
             let due = match retry_at {
                 Some(at) => at,
-                None if dirty || !pending.is_empty() => Instant::now(),
+                None if dirty || head.is_some() => Instant::now(),
                 None => next_resync,
             };
             tokio::select! {
@@ -187,32 +188,37 @@ impl NodeWriter {
                     dirty = true;
                     continue;
                 }
-                note = notes.recv() => {
+                note = notes.recv(), if head.is_none() => {
                     match note {
-                        Some(note) => pending.push_back(note),
+                        Some(note) => head = Some(note),
                         None => return,
                     }
                     continue;
                 }
                 () = tokio::time::sleep_until(due) => {}
             }
-            let current = wanted.borrow_and_update().clone();
+            // An Event alone does not read the Node: a change, a retry or the resync does.
             let mut result = Ok(());
-            if let Some(current) = &current {
-                result = self.reconcile(current).await;
+            if dirty || retry_at.is_some() || Instant::now() >= next_resync {
+                let current = wanted.borrow_and_update().clone();
+                if let Some(current) = &current {
+                    result = self.reconcile(current).await;
+                }
+                if result.is_ok() {
+                    dirty = false;
+                    next_resync = Instant::now() + resync;
+                }
             }
             // Events go out even when the Node cannot be written (and the other way round).
-            let events = self.create_events(&mut pending).await;
+            let events = self.create_events(&mut head, &mut notes).await;
             match result.and(events) {
                 Ok(()) => {
                     if !self.logged.is_empty() {
                         tracing::info!(node = %self.node_name, "Kubernetes API requests succeed again");
                         self.logged.clear();
                     }
-                    dirty = false;
                     retry_at = None;
                     backoff = FIRST_BACKOFF;
-                    next_resync = Instant::now() + resync;
                 }
                 Err(failure) => {
                     if self.logged.insert((failure.operation, failure.result)) {
@@ -279,20 +285,29 @@ impl NodeWriter {
         Ok(node)
     }
 
-    /// Creates the queued Events in order; one that exists already was created before.
-    async fn create_events(&mut self, pending: &mut VecDeque<Note>) -> Result<(), Failure> {
-        while let Some(note) = pending.front() {
-            let event = self.event(note);
-            let created = self.events.create(&PostParams::default(), &event).await;
-            match created {
+    /// Creates the queued Events in order, `head` first; one that exists already was created
+    /// before. The Event that fails stays in `head`.
+    async fn create_events(
+        &mut self,
+        head: &mut Option<Note>,
+        notes: &mut mpsc::Receiver<Note>,
+    ) -> Result<(), Failure> {
+        while let Some(note) = head.take().or_else(|| notes.try_recv().ok()) {
+            let created = self
+                .events
+                .create(&PostParams::default(), &self.event(&note))
+                .await;
+            let counted = match created {
                 Err(kube::Error::Api(status)) if status.code == 409 => {
                     self.metrics.record("create_event", "already_exists");
+                    Ok(())
                 }
-                other => {
-                    self.count("create_event", other)?;
-                }
+                other => self.count("create_event", other).map(drop),
+            };
+            if let Err(failure) = counted {
+                *head = Some(note);
+                return Err(failure);
             }
-            pending.pop_front();
         }
         Ok(())
     }
