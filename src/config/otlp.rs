@@ -262,6 +262,9 @@ impl OtlpArgs {
             }
         }
         let timeout = match self.timeout {
+            Some(timeout) if timeout.is_zero() => {
+                return Err(invalid("otlp.timeout", "must be greater than zero"));
+            }
             Some(timeout) => timeout,
             None => match first(
                 env,
@@ -275,9 +278,6 @@ impl OtlpArgs {
                 None => DEFAULT_TIMEOUT,
             },
         };
-        if timeout.is_zero() {
-            return Err(invalid("otlp.timeout", "must be greater than zero"));
-        }
         let resource_attributes = match env.var("OTEL_RESOURCE_ATTRIBUTES") {
             Some(text) => key_values(&text, true).map_err(|e| {
                 invalid(
@@ -327,10 +327,11 @@ fn first(env: &impl EnvSource, names: &[&'static str]) -> Option<(&'static str, 
 }
 
 fn millis(text: &str) -> Result<Duration, String> {
-    text.trim()
-        .parse::<u64>()
-        .map(Duration::from_millis)
-        .map_err(|_| "not a whole number of milliseconds".to_owned())
+    match text.trim().parse::<u64>() {
+        Ok(0) => Err("must be greater than zero".to_owned()),
+        Ok(ms) => Ok(Duration::from_millis(ms)),
+        Err(_) => Err("not a whole number of milliseconds".to_owned()),
+    }
 }
 
 fn count(env: &impl EnvSource, name: &'static str, default: usize) -> Result<usize, ConfigError> {

@@ -136,6 +136,24 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_timeout_falls_back_to_the_default() -> Result<(), ConfigError> {
+        for name in [
+            "OTEL_EXPORTER_OTLP_TIMEOUT",
+            "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        ] {
+            let resolved = resolve(&OtlpArgs::default(), &env(&[(name, "0")]))?;
+            let config = resolved.config.ok_or(ConfigError {
+                flag: "test",
+                reason: format!("{name}=0 turned traces off"),
+            })?;
+            assert_eq!(config.timeout, Duration::from_secs(10));
+            assert_eq!(resolved.warnings.len(), 1, "{:?}", resolved.warnings);
+            assert!(resolved.warnings[0].contains(name), "{:?}", resolved.warnings);
+        }
+        Ok(())
+    }
+
+    #[test]
     fn a_bad_setting_without_a_default_turns_traces_off() -> Result<(), ConfigError> {
         for pairs in [
             &[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")][..],
