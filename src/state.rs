@@ -237,13 +237,6 @@ impl State {
         true
     }
 
-    /// Forgets the notifications of events no longer in the document.
-    pub fn forget_notifications_of_gone_events(&mut self) {
-        let events = &self.events;
-        self.notifications
-            .retain(|id, _| events.iter().any(|e| &e.event_id == id));
-    }
-
     /// Reads a state file's bytes.
     pub fn parse(bytes: &[u8]) -> Result<Self, LoadError> {
         #[derive(Deserialize)]

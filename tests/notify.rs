@@ -347,6 +347,37 @@ async fn an_approval_is_notified_when_a_receiver_asks_for_it() -> TestResult {
 }
 
 #[tokio::test]
+async fn every_update_of_an_event_is_notified() -> TestResult {
+    let imds = Imds::start().await?;
+    let receiver = Receiver::start().await?;
+    let dir = TempDir::new("notify-updates")?;
+    let config = write(
+        &dir,
+        "receivers.yaml",
+        &format!(
+            "receivers:\n  - name: updates\n    url: {}\n    transitions: [updated]\n",
+            receiver.url("/updates")
+        ),
+    )?;
+    let mut reboot = event(REBOOT, "Reboot", "Scheduled", THIS_VM);
+    imds.sim.set_document(document(1, &[reboot.clone()]));
+    let agent = Agent::start(&imds, &["--notify.config-file", &config]).await?;
+    agent
+        .wait_for("the first document", |e| e.up() == Some(1.0))
+        .await?;
+    // Azure moves NotBefore twice: two updates, each its own notification.
+    for (incarnation, minutes) in [(2, 20), (3, 30)] {
+        reboot["NotBefore"] = Value::from(not_before(minutes));
+        imds.sim.set_document(document(incarnation, &[reboot.clone()]));
+        receiver.wait_for("/updates", incarnation as usize - 1).await?;
+    }
+    let hits = receiver.hits_on("/updates");
+    assert_eq!(transitions(&hits), ["updated", "updated"]);
+    assert_eq!(hits[1].json()["not_before"], reboot["NotBefore"]);
+    agent.stop().await
+}
+
+#[tokio::test]
 async fn a_503_then_200_delivers_once_and_retry_after_is_honoured() -> TestResult {
     let imds = Imds::start().await?;
     let receiver = Receiver::start().await?;

@@ -99,6 +99,12 @@ impl Notify {
     }
 }
 
+/// The transitions a restart reports again: an event still in the document is resumed as
+/// `scheduled` or `started`. Only these are recorded in the state file, so a restart never sends
+/// them twice; every other transition happens once (an event is updated as often as it changes).
+/// The records of an event go with it when it leaves the document.
+const REPLAYABLE: [&str; 2] = ["scheduled", "started"];
+
 /// The notifications a batch holds, before filtering.
 fn notifications(context: &Context, occurrences: &[Occurrence]) -> Vec<(Notification, Event)> {
     let vm_name = context.vm_name();
@@ -173,22 +179,30 @@ impl Output for Notify {
         {
             let mut store = self.store.lock().unwrap_or_else(PoisonError::into_inner);
             let state = store.state_mut();
+            let mut recorded = false;
             for (notification, event) in &found {
+                let replayable = REPLAYABLE.contains(&notification.transition);
                 for (index, route) in self.routes.iter().enumerate() {
-                    if route.wants(notification.transition, event, vm_name)
-                        && state.record_notification(
+                    if !route.wants(notification.transition, event, vm_name) {
+                        continue;
+                    }
+                    if replayable {
+                        if !state.record_notification(
                             &notification.event_id,
                             &route.name,
                             notification.transition,
-                        )
-                    {
-                        jobs.push((index, notification.clone()));
+                        ) {
+                            continue;
+                        }
+                        recorded = true;
                     }
+                    jobs.push((index, notification.clone()));
                 }
             }
-            state.forget_notifications_of_gone_events();
             // On disk before the first POST leaves.
-            store.flush();
+            if recorded {
+                store.flush();
+            }
         }
         for (index, notification) in jobs {
             let Some(route) = self.routes.get(index) else {
