@@ -68,6 +68,18 @@ macro_rules! azure_enum {
                 $name::Other(text.to_owned())
             }
 
+            /// Reads a value an operator typed (a flag, a configuration file): a known one, or
+            /// an error that lists them.
+            pub fn parse_known(text: &str) -> Result<Self, String> {
+                match Self::parse(text.trim()) {
+                    $name::Other(_) => Err(format!(
+                        "{text:?} is not one of {}",
+                        [$(stringify!($variant)),+].join(", ")
+                    )),
+                    known => Ok(known),
+                }
+            }
+
             /// The canonical spelling (Azure's), or the unknown value as sent.
             pub fn as_str(&self) -> &str {
                 match self {
@@ -218,6 +230,19 @@ impl TryFrom<wire::ScheduledEventsDocument> for Document {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_typed_value_is_known_or_an_error_that_lists_the_known_ones() {
+        assert_eq!(EventType::parse_known(" reboot "), Ok(EventType::Reboot));
+        assert_eq!(
+            EventType::parse_known("Hibernate"),
+            Err("\"Hibernate\" is not one of Freeze, Reboot, Redeploy, Preempt, Terminate".into())
+        );
+        assert_eq!(
+            EventSource::parse_known("Azure"),
+            Err("\"Azure\" is not one of Platform, User".into())
+        );
+    }
 
     fn doc(json: &str) -> Document {
         match Document::from_json(json.as_bytes()) {

@@ -368,8 +368,11 @@ async fn every_update_of_an_event_is_notified() -> TestResult {
     // Azure moves NotBefore twice: two updates, each its own notification.
     for (incarnation, minutes) in [(2, 20), (3, 30)] {
         reboot["NotBefore"] = Value::from(not_before(minutes));
-        imds.sim.set_document(document(incarnation, &[reboot.clone()]));
-        receiver.wait_for("/updates", incarnation as usize - 1).await?;
+        imds.sim
+            .set_document(document(incarnation, &[reboot.clone()]));
+        receiver
+            .wait_for("/updates", incarnation as usize - 1)
+            .await?;
     }
     let hits = receiver.hits_on("/updates");
     assert_eq!(transitions(&hits), ["updated", "updated"]);

@@ -178,15 +178,7 @@ impl ApproveArgs {
             };
             names
                 .iter()
-                .map(|name| match EventType::parse(name) {
-                    EventType::Other(_) => Err(invalid(
-                        flag,
-                        format!(
-                            "{name:?} is not one of Freeze, Reboot, Redeploy, Preempt, Terminate"
-                        ),
-                    )),
-                    known => Ok(known),
-                })
+                .map(|name| EventType::parse_known(name).map_err(|e| invalid(flag, e)))
                 .collect::<Result<Vec<_>, _>>()
         };
         let when_text = self.before_not_before.or(file.before_not_before);

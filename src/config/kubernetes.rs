@@ -136,16 +136,12 @@ fn kubeconfig(path: PathBuf) -> Result<ApiServer, ConfigError> {
 fn event_types(flag: &'static str, text: Option<String>) -> Result<Vec<EventType>, ConfigError> {
     let mut types = Vec::new();
     for name in text.iter().flat_map(|t| t.split(',')).map(str::trim) {
-        match EventType::parse(name) {
-            _ if name.is_empty() => {}
-            EventType::Other(_) => {
-                return Err(invalid(
-                    flag,
-                    format!("{name:?} is not one of Freeze, Reboot, Redeploy, Preempt, Terminate"),
-                ));
-            }
-            known if !types.contains(&known) => types.push(known),
-            _ => {}
+        if name.is_empty() {
+            continue;
+        }
+        let known = EventType::parse_known(name).map_err(|e| invalid(flag, e))?;
+        if !types.contains(&known) {
+            types.push(known);
         }
     }
     Ok(types)

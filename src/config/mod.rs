@@ -95,6 +95,12 @@ fn invalid(flag: &'static str, reason: impl Into<String>) -> ConfigError {
     }
 }
 
+/// `text` on one line, runs of whitespace as one space: an error is the whole message of an exit
+/// at startup.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 impl AgentArgs {
     /// Validates the flags; `default_log_format` applies when `--log.format` was not given.
     pub fn validate(self, default_log_format: LogFormat) -> Result<Config, ConfigError> {

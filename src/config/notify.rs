@@ -15,7 +15,7 @@ use reqwest::Url;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
-use super::{ConfigError, duration, invalid};
+use super::{ConfigError, duration, invalid, one_line};
 use crate::event::{EventSource, EventType};
 
 /// Where PagerDuty's Events API v2 takes events.
@@ -261,13 +261,13 @@ impl NotifyArgs {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| invalid(FILE_FLAG, format!("{}: {e}", path.display())))?;
             let file: File = serde_norway::from_str(&text)
-                .map_err(|e| invalid(FILE_FLAG, one_line(format!("{}: {e}", path.display()))))?;
+                .map_err(|e| invalid(FILE_FLAG, one_line(&format!("{}: {e}", path.display()))))?;
             for receiver in file.receivers {
                 let name = receiver.name.clone();
                 let resolved = receiver.resolve().map_err(|reason| {
                     invalid(
                         FILE_FLAG,
-                        one_line(format!("{}: receiver {name:?}: {reason}", path.display())),
+                        one_line(&format!("{}: receiver {name:?}: {reason}", path.display())),
                     )
                 })?;
                 receivers.push(resolved);
@@ -382,22 +382,12 @@ impl FileReceiver {
         let event_types = self
             .event_types
             .iter()
-            .map(|name| match EventType::parse(name.trim()) {
-                EventType::Other(_) => Err(format!(
-                    "event type {name:?} is not one of Freeze, Reboot, Redeploy, Preempt, Terminate"
-                )),
-                known => Ok(known),
-            })
+            .map(|name| EventType::parse_known(name).map_err(|e| format!("event type {e}")))
             .collect::<Result<_, _>>()?;
         let event_sources = self
             .event_sources
             .iter()
-            .map(|name| match EventSource::parse(name.trim()) {
-                EventSource::Other(_) => {
-                    Err(format!("event source {name:?} is not Platform or User"))
-                }
-                known => Ok(known),
-            })
+            .map(|name| EventSource::parse_known(name).map_err(|e| format!("event source {e}")))
             .collect::<Result<_, _>>()?;
         Ok(Receiver {
             name,
@@ -437,10 +427,6 @@ fn read_secret(path: &Path) -> Result<String, String> {
     Ok(text.to_owned())
 }
 
-fn one_line(text: String) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 /// The template engine as notifications use it: an undefined value is an error, not an empty
 /// string, so a misspelt field never sends a blank message.
 pub fn template_environment() -> minijinja::Environment<'static> {
@@ -454,7 +440,7 @@ fn check_template(text: &str) -> Result<(), String> {
     let environment = template_environment();
     let template = environment
         .template_from_str(text)
-        .map_err(|e| one_line(e.to_string()))?;
+        .map_err(|e| one_line(&e.to_string()))?;
     let globals: Vec<String> = environment
         .globals()
         .map(|(name, _)| name.to_string())

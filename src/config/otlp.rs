@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use reqwest::Url;
 
-use crate::config::ConfigError;
+use crate::config::{ConfigError, invalid};
 
 /// Default of `--otlp.timeout` (and of `OTEL_EXPORTER_OTLP_TIMEOUT`): the specification's 10 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -128,13 +128,6 @@ pub struct TlsFiles {
     pub certificate: Option<std::path::PathBuf>,
     pub client_certificate: Option<std::path::PathBuf>,
     pub client_key: Option<std::path::PathBuf>,
-}
-
-fn invalid(flag: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        flag,
-        reason: reason.into(),
-    }
 }
 
 impl OtlpArgs {

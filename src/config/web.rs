@@ -24,6 +24,8 @@ use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+use super::{ConfigError, invalid, one_line};
+
 /// Default of `--web.max-requests`: node_exporter's.
 pub const DEFAULT_MAX_REQUESTS: usize = 40;
 
@@ -74,21 +76,15 @@ impl Default for WebSettings {
 
 impl WebArgs {
     /// Reads the web configuration file once, so that a bad one stops the agent at startup.
-    pub fn validate(self) -> Result<WebSettings, super::ConfigError> {
+    pub fn validate(self) -> Result<WebSettings, ConfigError> {
         if self.max_connections == 0 {
-            return Err(super::ConfigError {
-                flag: "web.max-connections",
-                reason: "must be at least 1".into(),
-            });
+            return Err(invalid("web.max-connections", "must be at least 1"));
         }
         let config = match &self.config_file {
             None => None,
-            Some(path) => Some(Arc::new(WebConfigFile::open(path).map_err(|e| {
-                super::ConfigError {
-                    flag: "web.config.file",
-                    reason: e.to_string(),
-                }
-            })?)),
+            Some(path) => Some(Arc::new(
+                WebConfigFile::open(path).map_err(|e| invalid("web.config.file", e.to_string()))?,
+            )),
         };
         Ok(WebSettings {
             config,
@@ -107,10 +103,9 @@ pub struct WebConfigError {
 }
 
 fn error(path: &Path, reason: impl Into<String>) -> WebConfigError {
-    // One line: the error is the whole message of an exit at startup.
     WebConfigError {
         path: path.display().to_string(),
-        reason: reason.into().replace('\n', " "),
+        reason: one_line(&reason.into()),
     }
 }
 

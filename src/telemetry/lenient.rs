@@ -148,7 +148,11 @@ mod tests {
             })?;
             assert_eq!(config.timeout, Duration::from_secs(10));
             assert_eq!(resolved.warnings.len(), 1, "{:?}", resolved.warnings);
-            assert!(resolved.warnings[0].contains(name), "{:?}", resolved.warnings);
+            assert!(
+                resolved.warnings[0].contains(name),
+                "{:?}",
+                resolved.warnings
+            );
         }
         Ok(())
     }
