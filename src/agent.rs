@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
+use crate::backoff;
 use crate::boot;
 use crate::config::Config;
 use crate::config::approval::Mode;
@@ -393,7 +394,8 @@ impl Poller {
             return None;
         };
         self.backoff_exponent = (self.backoff_exponent + 1).min(16);
-        Some(backoff_delay(
+        // Capped at --imds.max-backoff so that a 30-second Spot notice is still seen.
+        Some(backoff::delay(
             self.config.poll_interval,
             self.config.imds_max_backoff,
             self.backoff_exponent,
@@ -545,57 +547,4 @@ fn open_state(config: &Config) -> (StateStore, boot::Restart) {
     }
     store.state_mut().boot_id = boot_id;
     (store, restart)
-}
-
-/// Exponential backoff from the poll interval (doubling `exponent` times), at least IMDS's
-/// `Retry-After`, capped at `max` so that a 30-second Spot notice is still seen, and never
-/// shorter than the poll interval.
-fn backoff_delay(
-    interval: Duration,
-    max: Duration,
-    exponent: u32,
-    retry_after: Option<Duration>,
-) -> Duration {
-    let exponential = interval.saturating_mul(1u32.checked_shl(exponent).unwrap_or(u32::MAX));
-    exponential
-        .max(retry_after.unwrap_or_default())
-        .min(max)
-        .max(interval)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const SECOND: Duration = Duration::from_secs(1);
-
-    #[test]
-    fn backoff_doubles_from_the_poll_interval_up_to_the_cap() {
-        let delays: Vec<u64> = (1..=6)
-            .map(|n| backoff_delay(SECOND, 10 * SECOND, n, None).as_secs())
-            .collect();
-        assert_eq!(delays, [2, 4, 8, 10, 10, 10]);
-        assert_eq!(
-            backoff_delay(SECOND, 10 * SECOND, 40, None),
-            10 * SECOND,
-            "no overflow"
-        );
-    }
-
-    #[test]
-    fn backoff_honours_retry_after_within_the_cap() {
-        assert_eq!(
-            backoff_delay(SECOND, 10 * SECOND, 1, Some(5 * SECOND)),
-            5 * SECOND
-        );
-        assert_eq!(
-            backoff_delay(SECOND, 10 * SECOND, 1, Some(70 * SECOND)),
-            10 * SECOND
-        );
-    }
-
-    #[test]
-    fn backoff_is_never_shorter_than_the_poll_interval() {
-        assert_eq!(backoff_delay(5 * SECOND, 2 * SECOND, 1, None), 5 * SECOND);
-    }
 }

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{StatusCode, Url};
 
 use crate::event::{Document, DocumentError, EventId};
@@ -237,12 +237,7 @@ impl ImdsClient {
         let exchange = async {
             let mut response = request.send().await?;
             let status = response.status();
-            let retry_after = response
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|value| value.to_str().ok())
-                .and_then(|value| value.trim().parse().ok())
-                .map(Duration::from_secs);
+            let retry_after = crate::backoff::retry_after(response.headers());
             if response
                 .content_length()
                 .is_some_and(|length| length > MAX_BODY_BYTES as u64)

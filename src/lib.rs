@@ -16,6 +16,7 @@
 
 pub mod agent;
 pub(crate) mod approval;
+pub(crate) mod backoff;
 pub(crate) mod boot;
 pub mod commands;
 pub mod config;

@@ -143,10 +143,7 @@ pub struct PostFailure {
 
 /// Wait before attempt `attempts + 1`: 1 s, 2 s, 4 s, ... up to 30 s.
 pub fn retry_delay(attempts: u32) -> Duration {
-    let factor = 1u32
-        .checked_shl(attempts.saturating_sub(1))
-        .unwrap_or(u32::MAX);
-    RETRY_FIRST.saturating_mul(factor).min(RETRY_MAX)
+    crate::backoff::delay(RETRY_FIRST, RETRY_MAX, attempts.saturating_sub(1), None)
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use super::node;
 use super::wanted::{Note, Wanted};
+use crate::backoff;
 use crate::config::kubernetes::{ApiServer, KubernetesConfig};
 use crate::metrics::NAMESPACE;
 
@@ -172,7 +173,7 @@ impl NodeWriter {
         let mut dirty = false;
         let mut next_resync = Instant::now() + resync;
         let mut retry_at: Option<Instant> = None;
-        let mut backoff = FIRST_BACKOFF;
+        let mut failures: u32 = 0;
         loop {
             let due = match retry_at {
                 Some(at) => at,
@@ -218,9 +219,11 @@ impl NodeWriter {
                         self.logged.clear();
                     }
                     retry_at = None;
-                    backoff = FIRST_BACKOFF;
+                    failures = 0;
                 }
                 Err(failure) => {
+                    let backoff = backoff::delay(FIRST_BACKOFF, MAX_BACKOFF, failures, None);
+                    failures = failures.saturating_add(1);
                     if self.logged.insert((failure.operation, failure.result)) {
                         tracing::warn!(
                             node = %self.node_name,
@@ -232,7 +235,6 @@ impl NodeWriter {
                         );
                     }
                     retry_at = Some(Instant::now() + backoff);
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
         }

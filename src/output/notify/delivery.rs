@@ -8,14 +8,14 @@
 //! receiver's own and, unlike the IMDS client, honours `HTTPS_PROXY`/`NO_PROXY`: receivers are
 //! outside the VM.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::backoff;
 use crate::config::notify::{Format, Receiver, template_environment};
 
 use super::body::{Notification, body};
@@ -94,7 +94,7 @@ pub async fn run(
             .ok()
             .and_then(|()| environment.get_template("template").ok())
     });
-    let name: Arc<str> = Arc::from(receiver.name.as_str());
+    let name = receiver.name.as_str();
     while let Some(Job { notification, seen }) = jobs.recv().await {
         let payload = render(&receiver, template.as_ref(), &notification);
         let mut attempt = 1;
@@ -106,16 +106,14 @@ pub async fn run(
             match result {
                 Ok(()) => break Ok(()),
                 Err(failure) if failure.retryable() && attempt < ATTEMPTS => {
-                    let delay = match &failure {
-                        Failure::Status {
-                            retry_after: Some(after),
-                            ..
-                        } => *after,
-                        _ => FIRST_BACKOFF * 2u32.saturating_pow(attempt - 1),
-                    }
-                    .min(MAX_BACKOFF);
+                    let retry_after = match &failure {
+                        Failure::Status { retry_after, .. } => *retry_after,
+                        _ => None,
+                    };
+                    let delay =
+                        backoff::delay(FIRST_BACKOFF, MAX_BACKOFF, attempt - 1, retry_after);
                     tracing::debug!(
-                        receiver = &*name,
+                        receiver = name,
                         event_id = notification.event_id.as_str(),
                         transition = notification.transition,
                         attempt,
@@ -135,10 +133,10 @@ pub async fn run(
             Err(failure) if failure.retryable() => "failed",
             Err(_) => "rejected",
         };
-        metrics.record(&name, result, elapsed);
+        metrics.record(name, result, elapsed);
         match outcome {
             Ok(()) => tracing::debug!(
-                receiver = &*name,
+                receiver = name,
                 event_id = notification.event_id.as_str(),
                 transition = notification.transition,
                 attempts = attempt,
@@ -146,7 +144,7 @@ pub async fn run(
                 "notification delivered"
             ),
             Err(failure) if failure.retryable() => tracing::warn!(
-                receiver = &*name,
+                receiver = name,
                 format = receiver.format.as_str(),
                 endpoint = %receiver.endpoint(),
                 event_id = notification.event_id.as_str(),
@@ -156,7 +154,7 @@ pub async fn run(
                 "notification not delivered: attempts exhausted"
             ),
             Err(failure) => tracing::error!(
-                receiver = &*name,
+                receiver = name,
                 format = receiver.format.as_str(),
                 endpoint = %receiver.endpoint(),
                 event_id = notification.event_id.as_str(),
@@ -214,12 +212,7 @@ async fn post(client: &reqwest::Client, receiver: &Receiver, body: Vec<u8>) -> R
     if status.is_success() {
         return Ok(());
     }
-    let retry_after = response
-        .headers()
-        .get(RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs);
+    let retry_after = backoff::retry_after(response.headers());
     let answer = response.text().await.unwrap_or_default();
     let mut answer: String = answer.chars().take(MAX_ANSWER).collect();
     answer = answer.split_whitespace().collect::<Vec<_>>().join(" ");
