@@ -119,7 +119,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
             vm_name: config.vm_name.as_deref(),
             compute: None,
         },
-    )?;
+    );
     if config.approval.mode != Mode::Off {
         let approval = &config.approval;
         tracing::info!(

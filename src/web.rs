@@ -20,7 +20,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{
-    ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue,
+    ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH, HeaderValue,
     VARY, WWW_AUTHENTICATE,
 };
 use hyper::service::service_fn;
@@ -306,9 +306,6 @@ async fn answer(
     parts
         .headers
         .insert(VARY, HeaderValue::from_static("Accept-Encoding"));
-    if !parts.headers.contains_key(CONTENT_TYPE) {
-        parts.headers.insert(CONTENT_TYPE, TEXT);
-    }
     Ok(Response::from_parts(
         parts,
         Full::new(Bytes::from(compressed)),

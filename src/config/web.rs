@@ -64,15 +64,6 @@ pub struct WebSettings {
     pub max_connections: usize,
 }
 
-impl Default for WebSettings {
-    fn default() -> Self {
-        Self {
-            config: None,
-            max_requests: Some(DEFAULT_MAX_REQUESTS),
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-        }
-    }
-}
 
 impl WebArgs {
     /// Reads the web configuration file once, so that a bad one stops the agent at startup.
@@ -318,7 +309,7 @@ impl WebConfigFile {
         // Relative paths in the file are relative to the file, as in the toolkit.
         let resolve = |p: &str| base.join(p);
         let mut sources = Sources {
-            file: text.clone(),
+            file: text,
             ..Sources::default()
         };
         if let Some(tls) = &parsed.tls_server_config {

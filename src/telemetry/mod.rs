@@ -85,17 +85,11 @@ impl Telemetry {
     /// Builds the exporter and starts the export task on the current runtime. An exporter that
     /// cannot be built (an unreadable certificate, say) is a warning and no traces: the agent
     /// runs on without them.
-    pub fn start(
-        self,
-        counters: ExportCounters,
-        vm: VmIdentity<'_>,
-    ) -> anyhow::Result<Option<Traces>> {
+    pub fn start(self, counters: ExportCounters, vm: VmIdentity<'_>) -> Option<Traces> {
         for warning in &self.warnings {
             tracing::warn!(warning = %warning, "ignoring an OTEL_* setting");
         }
-        let Some(config) = self.config else {
-            return Ok(None);
-        };
+        let config = self.config?;
         let exporter = match exporter(&config)
             .with_context(|| format!("cannot set up OTLP export to {}", config.endpoint))
         {
@@ -105,7 +99,7 @@ impl Telemetry {
                     error = format!("{error:#}"),
                     "traces are off; metrics and logs go on"
                 );
-                return Ok(None);
+                return None;
             }
         };
         let (resource_tx, resource_rx) = watch::channel(ResourceState {
@@ -122,14 +116,14 @@ impl Telemetry {
         let pipeline = export::pipeline(exporter, batching, counters, resource_rx, stop_rx);
         let _ = self.queue.set(pipeline.queue.clone());
         let task = tokio::spawn(pipeline.task.run());
-        Ok(Some(Traces {
+        Some(Traces {
             queue: pipeline.queue,
             resource: resource_tx,
             stop,
             task,
             config,
             _provider: self.provider,
-        }))
+        })
     }
 }
 
