@@ -150,6 +150,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         next_instance_read: Instant::now(),
         backoff_exponent: 0,
         systemd: Systemd::from_env(),
+        told: None,
     };
     poller.dispatch(Utc::now(), vec![Occurrence::Restarted(restart)]);
 
@@ -230,6 +231,8 @@ struct Poller {
     next_instance_read: Instant,
     backoff_exponent: u32,
     systemd: Systemd,
+    /// What systemd was last told.
+    told: Option<LoopStatus>,
 }
 
 impl Poller {
@@ -279,33 +282,25 @@ impl Poller {
         self.outputs.consume(&context, &occurrences);
     }
 
-    /// Tells systemd, when it listens, what the loop is doing or waiting for.
+    /// Tells systemd, when it listens, what the loop is doing or waiting for, when that changed.
     fn tell_systemd(&mut self, backoff: Option<Duration>) {
-        if self.systemd.is_listening() {
-            let status = self.status(backoff);
-            self.systemd.status(status);
+        if !self.systemd.is_listening() {
+            return;
         }
-    }
-
-    /// What the loop is doing or waiting for, in one line.
-    fn status(&self, backoff: Option<Duration>) -> String {
         let monitor = self.observer.monitor();
-        let next = backoff.map_or_else(String::new, |delay| {
-            format!("; IMDS asked to slow down, next poll in {delay:?}")
-        });
-        match (monitor.is_up(), monitor.last_success()) {
-            (true, _) => format!(
-                "polling every {:?}: {} events in the document",
-                self.config.poll_interval,
-                monitor.tracker().events().len()
-            ),
-            (false, None) => format!(
-                "waiting for the first scheduled-events document (Azure can take 2 minutes to enable the service){next}"
-            ),
-            (false, Some(at)) => format!(
-                "IMDS unreachable, last document at {}: events kept as they were{next}",
-                at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-            ),
+        let status = match (monitor.is_up(), monitor.last_success()) {
+            (true, _) => LoopStatus::Polling {
+                events: monitor.tracker().events().len(),
+            },
+            (false, None) => LoopStatus::FirstDocument { backoff },
+            (false, Some(last_document)) => LoopStatus::Unreachable {
+                last_document,
+                backoff,
+            },
+        };
+        if self.told != Some(status) {
+            self.systemd.status(&status.line(self.config.poll_interval));
+            self.told = Some(status);
         }
     }
 
@@ -432,6 +427,48 @@ impl Poller {
                     retry_every: INSTANCE_RETRY,
                 })
             }
+        }
+    }
+}
+
+/// What the poll loop is doing or waiting for, as far as systemd's `STATUS=` line says it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum LoopStatus {
+    Polling {
+        events: usize,
+    },
+    FirstDocument {
+        backoff: Option<Duration>,
+    },
+    Unreachable {
+        last_document: chrono::DateTime<Utc>,
+        backoff: Option<Duration>,
+    },
+}
+
+impl LoopStatus {
+    fn line(self, poll_interval: Duration) -> String {
+        let next = |backoff: Option<Duration>| {
+            backoff.map_or_else(String::new, |delay| {
+                format!("; IMDS asked to slow down, next poll in {delay:?}")
+            })
+        };
+        match self {
+            LoopStatus::Polling { events } => {
+                format!("polling every {poll_interval:?}: {events} events in the document")
+            }
+            LoopStatus::FirstDocument { backoff } => format!(
+                "waiting for the first scheduled-events document (Azure can take 2 minutes to enable the service){}",
+                next(backoff)
+            ),
+            LoopStatus::Unreachable {
+                last_document,
+                backoff,
+            } => format!(
+                "IMDS unreachable, last document at {}: events kept as they were{}",
+                last_document.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                next(backoff)
+            ),
         }
     }
 }

@@ -25,7 +25,6 @@ enum Notice<'a> {
 #[derive(Debug, Default)]
 pub struct Systemd {
     listening: bool,
-    status: String,
 }
 
 impl Systemd {
@@ -33,7 +32,6 @@ impl Systemd {
     pub fn from_env() -> Self {
         Self {
             listening: std::env::var_os("NOTIFY_SOCKET").is_some(),
-            status: String::new(),
         }
     }
 
@@ -46,12 +44,9 @@ impl Systemd {
         self.send(Notice::Ready);
     }
 
-    /// What the agent is doing or waiting for, sent when it changed.
-    pub fn status(&mut self, status: String) {
-        if self.listening && status != self.status {
-            self.send(Notice::Status(&status));
-            self.status = status;
-        }
+    /// What the agent is doing or waiting for.
+    pub fn status(&self, status: &str) {
+        self.send(Notice::Status(status));
     }
 
     pub fn stopping(&self) {

@@ -20,8 +20,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{
-    ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH, HeaderValue,
-    VARY, WWW_AUTHENTICATE,
+    ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH, HeaderValue, VARY,
+    WWW_AUTHENTICATE,
 };
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};

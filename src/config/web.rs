@@ -64,7 +64,6 @@ pub struct WebSettings {
     pub max_connections: usize,
 }
 
-
 impl WebArgs {
     /// Reads the web configuration file once, so that a bad one stops the agent at startup.
     pub fn validate(self) -> Result<WebSettings, ConfigError> {
