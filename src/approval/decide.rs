@@ -91,8 +91,9 @@ impl Decider {
         if self.config.mode == Mode::Off {
             return occurrences;
         }
-        let present: HashSet<&EventId> = events.iter().map(|t| &t.event.id).collect();
-        self.progress.retain(|id, _| present.contains(id));
+        // A document holds a handful of events: a scan is cheaper than a set built every poll.
+        self.progress
+            .retain(|id, _| events.iter().any(|t| t.event.id == *id));
         let decision = |event: &Event, outcome| {
             Decided::Decision(Decision {
                 event: event.clone(),
@@ -168,7 +169,12 @@ impl Decider {
                     Progress::Done
                 }
             };
-            self.progress.insert(event.id.clone(), next);
+            match self.progress.get_mut(&event.id) {
+                Some(slot) => *slot = next,
+                None => {
+                    self.progress.insert(event.id.clone(), next);
+                }
+            }
         }
         // At most a few POSTs under way: with the poll's GET, this keeps the agent under IMDS's 5
         // requests per second. Events left out keep their progress and are sent after a
