@@ -69,9 +69,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
     let policy = &config.approval;
     let families = Families {
         approval: policy.mode != Mode::Off,
-        hooks: policy.hook.is_some()
-            || policy.prepare_hook.is_some()
-            || policy.recover_hook.is_some(),
+        hooks: policy.runs_hooks(),
         traces: telemetry.config().is_some(),
         process: true,
     };
@@ -493,10 +491,7 @@ async fn outputs(
         outputs = outputs.with(Spans::new(traces));
     }
     outputs = outputs.with(StateFile::new(Arc::clone(&store), Arc::clone(metrics)));
-    if approval.mode != Mode::Off
-        || approval.prepare_hook.is_some()
-        || approval.recover_hook.is_some()
-    {
+    if approval.runs_hooks() {
         outputs = outputs.with(Hooks::new(
             approval.hook.clone(),
             approval.prepare_hook.clone(),

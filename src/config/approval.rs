@@ -44,6 +44,16 @@ pub struct ApprovalConfig {
     pub hook_timeout: Duration,
 }
 
+impl ApprovalConfig {
+    /// Whether a hook can ever run: the approval hook (only with `--approve`; a dry run never
+    /// runs it), the prepare hook or the recover hook.
+    pub fn runs_hooks(&self) -> bool {
+        (self.mode == Mode::On && self.hook.is_some())
+            || self.prepare_hook.is_some()
+            || self.recover_hook.is_some()
+    }
+}
+
 impl Default for ApprovalConfig {
     fn default() -> Self {
         Self {
