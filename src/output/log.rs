@@ -8,7 +8,7 @@ use crate::approval::{Decision, HookKind, Outcome, SkipReason};
 use crate::boot::Restart;
 use crate::config::approval::Mode;
 use crate::occurrence::{Context, Occurrence};
-use crate::trace_id::{lifecycle_span_id, trace_id};
+use crate::trace_id::{lifecycle_span_id_hex, trace_id};
 use crate::tracker::{IncarnationChange, Transition};
 use crate::wire;
 
@@ -173,7 +173,7 @@ fn log_transition(transition: &Transition, context: &Context) {
         transition = transition.kind(),
         event_id = %event.id,
         trace_id = %trace_id(event.id.as_str()),
-        span_id = vm_name.map(|vm| format!("{:016x}", lifecycle_span_id(event.id.as_str(), vm))),
+        span_id = vm_name.map(|vm| lifecycle_span_id_hex(event.id.as_str(), vm)),
         event_type = %event.event_type,
         event_status = %event.status,
         event_source = event.source.as_ref().map(|s| s.as_str()),

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::config::notify::Format;
 use crate::event::{Event, EventType};
-use crate::trace_id::{lifecycle_span_id, trace_id};
+use crate::trace_id::{lifecycle_span_id_hex, trace_id};
 use crate::tracker::Transition;
 
 /// One notification: a transition (or an approval) of one event, as this VM saw it.
@@ -55,7 +55,7 @@ impl Notification {
             transition,
             event_id: id.to_owned(),
             trace_id: trace_id(id),
-            span_id: vm_name.map(|vm| format!("{:016x}", lifecycle_span_id(id, vm))),
+            span_id: vm_name.map(|vm| lifecycle_span_id_hex(id, vm)),
             vm_name: vm_name.map(str::to_owned),
             event_type: event.event_type.as_str().to_owned(),
             event_status: event.status.as_str().to_owned(),

@@ -23,7 +23,6 @@ use crate::config::notify::{Filter, NotifyConfig};
 use crate::event::{Affects, Event};
 use crate::occurrence::{Context, Occurrence};
 use crate::state::StateStore;
-use crate::tracker::Transition;
 
 use self::body::Notification;
 use self::delivery::Job;
@@ -106,32 +105,32 @@ impl Notify {
 const REPLAYABLE: [&str; 2] = ["scheduled", "started"];
 
 /// The notifications a batch holds, before filtering.
-fn notifications(context: &Context, occurrences: &[Occurrence]) -> Vec<(Notification, Event)> {
+fn notifications<'a>(
+    context: &Context,
+    occurrences: &'a [Occurrence],
+) -> Vec<(Notification, &'a Event)> {
     let vm_name = context.vm_name();
     let mut found = Vec::new();
     for occurrence in occurrences {
         match occurrence {
             Occurrence::Transition(transition) => found.push((
                 Notification::of_transition(transition, vm_name, context.incarnation, context.at),
-                transition.event().clone(),
+                transition.event(),
             )),
             // It completed (or was cancelled) while the agent was down: closing it now is what
             // lets a PagerDuty incident resolve itself.
-            Occurrence::EndedWhileDown(tracked) => {
-                let completed = Transition::Completed {
-                    event: tracked.event.clone(),
-                    seen_started: tracked.seen_started,
-                };
-                found.push((
-                    Notification::of_transition(
-                        &completed,
-                        vm_name,
-                        context.incarnation,
-                        context.at,
-                    ),
-                    tracked.event.clone(),
-                ));
-            }
+            Occurrence::EndedWhileDown(tracked) => found.push((
+                Notification::new(
+                    "completed",
+                    &tracked.event,
+                    None,
+                    Some(tracked.seen_started),
+                    vm_name,
+                    context.incarnation,
+                    context.at,
+                ),
+                &tracked.event,
+            )),
             Occurrence::Decision(decision) => match &decision.outcome {
                 Outcome::Approved { .. } => found.push((
                     Notification::new(
@@ -143,7 +142,7 @@ fn notifications(context: &Context, occurrences: &[Occurrence]) -> Vec<(Notifica
                         context.incarnation,
                         context.at,
                     ),
-                    decision.event.clone(),
+                    &decision.event,
                 )),
                 Outcome::DryRun { .. }
                 | Outcome::Waiting { .. }
