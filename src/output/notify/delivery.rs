@@ -202,7 +202,7 @@ async fn post(client: &reqwest::Client, receiver: &Receiver, body: Vec<u8>) -> R
     for (name, value) in &receiver.headers {
         request = request.header(name, value);
     }
-    let response = request
+    let mut response = request
         .body(body)
         .send()
         .await
@@ -213,9 +213,19 @@ async fn post(client: &reqwest::Client, receiver: &Receiver, body: Vec<u8>) -> R
         return Ok(());
     }
     let retry_after = backoff::retry_after(response.headers());
-    let answer = response.text().await.unwrap_or_default();
-    let mut answer: String = answer.chars().take(MAX_ANSWER).collect();
-    answer = answer.split_whitespace().collect::<Vec<_>>().join(" ");
+    // Only what is logged is read: a receiver's error page can be of any size.
+    let mut bytes = Vec::new();
+    while bytes.len() < 4 * MAX_ANSWER {
+        match response.chunk().await {
+            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    let answer: String = String::from_utf8_lossy(&bytes)
+        .chars()
+        .take(MAX_ANSWER)
+        .collect();
+    let answer = answer.split_whitespace().collect::<Vec<_>>().join(" ");
     Err(Failure::Status {
         status,
         answer,
