@@ -112,15 +112,15 @@ impl Note {
         incarnation: Option<u64>,
         at: DateTime<Utc>,
     ) -> Option<Self> {
-        let (what, warning) = match transition {
+        let what = transition.kind();
+        // An event is updated as often as it changes: each update's Event has a name of its own.
+        let (warning, suffix) = match transition {
             Transition::Resumed { .. } => return None,
-            Transition::Appeared(_) | Transition::Started(_) => (transition.kind(), true),
-            Transition::Updated { .. } => (transition.kind(), true),
-            Transition::Completed { .. } | Transition::Cancelled(_) => (transition.kind(), false),
-        };
-        let suffix = match transition {
-            Transition::Updated { .. } => format!("{what}-{}", incarnation.unwrap_or_default()),
-            _ => what.to_owned(),
+            Transition::Appeared(_) | Transition::Started(_) => (true, what.to_owned()),
+            Transition::Updated { .. } => {
+                (true, format!("{what}-{}", incarnation.unwrap_or_default()))
+            }
+            Transition::Completed { .. } | Transition::Cancelled(_) => (false, what.to_owned()),
         };
         Some(Self::new(
             node,
