@@ -248,7 +248,8 @@ async fn ready_only_after_imds_answers_and_alive_while_waiting() -> TestResult {
     imds.sim
         .inject_fault(Fault::delay(Duration::from_secs(4)).until_cleared());
     let agent = Agent::start(&imds, &["--imds.first-timeout=60s"]).await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The first GET has reached IMDS, which holds it.
+    imds.polled(0).await?;
     assert_eq!(
         agent.get("/readyz").await?.0,
         503,
