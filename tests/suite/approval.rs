@@ -9,8 +9,7 @@ use std::time::Duration;
 use azure_scheduled_events_exporter::simulator::{
     Approval, Fault, FaultTarget, Scenario, SeenRequest,
 };
-use bytes::Bytes;
-use common::{Agent, Exposition, Imds, THIS_VM, TempDir, TestResult};
+use common::{Agent, Exposition, Imds, THIS_VM, TempDir, TestResult, document};
 
 const USER_REBOOT: &str = "A0000000-0000-4000-8000-000000000001";
 const SHORT_FREEZE: &str = "A0000000-0000-4000-8000-000000000002";
@@ -54,7 +53,7 @@ fn event_json(
     source: &str,
     resources: &[&str],
     duration: i64,
-) -> String {
+) -> serde_json::Value {
     let not_before = if status == "Started" {
         String::new()
     } else {
@@ -67,14 +66,6 @@ fn event_json(
         "Resources": resources, "NotBefore": not_before, "Description": "", "EventSource": source,
         "DurationInSeconds": duration
     })
-    .to_string()
-}
-
-fn document(incarnation: u64, events: &[String]) -> Bytes {
-    Bytes::from(format!(
-        r#"{{"DocumentIncarnation":{incarnation},"Events":[{}]}}"#,
-        events.join(",")
-    ))
 }
 
 /// A simulator whose verbatim document holds one user-initiated Reboot of this VM, Scheduled.
@@ -895,7 +886,7 @@ async fn many_events_due_at_once_are_all_approved_once_a_few_per_poll() -> TestR
     let ids: Vec<String> = (1..=7)
         .map(|i| format!("C0000000-0000-4000-8000-00000000000{i}"))
         .collect();
-    let events: Vec<String> = ids
+    let events: Vec<serde_json::Value> = ids
         .iter()
         .map(|id| event_json(id, "Scheduled", "Reboot", "User", &[THIS_VM], -1))
         .collect();

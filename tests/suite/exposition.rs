@@ -13,7 +13,7 @@ use azure_scheduled_events_exporter::tracker::Tracker;
 use azure_scheduled_events_exporter::wire::Compute;
 use chrono::{DateTime, TimeZone, Utc};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+use crate::common::TestResult;
 
 /// Ten minutes before the Freeze of the docs example (`Mon, 11 Apr 2022 22:26:58 GMT`).
 fn scrape_time() -> DateTime<Utc> {

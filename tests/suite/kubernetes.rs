@@ -13,9 +13,8 @@ use std::time::Duration;
 
 use apiserver::ApiServer;
 use azure_scheduled_events_exporter::simulator::{Fault, FaultTarget};
-use bytes::Bytes;
 use common::process::{AgentProcess, command};
-use common::{Agent, Imds, PATIENCE, THIS_VM, TempDir, TestResult};
+use common::{Agent, Imds, PATIENCE, THIS_VM, TempDir, TestResult, document};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -57,14 +56,7 @@ fn gpu_taint() -> Taint {
     }
 }
 
-fn document(incarnation: u64, events: &[String]) -> Bytes {
-    Bytes::from(format!(
-        r#"{{"DocumentIncarnation":{incarnation},"Events":[{}]}}"#,
-        events.join(",")
-    ))
-}
-
-fn reboot(status: &str, vm: &str) -> String {
+fn reboot(status: &str, vm: &str) -> serde_json::Value {
     let not_before = if status == "Started" {
         ""
     } else {
@@ -73,13 +65,12 @@ fn reboot(status: &str, vm: &str) -> String {
     reboot_not_before(status, vm, not_before)
 }
 
-fn reboot_not_before(status: &str, vm: &str, not_before: &str) -> String {
+fn reboot_not_before(status: &str, vm: &str, not_before: &str) -> serde_json::Value {
     serde_json::json!({
         "EventId": REBOOT, "EventStatus": status, "EventType": "Reboot", "ResourceType": "VirtualMachine",
         "Resources": [vm], "NotBefore": not_before, "Description": "", "EventSource": "Platform",
         "DurationInSeconds": -1
     })
-    .to_string()
 }
 
 /// An API server and a kubeconfig file naming it.

@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use azure_scheduled_events_exporter::config::notify::FIELDS;
 use azure_scheduled_events_exporter::simulator::Scenario;
-use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use common::process::{AgentProcess, command};
-use common::{Agent, Exposition, Imds, PATIENCE, THIS_VM, TempDir, TestResult};
+use common::{Agent, Exposition, Imds, PATIENCE, THIS_VM, TempDir, TestResult, document};
 use receiver::{Answer, Hit, Proxy, Receiver, status};
 use serde_json::Value;
 
@@ -39,12 +38,6 @@ fn event(id: &str, event_type: &str, status: &str, vm: &str) -> Value {
         "EventSource": "User",
         "DurationInSeconds": -1,
     })
-}
-
-fn document(incarnation: u64, events: &[Value]) -> Bytes {
-    Bytes::from(
-        serde_json::json!({"DocumentIncarnation": incarnation, "Events": events}).to_string(),
-    )
 }
 
 fn write(dir: &TempDir, name: &str, text: &str) -> Result<String, std::io::Error> {

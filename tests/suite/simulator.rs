@@ -20,12 +20,9 @@ use bytes::Bytes;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+use crate::common::{PATIENCE, TestResult};
 
 const VM: &str = "vmss_0";
-
-/// How long a wait for a state change may take before the test gives up.
-const PATIENCE: Duration = Duration::from_secs(20);
 
 struct Imds {
     server: RunningSimulator,

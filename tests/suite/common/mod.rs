@@ -228,6 +228,14 @@ impl Exposition {
     }
 }
 
+/// A scheduled-events document at `incarnation` holding `events`, as the simulator then serves
+/// it verbatim.
+pub fn document(incarnation: u64, events: &[serde_json::Value]) -> bytes::Bytes {
+    bytes::Bytes::from(
+        serde_json::json!({"DocumentIncarnation": incarnation, "Events": events}).to_string(),
+    )
+}
+
 /// A directory of its own for a test, removed when dropped.
 pub struct TempDir(pub std::path::PathBuf);
 
