@@ -32,11 +32,11 @@ function(config={})
   {
     'alerts/azure-scheduled-events.yml':
       '# Generated from mixin/ by scripts/render-mixin.sh: edit the mixin, not this file.\n' +
-      '# Alert rules for azure-scheduled-events-exporter, tested by azure-scheduled-events.test.yml\n' +
+      '# Recording and alert rules for azure-scheduled-events-exporter, tested by azure-scheduled-events.test.yml\n' +
       '# (`promtool test rules`) and end to end by tests/prometheus.rs; docs/runbook.md has one\n' +
       '# section per alert and the paging policy.\n' +
       'groups:\n' + std.join('', [
         '  - name: %s    rules:\n%s' % [scalar(group.name, ''), std.join('', [rule(r) for r in group.rules])]
-        for group in mixin.prometheusAlerts.groups
+        for group in mixin.prometheusRules.groups + mixin.prometheusAlerts.groups
       ]),
   }

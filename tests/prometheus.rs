@@ -136,10 +136,16 @@ fn every_alert_is_named_labelled_described_and_has_a_runbook_section() -> TestRe
                 "{name}: the description does not name the event"
             );
         }
+        // Absolute, so that the link works from a pager or a chat message.
         let url = annotations["runbook_url"].as_str().unwrap_or_default();
+        assert!(
+            url.starts_with("https://"),
+            "{name}: runbook_url {url:?} is not an absolute https URL"
+        );
         let section = url
-            .strip_prefix("docs/runbook.md#")
-            .ok_or_else(|| format!("{name}: runbook_url {url:?} is not docs/runbook.md#section"))?;
+            .split_once("/docs/runbook.md#")
+            .map(|(_, section)| section)
+            .ok_or_else(|| format!("{name}: runbook_url {url:?} is not .../docs/runbook.md#section"))?;
         assert!(
             anchors.contains(section),
             "{name}: docs/runbook.md has no section #{section}"
