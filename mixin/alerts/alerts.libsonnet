@@ -246,14 +246,13 @@ local promql = import '../lib/promql.libsonnet';
             // scrape, unless its VM is down on purpose: under one of its own interruptingTypes
             // events (held for impactHold while it reboots), or deleted or evicted (goneTypes)
             // with its target lingering. One removed from service discovery has no `up` left.
-            q.withVmInfo('(%(up)s == 0)\nand on (%(t)s)\n  (%(seen)s > time() - %(lookback)d)\nunless on (%(t)s)\n  %(held)s\nunless on (%(t)s)\n  last_over_time(%(gone)s[%(goneFor)s])' % {
+            q.withVmInfo('(%(up)s == 0)\nand on (%(t)s)\n  (%(seen)s > time() - %(lookback)d)\nunless on (%(t)s)\n  %(held)s\nunless on (%(t)s)\n  %(gone)s' % {
               up: up,
               t: q.vmBy,
               seen: r.targetLastSeen,
               lookback: seconds(c.agentSeenLookback),
               held: impact(c.interruptingTypes),
-              gone: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(c.goneTypes)]),
-              goneFor: c.agentSeenLookback,
+              gone: r.targetGone,
             }),
             '2m',
             c.severities.vm,
@@ -405,7 +404,7 @@ unless on (%(on)s)
             c.severities.vm,
             '{{ $value }} nodes%s without a working scheduled-events agent' % inClusterOnly,
             ('{{ $value }} nodes%(cluster)s have no working agent: their scheduled events go unseen, and the capacity page does not count them. ' +
-             '(Nodes without an agent: {{ range printf "%(kube)s unless on (%(on)s) azure_scheduled_events_vm_info" %(args)s | query | sortByLabel "%(node)s" }}{{ .Labels.%(node)s }} {{ else }}unknown {{ end }}; ' +
+             '(Nodes without an agent: {{ range printf "%(kube)s unless on (%(on)s) azure_scheduled_events_vm_info and on (%(clusterOn)s) azure_scheduled_events_vm_info{%(node)s!=\\"\\"}" %(args)s | query | sortByLabel "%(node)s" }}{{ .Labels.%(node)s }} {{ else }}not named (the agents\' series carry no %(node)s label) {{ end }}; ' +
              'targets never up: {{ range printf "up%(upMatch)s == 0 and on (%(job)s) azure_scheduled_events_build_info unless on (%(t)s) %(seen)s" %(args)s | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)') % {
               cluster: inClusterOnly,
               kube: 'kube_node_info{%s}' % std.join(',', [
@@ -414,6 +413,7 @@ unless on (%(on)s)
               ]),
               on: q.list([cl, 'node']),
               node: 'node',
+              clusterOn: q.list([cl]),
               upMatch: if cl == '' then '' else '{%s=%%q}' % cl,
               job: q.list([cl] + std.filter(function(l) l != 'instance', c.vmLabels)),
               t: q.vmBy,

@@ -129,6 +129,19 @@ local promql = import '../lib/promql.libsonnet';
               up: q.sel('up'),
             },
           ),
+          // When each target last showed a goneTypes event of its own (deleted, evicted), kept
+          // for agentSeenLookback while the target is not up again: it reads its own last value
+          // instead of a day of samples.
+          record(
+            r.targetGone,
+            'max by (%(t)s) (timestamp(%(gone)s))\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[10m]) > time() - %(lookback)d\n  unless on (%(t)s) (%(up)s == 1)\n)' % {
+              t: target,
+              gone: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(c.goneTypes)]),
+              prev: r.targetGone,
+              lookback: seconds(c.agentSeenLookback),
+              up: q.sel('up'),
+            },
+          ),
           // The same by VM (vmIdLabel), with its capacity group: only VMs whose vm_info is known.
           record(
             r.vmImpactHeld,

@@ -46,6 +46,7 @@
       vmsKnown: 'azure_scheduled_events:vms_known:count',
       targetImpactSoon: 'azure_scheduled_events:target_event_impact:soon',
       targetImpactHeld: 'azure_scheduled_events:target_event_impact:held',
+      targetGone: 'azure_scheduled_events:target_gone:timestamp_seconds',
       vmImpactHeld: 'azure_scheduled_events:vm_event_impact:held',
       capacityVms: 'azure_scheduled_events:capacity_vms:count',
       capacityAtRisk: 'azure_scheduled_events:capacity_vms_at_risk:count',
