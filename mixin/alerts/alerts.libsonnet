@@ -60,20 +60,31 @@ local promql = import '../lib/promql.libsonnet';
   // is rebooting): the recorded azure_scheduled_events:target_event_impact:held.
   local impact(types) = q.rec(r.targetImpactHeld, ['event_type=~"%s"' % q.types(types)]),
 
+  // Settings the Helm chart fills in: the chart's copy of the rules is rendered with placeholders
+  // `@@name@@` for them (mixin/chart-placeholders.libsonnet), which are strings here.
+  local number(n) = if std.isString(n) then n else '%g' % n,
+  local percent(fraction) =
+    if std.isString(fraction) then '@@percent.' + std.substr(fraction, 2, std.length(fraction) - 2)
+    else '%g' % (fraction * 100),
+  local typesText(types) = std.join(' or ', [
+    if std.startsWith(t, '@@') then '@@text.' + std.substr(t, 2, std.length(t) - 2) else t
+    for t in types
+  ]),
+
   // At least `minVMs` VMs (by vmIdLabel) and more than `fraction` of a capacity group face an
   // event of `types` (recorded per VM), over the group's recorded size.
   local groupAtRisk(settings, recorded) =
-    '%(count)s >= %(min)d\nand on (%(group)s)\n(\n  %(recorded)s\n  / %(size)s\n) > %(fraction)g' % {
+    '%(count)s >= %(min)s\nand on (%(group)s)\n(\n  %(recorded)s\n  / %(size)s\n) > %(fraction)s' % {
       count: 'count by (%s) (\n  max by (%s) (\n    %s\n  )\n)' % [
         q.groupBy,
         q.list(q.vmId + [c.capacityLabel]),
         q.rec(r.vmImpactHeld, ['%s!=""' % c.capacityLabel, 'event_type=~"%s"' % q.types(settings.eventTypes)]),
       ],
-      min: settings.minVMs,
+      min: number(settings.minVMs),
       group: q.groupBy,
       recorded: recorded,
       size: r.capacityVms,
-      fraction: settings.fraction,
+      fraction: number(settings.fraction),
     },
   // The description's list of the group's VMs and their events of `types`.
   local groupList(types) =
@@ -97,13 +108,13 @@ local promql = import '../lib/promql.libsonnet';
             c.severities.page,
             '{{ $value }} VMs of %s %s%s go down at once' % [c.capacityName, label(c.capacityLabel), inClusterOnly],
             ('{{ $value }} VMs of %(capacityName)s %(name)s%(cluster)s face a %(types)s event whose NotBefore is less than %(soon)s away, ' +
-             'passed, or already Started: more than %(percent)g %% of its VMs at once. ') % {
+             'passed, or already Started: more than %(percent)s %% of its VMs at once. ') % {
               capacityName: c.capacityName,
               name: label(c.capacityLabel),
               cluster: inClusterOnly,
-              types: std.join(' or ', c.capacity.eventTypes),
+              types: typesText(c.capacity.eventTypes),
               soon: '%d minutes' % (c.impactSoonSeconds / 60),
-              percent: c.capacity.fraction * 100,
+              percent: percent(c.capacity.fraction),
             } + groupList(c.capacity.eventTypes),
           ),
           // Many Spot VMs of one group evicted at once: worth knowing (the pool shrinks, its
@@ -115,13 +126,13 @@ local promql = import '../lib/promql.libsonnet';
             c.spotWave['for'],
             c.spotWave.severity,
             '{{ $value }} Spot VMs of %s %s%s evicted at once' % [c.capacityName, label(c.capacityLabel), inClusterOnly],
-            ('{{ $value }} VMs of %(capacityName)s %(name)s%(cluster)s are being evicted (%(types)s): more than %(percent)g %% of its VMs at once. ' +
+            ('{{ $value }} VMs of %(capacityName)s %(name)s%(cluster)s are being evicted (%(types)s): more than %(percent)s %% of its VMs at once. ' +
              'Not paged: a Spot pool is built for evictions; check that its workload found room elsewhere. ') % {
               capacityName: c.capacityName,
               name: label(c.capacityLabel),
               cluster: inClusterOnly,
-              types: std.join(' or ', c.spotWave.eventTypes),
-              percent: c.spotWave.fraction * 100,
+              types: typesText(c.spotWave.eventTypes),
+              percent: percent(c.spotWave.fraction),
             } + groupList(c.spotWave.eventTypes),
           ),
         ],

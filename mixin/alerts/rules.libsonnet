@@ -25,8 +25,12 @@ local promql = import '../lib/promql.libsonnet';
   local infoLabels = q.list(q.vm + [c.vmIdLabel] + c.vmInfoRecordLabels),
   local vmInfoLabels = q.list(q.vmId + ['instance'] + c.vmInfoRecordLabels),
   // Every event type a rule below looks at: the quiet agent-down, the page, the Spot wave and
-  // AzureScheduledEventImpactSoon read one record.
-  local impactTypes = std.uniq(std.sort(c.interruptingTypes + c.goneTypes + c.capacity.eventTypes + c.spotWave.eventTypes + c.impactSoonTypes)),
+  // AzureScheduledEventImpactSoon read one record. (The Helm chart's placeholders for the page's
+  // and the Spot wave's types are left out: the chart allows interruptingTypes only there.)
+  local impactTypes = std.uniq(std.sort(std.filter(
+    function(t) !std.startsWith(t, '@@'),
+    c.interruptingTypes + c.goneTypes + c.capacity.eventTypes + c.spotWave.eventTypes + c.impactSoonTypes
+  ))),
   local record(name, expr) = { record: name, expr: expr + '\n' },
 
   // VMs of each capacity group with a held event of `types`, counted by VM.
