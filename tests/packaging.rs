@@ -848,7 +848,11 @@ fn the_chart_passes_flags_and_variables_the_agent_reads() -> TestResult {
     // With a PodMonitor and a ServiceMonitor on, no scrape annotations (a second scrape job would
     // see every agent twice); the monitors scrape the custom port and path.
     let annotations = &ds["spec"]["template"]["metadata"]["annotations"];
-    for key in ["prometheus.io/scrape", "prometheus.io/port", "prometheus.io/path"] {
+    for key in [
+        "prometheus.io/scrape",
+        "prometheus.io/port",
+        "prometheus.io/path",
+    ] {
         assert!(annotations.get(key).is_none(), "{key} with a PodMonitor on");
     }
     let pod_monitor = one(&objects, "PodMonitor")?;
@@ -856,7 +860,10 @@ fn the_chart_passes_flags_and_variables_the_agent_reads() -> TestResult {
         pod_monitor["spec"]["podMetricsEndpoints"][0]["path"],
         "/custom-metrics"
     );
-    assert_eq!(pod_monitor["spec"]["podMetricsEndpoints"][0]["port"], "metrics");
+    assert_eq!(
+        pod_monitor["spec"]["podMetricsEndpoints"][0]["port"],
+        "metrics"
+    );
     let attributes = env
         .iter()
         .find(|e| e["name"] == "OTEL_RESOURCE_ATTRIBUTES")
