@@ -3,8 +3,8 @@
 //! to, the chart's PrometheusRule must be the mixin's rendering with the chart's values, and the
 //! optional example Alertmanager configuration must pass amtool.
 
-mod common;
-mod ops;
+use crate::common;
+use crate::ops;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
