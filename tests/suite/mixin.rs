@@ -310,6 +310,24 @@ fn the_mixin_renders_for_one_cluster_and_a_selector_of_your_own() -> TestResult 
         .iter()
         .map(|a| (format!("alert {}", a.name), a.expr.clone()))
         .collect();
+    // The recording rules too.
+    let mut records = 0;
+    for group in ops::yaml(&rules)?["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        for rule in group["rules"].as_array().into_iter().flatten() {
+            if let Some(name) = rule["record"].as_str() {
+                records += 1;
+                texts.push((
+                    format!("record {name}"),
+                    rule["expr"].as_str().unwrap_or_default().to_owned(),
+                ));
+            }
+        }
+    }
+    assert!(records >= 10, "only {records} recording rules");
     let dashboards = tree(&out.0, "dashboards", |_| false)?;
     for (name, text) in &dashboards {
         let json: serde_json::Value = serde_json::from_str(text)?;

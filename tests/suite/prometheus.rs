@@ -660,12 +660,17 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
                 &dir.0,
                 &extra,
             )?;
+            let mut labels = vec![
+                ("cluster", cluster.to_owned()),
+                ("instance", format!("10.224.0.{}:10188", 4 + k)),
+            ];
+            // The node's name, as the chart's PodMonitor sets it.
+            if cluster == "west" && k == 0 {
+                labels.push(("node", "aks-pool-12345678-vmss000000".to_owned()));
+            }
             targets.push(Target {
                 address: process.address().to_owned(),
-                labels: vec![
-                    ("cluster", cluster.to_owned()),
-                    ("instance", format!("10.224.0.{}:10188", 4 + k)),
-                ],
+                labels,
             });
             agents.insert(format!("{cluster}/{name}"), process);
         }
@@ -1223,6 +1228,30 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     )];
     if pages != expected_pages {
         failures.push(format!("pages {pages:?}, expected {expected_pages:?}"));
+    }
+    // West's pool_0 is scraped with its node's name: its alert names the node.
+    let nodes: BTreeSet<(String, String, String)> = active
+        .iter()
+        .filter(|(name, _, labels)| {
+            name == "AzureScheduledEventImpactSoon" && labels.get("node").is_some()
+        })
+        .map(|(_, _, labels)| {
+            (
+                label(labels, "cluster").to_owned(),
+                label(labels, "vm_name").to_owned(),
+                label(labels, "node").to_owned(),
+            )
+        })
+        .collect();
+    let expected_nodes = BTreeSet::from([(
+        "west".to_owned(),
+        "pool_0".to_owned(),
+        "aks-pool-12345678-vmss000000".to_owned(),
+    )]);
+    if nodes != expected_nodes {
+        failures.push(format!(
+            "AzureScheduledEventImpactSoon with a node: {nodes:?}, expected {expected_nodes:?}"
+        ));
     }
     let impact: BTreeSet<(String, String, String)> = active
         .iter()
