@@ -181,11 +181,11 @@ impl ApprovalMetrics {
             }
             registry.register(Box::new(hook_runs.clone()))?;
         }
-        // AzureVMRebootedUnexpectedly takes increase() of the unexpected, unclean reboots.
-        for expected in ["true", "false"] {
-            for clean in ["true", "false"] {
-                reboots.with_label_values(&[expected, clean]);
-            }
+        // AzureVMRebootedUnexpectedly takes increase() of the unexpected, unclean reboots, and a
+        // panel may count the clean ones: the two unexpected series exist from the start (as many
+        // series as before the clean label). An expected reboot's series appears with it.
+        for clean in ["true", "false"] {
+            reboots.with_label_values(&["false", clean]);
         }
         state_up.set(1);
         registry.register(Box::new(mode.clone()))?;
