@@ -177,10 +177,11 @@ local promql = import '../lib/promql.libsonnet';
         name: 'azure-scheduled-events.coverage',
         rules: [
           record(r.nodes, 'count by (%s) (%s)' % [q.list([cl]), kubeNodes]),
-          // Nodes without a working agent: by name where the agent's series carry nodeLabel,
-          // by count where kube_node_info is present but they do not; without kube-state-
-          // metrics, targets of a job with agents that never were the agent (never up, image
-          // not pulled, wrong architecture).
+          // Nodes without a working agent (one scraped now): by name where the agent's series
+          // carry nodeLabel (its build_info, whether or not it has read instance metadata), by
+          // count where kube_node_info is present but they do not; without kube-state-metrics,
+          // targets of a job with agents that never were the agent (never up, image not pulled,
+          // wrong architecture).
           record(
             r.nodesWithoutAgent,
             local byCount = '(\n    %(nodes)s\n    - (%(reporting)s or on (%(cluster)s) %(nodes)s * 0)\n  ) > 0' % {
@@ -188,12 +189,12 @@ local promql = import '../lib/promql.libsonnet';
               reporting: r.vmsReporting,
               cluster: q.list([cl]),
             };
-            local named = 'count by (%s) (%s)' % [q.list([cl]), q.sel('azure_scheduled_events_vm_info', ['%s!=""' % c.nodeLabel])];
+            local named = 'count by (%s) (%s)' % [q.list([cl]), q.sel('azure_scheduled_events_build_info', ['%s!=""' % c.nodeLabel])];
             local byName = 'count by (%(cluster)s) (\n    max by (%(on)s) (%(kube)s)\n    unless on (%(on)s)\n    %(agents)s\n  )\n  and on (%(cluster)s) %(named)s' % {
               cluster: q.list([cl]),
               on: q.list([cl, c.nodeLabel]),
               kube: kubeNodes,
-              agents: q.sel('azure_scheduled_events_vm_info', ['%s!=""' % c.nodeLabel]),
+              agents: q.sel('azure_scheduled_events_build_info', ['%s!=""' % c.nodeLabel]),
               named: named,
             };
             local kube =
