@@ -161,7 +161,7 @@ fn families_of_features_that_are_off_are_not_exported() -> TestResult {
     }
     for present in [
         r#"azure_scheduled_events_approval_mode{mode="off"} 1"#,
-        r#"azure_scheduled_events_reboots_total{expected="false"} 0"#,
+        r#"azure_scheduled_events_reboots_total{clean="false",expected="false"} 0"#,
         r#"azure_scheduled_events_imds_request_failures_total{operation="events",reason="connect"} 0"#,
         r#"azure_scheduled_events_imds_request_duration_seconds_bucket{operation="events",le="120"} 3"#,
     ] {

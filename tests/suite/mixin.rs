@@ -1,12 +1,13 @@
-//! The monitoring mixin (mixin/) and what is rendered from it: alerts/ and dashboards/ must be its
-//! exact rendering, its config must change what it claims to, and the example Alertmanager
-//! configuration that goes with its paging policy must pass amtool.
+//! The monitoring mixin (mixin/) and what is rendered from it: alerts/, dashboards/ and the Helm
+//! chart's copy of the rules must be its exact rendering, its config must change what it claims
+//! to, the chart's PrometheusRule must be the mixin's rendering with the chart's values, and the
+//! optional example Alertmanager configuration must pass amtool.
 
 use crate::common;
 use crate::ops;
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::TempDir;
@@ -93,6 +94,195 @@ fn the_committed_alerts_and_dashboards_are_exactly_the_mixins_rendering() -> Tes
             );
         }
     }
+    let chart_rules = "deploy/helm/azure-scheduled-events-exporter/files/prometheus-rules.yml";
+    assert!(
+        std::fs::read_to_string(out.0.join(chart_rules))?
+            == std::fs::read_to_string(ops::repo().join(chart_rules))?,
+        "{chart_rules} differs from the mixin's rendering: edit mixin/ and run scripts/render-mixin.sh"
+    );
+    Ok(())
+}
+
+fn helm_program() -> PathBuf {
+    let installed = ops::repo().join("target/ci-tools/bin/helm");
+    if installed.exists() {
+        installed
+    } else {
+        PathBuf::from("helm")
+    }
+}
+
+/// The rule groups of the PrometheusRule that `helm template` renders with `values` (a file).
+fn chart_rule_groups(values: &Path) -> Result<serde_json::Value, Error> {
+    let output = Command::new(helm_program())
+        .args([
+            "template",
+            "ase",
+            "deploy/helm/azure-scheduled-events-exporter",
+            "--values",
+        ])
+        .arg(values)
+        .current_dir(ops::repo())
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            format!("helm is required (.ci/run installs it into target/ci-tools/bin): {e}")
+        })?;
+    if !output.status.success() {
+        return Err(format!("helm template: {}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    let text = String::from_utf8(output.stdout)?;
+    for document in serde_norway::Deserializer::from_str(&text) {
+        let object = <serde_json::Value as serde::Deserialize>::deserialize(document)?;
+        if object["kind"] == "PrometheusRule" {
+            return Ok(object["spec"]["groups"].clone());
+        }
+    }
+    Err("helm template renders no PrometheusRule".into())
+}
+
+#[test]
+fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -> TestResult {
+    let dir = TempDir::new("chart-rules")?;
+    // The defaults: exactly alerts/.
+    let defaults = dir.0.join("defaults.yaml");
+    std::fs::write(&defaults, "prometheusRule:\n  enabled: true\n")?;
+    let shipped = ops::yaml(&ops::repo().join("alerts/azure-scheduled-events.yml"))?;
+    assert!(
+        chart_rule_groups(&defaults)? == shipped["groups"],
+        "with its default values, the chart's PrometheusRule is not alerts/azure-scheduled-events.yml"
+    );
+
+    // Every setting changed: the mixin rendered with the same settings.
+    let changed = dir.0.join("changed.yaml");
+    std::fs::write(
+        &changed,
+        r#"prometheusRule:
+  enabled: true
+  runbookUrlBase: https://wiki.example.com/runbook#
+  selector: 'job="ase"'
+  clusterLabel: k8s_cluster
+  vmInfoLabels: [vm_name, zone]
+  capacity:
+    eventTypes: [Reboot, Redeploy, Preempt]
+    minVMs: 3
+    fraction: 0.3
+    for: 5m
+  spotWave:
+    eventTypes: [Preempt]
+    minVMs: 4
+    fraction: 0.5
+    for: 2m
+    severity: info
+"#,
+    )?;
+    let groups = chart_rule_groups(&changed)?;
+    let out = dir.0.join("mixin");
+    render(
+        &out,
+        Some(
+            r#"{runbookUrlBase: "https://wiki.example.com/runbook#", selector: 'job="ase"', clusterLabel: "k8s_cluster",
+                vmInfoLabels: ["vm_name", "zone"],
+                capacity+: {eventTypes: ["Reboot", "Redeploy", "Preempt"], minVMs: 3, fraction: 0.3, "for": "5m"},
+                spotWave+: {eventTypes: ["Preempt"], minVMs: 4, fraction: 0.5, "for": "2m", severity: "info"}}"#,
+        ),
+    )?;
+    let mixin = ops::yaml(&out.join("alerts/azure-scheduled-events.yml"))?;
+    assert!(
+        groups == mixin["groups"],
+        "with changed values, the chart's PrometheusRule is not the mixin rendered with them"
+    );
+    // What a user would look for, and what promtool says of it.
+    let rules = dir.0.join("chart-rules.yml");
+    std::fs::write(
+        &rules,
+        serde_json::to_string(&serde_json::json!({ "groups": groups }))?,
+    )?;
+    let (ok, report) = run(
+        "promtool",
+        &["check", "rules", &rules.to_string_lossy()],
+        "prometheus",
+    )?;
+    assert!(ok, "promtool check rules on the chart's rules:\n{report}");
+    let alerts = ops::alerts_in(&rules)?;
+    assert!(alerts.len() >= 8);
+    for alert in &alerts {
+        let url = alert.rule["annotations"]["runbook_url"]
+            .as_str()
+            .unwrap_or_default();
+        assert_eq!(
+            url,
+            format!(
+                "https://wiki.example.com/runbook#{}",
+                alert.name.to_lowercase()
+            )
+        );
+        assert!(
+            !alert.expr.contains("(cluster,") && !alert.expr.contains("(cluster)"),
+            "{}: {}",
+            alert.name,
+            alert.expr
+        );
+    }
+    let capacity = alerts
+        .iter()
+        .find(|a| a.name == "AzureScheduledEventsCapacityAtRisk")
+        .ok_or("no capacity alert")?;
+    assert!(
+        capacity
+            .expr
+            .starts_with("count by (k8s_cluster, vm_scale_set_name)"),
+        "{}",
+        capacity.expr
+    );
+    for part in [
+        ">= 3\n",
+        ") > 0.3",
+        "event_type=~\"Reboot|Redeploy|Preempt\"",
+    ] {
+        assert!(
+            capacity.expr.contains(part),
+            "no {part:?}: {}",
+            capacity.expr
+        );
+    }
+    assert_eq!(capacity.rule["for"], "5m");
+    let description = capacity.rule["annotations"]["description"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        description.contains("a Reboot or Redeploy or Preempt event")
+            && description.contains("more than 30 %"),
+        "{description}"
+    );
+    let wave = alerts
+        .iter()
+        .find(|a| a.name == "AzureSpotEvictionWave")
+        .ok_or("no Spot wave alert")?;
+    assert_eq!(wave.rule["labels"]["severity"], "info");
+    assert!(
+        wave.expr.contains(">= 4\n") && wave.expr.contains(") > 0.5"),
+        "{}",
+        wave.expr
+    );
+    let impact = alerts
+        .iter()
+        .find(|a| a.name == "AzureScheduledEventImpactSoon")
+        .ok_or("no impact alert")?;
+    assert!(
+        impact.expr.contains("group_left (vm_name, zone)"),
+        "{}",
+        impact.expr
+    );
+    let down = alerts
+        .iter()
+        .find(|a| a.name == "AzureScheduledEventsAgentDown")
+        .ok_or("no agent-down alert")?;
+    assert!(
+        down.expr.contains("(up{job=\"ase\"} == 0)"),
+        "{}",
+        down.expr
+    );
     Ok(())
 }
 
@@ -120,6 +310,24 @@ fn the_mixin_renders_for_one_cluster_and_a_selector_of_your_own() -> TestResult 
         .iter()
         .map(|a| (format!("alert {}", a.name), a.expr.clone()))
         .collect();
+    // The recording rules too.
+    let mut records = 0;
+    for group in ops::yaml(&rules)?["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        for rule in group["rules"].as_array().into_iter().flatten() {
+            if let Some(name) = rule["record"].as_str() {
+                records += 1;
+                texts.push((
+                    format!("record {name}"),
+                    rule["expr"].as_str().unwrap_or_default().to_owned(),
+                ));
+            }
+        }
+    }
+    assert!(records >= 10, "only {records} recording rules");
     let dashboards = tree(&out.0, "dashboards", |_| false)?;
     for (name, text) in &dashboards {
         let json: serde_json::Value = serde_json::from_str(text)?;
