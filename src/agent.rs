@@ -44,7 +44,8 @@ use crate::state::{Opened, StateStore};
 use crate::systemd::Systemd;
 use crate::telemetry::{Telemetry, Traces, VmIdentity};
 
-/// How often instance metadata is asked for again while it cannot be read.
+/// How often, at most, instance metadata is asked for again while it cannot be read: the first
+/// retry comes after one poll interval, each next one twice as late, up to this.
 const INSTANCE_RETRY: Duration = Duration::from_secs(30);
 
 /// Slack in the loop's liveness promise for scheduling delays on a busy VM.
@@ -129,7 +130,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         );
     }
     let (store, restart) = open_state(&config);
-    let observer = Observer::new(config.approval.clone(), store.state());
+    let observer = Observer::new(config.approval.clone(), store.state(), &host_name());
     let (reports_tx, reports) = mpsc::unbounded_channel();
     let outputs = outputs(&config, &metrics, traces, store, &client, reports_tx).await?;
 
@@ -271,6 +272,7 @@ impl Poller {
             vm_name: self.vm_name.clone(),
             incarnation: self.observer.monitor().tracker().incarnation().map(|i| i.0),
             at,
+            span_ids: Arc::clone(self.observer.span_ids()),
         }
     }
 
@@ -418,7 +420,14 @@ impl Poller {
             }
             Err(error) => {
                 self.instance_failures += 1;
-                self.next_instance_read = Instant::now() + INSTANCE_RETRY;
+                // Soon after a first failure (the VM may just be booting), then less often.
+                self.next_instance_read = Instant::now()
+                    + backoff::delay(
+                        self.config.poll_interval,
+                        INSTANCE_RETRY,
+                        u32::try_from(self.instance_failures - 1).unwrap_or(u32::MAX),
+                        None,
+                    );
                 (self.instance_failures == 1).then(|| Occurrence::VmUnidentified {
                     reason: error.kind(),
                     error: error.to_string(),
@@ -579,4 +588,18 @@ fn open_state(config: &Config) -> (StateStore, boot::Restart) {
     }
     store.state_mut().boot_id = boot_id;
     (store, restart)
+}
+
+/// The machine's host name: this VM's identity for lifecycle span ids of events seen before
+/// its name is known (instance metadata not read yet). Empty when the system does not say.
+fn host_name() -> String {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .find_map(|path| {
+            std::fs::read_to_string(path)
+                .ok()
+                .map(|name| name.trim().to_owned())
+                .filter(|name| !name.is_empty())
+        })
+        .unwrap_or_default()
 }

@@ -42,5 +42,6 @@ pub(crate) mod systemd;
 pub mod telemetry;
 pub mod trace_id;
 pub mod tracker;
+pub(crate) mod view;
 pub(crate) mod web;
 pub mod wire;

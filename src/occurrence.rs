@@ -15,6 +15,7 @@ use crate::approval::{Decision, HookRun, PostFailure, Rule};
 use crate::boot::Restart;
 use crate::event::{Event, EventId};
 use crate::tracker::{IncarnationChange, Tracked, Transition};
+use crate::view::{EventView, SpanIds, span_id_hex};
 use crate::wire;
 
 /// Where and when a batch of occurrences was seen.
@@ -25,11 +26,33 @@ pub struct Context {
     /// DocumentIncarnation of the last valid document.
     pub incarnation: Option<u64>,
     pub at: DateTime<Utc>,
+    /// This VM's lifecycle span id of each event, as first given ([`crate::view`]).
+    pub span_ids: Arc<SpanIds>,
 }
 
 impl Context {
     pub fn vm_name(&self) -> Option<&str> {
         self.vm_name.as_deref()
+    }
+
+    /// This VM's lifecycle span id of `event`, the one it was first given.
+    pub fn span_id(&self, event: &EventId) -> u64 {
+        self.span_ids.get(event, self.vm_name())
+    }
+
+    /// [`Context::span_id`] as 16 hex digits.
+    pub fn span_id_hex(&self, event: &EventId) -> String {
+        span_id_hex(self.span_id(event))
+    }
+
+    /// What every output says about `event` in this batch.
+    pub fn view(&self, event: &Event) -> EventView {
+        EventView::new(
+            event,
+            self.vm_name(),
+            self.incarnation,
+            self.span_id(&event.id),
+        )
     }
 }
 

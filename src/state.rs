@@ -74,6 +74,10 @@ pub struct KnownEvent {
     pub event_status: String,
     pub first_seen: DateTime<Utc>,
     pub affects_this_vm: bool,
+    /// This VM's lifecycle span id of the event (16 hex digits), as first given: a restart keeps
+    /// it even when the VM's name was not known at first sight (see [`crate::view`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span_id: Option<String>,
 }
 
 impl KnownEvent {
@@ -176,13 +180,12 @@ impl State {
             .iter()
             .map(|tracked| {
                 let id = tracked.event.id.as_str();
-                let first_seen = previous
-                    .iter()
-                    .find(|known| known.event_id == id)
-                    .map_or(tracked.first_seen, |known| {
-                        known.first_seen.min(tracked.first_seen)
-                    });
+                let earlier = previous.iter().find(|known| known.event_id == id);
+                let first_seen = earlier.map_or(tracked.first_seen, |known| {
+                    known.first_seen.min(tracked.first_seen)
+                });
                 KnownEvent {
+                    span_id: earlier.and_then(|known| known.span_id.clone()),
                     event_id: id.to_owned(),
                     event_type: tracked.event.event_type.as_str().to_owned(),
                     event_status: tracked.event.status.as_str().to_owned(),
@@ -215,6 +218,17 @@ impl State {
         // An event that left the document gets no further transition, even after a restart.
         self.notifications
             .retain(|id, _| in_document.contains(&id.as_str()));
+    }
+
+    /// Gives every event that has none its lifecycle span id, `span_id(event_id)`.
+    pub fn keep_span_ids(&mut self, span_id: impl Fn(&str) -> String) {
+        for known in self
+            .events
+            .iter_mut()
+            .filter(|known| known.span_id.is_none())
+        {
+            known.span_id = Some(span_id(&known.event_id));
+        }
     }
 
     /// Records that `transition` of `event_id` goes to `receiver`; false if it already went.

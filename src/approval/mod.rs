@@ -62,7 +62,7 @@ pub enum Outcome {
     HookFinished(HookRun),
     /// The POST failed; `retry_at` is when it is tried again, `None` when it never is.
     PostFailed {
-        reason: &'static str,
+        reason: PostReason,
         error: String,
         retry_at: Option<DateTime<Utc>>,
     },
@@ -82,7 +82,7 @@ impl Outcome {
                 result: Err(failure),
                 ..
             }) => ("hook_failed", failure.kind()),
-            Outcome::PostFailed { reason, .. } => ("post_failed", reason),
+            Outcome::PostFailed { reason, .. } => ("post_failed", reason.as_str()),
             Outcome::HookStarted(_) | Outcome::HookFinished(_) => return None,
         })
     }
@@ -95,9 +95,23 @@ impl Outcome {
                 result: Err(failure),
                 ..
             }) => Some(failure.kind()),
-            Outcome::PostFailed { reason, .. } => Some(reason),
-            _ => None,
+            Outcome::PostFailed { reason, .. } => Some(reason.as_str()),
+            Outcome::Approved { .. }
+            | Outcome::DryRun { .. }
+            | Outcome::Waiting { .. }
+            | Outcome::Skipped(_)
+            | Outcome::HookStarted(_)
+            | Outcome::HookFinished(_) => None,
         }
+    }
+
+    /// Every failure to approve, as its (`decision`, `reason`) labels: the one list both
+    /// `..._approval_decisions_total` and `..._approval_failures_total` are pre-created from.
+    fn failure_labels() -> impl Iterator<Item = (&'static str, &'static str)> {
+        HookFailure::KINDS
+            .into_iter()
+            .map(|kind| ("hook_failed", kind))
+            .chain(PostReason::all().map(|reason| ("post_failed", reason.as_str())))
     }
 
     /// Every (decision, reason) pair, for pre-creating series.
@@ -116,18 +130,42 @@ impl Outcome {
         for reason in SkipReason::ALL {
             labels.push(("skipped", reason.as_str()));
         }
-        for reason in HookFailure::KINDS {
-            labels.push(("hook_failed", reason));
-        }
-        for reason in ImdsError::KINDS {
-            labels.push(("post_failed", reason));
-        }
+        labels.extend(Self::failure_labels());
         labels
     }
 
     /// Every `reason` of `..._approval_failures_total`.
     pub fn failure_reasons() -> impl Iterator<Item = &'static str> {
-        HookFailure::KINDS.into_iter().chain(ImdsError::KINDS)
+        Self::failure_labels().map(|(_, reason)| reason)
+    }
+}
+
+/// Why an approval POST failed, as the `reason` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostReason {
+    /// IMDS answered with an error, or did not answer.
+    Imds(ImdsKind),
+    /// The approval output's queue was full: the POST never left.
+    QueueFull,
+}
+
+/// An [`ImdsError::kind`], one of [`ImdsError::KINDS`].
+pub type ImdsKind = &'static str;
+
+impl PostReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PostReason::Imds(kind) => kind,
+            PostReason::QueueFull => "queue_full",
+        }
+    }
+
+    /// Every reason.
+    pub fn all() -> impl Iterator<Item = PostReason> {
+        ImdsError::KINDS
+            .into_iter()
+            .map(PostReason::Imds)
+            .chain([PostReason::QueueFull])
     }
 }
 
@@ -135,7 +173,7 @@ impl Outcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostFailure {
     /// Bounded, for metric labels: an IMDS error kind, or `queue_full` when it was never sent.
-    pub reason: &'static str,
+    pub reason: PostReason,
     pub error: String,
     /// Sending the same request again cannot succeed (a 4xx other than 429 and 410).
     pub refused: bool,
@@ -175,5 +213,22 @@ mod tests {
             let pair = outcome.decision().unwrap_or(("", ""));
             assert!(labels.contains(&pair), "{pair:?}");
         }
+    }
+
+    #[test]
+    fn an_approval_that_did_not_fit_the_queue_has_pre_created_series() {
+        let queue_full = Outcome::PostFailed {
+            reason: PostReason::QueueFull,
+            error: String::new(),
+            retry_at: None,
+        };
+        let pair = queue_full.decision().unwrap_or(("", ""));
+        assert_eq!(pair, ("post_failed", "queue_full"));
+        assert!(Outcome::decision_labels().contains(&pair));
+        assert!(Outcome::failure_reasons().any(|reason| reason == "queue_full"));
+        let mut reasons: Vec<&str> = Outcome::failure_reasons().collect();
+        reasons.sort_unstable();
+        reasons.dedup();
+        assert_eq!(reasons.len(), Outcome::failure_reasons().count());
     }
 }

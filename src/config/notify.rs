@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use super::{ConfigError, duration, invalid, one_line};
 use crate::event::{EventSource, EventType};
+use crate::view::EventView;
 
 /// Where PagerDuty's Events API v2 takes events.
 pub const PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";
@@ -24,28 +25,15 @@ pub const PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";
 /// Time one delivery attempt has, unless a receiver says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The fields of every notification, as in the event's log line, plus `timestamp`. A template
-/// may use these and `receiver`, nothing else.
-pub const FIELDS: [&str; 18] = [
-    "timestamp",
-    "transition",
-    "event_id",
-    "trace_id",
-    "span_id",
-    "vm_name",
-    "event_type",
-    "event_status",
-    "event_source",
-    "resource_type",
-    "resources",
-    "not_before",
-    "duration_in_seconds",
-    "description",
-    "affects_this_vm",
-    "document_incarnation",
-    "changed",
-    "seen_started",
-];
+/// The fields of every notification: the event's view, as in the event's log line
+/// ([`EventView::FIELDS`]), with `timestamp` and `transition` before it and `changed` and
+/// `seen_started` after. A template may use these and `receiver`, nothing else.
+pub fn fields() -> impl Iterator<Item = &'static str> {
+    ["timestamp", "transition"]
+        .into_iter()
+        .chain(EventView::FIELDS)
+        .chain(["changed", "seen_started"])
+}
 
 /// What a notification can be about: the lifecycle transitions, and approvals.
 pub const TRANSITIONS: [&str; 6] = [
@@ -449,14 +437,14 @@ fn check_template(text: &str) -> Result<(), String> {
         .undeclared_variables(false)
         .into_iter()
         .filter(|name| {
-            name != "receiver" && !FIELDS.contains(&name.as_str()) && !globals.contains(name)
+            name != "receiver" && !fields().any(|field| field == name) && !globals.contains(name)
         })
         .collect();
     unknown.sort();
     match unknown.first() {
         Some(name) => Err(format!(
             "unknown field {name:?} (fields: receiver, {})",
-            FIELDS.join(", ")
+            fields().collect::<Vec<_>>().join(", ")
         )),
         None => Ok(()),
     }

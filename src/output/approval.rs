@@ -13,7 +13,7 @@ use reqwest::StatusCode;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::approval::{PostFailure, Rule};
+use crate::approval::{PostFailure, PostReason, Rule};
 use crate::event::Event;
 use crate::imds::{ImdsClient, ImdsError, Operation};
 use crate::metrics::Metrics;
@@ -67,7 +67,7 @@ impl Approval {
                     rule,
                     attempts,
                     result: result.map_err(|error| PostFailure {
-                        reason: error.kind(),
+                        reason: PostReason::Imds(error.kind()),
                         refused: is_refusal(&error),
                         error: error.to_string(),
                     }),
@@ -106,7 +106,7 @@ impl Output for Approval {
                         rule,
                         attempts,
                         result: Err(PostFailure {
-                            reason: "queue_full",
+                            reason: PostReason::QueueFull,
                             error: format!("{QUEUE} approvals already waiting to be sent"),
                             refused: false,
                         }),

@@ -8,6 +8,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::approval::Outcome;
+use crate::event::EventId;
 use crate::metrics::Metrics;
 use crate::occurrence::{Context, Occurrence};
 use crate::state::{ApprovalRecord, ApprovalStatus, StateStore};
@@ -39,12 +40,15 @@ impl StateFile {
     }
 
     fn observe(&mut self, context: &Context) {
-        self.store().state_mut().observe(
+        let mut store = self.store();
+        let state = store.state_mut();
+        state.observe(
             context.incarnation,
             &self.events,
             context.vm_name(),
             context.at,
         );
+        state.keep_span_ids(|id| context.span_id_hex(&EventId::new(id)));
     }
 
     fn set_approval(&mut self, id: &str, status: ApprovalStatus) {

@@ -45,7 +45,7 @@ struct Route {
 }
 
 impl Route {
-    fn wants(&self, transition: &str, event: &Event, vm_name: Option<&str>) -> bool {
+    fn wants(&self, transition: &str, event: &Event, affects: Affects) -> bool {
         let filter = &self.filter;
         filter.transitions.contains(&transition)
             && (filter.event_types.is_empty() || filter.event_types.contains(&event.event_type))
@@ -55,7 +55,7 @@ impl Route {
                     .as_ref()
                     .is_some_and(|s| filter.event_sources.contains(s)))
             // While this VM's name is unknown, every event may be this VM's.
-            && (!filter.this_vm_only || event.affects(vm_name) != Affects::No)
+            && (!filter.this_vm_only || affects != Affects::No)
     }
 }
 
@@ -109,12 +109,15 @@ fn notifications<'a>(
     context: &Context,
     occurrences: &'a [Occurrence],
 ) -> Vec<(Notification, &'a Event)> {
-    let vm_name = context.vm_name();
     let mut found = Vec::new();
     for occurrence in occurrences {
         match occurrence {
             Occurrence::Transition(transition) => found.push((
-                Notification::of_transition(transition, vm_name, context.incarnation, context.at),
+                Notification::of_transition(
+                    transition,
+                    context.view(transition.event()),
+                    context.at,
+                ),
                 transition.event(),
             )),
             // It completed (or was cancelled) while the agent was down: closing it now is what
@@ -122,11 +125,9 @@ fn notifications<'a>(
             Occurrence::EndedWhileDown(tracked) => found.push((
                 Notification::new(
                     "completed",
-                    &tracked.event,
+                    context.view(&tracked.event),
                     None,
                     Some(tracked.seen_started),
-                    vm_name,
-                    context.incarnation,
                     context.at,
                 ),
                 &tracked.event,
@@ -135,11 +136,9 @@ fn notifications<'a>(
                 Outcome::Approved { .. } => found.push((
                     Notification::new(
                         "approved",
-                        &decision.event,
+                        context.view(&decision.event),
                         None,
                         None,
-                        vm_name,
-                        context.incarnation,
                         context.at,
                     ),
                     &decision.event,
@@ -173,7 +172,6 @@ impl Output for Notify {
             return;
         }
         let seen = Instant::now();
-        let vm_name = context.vm_name();
         let mut jobs = Vec::new();
         {
             let mut store = self.store.lock().unwrap_or_else(PoisonError::into_inner);
@@ -182,12 +180,16 @@ impl Output for Notify {
             for (notification, event) in &found {
                 let replayable = REPLAYABLE.contains(&notification.transition);
                 for (index, route) in self.routes.iter().enumerate() {
-                    if !route.wants(notification.transition, event, vm_name) {
+                    if !route.wants(
+                        notification.transition,
+                        event,
+                        notification.event.affects_this_vm,
+                    ) {
                         continue;
                     }
                     if replayable {
                         if !state.record_notification(
-                            &notification.event_id,
+                            &notification.event.event_id,
                             &route.name,
                             notification.transition,
                         ) {
@@ -215,7 +217,7 @@ impl Output for Notify {
                 self.metrics.record_drop(&route.name);
                 tracing::warn!(
                     receiver = route.name.as_str(),
-                    event_id = notification.event_id.as_str(),
+                    event_id = notification.event.event_id.as_str(),
                     transition = notification.transition,
                     queue = QUEUE,
                     "notification dropped: the receiver's queue is full"
