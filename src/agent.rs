@@ -8,7 +8,7 @@
 //! a poll that changed nothing.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -130,7 +130,12 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         );
     }
     let (store, restart) = open_state(&config);
-    let observer = Observer::new(config.approval.clone(), store.state(), &host_name());
+    let observer = Observer::new(
+        config.approval.clone(),
+        &config.notify,
+        store.state(),
+        &host_name(),
+    );
     let (reports_tx, reports) = mpsc::unbounded_channel();
     let outputs = outputs(&config, &metrics, traces, store, &client, reports_tx).await?;
 
@@ -373,6 +378,8 @@ impl Poller {
             Ok(document) => self.observer.poll(Ok(document), vm, now),
             Err(error) => self.observer.poll(Err(&error), vm, now),
         });
+        let notices = self.observer.notices(&occurrences, vm);
+        occurrences.extend(notices);
         let up = self.observer.monitor().is_up();
         self.metrics.record_poll(now, up);
         self.dispatch(now, occurrences);
@@ -491,15 +498,13 @@ async fn outputs(
     reports: Reports,
 ) -> anyhow::Result<Outputs> {
     let approval = &config.approval;
-    // Shared with the notification output, which records what it is about to send.
-    let store = Arc::new(Mutex::new(store));
     let mut outputs = Outputs::new()
         .with(Log::new(config.vm_name.clone(), approval.mode))
         .with(MetricsOutput::new(Arc::clone(metrics)));
     if let Some(traces) = traces {
         outputs = outputs.with(Spans::new(traces));
     }
-    outputs = outputs.with(StateFile::new(Arc::clone(&store), Arc::clone(metrics)));
+    outputs = outputs.with(StateFile::new(store, Arc::clone(metrics)));
     if approval.runs_hooks() {
         outputs = outputs.with(Hooks::new(
             approval.hook.clone(),
@@ -536,7 +541,7 @@ async fn outputs(
         }
         let notify_metrics = NotifyMetrics::register(metrics.registry(), &receivers)?;
         outputs = outputs.with(
-            Notify::start(&config.notify, store, notify_metrics)
+            Notify::start(&config.notify, notify_metrics)
                 .context("cannot set up a notification receiver")?,
         );
     }

@@ -28,6 +28,7 @@ pub mod logging;
 pub mod metrics;
 pub(crate) mod monitor;
 pub mod not_before;
+pub(crate) mod notices;
 pub(crate) mod observer;
 pub(crate) mod occurrence;
 pub(crate) mod output;

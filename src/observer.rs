@@ -12,9 +12,11 @@ use chrono::{DateTime, Utc};
 use crate::approval::decide::{Decided, Decider};
 use crate::approval::{Decision, HookKind, Outcome};
 use crate::config::approval::ApprovalConfig;
+use crate::config::notify::NotifyConfig;
 use crate::event::{Affects, Event, EventId};
 use crate::imds::{ImdsError, Polled};
 use crate::monitor::Monitor;
+use crate::notices::Notices;
 use crate::occurrence::{Occurrence, Report};
 use crate::state::{KnownEvent, State};
 use crate::tracker::{Tracked, Transition};
@@ -29,14 +31,21 @@ pub struct Observer {
     recover_hook: bool,
     /// The state file's events, until the first valid document.
     remembered: Option<Vec<KnownEvent>>,
+    notices: Notices,
     /// This VM's lifecycle span id of each event, given at first sight.
     span_ids: Arc<SpanIds>,
 }
 
 impl Observer {
     /// Starts from what the state file of an earlier run holds, on the machine called `host`.
-    pub fn new(approval: ApprovalConfig, previous: &State, host: &str) -> Self {
+    pub fn new(
+        approval: ApprovalConfig,
+        notify: &NotifyConfig,
+        previous: &State,
+        host: &str,
+    ) -> Self {
         Self {
+            notices: Notices::new(notify, previous),
             span_ids: Arc::new(SpanIds::new(host)),
             monitor: Monitor::new(),
             prepare_hook: approval.prepare_hook.is_some(),
@@ -107,6 +116,12 @@ impl Observer {
         occurrences
     }
 
+    /// The notifications a whole batch of occurrences (what [`Observer::poll`] and
+    /// [`Observer::report`] made) holds, for the VM called `vm`.
+    pub fn notices(&mut self, occurrences: &[Occurrence], vm: Option<&str>) -> Vec<Occurrence> {
+        self.notices.decide(occurrences, vm)
+    }
+
     /// Takes in what an output reported back, at `now`.
     pub fn report(&mut self, report: Report, now: DateTime<Utc>) -> Occurrence {
         Occurrence::Decision(match report {
@@ -143,7 +158,8 @@ impl Observer {
                 | Occurrence::DuplicateEventId(_)
                 | Occurrence::Events(_)
                 | Occurrence::Decision(_)
-                | Occurrence::ApprovalSending { .. } => continue,
+                | Occurrence::ApprovalSending { .. }
+                | Occurrence::Notify(_) => continue,
             };
             let span_ids = Arc::make_mut(&mut self.span_ids);
             span_ids.give(&event.id, vm, None);
@@ -177,7 +193,8 @@ impl Observer {
             | Occurrence::DuplicateEventId(_)
             | Occurrence::Events(_)
             | Occurrence::Decision(_)
-            | Occurrence::ApprovalSending { .. } => return None,
+            | Occurrence::ApprovalSending { .. }
+            | Occurrence::Notify(_) => return None,
         };
         let configured = match kind {
             HookKind::Prepare => self.prepare_hook,

@@ -14,6 +14,7 @@ use chrono::{DateTime, Utc};
 use crate::approval::{Decision, HookRun, PostFailure, Rule};
 use crate::boot::Restart;
 use crate::event::{Event, EventId};
+use crate::notices::Notice;
 use crate::tracker::{IncarnationChange, Tracked, Transition};
 use crate::view::{EventView, SpanIds, span_id_hex};
 use crate::wire;
@@ -99,6 +100,9 @@ pub enum Occurrence {
         rule: Rule,
         attempts: u32,
     },
+    /// A notification is to be sent to some receivers: recorded in the state file, when it is
+    /// one a restart would report again, before it is queued.
+    Notify(Notice),
 }
 
 /// What an output that acts (runs a hook, sends an approval) reports back once it is done. The

@@ -28,11 +28,20 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The fields of every notification: the event's view, as in the event's log line
 /// ([`EventView::FIELDS`]), with `timestamp` and `transition` before it and `changed` and
 /// `seen_started` after. A template may use these and `receiver`, nothing else.
-pub fn fields() -> impl Iterator<Item = &'static str> {
-    ["timestamp", "transition"]
-        .into_iter()
-        .chain(EventView::FIELDS)
-        .chain(["changed", "seen_started"])
+pub const FIELDS: [&str; 18] = notification_fields();
+
+const fn notification_fields() -> [&'static str; 18] {
+    let mut fields = [""; 18];
+    fields[0] = "timestamp";
+    fields[1] = "transition";
+    let mut i = 0;
+    while i < EventView::FIELDS.len() {
+        fields[2 + i] = EventView::FIELDS[i];
+        i += 1;
+    }
+    fields[16] = "changed";
+    fields[17] = "seen_started";
+    fields
 }
 
 /// What a notification can be about: the lifecycle transitions, and approvals.
@@ -437,14 +446,14 @@ fn check_template(text: &str) -> Result<(), String> {
         .undeclared_variables(false)
         .into_iter()
         .filter(|name| {
-            name != "receiver" && !fields().any(|field| field == name) && !globals.contains(name)
+            name != "receiver" && !FIELDS.contains(&name.as_str()) && !globals.contains(name)
         })
         .collect();
     unknown.sort();
     match unknown.first() {
         Some(name) => Err(format!(
             "unknown field {name:?} (fields: receiver, {})",
-            fields().collect::<Vec<_>>().join(", ")
+            FIELDS.join(", ")
         )),
         None => Ok(()),
     }

@@ -131,7 +131,8 @@ impl Output for Log {
                 // Said by the lines of the decisions and hooks they lead to.
                 Occurrence::EndedWhileDown(_)
                 | Occurrence::Events(_)
-                | Occurrence::ApprovalSending { .. } => {}
+                | Occurrence::ApprovalSending { .. }
+                | Occurrence::Notify(_) => {}
             }
         }
     }

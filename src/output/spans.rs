@@ -57,7 +57,8 @@ impl Output for Spans {
                 | Occurrence::Incarnation(_)
                 | Occurrence::DuplicateEventId(_)
                 | Occurrence::Events(_)
-                | Occurrence::ApprovalSending { .. } => {}
+                | Occurrence::ApprovalSending { .. }
+                | Occurrence::Notify(_) => {}
             }
         }
     }

@@ -11,7 +11,6 @@ use serde_json::{Value, json};
 
 use crate::config::notify::Format;
 use crate::event::EventType;
-use crate::tracker::Transition;
 use crate::view::EventView;
 
 /// One notification: a transition (or an approval) of one event, as this VM saw it.
@@ -43,17 +42,6 @@ impl Notification {
             changed,
             seen_started,
         }
-    }
-
-    /// The notification of a lifecycle transition.
-    pub fn of_transition(transition: &Transition, view: EventView, at: DateTime<Utc>) -> Self {
-        Self::new(
-            transition.kind(),
-            view,
-            transition.changed_fields(),
-            transition.seen_started(),
-            at,
-        )
     }
 
     /// One line for people: what happens to which VMs, and when.
@@ -241,7 +229,7 @@ fn pagerduty(notification: &Notification, summary: &str, routing_key: &str) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::notify::fields;
+    use crate::config::notify::FIELDS;
     use crate::event::{Document, Event};
 
     fn freeze() -> Option<Event> {
@@ -280,7 +268,7 @@ mod tests {
             .keys()
             .map(String::as_str)
             .collect();
-        let mut expected: Vec<&str> = fields().collect();
+        let mut expected = FIELDS.to_vec();
         expected.sort_unstable();
         let mut keys = keys;
         keys.sort_unstable();
