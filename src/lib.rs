@@ -32,6 +32,7 @@ pub(crate) mod notices;
 pub(crate) mod observer;
 pub(crate) mod occurrence;
 pub(crate) mod output;
+pub(crate) mod poll_loop;
 /// The notification metrics, for tests that check the exposition with receivers configured.
 pub use output::notify::metrics::NotifyMetrics;
 pub mod resources;
