@@ -6,7 +6,7 @@
 //! functional core, `observer` with `monitor`, [`tracker`] (each event's lifecycle, resumed
 //! after a restart) and `approval` (policy, takeover order, the decision machine), turns each
 //! poll into a list of `occurrence`s. [`agent`] runs the one poll loop and hands every list to
-//! the `output`s: log, [`metrics`], spans (`event_span`, exported by [`telemetry`] over OTLP
+//! the `output`s: log, [`metrics`], spans (`output::spans`, exported by [`telemetry`] over OTLP
 //! with the EventId as trace id, [`trace_id`]), the [`state`] file, hooks, approval POSTs and
 //! notifications (webhooks, Slack, Teams, PagerDuty), the last three off the loop. `server`
 //! serves `/metrics` and health; [`config`] turns the command line, the approval policy file,
@@ -21,7 +21,6 @@ pub(crate) mod boot;
 pub mod commands;
 pub mod config;
 pub mod event;
-pub(crate) mod event_span;
 pub(crate) mod health;
 pub mod imds;
 pub mod logging;

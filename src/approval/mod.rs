@@ -2,12 +2,11 @@
 //! decision machine ([`decide`]) that turns them into [`Decision`]s and commands.
 //!
 //! Nothing here does I/O: the approval output ([`crate::output::approval`]) sends the POSTs and
-//! the hooks output ([`crate::output::hooks`]) runs the [`hook`]s, each off the poll loop. Nothing
+//! the hooks output ([`crate::output::hooks`]) runs the hooks, each off the poll loop. Nothing
 //! is POSTed unless the mode is [`Mode::On`]; in [`Mode::DryRun`] the same decisions are made,
 //! logged and counted, and neither the approval hook runs nor anything is sent.
 
 pub mod decide;
-pub mod hook;
 pub mod policy;
 pub mod takeover;
 
@@ -18,7 +17,6 @@ use chrono::{DateTime, Utc};
 use crate::event::Event;
 use crate::imds::ImdsError;
 
-pub use hook::{HookFailure, HookKind, HookRun};
 pub use policy::{Rule, SkipReason, Verdict, WaitReason};
 
 /// First wait before retrying a failed POST; it doubles per attempt up to [`RETRY_MAX`].
@@ -177,6 +175,63 @@ pub struct PostFailure {
     pub error: String,
     /// Sending the same request again cannot succeed (a 4xx other than 429 and 410).
     pub refused: bool,
+}
+
+/// Which hook ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HookKind {
+    /// Before approving an event (drain, fail over, checkpoint); must succeed for the approval.
+    Approve,
+    /// When an event affecting this VM appears.
+    Prepare,
+    /// When an event affecting this VM completes (or is cancelled).
+    Recover,
+}
+
+impl HookKind {
+    pub const ALL: [HookKind; 3] = [HookKind::Approve, HookKind::Prepare, HookKind::Recover];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookKind::Approve => "approve",
+            HookKind::Prepare => "prepare",
+            HookKind::Recover => "recover",
+        }
+    }
+}
+
+/// Why a hook did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookFailure {
+    #[error("exited with {0}")]
+    Exit(String),
+    #[error("did not finish within {0:?} and was killed")]
+    Timeout(Duration),
+    #[error("could not run: {0}")]
+    Spawn(String),
+}
+
+impl HookFailure {
+    pub const KINDS: [&'static str; 3] = ["hook_failed", "hook_timeout", "hook_error"];
+
+    /// Bounded name for metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HookFailure::Exit(_) => "hook_failed",
+            HookFailure::Timeout(_) => "hook_timeout",
+            HookFailure::Spawn(_) => "hook_error",
+        }
+    }
+}
+
+/// What one run of a hook gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookRun {
+    pub kind: HookKind,
+    pub result: Result<(), HookFailure>,
+    pub elapsed: Duration,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 /// Wait before attempt `attempts + 1`: 1 s, 2 s, 4 s, ... up to 30 s.
