@@ -7,7 +7,7 @@
 //! to a cap so a broken endpoint cannot exhaust memory. Errors carry a bounded [`ImdsError::kind`].
 //!
 //! The client records every request it sends (the poll's GET, instance metadata, approval POSTs)
-//! in one place, [`ImdsClient::send`], through the [`RecordRequest`] it was given.
+//! in one place, `ImdsClient::recorded`, through the [`RecordRequest`] it was given.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -219,12 +219,18 @@ impl ImdsClient {
             http.response.status_code = tracing::field::Empty,
             error.type = tracing::field::Empty,
         );
+        let read = async {
+            let request = self.http.get(self.events_url.clone());
+            let body = self.exchange(request, timeout).await?;
+            if body == *last {
+                return Ok(Polled::Unchanged);
+            }
+            let document = Document::from_json(&body)?;
+            *last = body;
+            Ok(Polled::Changed(document))
+        };
         let result = self
-            .send(
-                Operation::Events,
-                self.http.get(self.events_url.clone()),
-                timeout,
-            )
+            .recorded(Operation::Events, read)
             .instrument(span.clone())
             .await;
         if !span.is_disabled() {
@@ -238,52 +244,50 @@ impl ImdsClient {
                 }
             };
         }
-        let body = result?;
-        if body == *last {
-            return Ok(Polled::Unchanged);
-        }
-        let document = Document::from_json(&body)?;
-        *last = body;
-        Ok(Polled::Changed(document))
+        result
     }
 
     /// Reads the `compute` section of instance metadata.
     pub async fn instance(&self, timeout: Duration) -> Result<wire::Compute, ImdsError> {
-        let request = self.http.get(self.instance_url.clone());
-        let body = self.send(Operation::Instance, request, timeout).await?;
-        serde_json::from_slice::<wire::InstanceMetadata>(&body)
-            .map(|metadata| metadata.compute)
-            .map_err(|error| ImdsError::Decode(format!("not instance metadata: {error}")))
+        let read = async {
+            let request = self.http.get(self.instance_url.clone());
+            let body = self.exchange(request, timeout).await?;
+            serde_json::from_slice::<wire::InstanceMetadata>(&body)
+                .map(|metadata| metadata.compute)
+                .map_err(|error| ImdsError::Decode(format!("not instance metadata: {error}")))
+        };
+        self.recorded(Operation::Instance, read).await
     }
 
     /// Approves one event: `POST {"StartRequests":[{"EventId":"..."}]}` with the id exactly as
     /// received. One event per request, so that an id IMDS refuses cannot hold back another.
     pub async fn approve(&self, event_id: &EventId, timeout: Duration) -> Result<(), ImdsError> {
-        let body = wire::StartRequests {
-            start_requests: vec![wire::StartRequest {
-                event_id: event_id.as_str().to_owned(),
-            }],
+        let post = async {
+            let body = wire::StartRequests {
+                start_requests: vec![wire::StartRequest {
+                    event_id: event_id.as_str().to_owned(),
+                }],
+            };
+            let body = serde_json::to_vec(&body).map_err(|e| ImdsError::Decode(e.to_string()))?;
+            let request = self
+                .http
+                .post(self.events_url.clone())
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body);
+            self.exchange(request, timeout).await.map(drop)
         };
-        let body = serde_json::to_vec(&body).map_err(|e| ImdsError::Decode(e.to_string()))?;
-        let request = self
-            .http
-            .post(self.events_url.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body);
-        self.send(Operation::Approve, request, timeout)
-            .await
-            .map(drop)
+        self.recorded(Operation::Approve, post).await
     }
 
-    /// Sends one request as `operation` and records it.
-    async fn send(
+    /// Runs one request as `operation`, answer read and decoded, and records it: the one place
+    /// every request's figures are recorded.
+    async fn recorded<T>(
         &self,
         operation: Operation,
-        request: reqwest::RequestBuilder,
-        timeout: Duration,
-    ) -> Result<Vec<u8>, ImdsError> {
+        request: impl std::future::Future<Output = Result<T, ImdsError>>,
+    ) -> Result<T, ImdsError> {
         let started = tokio::time::Instant::now();
-        let result = self.exchange(request, timeout).await;
+        let result = request.await;
         if let Some(recorder) = &self.recorder {
             recorder.record_request(operation, started.elapsed(), result.as_ref().err());
         }
