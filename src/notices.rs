@@ -14,30 +14,13 @@ use std::sync::Arc;
 use crate::approval::Outcome;
 use crate::config::notify::{Filter, NotifyConfig};
 use crate::event::{Affects, Event};
-use crate::occurrence::Occurrence;
+use crate::occurrence::{Notice, Occurrence};
 use crate::state::State;
 
 /// The transitions a restart reports again: an event still in the document is resumed as
 /// `scheduled` or `started`. Only these are remembered, so a restart never sends them twice;
 /// every other transition happens once (an event is updated as often as it changes).
 pub const REPLAYABLE: [&str; 2] = ["scheduled", "started"];
-
-/// One notification to send: a transition (or an approval) of one event, and who gets it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Notice {
-    /// `scheduled`, `started`, `updated`, `completed`, `cancelled` or `approved`.
-    pub transition: &'static str,
-    pub event: Event,
-    /// `updated`: the fields that changed, comma-separated.
-    pub changed: Option<String>,
-    /// `completed`: whether a document showed the event `Started`.
-    pub seen_started: Option<bool>,
-    /// The receivers it goes to, by name, in the order they are configured.
-    pub receivers: Vec<Arc<str>>,
-    /// Whether it is a [`REPLAYABLE`] transition, which the state file records as sent to
-    /// `receivers`.
-    pub recorded: bool,
-}
 
 /// The receivers' filters and what each was already sent.
 #[derive(Debug, Clone, Default)]

@@ -14,7 +14,6 @@ use chrono::{DateTime, Utc};
 use crate::approval::{Decision, HookRun, PostFailure, Rule};
 use crate::boot::Restart;
 use crate::event::{Event, EventId};
-use crate::notices::Notice;
 use crate::tracker::{IncarnationChange, Tracked, Transition};
 use crate::view::{EventView, SpanIds, span_id_hex};
 use crate::wire;
@@ -103,6 +102,23 @@ pub enum Occurrence {
     /// A notification is to be sent to some receivers: recorded in the state file, when it is
     /// one a restart would report again, before it is queued.
     Notify(Notice),
+}
+
+/// One notification to send: a transition (or an approval) of one event, and who gets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// `scheduled`, `started`, `updated`, `completed`, `cancelled` or `approved`.
+    pub transition: &'static str,
+    pub event: Event,
+    /// `updated`: the fields that changed, comma-separated.
+    pub changed: Option<String>,
+    /// `completed`: whether a document showed the event `Started`.
+    pub seen_started: Option<bool>,
+    /// The receivers it goes to, by name, in the order they are configured.
+    pub receivers: Vec<Arc<str>>,
+    /// Whether it is a transition a restart reports again ([`crate::notices::REPLAYABLE`]), which the state file records as sent to
+    /// `receivers`.
+    pub recorded: bool,
 }
 
 /// What an output that acts (runs a hook, sends an approval) reports back once it is done. The
