@@ -4,9 +4,8 @@
 //! state file keeps the id. The built binary, a real OTLP receiver, a webhook receiver, and the
 //! simulator failing instance metadata at first.
 
-mod common;
-#[path = "common/otlp.rs"]
-mod otlp;
+use crate::common;
+use crate::otlp;
 #[path = "notify/receiver.rs"]
 #[allow(dead_code, reason = "this test uses part of the webhook receiver")]
 mod receiver;
