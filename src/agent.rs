@@ -30,10 +30,10 @@ use crate::output::notify::Notify;
 use crate::output::notify::metrics::NotifyMetrics;
 use crate::output::spans::Spans;
 use crate::output::state::StateFile;
+use crate::output::state::store::{Opened, StateStore};
 use crate::output::{Outputs, Reports};
 use crate::poll_loop::{Poller, until_stopped};
 use crate::server::Endpoints;
-use crate::state::{Opened, StateStore};
 use crate::telemetry::{Telemetry, Traces, VmIdentity};
 
 /// A running agent.

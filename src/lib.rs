@@ -39,6 +39,8 @@ pub(crate) mod response;
 pub(crate) mod server;
 pub mod simulator;
 pub mod state;
+/// Reading and writing the state file (the state output's store), for tests and tools.
+pub use output::state::store as state_file;
 pub(crate) mod systemd;
 pub mod telemetry;
 pub mod trace_id;

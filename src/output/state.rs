@@ -13,10 +13,13 @@ use crate::approval::Outcome;
 use crate::event::EventId;
 use crate::metrics::Metrics;
 use crate::occurrence::{Context, Occurrence};
-use crate::state::{ApprovalRecord, ApprovalStatus, StateStore};
+use crate::state::{ApprovalRecord, ApprovalStatus};
 use crate::tracker::Tracked;
 
+use self::store::StateStore;
 use super::Output;
+
+pub mod store;
 
 #[derive(Debug)]
 pub struct StateFile {
