@@ -5,10 +5,8 @@
 //! simulator failing instance metadata at first.
 
 use crate::common;
+use crate::notify::receiver;
 use crate::otlp;
-#[path = "notify/receiver.rs"]
-#[allow(dead_code, reason = "this test uses part of the webhook receiver")]
-mod receiver;
 
 use std::collections::BTreeSet;
 
