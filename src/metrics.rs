@@ -1,4 +1,6 @@
-//! Every metric the agent exports: names, HELP, labels and buckets, defined in this one file.
+//! The agent's own metric families: names, HELP, labels and buckets of the IMDS, event, approval,
+//! state, OTLP and build series. The notification and Kubernetes outputs define and register
+//! theirs in their own rooms (`output/notify/metrics.rs`, `output/kubernetes/`).
 //!
 //! Counters and health gauges are updated by the poll loop. Everything derived from the current
 //! document (`pending` and the per-event series) is computed at scrape time from the last
