@@ -458,7 +458,10 @@ impl Metrics {
 
     pub fn record_transition(&self, transition: &Transition) {
         self.transitions
-            .with_label_values(&[transition.event().event_type.as_str(), transition.kind()])
+            .with_label_values(&[
+                transition.event().event_type.as_str(),
+                transition.kind().as_str(),
+            ])
             .inc();
     }
 

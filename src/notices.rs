@@ -65,7 +65,7 @@ impl Notices {
         for occurrence in occurrences {
             let found = match occurrence.lifecycle() {
                 Some(Lifecycle::Transition(transition)) => Some((
-                    transition.kind(),
+                    transition.kind().as_str(),
                     transition.event(),
                     transition.changed_fields(),
                     transition.seen_started(),
