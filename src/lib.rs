@@ -22,6 +22,7 @@ pub mod commands;
 pub mod config;
 pub mod event;
 pub(crate) mod event_span;
+pub mod file_input;
 pub(crate) mod health;
 pub mod imds;
 pub mod logging;

@@ -20,6 +20,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::event::{Affects, Event, EventId, EventStatus, EventType};
+use crate::file_input::{self, FileInputError};
 use crate::not_before::NotBefore;
 use crate::tracker::Tracked;
 
@@ -272,7 +273,7 @@ pub enum LoadError {
     )]
     Newer(u32),
     #[error("cannot read it: {0}")]
-    Io(#[from] std::io::Error),
+    Input(#[from] FileInputError),
 }
 
 /// What happened when the state file was opened, for one log line at start.
@@ -309,9 +310,30 @@ impl StateStore {
             written,
             healthy: true,
         };
-        match fs::read(path) {
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                (store(State::new(), None), Opened::Fresh)
+        match file_input::read(path, file_input::STATE_FILE) {
+            Err(error) if error.is_not_found() => (store(State::new(), None), Opened::Fresh),
+            // Writing over a device or a FIFO would replace it: state stays in memory.
+            Err(error @ FileInputError::NotRegular(_)) => {
+                let mut opened = Self::in_memory();
+                opened.healthy = false;
+                (
+                    opened,
+                    Opened::Replaced {
+                        error: LoadError::Input(error),
+                        aside: None,
+                    },
+                )
+            }
+            Err(error @ FileInputError::TooLarge { .. }) => {
+                let aside = sibling(path, "corrupt");
+                let aside = fs::rename(path, &aside).ok().map(|()| aside);
+                (
+                    store(State::new(), None),
+                    Opened::Replaced {
+                        error: LoadError::Input(error),
+                        aside,
+                    },
+                )
             }
             Err(error) => {
                 let mut opened = store(State::new(), None);
@@ -319,7 +341,7 @@ impl StateStore {
                 (
                     opened,
                     Opened::Replaced {
-                        error: LoadError::Io(error),
+                        error: LoadError::Input(error),
                         aside: None,
                     },
                 )

@@ -124,6 +124,9 @@ impl KubernetesArgs {
 
 /// A kubeconfig file, read and parsed.
 fn kubeconfig(path: PathBuf) -> Result<ApiServer, ConfigError> {
+    // kube reads the file itself (it resolves the relative paths inside), once it is checked.
+    crate::file_input::check(&path, crate::file_input::KUBECONFIG)
+        .map_err(|e| invalid("kubernetes.kubeconfig", format!("{}: {e}", path.display())))?;
     let file = kube::config::Kubeconfig::read_from(&path)
         .map_err(|e| invalid("kubernetes.kubeconfig", format!("{}: {e}", path.display())))?;
     Ok(ApiServer::Kubeconfig {

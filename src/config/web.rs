@@ -25,6 +25,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::{ConfigError, invalid, one_line};
+use crate::file_input;
 
 /// Default of `--web.max-requests`: node_exporter's.
 pub const DEFAULT_MAX_REQUESTS: usize = 40;
@@ -296,8 +297,10 @@ impl WebConfigFile {
 
     /// The configuration as the files say now.
     pub fn load(&self) -> Result<Arc<Loaded>, WebConfigError> {
-        let read =
-            |path: &Path| std::fs::read(path).map_err(|e| error(path, format!("cannot read: {e}")));
+        let read = |path: &Path| {
+            file_input::read(path, file_input::WEB_CONFIG)
+                .map_err(|e| error(path, format!("cannot read: {e}")))
+        };
         let text = read(&self.path)?;
         let parsed: File = if text.iter().all(u8::is_ascii_whitespace) {
             File::default()
