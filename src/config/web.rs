@@ -355,6 +355,20 @@ impl WebConfigFile {
                 ));
             }
         }
+        // Authentication can be changed or added at runtime, never dropped: an emptied or
+        // truncated file (an editor's truncating rewrite) must not open /metrics to anyone.
+        if users.is_empty()
+            && let Some((_, in_force)) = cache.as_ref()
+            && in_force.requires_auth()
+        {
+            tracing::warn!(
+                web_config_file = %self.path.display(),
+                "the web configuration file no longer has basic_auth_users: keeping the configuration in force (authentication is never dropped at runtime; restart the agent to remove it)"
+            );
+            let in_force = Arc::clone(in_force);
+            *cache = Some((sources, Arc::clone(&in_force)));
+            return Ok(in_force);
+        }
         let loaded = Arc::new(Loaded {
             tls,
             users,
