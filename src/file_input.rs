@@ -182,6 +182,14 @@ pub fn read_to_string(path: &Path, limit: Limit) -> Result<String, FileInputErro
 mod tests {
     use super::*;
 
+    /// A fresh directory of its own under the system's temporary directory.
+    fn temp_dir(name: &str) -> std::io::Result<std::path::PathBuf> {
+        let dir = std::env::temp_dir().join(format!("file-input-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+
     const SMALL: Limit = Limit {
         what: "test file",
         max_bytes: 8,
@@ -189,8 +197,8 @@ mod tests {
 
     #[test]
     fn a_file_within_its_cap_is_read_whole() -> Result<(), Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        let path = dir.path().join("f");
+        let dir = temp_dir("whole")?;
+        let path = dir.join("f");
         std::fs::write(&path, b"12345678")?;
         assert_eq!(read(&path, SMALL)?, b"12345678");
         Ok(())
@@ -198,8 +206,8 @@ mod tests {
 
     #[test]
     fn a_file_over_its_cap_is_refused_by_size() -> Result<(), Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        let path = dir.path().join("f");
+        let dir = temp_dir("size")?;
+        let path = dir.join("f");
         std::fs::write(&path, b"123456789")?;
         let error = read(&path, SMALL).err().ok_or("read")?;
         assert_eq!(
@@ -211,8 +219,8 @@ mod tests {
 
     #[test]
     fn a_directory_is_refused_by_kind() -> Result<(), Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        let error = read(dir.path(), SMALL).err().ok_or("read")?;
+        let dir = temp_dir("kind")?;
+        let error = read(&dir, SMALL).err().ok_or("read")?;
         assert!(matches!(
             error,
             FileInputError::NotRegular(FileType::Directory)

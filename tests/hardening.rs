@@ -7,8 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use azure_scheduled_events_exporter::simulator::{Fault, Scenario};
 use common::process::{AgentProcess, command};
-use common::{Imds, PATIENCE, TempDir, TestResult};
+use common::{Agent, Imds, PATIENCE, THIS_VM, TempDir, TestResult};
+
+const EVENT: &str = "5DD55B64-45AD-49D3-BBC9-F57D4EA97BD7";
 
 /// A directory with a FIFO (`fifo`) in it; nothing ever writes to the FIFO, so reading it would
 /// block forever.
@@ -118,14 +121,18 @@ fn a_flag_file_larger_than_its_cap_exits_64_naming_the_cap() -> TestResult {
     Ok(())
 }
 
-/// Scrapes until the exposition has `needle` (waiting at most [`PATIENCE`]).
-async fn wait_for_metric(process: AgentProcess, needle: &'static str) -> TestResult {
-    tokio::task::spawn_blocking(move || {
+/// Scrapes until the exposition has `needle` (waiting at most [`PATIENCE`]); hands the process
+/// back.
+async fn wait_for_metric(
+    process: AgentProcess,
+    needle: &'static str,
+) -> Result<AgentProcess, Box<dyn std::error::Error>> {
+    let process = tokio::task::spawn_blocking(move || {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let metrics = process.metrics().map_err(|e| e.to_string())?;
             if metrics.contains(needle) {
-                return Ok(());
+                return Ok(process);
             }
             if Instant::now() > deadline {
                 return Err(format!("no {needle:?} in {metrics}"));
@@ -134,7 +141,7 @@ async fn wait_for_metric(process: AgentProcess, needle: &'static str) -> TestRes
         }
     })
     .await??;
-    Ok(())
+    Ok(process)
 }
 
 /// The agent with `args` and `env`, polling a simulator.
@@ -246,5 +253,198 @@ async fn an_otlp_certificate_or_key_that_is_a_device_or_a_fifo_turns_traces_off_
             wait_for_metric(process, "azure_scheduled_events_up 1").await?;
         }
     }
+    Ok(())
+}
+
+#[test]
+fn absurd_operator_values_exit_64_with_one_line_naming_the_flag() -> TestResult {
+    let dir = TempDir::new("absurd-values")?;
+    let policy = dir.path("policy.yaml");
+    std::fs::write(&policy, "takeover_delay: 18446744073709551615s\n")?;
+    let policy = format!("--approve.policy-file={}", policy.display());
+    let receivers = dir.path("receivers.yaml");
+    std::fs::write(
+        &receivers,
+        "receivers:\n  - name: r\n    url: http://127.0.0.1:9/\n    timeout: 18446744073709551615s\n",
+    )?;
+    let receivers = format!("--notify.config-file={}", receivers.display());
+    let huge = "18446744073709551615s";
+    let mut cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--log.level=warning".into()], "--log.level"),
+        (vec!["--log.level=inf".into()], "--log.level"),
+        (vec!["--log.level=".into()], "--log.level"),
+        (vec!["--log.level=info,hyper=loud".into()], "--log.level"),
+        (vec!["--imds.max-backoff=6m".into()], "--imds.max-backoff"),
+        (vec!["--poll.interval=1h".into()], "--poll.interval"),
+        (vec!["--imds.timeout=6m".into()], "--imds.timeout"),
+        (
+            vec!["--imds.first-timeout=11m".into()],
+            "--imds.first-timeout",
+        ),
+        (
+            vec!["--approve.hook-timeout=2h".into()],
+            "--approve.hook-timeout",
+        ),
+        (vec!["--otlp.timeout=6m".into()], "--otlp.timeout"),
+        (vec![policy], "--approve.takeover-delay"),
+        (vec![receivers], "--notify.config-file"),
+        (
+            vec![
+                "--kubernetes.node-name=node-1".into(),
+                "--kubernetes.resync-interval=2h".into(),
+            ],
+            "--kubernetes.resync-interval",
+        ),
+    ];
+    for flag in [
+        "--poll.interval",
+        "--imds.timeout",
+        "--imds.first-timeout",
+        "--imds.max-backoff",
+        "--approve.hook-timeout",
+        "--approve.takeover-delay",
+        "--approve.freeze-max-duration",
+        "--otlp.timeout",
+        "--kubernetes.resync-interval",
+    ] {
+        cases.push((vec![format!("{flag}={huge}")], flag));
+    }
+    for (args, flag) in &cases {
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        args.push("--imds.url=http://127.0.0.1:9/");
+        let output = run_to_exit(command(&args))?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.trim_end().lines().count(),
+            1,
+            "{args:?}: one line: {stderr}"
+        );
+        assert!(stderr.contains(flag), "{args:?}: names {flag}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_429_with_a_huge_retry_after_does_not_stop_polling() -> TestResult {
+    let imds = Imds::start().await?;
+    let agent = Agent::start(&imds, &["--imds.max-backoff=1s"]).await?;
+    agent
+        .wait_for("a first document", |m| m.up() == Some(1.0))
+        .await?;
+    imds.sim.inject_fault(
+        Fault::status(429)
+            .with_retry_after(u64::from(u32::MAX))
+            .times(1),
+    );
+    agent
+        .wait_for("the 429 counted", |m| m.failures("http_429") >= 1.0)
+        .await?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        "events:\n  - {{ id: \"{EVENT}\", type: Reboot, source: User, resources: [{THIS_VM}], notice: 10m }}\n"
+    ))?);
+    agent
+        .wait_for("an event seen after the 429", |m| {
+            m.event_info(EVENT).is_some()
+        })
+        .await?;
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn credentials_in_the_imds_url_are_never_printed() -> TestResult {
+    let imds = Imds::start().await?;
+    let reachable = imds.url().replacen("http://", "http://agent:s3cret-pw@", 1);
+    // A reachable IMDS (the startup line, polls) and a dead one (connection errors).
+    for url in [reachable.as_str(), "http://agent:s3cret-pw@127.0.0.1:9"] {
+        let arg = format!("--imds.url={url}");
+        let process = AgentProcess::spawn(command(&[
+            &arg,
+            "--web.listen-address=127.0.0.1:0",
+            "--poll.interval=50ms",
+            "--imds.max-backoff=50ms",
+            "--log.level=debug",
+        ]))?;
+        let starting = process.starting();
+        assert!(
+            starting.to_string().contains("redacted@"),
+            "the URL is shown, its user redacted: {starting}"
+        );
+        // Polls answered, or failed three times: then every line printed so far.
+        let needle = if url == reachable {
+            "azure_scheduled_events_up 1"
+        } else {
+            "operation=\"events\",reason=\"connect\"} 3"
+        };
+        let process = wait_for_metric(process, needle).await?;
+        for line in process.lines_so_far()? {
+            assert!(!line.to_string().contains("s3cret"), "{line}");
+        }
+        let output = run_to_exit(command(&[&arg, "--poll.interval=fast"]))?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{stderr}");
+        assert!(
+            !stderr.contains("s3cret"),
+            "a config error does not repeat the URL: {stderr}"
+        );
+    }
+    let output = run_to_exit(command(&["--imds.url=http://agent:s3cret-pw@[::1"]))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+    Ok(())
+}
+
+fn send(process: &AgentProcess, signal: &str) -> TestResult {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &process.id().to_string()])
+        .status()?;
+    assert!(status.success(), "kill -{signal}");
+    Ok(())
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn sighup_and_sigusr1_are_ignored_and_sigquit_stops_gracefully() -> TestResult {
+    let imds = Imds::start().await?;
+    let process = spawn(&imds, &[], &[])?;
+    let mut process = tokio::task::spawn_blocking(move || -> Result<AgentProcess, String> {
+        for signal in ["HUP", "USR1"] {
+            send(&process, signal).map_err(|e| e.to_string())?;
+            let line = process.next_line_where(|l| {
+                l["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("ignoring the signal"))
+            })?;
+            assert_eq!(line["signal"], format!("SIG{signal}"), "{line}");
+        }
+        Ok(process)
+    })
+    .await??;
+    assert_eq!(
+        process.exited()?,
+        None,
+        "still running after SIGHUP and SIGUSR1"
+    );
+    let process = wait_for_metric(process, "azure_scheduled_events_up 1").await?;
+    send(&process, "QUIT")?;
+    let (mut process, stopped) = tokio::task::spawn_blocking(move || {
+        let line = process.next_line_where(|l| l["message"] == "stopped");
+        (process, line)
+    })
+    .await?;
+    stopped?;
+    let deadline = Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = process.exited()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            return Err("did not exit after SIGQUIT".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(0), "a graceful stop: {status:?}");
     Ok(())
 }

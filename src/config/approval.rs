@@ -242,9 +242,11 @@ impl ApproveArgs {
                 "must be at most 7 days",
             ));
         }
-        if self.hook_timeout.is_zero() {
-            return Err(invalid("approve.hook-timeout", "must be greater than zero"));
-        }
+        super::bounded(
+            "approve.hook-timeout",
+            self.hook_timeout,
+            Duration::from_secs(3600),
+        )?;
         let hook = |flag: &'static str, text: Option<String>| {
             text.map(|t| HookCommand::parse(&t).map_err(|e| invalid(flag, format!("{t:?}: {e}"))))
                 .transpose()

@@ -97,6 +97,11 @@ impl KubernetesArgs {
         if self.resync_interval < Duration::from_secs(1) {
             return Err(invalid("kubernetes.resync-interval", "must be at least 1s"));
         }
+        super::bounded(
+            "kubernetes.resync-interval",
+            self.resync_interval,
+            Duration::from_secs(3600),
+        )?;
         let api_server = match (self.kubeconfig, kube::Config::incluster()) {
             (Some(path), _) => kubeconfig(path)?,
             (None, Ok(config)) => ApiServer::InCluster(Box::new(config)),

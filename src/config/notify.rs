@@ -360,6 +360,9 @@ impl FileReceiver {
         let timeout = match self.timeout {
             None => DEFAULT_TIMEOUT,
             Some(text) => match duration(&text) {
+                Ok(value) if value > Duration::from_secs(300) => {
+                    return Err("timeout must be at most 5m".into());
+                }
                 Ok(value) if !value.is_zero() => value,
                 Ok(_) => return Err("timeout must be greater than zero".into()),
                 Err(e) => return Err(format!("timeout: {e}")),
