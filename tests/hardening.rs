@@ -448,3 +448,53 @@ async fn sighup_and_sigusr1_are_ignored_and_sigquit_stops_gracefully() -> TestRe
     assert_eq!(status.code(), Some(0), "a graceful stop: {status:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn six_hundred_unknown_event_types_add_one_transitions_series_not_six_hundred() -> TestResult
+{
+    let imds = Imds::start().await?;
+    let agent = Agent::start(&imds, &[]).await?;
+    agent
+        .wait_for("a first document", |m| m.up() == Some(1.0))
+        .await?;
+    let event = |i: usize| {
+        format!(
+            r#"{{"EventId":"C0000000-0000-4000-8000-{i:012}","EventStatus":"Scheduled","EventType":"Invented{i}","ResourceType":"VirtualMachine","Resources":["{THIS_VM}"],"NotBefore":"Mon, 11 Apr 2050 22:26:58 GMT","Description":"","EventSource":"Platform","DurationInSeconds":-1}}"#
+        )
+    };
+    // Six documents of 100 types each, one after the other: each type appears and goes.
+    for batch in 0..6 {
+        let events: Vec<String> = (batch * 100..(batch + 1) * 100).map(event).collect();
+        imds.sim.set_document(
+            format!(
+                r#"{{"DocumentIncarnation":{},"Events":[{}]}}"#,
+                batch + 2,
+                events.join(",")
+            )
+            .into(),
+        );
+        let scheduled = (batch as f64 + 1.0) * 100.0;
+        agent
+            .wait_for("the batch scheduled", |m| {
+                m.transitions("other", "scheduled") == scheduled
+            })
+            .await?;
+    }
+    let m = agent.metrics().await?;
+    let types: std::collections::BTreeSet<&str> =
+        m.0.lines()
+            .filter(|l| l.starts_with("azure_scheduled_events_transitions_total{"))
+            .filter_map(|l| l.split("event_type=\"").nth(1)?.split('"').next())
+            .collect();
+    assert!(
+        types.iter().all(|t| !t.starts_with("Invented")),
+        "no series per unknown type: {types:?}"
+    );
+    assert!(types.contains("other"), "{types:?}");
+    assert_eq!(
+        m.transitions("other", "cancelled"),
+        500.0,
+        "the first 500 left the document before their NotBefore"
+    );
+    agent.stop().await
+}
