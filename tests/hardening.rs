@@ -498,3 +498,37 @@ async fn six_hundred_unknown_event_types_add_one_transitions_series_not_six_hund
     );
     agent.stop().await
 }
+
+/// The peak resident memory of process `pid`, in kB (Linux).
+fn peak_rss_kb(pid: u32) -> Result<u64, Box<dyn std::error::Error>> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .ok_or("no VmHWM")?;
+    Ok(line.split_whitespace().nth(1).ok_or("no value")?.parse()?)
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_hook_printing_200_mb_is_read_only_as_far_as_its_log_excerpt() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        "events:\n  - {{ id: \"{EVENT}\", type: Reboot, source: User, resources: [{THIS_VM}], notice: 10m }}\n"
+    ))?);
+    let hook = r#"--approve.hook=["sh","-c","head -c 200000000 /dev/zero; head -c 200000000 /dev/zero >&2; exit 0"]"#;
+    let process = spawn(&imds, &["--approve", hook], &[])?;
+    let pid = process.id();
+    let process = wait_for_metric(
+        process,
+        r#"azure_scheduled_events_hook_runs_total{hook="approve",result="ok"} 1"#,
+    )
+    .await?;
+    let peak = peak_rss_kb(pid)?;
+    drop(process);
+    assert!(
+        peak < 100_000,
+        "400 MB of hook output took the agent to {peak} kB at its peak"
+    );
+    Ok(())
+}
