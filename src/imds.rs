@@ -191,6 +191,10 @@ impl ImdsClient {
     }
 
     /// The scheduled-events URL the client polls, any user and password in it redacted.
+    #[expect(
+        clippy::misnamed_getters,
+        reason = "the URL polled, as it may be shown: never the one holding a password"
+    )]
     pub fn events_url(&self) -> &Url {
         &self.shown_url
     }

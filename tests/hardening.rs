@@ -42,8 +42,11 @@ fn run_to_exit(mut command: Command) -> Result<Output, Box<dyn std::error::Error
     Ok(child.wait_with_output()?)
 }
 
+/// A way to name a file: flags, environment variables, and the flag an error names.
+type FileCase = (Vec<String>, Vec<(&'static str, String)>, &'static str);
+
 /// The flag files whose refusal exits 64, each with the flags it needs to be read at all.
-fn flag_files(path: &Path) -> Vec<(Vec<String>, Vec<(&'static str, String)>, &'static str)> {
+fn flag_files(path: &Path) -> Vec<FileCase> {
     let p = path.display().to_string();
     vec![
         (
