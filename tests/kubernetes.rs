@@ -794,13 +794,14 @@ async fn outside_a_pod_the_kubeconfig_named_by_kubeconfig_is_used() -> TestResul
         AgentProcess::spawn(command).map_err(|e| e.to_string())
     })
     .await??;
-    let seen = eventually("the condition True", || {
+    // The Event is created after the condition is written: wait for both before stopping.
+    let seen = eventually("the condition True and its Event", || {
         cluster.reason().as_deref() == Some("RebootScheduled")
+            && cluster.event_reasons() == ["RebootScheduled"]
     })
     .await;
     process.terminate()?;
     seen?;
-    assert_eq!(cluster.event_reasons(), ["RebootScheduled"]);
     Ok(())
 }
 
