@@ -40,8 +40,8 @@ cargo +nightly fuzz run "$target" "$corpus" -- \
     -max_total_time="$seconds" -max_len=65536 -print_final_stats=1 2>&1 | tee "$log" >/dev/null ||
     status=$?
 
-executions=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{print $2}' | tail -1)
-rate=$(grep -o 'stat::average_exec_per_sec: [0-9]*' "$log" | awk '{print $2}' | tail -1)
+executions=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | awk '{print $2}' | tail -1)
+rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | awk '{print $2}' | tail -1)
 coverage=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | awk '{print $2}')
 echo "fuzz target:   $target"
 echo "time:          ${seconds}s"
