@@ -535,3 +535,32 @@ async fn a_hook_printing_200_mb_is_read_only_as_far_as_its_log_excerpt() -> Test
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_state_file_over_its_cap_is_set_aside_and_the_agent_starts_fresh() -> TestResult {
+    let imds = Imds::start().await?;
+    let dir = TempDir::new("state-cap")?;
+    let path = dir.path("state.json");
+    std::fs::write(&path, vec![b' '; 5 << 20])?;
+    let path_text = path.display().to_string();
+    let process = spawn(
+        &imds,
+        &[],
+        &[("AZURE_SCHEDULED_EVENTS_STATE_FILE", &path_text)],
+    )?;
+    let (_process, line) = tokio::task::spawn_blocking(move || {
+        let line =
+            process.next_line_where(|l| l["message"] == "state file not usable: starting fresh");
+        (process, line)
+    })
+    .await?;
+    let line = line?;
+    assert!(
+        line["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("larger than 4194304 bytes")),
+        "{line}"
+    );
+    assert!(dir.path("state.json.corrupt").exists(), "set aside: {line}");
+    Ok(())
+}
