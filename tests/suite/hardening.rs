@@ -1,7 +1,7 @@
 //! What an outsider or a careless operator controls cannot hang, exhaust or open the agent: file
 //! inputs that are devices or FIFOs, absurd flag values, credentials in URLs, signals.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
