@@ -661,10 +661,11 @@ async fn dropped_events_are_logged_once_a_minute_not_one_line_each() -> TestResu
     cluster.api.hang();
     let imds = Imds::start().await?;
     // 100 events naming this VM: 100 Kubernetes Events for a queue of 64.
-    let events: Vec<String> = (0..100)
+    let events: Vec<serde_json::Value> = (0..100)
         .map(|i| {
-            reboot("Scheduled", THIS_VM)
-                .replace(REBOOT, &format!("B0000000-0000-4000-8000-{i:012}"))
+            let mut event = reboot("Scheduled", THIS_VM);
+            event["EventId"] = format!("B0000000-0000-4000-8000-{i:012}").into();
+            event
         })
         .collect();
     imds.sim.set_document(document(1, &events));
