@@ -509,3 +509,62 @@ async fn poll_to_alertmanager_latency_over_200_transitions() -> TestResult {
     );
     agent.stop().await
 }
+
+/// `amtool` with `args`, run in the repository: whether it succeeded, and what it said.
+fn amtool(args: &[&str]) -> Result<(bool, String), String> {
+    let output = Command::new("amtool")
+        .args(args)
+        .current_dir(crate::ops::repo())
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            format!("amtool is required (Debian package prometheus-alertmanager; .ci/run installs it): {e}")
+        })?;
+    Ok((
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    ))
+}
+
+#[test]
+fn the_example_route_passes_amtool_groups_by_event_and_pages_only_for_critical() -> TestResult {
+    let example = "examples/alertmanager-agent-route.yml";
+    let (ok, report) = amtool(&["check-config", example])?;
+    assert!(ok, "amtool check-config {example}:\n{report}");
+    let config = crate::ops::yaml(&crate::ops::repo().join(example))?;
+    let route = config["route"]["routes"]
+        .as_array()
+        .and_then(|routes| {
+            routes.iter().find(|r| {
+                r["matchers"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|m| m == "alertname=\"AzureScheduledEvent\""))
+            })
+        })
+        .ok_or("no route for AzureScheduledEvent")?;
+    assert_eq!(
+        route["group_by"],
+        serde_json::json!(["event_id"]),
+        "{route:?}"
+    );
+    let file = format!("--config.file={example}");
+    for (severity, receiver) in [("critical", "pager"), ("warning", "chat"), ("info", "chat")] {
+        let (ok, report) = amtool(&[
+            "config",
+            "routes",
+            "test",
+            &file,
+            &format!("--verify.receivers={receiver}"),
+            "alertname=AzureScheduledEvent",
+            &format!("severity={severity}"),
+            &format!("event_id={EVENT}"),
+            "vm_name=pool_1",
+        ])?;
+        assert!(ok, "a {severity} alert goes to {receiver}:\n{report}");
+    }
+    Ok(())
+}
