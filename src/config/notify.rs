@@ -87,8 +87,8 @@ pub struct NotifyArgs {
         value_delimiter = ','
     )]
     pub webhook_urls: Vec<String>,
-    /// Receivers file (YAML): named receivers with format (json, slack, teams, pagerduty), URL or
-    /// url_file, template, headers and filters (docs/notifications.md).
+    /// Receivers file (YAML): named receivers with format (json, slack, teams, pagerduty,
+    /// alertmanager), URL or url_file, template, headers and filters (docs/notifications.md).
     #[arg(
         id = "notify.config-file",
         long = "notify.config-file",
@@ -689,6 +689,84 @@ mod tests {
         for template in templates {
             assert_eq!(check_template(template), Ok(()), "{template}");
         }
+    }
+
+    #[test]
+    fn the_default_runbook_url_is_the_mixins_base_and_a_runbook_section() {
+        let mixin = include_str!("../../mixin/config.libsonnet");
+        let (base, section) = DEFAULT_RUNBOOK_URL
+            .split_once('#')
+            .unwrap_or((DEFAULT_RUNBOOK_URL, ""));
+        assert!(
+            mixin.contains(&format!("runbookUrlBase: '{base}#'")),
+            "{base} is not the mixin's runbookUrlBase"
+        );
+        let runbook = include_str!("../../docs/runbook.md");
+        assert!(
+            runbook
+                .lines()
+                .filter_map(|l| l.strip_prefix("## "))
+                .any(|heading| heading.to_ascii_lowercase().replace(' ', "-") == section),
+            "docs/runbook.md has no section #{section}"
+        );
+    }
+
+    #[test]
+    fn alertmanager_and_pagerduty_settings_are_checked() {
+        let resolve = |yaml: &str| {
+            serde_norway::from_str::<FileReceiver>(yaml)
+                .map_err(|e| e.to_string())
+                .and_then(FileReceiver::resolve)
+        };
+        let am = resolve(
+            "name: am\nformat: alertmanager\nurls: [http://a:9093, 'http://b:9093/am/']\nseverities: {reboot: Critical}",
+        );
+        let am = am.unwrap_or_else(|e| panic!("{e}"));
+        let urls: Vec<&str> = am.urls.iter().map(|u| u.as_str()).collect();
+        assert_eq!(
+            urls,
+            [
+                "http://a:9093/api/v2/alerts",
+                "http://b:9093/am/api/v2/alerts"
+            ]
+        );
+        assert_eq!(am.severities.get("Reboot"), Some(&"critical"));
+        assert_eq!(am.resend_interval, DEFAULT_RESEND_INTERVAL);
+        assert!(am.filter.replay && am.filter.advisories);
+        assert!(am.filter.transitions.contains(&"updated"));
+        for (yaml, problem) in [
+            (
+                "name: x\nformat: slack\nurls: [http://a]",
+                "urls is for format alertmanager only",
+            ),
+            (
+                "name: x\nformat: alertmanager\nurl: http://a\ntransitions: [scheduled]",
+                "no template_file nor transitions",
+            ),
+            (
+                "name: x\nformat: alertmanager\nurl: http://a\nresend_interval: 0s",
+                "greater than zero",
+            ),
+            ("name: x\nformat: alertmanager\nurls: []", "urls is empty"),
+            (
+                "name: x\nformat: pagerduty\nrouting_key: k\nseverities: {Reboot: loud}",
+                "not one of critical",
+            ),
+            (
+                "name: x\nformat: json\nurl: http://a\ndedup_key: event",
+                "pagerduty only",
+            ),
+        ] {
+            let error = resolve(yaml).err().unwrap_or_default();
+            assert!(error.contains(problem), "{yaml}: {error}");
+        }
+        let pd = resolve("name: pd\nformat: pagerduty\nrouting_key: k")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(pd.dedup_key, Dedup::Event);
+        assert!(
+            !pd.filter.advisories,
+            "an advisory never opens an incident by default"
+        );
     }
 
     #[test]
