@@ -23,6 +23,7 @@ pub(crate) mod boot;
 pub mod commands;
 pub mod config;
 pub mod event;
+pub mod file_input;
 pub(crate) mod health;
 pub mod imds;
 pub mod logging;

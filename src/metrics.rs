@@ -462,11 +462,14 @@ impl Metrics {
     }
 
     pub fn record_transition(&self, transition: &Transition) {
+        // Azure may invent types: one `other` series for all of them, or the counter would keep
+        // a series per type ever seen.
+        let event_type = match &transition.event().event_type {
+            EventType::Other(_) => "other",
+            known => known.as_str(),
+        };
         self.transitions
-            .with_label_values(&[
-                transition.event().event_type.as_str(),
-                transition.kind().as_str(),
-            ])
+            .with_label_values(&[event_type, transition.kind().as_str()])
             .inc();
     }
 

@@ -73,7 +73,16 @@ pub async fn run(
             let _ = stdin.write_all(&body).await;
             let _ = stdin.shutdown().await;
         }
-        child.wait_with_output().await
+        // Both pipes are drained to their end, so the hook never blocks on a full pipe, but
+        // only what the log line shows is kept: a hook printing gigabytes costs no memory.
+        let stdout = read_capped(child.stdout.take());
+        let stderr = read_capped(child.stderr.take());
+        let (stdout, stderr, status) = tokio::join!(stdout, stderr, child.wait());
+        status.map(|status| std::process::Output {
+            status,
+            stdout,
+            stderr,
+        })
     };
     // On timeout the future, and with it the child, is dropped: kill_on_drop kills it, and
     // kill_group what it started.
@@ -152,6 +161,23 @@ pub fn wire_event(event: &Event) -> wire::ScheduledEvent {
         event_source: event.source.as_ref().map(|s| s.as_str().to_owned()),
         duration_in_seconds: event.duration.map(|d| d.0),
     }
+}
+
+/// The start of what `pipe` gives until it closes: enough for [`capped`] to show
+/// [`OUTPUT_CAP`] bytes and tell that there was more.
+async fn read_capped(pipe: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
+    use tokio::io::AsyncReadExt as _;
+    const KEPT: usize = OUTPUT_CAP + 64;
+    let mut kept = Vec::new();
+    let Some(mut pipe) = pipe else {
+        return kept;
+    };
+    let mut buffer = [0u8; 8192];
+    while let Ok(n @ 1..) = pipe.read(&mut buffer).await {
+        let room = KEPT.saturating_sub(kept.len());
+        kept.extend_from_slice(&buffer[..n.min(room)]);
+    }
+    kept
 }
 
 fn capped(bytes: &[u8]) -> String {
