@@ -243,8 +243,12 @@ async fn outputs(
             );
         }
         let notify_metrics = NotifyMetrics::register(metrics.registry(), &receivers)?;
+        #[cfg(feature = "kubernetes")]
+        let node = config.kubernetes.as_ref().map(|k| k.node_name.as_str());
+        #[cfg(not(feature = "kubernetes"))]
+        let node = None;
         outputs = outputs.with(
-            Notify::start(&config.notify, notify_metrics)
+            Notify::start(&config.notify, node, notify_metrics)
                 .context("cannot set up a notification receiver")?,
         );
     }

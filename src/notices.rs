@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::approval::Outcome;
-use crate::config::notify::{Filter, NotifyConfig};
+use crate::config::notify::{Filter, NotifyConfig, is_advisory};
 use crate::event::{Affects, Event};
 use crate::occurrence::{Lifecycle, Notice, Occurrence};
 use crate::state::State;
@@ -122,7 +122,9 @@ impl Notices {
             if !wants(filter, transition, event, affects) {
                 continue;
             }
-            if recorded {
+            // A receiver that replays (Alertmanager: the same alert again is no new alert) gets
+            // a resumed event again after a restart, to keep its alert active.
+            if recorded && !filter.replay {
                 let sent = self
                     .sent
                     .entry(event.id.as_str().to_owned())
@@ -158,6 +160,7 @@ fn wants(filter: &Filter, transition: &str, event: &Event, affects: Affects) -> 
                 .is_some_and(|s| filter.event_sources.contains(s)))
         // While this VM's name is unknown, every event may be this VM's.
         && (!filter.this_vm_only || affects != Affects::No)
+        && (filter.advisories || !is_advisory(event.event_type.as_str(), event.status.as_str()))
 }
 
 #[cfg(test)]
@@ -173,22 +176,14 @@ mod tests {
     }
 
     fn receiver(name: &str, transitions: &[&'static str], this_vm_only: bool) -> Receiver {
-        Receiver {
-            name: name.to_owned(),
-            format: Format::Json,
-            url: reqwest::Url::parse("http://127.0.0.1:9/").unwrap_or_else(|e| panic!("{e}")),
-            headers: Vec::new(),
-            template: None,
-            routing_key: None,
-            ca_pem: None,
-            timeout: std::time::Duration::from_secs(1),
-            filter: Filter {
-                transitions: transitions.to_vec(),
-                event_types: Vec::new(),
-                event_sources: Vec::new(),
-                this_vm_only,
-            },
-        }
+        let mut receiver = Receiver::new(
+            name,
+            Format::Json,
+            reqwest::Url::parse("http://127.0.0.1:9/").unwrap_or_else(|e| panic!("{e}")),
+        );
+        receiver.filter.transitions = transitions.to_vec();
+        receiver.filter.this_vm_only = this_vm_only;
+        receiver
     }
 
     fn config(receivers: Vec<Receiver>) -> NotifyConfig {

@@ -23,6 +23,14 @@ use crate::view::EventView;
 /// Where PagerDuty's Events API v2 takes events.
 pub const PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";
 
+/// How often an Alertmanager receiver re-sends its active alerts unless it says otherwise:
+/// Prometheus' resend delay.
+pub const DEFAULT_RESEND_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Where an alert's `runbook_url` points unless a receiver says otherwise: the runbook's section
+/// on the agent's own alerts, at the base the monitoring mixin uses (`runbookUrlBase`).
+pub const DEFAULT_RUNBOOK_URL: &str = "https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledevent";
+
 /// Time one delivery attempt has, unless a receiver says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -59,6 +67,17 @@ pub const TRANSITIONS: [&str; 6] = [
 /// moving is news for dashboards, not for a chat channel) and without approvals.
 const DEFAULT_TRANSITIONS: [&str; 4] = ["scheduled", "started", "completed", "cancelled"];
 
+/// What an `alertmanager` receiver gets, always: the whole lifecycle, `updated` included (the
+/// alert's annotations follow the event); an approval is no alert.
+const ALERT_TRANSITIONS: [&str; 5] = ["scheduled", "started", "updated", "completed", "cancelled"];
+
+fn default_transitions(format: Format) -> Vec<&'static str> {
+    match format {
+        Format::Alertmanager => ALERT_TRANSITIONS.to_vec(),
+        _ => DEFAULT_TRANSITIONS.to_vec(),
+    }
+}
+
 /// The `--notify.*` flags.
 #[derive(Debug, Clone, Args)]
 pub struct NotifyArgs {
@@ -69,8 +88,8 @@ pub struct NotifyArgs {
         value_delimiter = ','
     )]
     pub webhook_urls: Vec<String>,
-    /// Receivers file (YAML): named receivers with format (json, slack, teams, pagerduty), URL or
-    /// url_file, template, headers and filters (docs/notifications.md).
+    /// Receivers file (YAML): named receivers with format (json, slack, teams, pagerduty,
+    /// alertmanager), URL or url_file, template, headers and filters (docs/notifications.md).
     #[arg(
         id = "notify.config-file",
         long = "notify.config-file",
@@ -91,6 +110,8 @@ pub enum Format {
     Teams,
     /// PagerDuty Events API v2: trigger, then resolve.
     Pagerduty,
+    /// Alertmanager's API (`/api/v2/alerts`): one alert per event and VM, re-sent while active.
+    Alertmanager,
 }
 
 impl Format {
@@ -100,6 +121,7 @@ impl Format {
             Format::Slack => "slack",
             Format::Teams => "teams",
             Format::Pagerduty => "pagerduty",
+            Format::Alertmanager => "alertmanager",
         }
     }
 }
@@ -115,6 +137,59 @@ pub struct Filter {
     pub event_sources: Vec<EventSource>,
     /// Only events whose `Resources` name this VM (the default).
     pub this_vm_only: bool,
+    /// Advisories (a Spot rebalance recommendation, an EventStatus other than Scheduled or
+    /// Started) too: every format but `pagerduty`, which gets them only when `event_types`
+    /// lists their type (an advisory never opens an incident by default).
+    pub advisories: bool,
+    /// The replayable transitions are sent again after a restart: for `alertmanager`, whose
+    /// alerts are idempotent (the same labels are the same alert) and must be re-sent to stay
+    /// active.
+    pub replay: bool,
+}
+
+/// Whether an event of `event_type` in `event_status` is an advisory: nothing happens to the
+/// VM because of it (a Spot rebalance recommendation, or a status other than Scheduled/Started).
+pub fn is_advisory(event_type: &str, event_status: &str) -> bool {
+    event_type.eq_ignore_ascii_case("SpotRebalanceRecommendation")
+        || !(event_status.eq_ignore_ascii_case("Scheduled")
+            || event_status.eq_ignore_ascii_case("Started"))
+}
+
+/// PagerDuty's and Alertmanager's severities, in their order.
+pub const SEVERITIES: [&str; 4] = ["critical", "error", "warning", "info"];
+
+/// The severity of an event of `event_type` (in `event_status`) for a receiver whose
+/// `severities` override the paging policy (docs/runbook.md): one VM's event is never
+/// `critical`; a Spot eviction (Preempt) is `info`, as is an advisory whatever is configured;
+/// every other type is `warning`.
+pub fn severity(
+    severities: &BTreeMap<String, &'static str>,
+    event_type: &str,
+    event_status: &str,
+) -> &'static str {
+    if is_advisory(event_type, event_status) {
+        return "info";
+    }
+    if let Some(severity) = severities
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(event_type))
+        .map(|(_, severity)| *severity)
+    {
+        return severity;
+    }
+    match EventType::parse(event_type) {
+        EventType::Preempt => "info",
+        _ => "warning",
+    }
+}
+
+/// PagerDuty's `dedup_key`: one incident per event (all its VMs), or one per event and VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dedup {
+    #[default]
+    Event,
+    EventAndVm,
 }
 
 /// A template, checked at startup.
@@ -140,9 +215,47 @@ pub struct Receiver {
     pub ca_pem: Option<Vec<u8>>,
     pub timeout: Duration,
     pub filter: Filter,
+    /// `alertmanager`: every Alertmanager of the cluster (`url` is the first); each gets every
+    /// alert.
+    pub urls: Vec<Url>,
+    /// `alertmanager`: how often active alerts are re-sent.
+    pub resend_interval: Duration,
+    /// `alertmanager`: the alerts' `runbook_url`.
+    pub runbook_url: String,
+    /// `alertmanager`, `pagerduty`: severity by event type, over the paging policy's.
+    pub severities: BTreeMap<String, &'static str>,
+    /// `pagerduty`: one incident per event (the default) or per event and VM.
+    pub dedup_key: Dedup,
 }
 
 impl Receiver {
+    /// A receiver of `format` at `url` with every other setting at its default.
+    pub fn new(name: &str, format: Format, url: Url) -> Self {
+        Self {
+            name: name.to_owned(),
+            format,
+            urls: vec![url.clone()],
+            url,
+            headers: Vec::new(),
+            template: None,
+            routing_key: None,
+            ca_pem: None,
+            timeout: DEFAULT_TIMEOUT,
+            filter: Filter {
+                transitions: default_transitions(format),
+                event_types: Vec::new(),
+                event_sources: Vec::new(),
+                this_vm_only: true,
+                advisories: format != Format::Pagerduty,
+                replay: format == Format::Alertmanager,
+            },
+            resend_interval: DEFAULT_RESEND_INTERVAL,
+            runbook_url: DEFAULT_RUNBOOK_URL.to_owned(),
+            severities: BTreeMap::new(),
+            dedup_key: Dedup::Event,
+        }
+    }
+
     /// The URL without path, query or credentials: what logs may show.
     pub fn endpoint(&self) -> String {
         format!(
@@ -195,7 +308,13 @@ struct FileReceiver {
     #[serde(default = "json")]
     format: Format,
     url: Option<String>,
+    urls: Option<Vec<String>>,
     url_file: Option<PathBuf>,
+    resend_interval: Option<String>,
+    runbook_url: Option<String>,
+    #[serde(default)]
+    severities: BTreeMap<String, String>,
+    dedup_key: Option<Dedup>,
     template_file: Option<PathBuf>,
     #[serde(default)]
     headers: BTreeMap<String, HeaderSource>,
@@ -238,22 +357,11 @@ impl NotifyArgs {
             if url.is_empty() {
                 continue;
             }
-            receivers.push(Receiver {
-                name: format!("webhook-{}", index + 1),
-                format: Format::Json,
-                url: parse_url(url).map_err(|reason| invalid("notify.webhook-url", reason))?,
-                headers: Vec::new(),
-                template: None,
-                routing_key: None,
-                ca_pem: None,
-                timeout: DEFAULT_TIMEOUT,
-                filter: Filter {
-                    transitions: DEFAULT_TRANSITIONS.to_vec(),
-                    event_types: Vec::new(),
-                    event_sources: Vec::new(),
-                    this_vm_only: true,
-                },
-            });
+            receivers.push(Receiver::new(
+                &format!("webhook-{}", index + 1),
+                Format::Json,
+                parse_url(url).map_err(|reason| invalid("notify.webhook-url", reason))?,
+            ));
         }
         if let Some(path) = &self.config_file {
             let text = file_input::read_to_string(path, file_input::NOTIFY_RECEIVERS)
@@ -293,14 +401,83 @@ impl FileReceiver {
         {
             return Err("name must be letters, digits, '-', '_' or '.'".into());
         }
-        let url = match (self.url, &self.url_file, self.format) {
-            (Some(_), Some(_), _) => return Err("give url or url_file, not both".into()),
-            (Some(url), None, _) => url,
-            (None, Some(path), _) => read_secret(path)?,
-            (None, None, Format::Pagerduty) => PAGERDUTY_URL.to_owned(),
-            (None, None, _) => return Err("url or url_file is required".into()),
+        let alertmanager = self.format == Format::Alertmanager;
+        let urls = match (self.url, self.urls, &self.url_file, self.format) {
+            (Some(_), Some(_), _, _) | (Some(_), _, Some(_), _) | (_, Some(_), Some(_), _) => {
+                return Err("give one of url, urls and url_file".into());
+            }
+            (None, Some(_), None, format) if format != Format::Alertmanager => {
+                return Err("urls is for format alertmanager only".into());
+            }
+            (None, Some(urls), None, _) if urls.is_empty() => {
+                return Err("urls is empty".into());
+            }
+            (None, Some(urls), None, _) => urls,
+            (Some(url), None, None, _) => vec![url],
+            (None, None, Some(path), _) => vec![read_secret(path)?],
+            (None, None, None, Format::Pagerduty) => vec![PAGERDUTY_URL.to_owned()],
+            (None, None, None, _) => return Err("url or url_file is required".into()),
         };
-        let url = parse_url(&url)?;
+        let urls = urls
+            .iter()
+            .map(|url| parse_url(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let urls = if alertmanager {
+            urls.into_iter()
+                .map(alerts_endpoint)
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            urls
+        };
+        let Some(url) = urls.first().cloned() else {
+            return Err("url or url_file is required".into());
+        };
+        if !alertmanager && (self.resend_interval.is_some() || self.runbook_url.is_some()) {
+            return Err("resend_interval and runbook_url are for format alertmanager only".into());
+        }
+        if self.format != Format::Pagerduty && self.dedup_key.is_some() {
+            return Err("dedup_key is for format pagerduty only".into());
+        }
+        if !matches!(self.format, Format::Pagerduty | Format::Alertmanager)
+            && !self.severities.is_empty()
+        {
+            return Err("severities is for formats pagerduty and alertmanager only".into());
+        }
+        if alertmanager && (self.template_file.is_some() || self.transitions.is_some()) {
+            return Err(
+                "an alertmanager receiver takes no template_file nor transitions: its alerts follow the whole lifecycle".into(),
+            );
+        }
+        let mut severities = BTreeMap::new();
+        for (event_type, severity) in &self.severities {
+            let event_type = EventType::parse_known(event_type)
+                .map_err(|e| format!("severities: event type {e}"))?;
+            let severity = SEVERITIES
+                .iter()
+                .find(|known| known.eq_ignore_ascii_case(severity.trim()))
+                .copied()
+                .ok_or_else(|| {
+                    format!(
+                        "severities: {severity:?} is not one of {}",
+                        SEVERITIES.join(", ")
+                    )
+                })?;
+            severities.insert(event_type.as_str().to_owned(), severity);
+        }
+        let resend_interval = match self.resend_interval {
+            None => DEFAULT_RESEND_INTERVAL,
+            Some(text) => match duration(&text) {
+                Ok(value) if !value.is_zero() => value,
+                Ok(_) => return Err("resend_interval must be greater than zero".into()),
+                Err(e) => return Err(format!("resend_interval: {e}")),
+            },
+        };
+        let runbook_url = match self.runbook_url {
+            None => DEFAULT_RUNBOOK_URL.to_owned(),
+            Some(text) => parse_url(&text)
+                .map_err(|reason| format!("runbook_url: {reason}"))?
+                .to_string(),
+        };
         let routing_key = match (self.routing_key, &self.routing_key_file) {
             (Some(_), Some(_)) => {
                 return Err("give routing_key or routing_key_file, not both".into());
@@ -316,7 +493,7 @@ impl FileReceiver {
             (Format::Pagerduty, Some(key)) if key.trim().is_empty() => {
                 return Err("routing_key is empty".into());
             }
-            (Format::Json | Format::Slack | Format::Teams, Some(_)) => {
+            (Format::Json | Format::Slack | Format::Teams | Format::Alertmanager, Some(_)) => {
                 return Err("routing_key is for format pagerduty only".into());
             }
             _ => {}
@@ -366,7 +543,7 @@ impl FileReceiver {
             },
         };
         let transitions = match self.transitions {
-            None => DEFAULT_TRANSITIONS.to_vec(),
+            None => default_transitions(self.format),
             Some(listed) => listed
                 .iter()
                 .map(|t| {
@@ -380,11 +557,16 @@ impl FileReceiver {
                 })
                 .collect::<Result<_, _>>()?,
         };
-        let event_types = self
+        let event_types: Vec<EventType> = self
             .event_types
             .iter()
             .map(|name| EventType::parse_known(name).map_err(|e| format!("event type {e}")))
             .collect::<Result<_, _>>()?;
+        // PagerDuty gets an advisory only when its type is listed.
+        let advisories = self.format != Format::Pagerduty
+            || event_types
+                .iter()
+                .any(|t| is_advisory(t.as_str(), "Scheduled"));
         let event_sources = self
             .event_sources
             .iter()
@@ -404,7 +586,14 @@ impl FileReceiver {
                 event_types,
                 event_sources,
                 this_vm_only: self.this_vm_only,
+                advisories,
+                replay: alertmanager,
             },
+            urls,
+            resend_interval,
+            runbook_url,
+            severities,
+            dedup_key: self.dedup_key.unwrap_or_default(),
         })
     }
 }
@@ -415,6 +604,18 @@ fn parse_url(text: &str) -> Result<Url, String> {
     if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
         return Err("not an http:// or https:// URL".into());
     }
+    Ok(url)
+}
+
+/// Alertmanager's alerts endpoint under the base URL `base` (which may have a path prefix, as
+/// behind a proxy or with `--web.route-prefix`).
+fn alerts_endpoint(base: Url) -> Result<Url, String> {
+    let mut url = base;
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("an Alertmanager URL has no query nor fragment".into());
+    }
+    let path = format!("{}/api/v2/alerts", url.path().trim_end_matches('/'));
+    url.set_path(&path);
     Ok(url)
 }
 
@@ -493,6 +694,84 @@ mod tests {
         for template in templates {
             assert_eq!(check_template(template), Ok(()), "{template}");
         }
+    }
+
+    #[test]
+    fn the_default_runbook_url_is_the_mixins_base_and_a_runbook_section() {
+        let mixin = include_str!("../../mixin/config.libsonnet");
+        let (base, section) = DEFAULT_RUNBOOK_URL
+            .split_once('#')
+            .unwrap_or((DEFAULT_RUNBOOK_URL, ""));
+        assert!(
+            mixin.contains(&format!("runbookUrlBase: '{base}#'")),
+            "{base} is not the mixin's runbookUrlBase"
+        );
+        let runbook = include_str!("../../docs/runbook.md");
+        assert!(
+            runbook
+                .lines()
+                .filter_map(|l| l.strip_prefix("## "))
+                .any(|heading| heading.to_ascii_lowercase().replace(' ', "-") == section),
+            "docs/runbook.md has no section #{section}"
+        );
+    }
+
+    #[test]
+    fn alertmanager_and_pagerduty_settings_are_checked() {
+        let resolve = |yaml: &str| {
+            serde_norway::from_str::<FileReceiver>(yaml)
+                .map_err(|e| e.to_string())
+                .and_then(FileReceiver::resolve)
+        };
+        let am = resolve(
+            "name: am\nformat: alertmanager\nurls: [http://a:9093, 'http://b:9093/am/']\nseverities: {reboot: Critical}",
+        );
+        let am = am.unwrap_or_else(|e| panic!("{e}"));
+        let urls: Vec<&str> = am.urls.iter().map(|u| u.as_str()).collect();
+        assert_eq!(
+            urls,
+            [
+                "http://a:9093/api/v2/alerts",
+                "http://b:9093/am/api/v2/alerts"
+            ]
+        );
+        assert_eq!(am.severities.get("Reboot"), Some(&"critical"));
+        assert_eq!(am.resend_interval, DEFAULT_RESEND_INTERVAL);
+        assert!(am.filter.replay && am.filter.advisories);
+        assert!(am.filter.transitions.contains(&"updated"));
+        for (yaml, problem) in [
+            (
+                "name: x\nformat: slack\nurls: [http://a]",
+                "urls is for format alertmanager only",
+            ),
+            (
+                "name: x\nformat: alertmanager\nurl: http://a\ntransitions: [scheduled]",
+                "no template_file nor transitions",
+            ),
+            (
+                "name: x\nformat: alertmanager\nurl: http://a\nresend_interval: 0s",
+                "greater than zero",
+            ),
+            ("name: x\nformat: alertmanager\nurls: []", "urls is empty"),
+            (
+                "name: x\nformat: pagerduty\nrouting_key: k\nseverities: {Reboot: loud}",
+                "not one of critical",
+            ),
+            (
+                "name: x\nformat: json\nurl: http://a\ndedup_key: event",
+                "pagerduty only",
+            ),
+        ] {
+            let error = resolve(yaml).err().unwrap_or_default();
+            assert!(error.contains(problem), "{yaml}: {error}");
+        }
+        let pd = resolve("name: pd\nformat: pagerduty\nrouting_key: k")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(pd.dedup_key, Dedup::Event);
+        assert!(
+            !pd.filter.advisories,
+            "an advisory never opens an incident by default"
+        );
     }
 
     #[test]

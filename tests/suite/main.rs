@@ -6,6 +6,7 @@
 //!
 //! | module | covers |
 //! |---|---|
+//! | `alertmanager` | the `alertmanager` receiver against a real Alertmanager: one grouped notification for the VMs of one event, a restart mid-event, a down Alertmanager never holds up polling; one PagerDuty incident per event |
 //! | `agent` | the agent against the simulator over loopback: the lifecycle on /metrics, every fault kind, health, real-world documents |
 //! | `approval` | approval: off by default, the default policy, once per EventId across restarts, shared events, hooks, failed POSTs retried or not |
 //! | `binary` | the built binary as users run it: exit codes, environment, signals, the log, promtool |
@@ -44,6 +45,7 @@ mod ops;
 mod otlp;
 
 mod agent;
+mod alertmanager;
 mod approval;
 mod binary;
 mod dashboards;

@@ -9,8 +9,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::config::notify::Format;
-use crate::event::EventType;
+use crate::config::notify::{Dedup, Format, Receiver, severity};
 use crate::view::EventView;
 
 /// One notification: a transition (or an approval) of one event, as this VM saw it.
@@ -94,22 +93,15 @@ impl Notification {
 
 /// The body for `format`; `text`, when a template rendered one, replaces the summary line
 /// (for `json`, the template is the whole body and this is not called).
-pub fn body(
-    format: Format,
-    notification: &Notification,
-    text: Option<String>,
-    routing_key: Option<&str>,
-) -> Value {
+pub fn body(receiver: &Receiver, notification: &Notification, text: Option<String>) -> Value {
     let summary = notification.summary();
-    match format {
+    match receiver.format {
         Format::Json => serde_json::to_value(notification).unwrap_or(Value::Null),
         Format::Slack => slack(notification, &summary, text.as_deref()),
-        Format::Teams => teams(notification, &summary, text.as_deref()),
-        Format::Pagerduty => pagerduty(
-            notification,
-            text.as_deref().unwrap_or(&summary),
-            routing_key.unwrap_or_default(),
-        ),
+        Format::Teams => teams(receiver, notification, &summary, text.as_deref()),
+        Format::Pagerduty => pagerduty(receiver, notification, text.as_deref().unwrap_or(&summary)),
+        // Sent as alerts by its own task ([`super::alertmanager`]), never as one body.
+        Format::Alertmanager => Value::Null,
     }
 }
 
@@ -147,13 +139,18 @@ fn slack(notification: &Notification, summary: &str, text: Option<&str>) -> Valu
 
 /// A Teams Workflows webhook message: one Adaptive Card (schema 1.4) as its attachment: the
 /// summary, the template's text, the facts.
-fn teams(notification: &Notification, summary: &str, text: Option<&str>) -> Value {
+fn teams(
+    receiver: &Receiver,
+    notification: &Notification,
+    summary: &str,
+    text: Option<&str>,
+) -> Value {
     let facts: Vec<Value> = notification
         .facts()
         .into_iter()
         .map(|(title, value)| json!({"title": title, "value": value}))
         .collect();
-    let color = match severity(notification) {
+    let color = match event_severity(receiver, notification) {
         "critical" | "error" => "Attention",
         "warning" => "Warning",
         _ => "Good",
@@ -181,47 +178,67 @@ fn teams(notification: &Notification, summary: &str, text: Option<&str>) -> Valu
     })
 }
 
-/// The PagerDuty severity of an event: what it does to the VM.
-fn severity(notification: &Notification) -> &'static str {
+/// The severity of an event per the paging policy and the receiver's `severities`: one VM's
+/// event is `warning` (a Spot eviction and an advisory `info`); an end is `info`.
+fn event_severity(receiver: &Receiver, notification: &Notification) -> &'static str {
     match notification.transition {
         "completed" | "cancelled" => "info",
-        _ => match EventType::parse(&notification.event.event_type) {
-            EventType::Preempt | EventType::Terminate => "critical",
-            EventType::Reboot | EventType::Redeploy => "error",
-            EventType::Freeze | EventType::Other(_) => "warning",
-        },
+        _ => severity(
+            &receiver.severities,
+            &notification.event.event_type,
+            &notification.event.event_status,
+        ),
     }
 }
 
-/// PagerDuty's `dedup_key`: one incident per event and VM.
-pub fn dedup_key(notification: &Notification) -> String {
-    format!(
-        "{}/{}",
-        notification.event.event_id,
-        notification.event.vm_name.as_deref().unwrap_or("unknown")
-    )
+/// PagerDuty's `dedup_key`: the EventId, so every VM of a host operation adds to one incident;
+/// `<EventId>/<vm>` when the receiver asks for one incident per VM.
+pub fn dedup_key(receiver: &Receiver, notification: &Notification) -> String {
+    match receiver.dedup_key {
+        Dedup::Event => notification.event.event_id.clone(),
+        Dedup::EventAndVm => format!(
+            "{}/{}",
+            notification.event.event_id,
+            notification.event.vm_name.as_deref().unwrap_or("unknown")
+        ),
+    }
+}
+
+/// The VMs an event names (`Resources`).
+fn affected_vms(notification: &Notification) -> Vec<&str> {
+    notification
+        .event
+        .resources
+        .split(',')
+        .map(str::trim)
+        .filter(|vm| !vm.is_empty())
+        .collect()
 }
 
 /// A PagerDuty Events API v2 event: the incident opens when the event is scheduled (or starts)
 /// and resolves itself when it completes or is cancelled.
-fn pagerduty(notification: &Notification, summary: &str, routing_key: &str) -> Value {
+fn pagerduty(receiver: &Receiver, notification: &Notification, summary: &str) -> Value {
     let action = match notification.transition {
         "completed" | "cancelled" => "resolve",
         _ => "trigger",
     };
+    let mut details = serde_json::to_value(notification).unwrap_or(Value::Null);
+    if let Some(details) = details.as_object_mut() {
+        details.insert("affected_vms".into(), json!(affected_vms(notification)));
+    }
     json!({
-        "routing_key": routing_key,
+        "routing_key": receiver.routing_key.as_deref().unwrap_or_default(),
         "event_action": action,
-        "dedup_key": dedup_key(notification),
+        "dedup_key": dedup_key(receiver, notification),
         "payload": {
             "summary": clip(summary, 1024),
             "source": notification.vm(),
-            "severity": severity(notification),
+            "severity": event_severity(receiver, notification),
             "timestamp": notification.timestamp,
             "component": notification.event.resources,
             "group": notification.event.resource_type,
             "class": notification.event.event_type,
-            "custom_details": notification,
+            "custom_details": details,
         },
     })
 }
@@ -230,6 +247,16 @@ fn pagerduty(notification: &Notification, summary: &str, routing_key: &str) -> V
 mod tests {
     use super::*;
     use crate::config::notify::FIELDS;
+
+    fn receiver(format: Format) -> Receiver {
+        let mut receiver = Receiver::new(
+            "r",
+            format,
+            reqwest::Url::parse("http://127.0.0.1:9/").unwrap_or_else(|e| panic!("{e}")),
+        );
+        receiver.routing_key = Some("key".into());
+        receiver
+    }
     use crate::event::{Document, Event};
 
     fn freeze() -> Option<Event> {
@@ -257,9 +284,8 @@ mod tests {
     #[test]
     fn the_generic_body_has_exactly_the_documented_fields() -> Result<(), String> {
         let body = body(
-            Format::Json,
+            &receiver(Format::Json),
             &notification("scheduled").ok_or("no event")?,
-            None,
             None,
         );
         let keys: Vec<&str> = body
@@ -280,22 +306,64 @@ mod tests {
 
     #[test]
     fn pagerduty_resolves_what_it_triggered() -> Result<(), String> {
+        let pagerduty = receiver(Format::Pagerduty);
         let trigger = body(
-            Format::Pagerduty,
+            &pagerduty,
             &notification("scheduled").ok_or("no event")?,
             None,
-            Some("key"),
         );
         let resolve = body(
-            Format::Pagerduty,
+            &pagerduty,
             &notification("completed").ok_or("no event")?,
             None,
-            Some("key"),
         );
         assert_eq!(trigger["event_action"], "trigger");
         assert_eq!(resolve["event_action"], "resolve");
         assert_eq!(trigger["dedup_key"], resolve["dedup_key"]);
+        assert_eq!(
+            trigger["dedup_key"], "C7061BAC-AFDC-4513-B24B-AA5F13A16123",
+            "one incident per host operation, whichever VM sends"
+        );
         assert_eq!(trigger["payload"]["severity"], "warning");
+        assert_eq!(
+            trigger["payload"]["custom_details"]["affected_vms"],
+            json!(["vm_0", "vm_1"])
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn pagerduty_can_open_one_incident_per_vm_and_never_pages_for_one_vms_eviction_by_default()
+    -> Result<(), String> {
+        let mut pagerduty = receiver(Format::Pagerduty);
+        pagerduty.dedup_key = Dedup::EventAndVm;
+        let trigger = body(
+            &pagerduty,
+            &notification("scheduled").ok_or("no event")?,
+            None,
+        );
+        assert_eq!(
+            trigger["dedup_key"],
+            "C7061BAC-AFDC-4513-B24B-AA5F13A16123/vm_0"
+        );
+        let mut eviction = notification("scheduled").ok_or("no event")?;
+        for (event_type, expected) in [
+            ("Preempt", "info"),
+            ("Terminate", "warning"),
+            ("Reboot", "warning"),
+        ] {
+            eviction.event.event_type = event_type.into();
+            assert_eq!(
+                body(&pagerduty, &eviction, None)["payload"]["severity"],
+                expected,
+                "{event_type}"
+            );
+        }
+        pagerduty.severities.insert("Reboot".into(), "error");
+        assert_eq!(
+            body(&pagerduty, &eviction, None)["payload"]["severity"],
+            "error"
+        );
         Ok(())
     }
 

@@ -184,13 +184,9 @@ fn render(
         .transpose()?;
     match (receiver.format, text) {
         (Format::Json, Some(text)) => Ok(text.into_bytes()),
-        (format, text) => serde_json::to_vec(&body(
-            format,
-            notification,
-            text,
-            receiver.routing_key.as_deref(),
-        ))
-        .map_err(|e| e.to_string()),
+        (_, text) => {
+            serde_json::to_vec(&body(receiver, notification, text)).map_err(|e| e.to_string())
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! The notification output: each transition (and, when asked, each approval) pushed to the
-//! configured receivers: generic JSON webhooks, Slack, Microsoft Teams, PagerDuty.
+//! configured receivers: generic JSON webhooks, Slack, Microsoft Teams, PagerDuty, and
+//! Alertmanager ([`alertmanager`]: alerts kept and re-sent, rather than messages).
 //!
 //! Who gets what is decided in the core ([`crate::notices`]), which says it as
 //! [`Occurrence::Notify`]; the state output has recorded it in the state file by the time this
@@ -8,6 +9,7 @@
 //! receivers. Sending happens in one task per receiver ([`delivery`]) behind a bounded queue; a
 //! notification that does not fit is dropped and counted.
 
+pub mod alertmanager;
 pub mod body;
 pub mod delivery;
 pub mod metrics;
@@ -18,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::config::notify::NotifyConfig;
+use crate::config::notify::{Format, NotifyConfig};
 use crate::occurrence::{Context, Occurrence};
 
 use self::body::Notification;
@@ -47,18 +49,32 @@ pub struct Notify {
 }
 
 impl Notify {
-    /// Starts one sending task per receiver on the current runtime.
-    pub fn start(config: &NotifyConfig, metrics: NotifyMetrics) -> Result<Self, reqwest::Error> {
+    /// Starts one sending task per receiver on the current runtime; `node` is this machine's
+    /// Kubernetes Node, when known (a label of Alertmanager alerts).
+    pub fn start(
+        config: &NotifyConfig,
+        node: Option<&str>,
+        metrics: NotifyMetrics,
+    ) -> Result<Self, reqwest::Error> {
         let mut routes = Vec::new();
         for receiver in &config.receivers {
             let client = delivery::client(receiver)?;
             let (queue, jobs) = mpsc::channel(QUEUE);
-            let task = tokio::spawn(delivery::run(
-                receiver.clone(),
-                client,
-                jobs,
-                metrics.clone(),
-            ));
+            let task = match receiver.format {
+                Format::Alertmanager => tokio::spawn(alertmanager::run(
+                    receiver.clone(),
+                    node.map(str::to_owned),
+                    client,
+                    jobs,
+                    metrics.clone(),
+                )),
+                _ => tokio::spawn(delivery::run(
+                    receiver.clone(),
+                    client,
+                    jobs,
+                    metrics.clone(),
+                )),
+            };
             routes.push(Route {
                 name: receiver.name.clone(),
                 queue: Some(queue),
