@@ -160,7 +160,8 @@ impl ApprovalMetrics {
         )?;
         if families.approval {
             // AzureScheduledEventApprovalsFailing takes increase() of both counters per type.
-            for event_type in EventType::KNOWN {
+            // Advisories are never approved.
+            for event_type in EventType::impacts() {
                 approvals.with_label_values(&[event_type.as_str()]);
                 for reason in Outcome::failure_reasons() {
                     failures.with_label_values(&[event_type.as_str(), reason]);
@@ -315,11 +316,15 @@ impl Metrics {
         for reason in ImdsError::KINDS {
             failures.with_label_values(&[Operation::Events.as_str(), reason]);
         }
-        for event_type in EventType::KNOWN {
+        for event_type in EventType::impacts() {
             for transition in Transition::KINDS {
                 transitions.with_label_values(&[event_type.as_str(), transition]);
             }
         }
+        transitions.with_label_values(&[
+            EventType::SpotRebalanceRecommendation.as_str(),
+            Transition::ADVISORY,
+        ]);
         build_info
             .with_label_values(&[
                 env!("CARGO_PKG_VERSION"),
@@ -546,6 +551,7 @@ struct EventsCollector {
     clock: fn() -> DateTime<Utc>,
     view: Mutex<EventsView>,
     pending: IntGaugeVec,
+    advisories: IntGaugeVec,
     info: IntGaugeVec,
     not_before: GaugeVec,
     until_not_before: GaugeVec,
@@ -562,7 +568,14 @@ impl EventsCollector {
             pending: IntGaugeVec::new(
                 opts(
                     "pending",
-                    "Events in the current scheduled-events document, by EventType, EventStatus and whether Resources names this VM.",
+                    "Events in the current scheduled-events document that announce an impact (EventStatus Scheduled or Started), by EventType, EventStatus and whether Resources names this VM.",
+                ),
+                &["event_type", "event_status", "affects_this_vm"],
+            )?,
+            advisories: IntGaugeVec::new(
+                opts(
+                    "advisories",
+                    "Events in the current scheduled-events document that announce no impact (a Spot rebalance recommendation, EventStatus Advisory, or an EventStatus this agent does not know), by EventType, EventStatus and whether Resources names this VM; never counted in pending.",
                 ),
                 &["event_type", "event_status", "affects_this_vm"],
             )?,
@@ -616,9 +629,10 @@ impl EventsCollector {
         self.view.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn vecs(&self) -> [&dyn Collector; 6] {
+    fn vecs(&self) -> [&dyn Collector; 7] {
         [
             &self.pending,
+            &self.advisories,
             &self.info,
             &self.not_before,
             &self.until_not_before,
@@ -636,15 +650,15 @@ impl EventsCollector {
         // other's half-filled vectors.
         let view = self.view();
         let now = (self.clock)();
-        for vec in [&self.pending, &self.info, &self.resources] {
+        for vec in [&self.pending, &self.advisories, &self.info, &self.resources] {
             vec.reset();
         }
         for vec in [&self.not_before, &self.until_not_before, &self.duration] {
             vec.reset();
         }
-        for event_type in EventType::KNOWN {
-            for status in EventStatus::KNOWN {
-                for affects in [Affects::Yes, Affects::No] {
+        for affects in [Affects::Yes, Affects::No] {
+            for event_type in EventType::impacts() {
+                for status in &EventStatus::IMPACTS {
                     self.pending.with_label_values(&[
                         event_type.as_str(),
                         status.as_str(),
@@ -652,10 +666,20 @@ impl EventsCollector {
                     ]);
                 }
             }
+            self.advisories.with_label_values(&[
+                EventType::SpotRebalanceRecommendation.as_str(),
+                EventStatus::Advisory.as_str(),
+                affects.as_str(),
+            ]);
         }
         for event in &view.events {
             let affects = event.affects(view.vm_name.as_deref());
-            self.pending
+            let count = if event.is_advisory() {
+                &self.advisories
+            } else {
+                &self.pending
+            };
+            count
                 .with_label_values(&[
                     event.event_type.as_str(),
                     event.status.as_str(),

@@ -93,9 +93,16 @@ impl Transition {
         }
     }
 
-    /// The `transition` label value: `scheduled`, `started`, `updated`, `completed`, `cancelled`.
+    /// The `transition` label value: `scheduled`, `started`, `updated`, `completed`, `cancelled`,
+    /// or `advisory` for an event that appeared but announces no impact ([`Event::is_advisory`]),
+    /// so that nothing that acts on `scheduled` acts on an advisory.
     pub fn kind(&self) -> &'static str {
         match self {
+            Transition::Appeared(event) | Transition::Resumed { event, .. }
+                if event.is_advisory() =>
+            {
+                "advisory"
+            }
             Transition::Appeared(event) | Transition::Resumed { event, .. }
                 if event.status == EventStatus::Started =>
             {
@@ -131,9 +138,13 @@ impl Transition {
         }
     }
 
-    /// Every `transition` label value, for pre-creating series.
+    /// Every `transition` label value of an event that announces an impact, for pre-creating
+    /// series.
     pub const KINDS: [&'static str; 5] =
         ["scheduled", "started", "updated", "completed", "cancelled"];
+
+    /// The `transition` label value of an advisory that appeared.
+    pub const ADVISORY: &'static str = "advisory";
 }
 
 /// How `DocumentIncarnation` moved between the last document and this one.
@@ -648,6 +659,35 @@ mod tests {
         assert_eq!(kinds(&o), [("scheduled", "a")]);
         assert_eq!(o.duplicates, [EventId::new("a")]);
         assert_eq!(tracker.events().len(), 1);
+    }
+
+    #[test]
+    fn an_advisory_appears_as_an_advisory_and_a_preempt_after_it_as_scheduled() {
+        let mut tracker = Tracker::new();
+        let mut advisory = event("rebalance", EventStatus::Advisory);
+        advisory.event_type = EventType::SpotRebalanceRecommendation;
+        advisory.not_before = NotBefore::parse(Some(""));
+        let o = tracker.observe(document(1, std::slice::from_ref(&advisory)), t(-900));
+        assert_eq!(kinds(&o), [("advisory", "rebalance")]);
+        let mut preempt = event("evict", EventStatus::Scheduled);
+        preempt.event_type = EventType::Preempt;
+        let o = tracker.observe(document(2, &[advisory, preempt]), t(-30));
+        assert_eq!(kinds(&o), [("scheduled", "evict")]);
+        let o = tracker.observe(document(3, &[]), t(5));
+        assert_eq!(
+            kinds(&o),
+            [("cancelled", "rebalance"), ("completed", "evict")]
+        );
+    }
+
+    #[test]
+    fn an_unknown_status_appears_as_an_advisory() {
+        let mut tracker = Tracker::new();
+        let o = tracker.observe(
+            document(1, &[event("a", EventStatus::Other("Paused".into()))]),
+            t(-900),
+        );
+        assert_eq!(kinds(&o), [("advisory", "a")]);
     }
 
     #[test]

@@ -44,8 +44,11 @@ pub enum SkipReason {
     NotThisVm,
     /// The event has started: there is nothing left to approve.
     Started,
-    /// `EventStatus` is neither Scheduled nor Started.
+    /// `EventStatus` is neither Scheduled nor Started nor Advisory.
     UnknownStatus,
+    /// An advisory (a Spot rebalance recommendation, EventStatus `Advisory`): acknowledging it
+    /// has no effect, and no setting approves it.
+    Advisory,
     /// The type is on the deny list.
     DeniedType,
     /// A Freeze whose `DurationInSeconds` is at or above the threshold.
@@ -63,11 +66,12 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
-    pub const ALL: [SkipReason; 11] = [
+    pub const ALL: [SkipReason; 12] = [
         SkipReason::VmUnknown,
         SkipReason::NotThisVm,
         SkipReason::Started,
         SkipReason::UnknownStatus,
+        SkipReason::Advisory,
         SkipReason::DeniedType,
         SkipReason::FreezeTooLong,
         SkipReason::FreezeDurationUnknown,
@@ -83,6 +87,7 @@ impl SkipReason {
             SkipReason::NotThisVm => "not_this_vm",
             SkipReason::Started => "started",
             SkipReason::UnknownStatus => "unknown_status",
+            SkipReason::Advisory => "advisory",
             SkipReason::DeniedType => "denied_type",
             SkipReason::FreezeTooLong => "freeze_too_long",
             SkipReason::FreezeDurationUnknown => "freeze_duration_unknown",
@@ -145,7 +150,11 @@ impl Policy {
         match event.status {
             EventStatus::Scheduled => {}
             EventStatus::Started => return Verdict::Skip(SkipReason::Started),
+            EventStatus::Advisory => return Verdict::Skip(SkipReason::Advisory),
             EventStatus::Other(_) => return Verdict::Skip(SkipReason::UnknownStatus),
+        }
+        if event.event_type.is_advisory() {
+            return Verdict::Skip(SkipReason::Advisory);
         }
         if self.deny_event_types.contains(&event.event_type) {
             return Verdict::Skip(SkipReason::DeniedType);
@@ -244,7 +253,7 @@ mod tests {
 
     #[test]
     fn the_default_policy_approves_user_events_of_any_type() {
-        for event_type in EventType::KNOWN {
+        for event_type in EventType::impacts() {
             let e = event(event_type.clone(), EventSource::User, Some(-1));
             assert_eq!(
                 verdict(&Policy::default(), &e),
@@ -376,6 +385,38 @@ mod tests {
         assert_eq!(
             everything.verdict(&e, Some(VM), t(0), t(0)),
             Verdict::Skip(SkipReason::UnknownStatus)
+        );
+    }
+
+    #[test]
+    fn an_advisory_is_never_approved_whatever_the_policy() {
+        let everything = Policy {
+            event_types: EventType::KNOWN.to_vec(),
+            takeover_delay: Duration::ZERO,
+            ..Policy::default()
+        };
+        let mut e = event(
+            EventType::SpotRebalanceRecommendation,
+            EventSource::User,
+            Some(0),
+        );
+        e.status = EventStatus::Advisory;
+        e.not_before = NotBefore::parse(Some(""));
+        assert_eq!(
+            everything.verdict(&e, Some(VM), t(0), t(10_000)),
+            Verdict::Skip(SkipReason::Advisory)
+        );
+        e.status = EventStatus::Scheduled;
+        assert_eq!(
+            everything.verdict(&e, Some(VM), t(0), t(10_000)),
+            Verdict::Skip(SkipReason::Advisory),
+            "a rebalance recommendation is advisory whatever its status says"
+        );
+        let mut preempt = event(EventType::Preempt, EventSource::Platform, Some(-1));
+        preempt.status = EventStatus::Advisory;
+        assert_eq!(
+            everything.verdict(&preempt, Some(VM), t(0), t(10_000)),
+            Verdict::Skip(SkipReason::Advisory)
         );
     }
 

@@ -26,7 +26,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The fields of every notification, as in the event's log line, plus `timestamp`. A template
 /// may use these and `receiver`, nothing else.
-pub const FIELDS: [&str; 18] = [
+pub const FIELDS: [&str; 19] = [
     "timestamp",
     "transition",
     "event_id",
@@ -35,6 +35,7 @@ pub const FIELDS: [&str; 18] = [
     "vm_name",
     "event_type",
     "event_status",
+    "advisory",
     "event_source",
     "resource_type",
     "resources",
@@ -47,8 +48,11 @@ pub const FIELDS: [&str; 18] = [
     "seen_started",
 ];
 
-/// What a notification can be about: the lifecycle transitions, and approvals.
-pub const TRANSITIONS: [&str; 6] = [
+/// What a notification can be about: the lifecycle transitions, advisories, and approvals.
+/// `advisory` is never sent unless listed: a receiver that does not list it gets nothing about
+/// an advisory (a Spot rebalance recommendation, an unknown EventStatus), not even its end.
+pub const TRANSITIONS: [&str; 7] = [
+    "advisory",
     "scheduled",
     "started",
     "updated",

@@ -176,6 +176,7 @@ fn log_transition(transition: &Transition, context: &Context) {
         span_id = vm_name.map(|vm| lifecycle_span_id_hex(event.id.as_str(), vm)),
         event_type = %event.event_type,
         event_status = %event.status,
+        advisory = event.is_advisory(),
         event_source = event.source.as_ref().map(|s| s.as_str()),
         resource_type = %event.resource_type,
         resources = %event.resources,

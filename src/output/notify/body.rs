@@ -25,6 +25,8 @@ pub struct Notification {
     pub vm_name: Option<String>,
     pub event_type: String,
     pub event_status: String,
+    /// The event announces no impact ([`Event::is_advisory`]).
+    pub advisory: bool,
     pub event_source: Option<String>,
     pub resource_type: String,
     pub resources: String,
@@ -59,6 +61,7 @@ impl Notification {
             vm_name: vm_name.map(str::to_owned),
             event_type: event.event_type.as_str().to_owned(),
             event_status: event.status.as_str().to_owned(),
+            advisory: event.is_advisory(),
             event_source: event.source.as_ref().map(|s| s.as_str().to_owned()),
             resource_type: event.resource_type.clone(),
             resources: event.resources.to_string(),
@@ -227,10 +230,11 @@ fn teams(notification: &Notification, summary: &str, text: Option<&str>) -> Valu
 /// The PagerDuty severity of an event: what it does to the VM.
 fn severity(notification: &Notification) -> &'static str {
     match notification.transition {
-        "completed" | "cancelled" => "info",
+        "completed" | "cancelled" | "advisory" => "info",
         _ => match EventType::parse(&notification.event_type) {
             EventType::Preempt | EventType::Terminate => "critical",
             EventType::Reboot | EventType::Redeploy => "error",
+            EventType::SpotRebalanceRecommendation => "info",
             EventType::Freeze | EventType::Other(_) => "warning",
         },
     }

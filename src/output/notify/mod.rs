@@ -48,6 +48,8 @@ impl Route {
     fn wants(&self, transition: &str, event: &Event, vm_name: Option<&str>) -> bool {
         let filter = &self.filter;
         filter.transitions.contains(&transition)
+            // An advisory reaches only receivers that asked for advisories.
+            && (!event.is_advisory() || filter.transitions.contains(&"advisory"))
             && (filter.event_types.is_empty() || filter.event_types.contains(&event.event_type))
             && (filter.event_sources.is_empty()
                 || event
@@ -99,10 +101,10 @@ impl Notify {
 }
 
 /// The transitions a restart reports again: an event still in the document is resumed as
-/// `scheduled` or `started`. Only these are recorded in the state file, so a restart never sends
+/// `advisory`, `scheduled` or `started`. Only these are recorded in the state file, so a restart never sends
 /// them twice; every other transition happens once (an event is updated as often as it changes).
 /// The records of an event go with it when it leaves the document.
-const REPLAYABLE: [&str; 2] = ["scheduled", "started"];
+const REPLAYABLE: [&str; 3] = ["advisory", "scheduled", "started"];
 
 /// The notifications a batch holds, before filtering.
 fn notifications<'a>(

@@ -1,0 +1,168 @@
+//! What Azure sends beyond the 2020-07-01 contract, against the agent over loopback: Spot
+//! rebalance advisories (never a pending impact, never approved), documents of a newer
+//! api-version, a connect that never completes, the cause of an event, and predicted hardware
+//! failure. The documents are the real-world shaped ones in `tests/fixtures/imds-documents/`.
+
+mod common;
+
+use bytes::Bytes;
+use common::{Agent, Exposition, Imds, TestResult};
+
+/// The Spot VM of the advisory fixtures.
+const SPOT_VM: &str = "aks-spot-31415926-vmss_7";
+const ADVISORY: &str = "8F2D6A41-3B7C-4E19-9A5D-2C0B7E6F1D83";
+const PREEMPT: &str = "D40E9B27-61C5-4F0A-B8E3-97A1C2F5E604";
+
+fn fixture(file: &str) -> Result<Bytes, std::io::Error> {
+    std::fs::read(format!(
+        "{}/tests/fixtures/imds-documents/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .map(Into::into)
+}
+
+fn total(m: &Exposition, family: &str) -> f64 {
+    let prefix = format!("azure_scheduled_events_{family}{{");
+    m.0.lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn advisories(m: &Exposition, affects: &str) -> f64 {
+    m.get(&format!(
+        r#"azure_scheduled_events_advisories{{affects_this_vm="{affects}",event_status="Advisory",event_type="SpotRebalanceRecommendation"}}"#
+    ))
+}
+
+#[tokio::test]
+async fn an_advisory_alone_is_shown_but_never_pending() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim
+        .set_document(fixture("30-spot-rebalance-advisory-alone-di4.json")?);
+    let vm = format!("--vm.name={SPOT_VM}");
+    let agent = Agent::start(&imds, &[&vm]).await?;
+    let m = agent
+        .wait_for("the advisory", |m| m.event_info(ADVISORY).is_some())
+        .await?;
+    assert_eq!(advisories(&m, "true"), 1.0, "this VM has an advisory");
+    assert_eq!(
+        total(&m, "pending"),
+        0.0,
+        "an advisory is no pending impact"
+    );
+    let info = m.event_info(ADVISORY).unwrap_or_default();
+    assert!(
+        info.contains(r#"event_status="Advisory""#)
+            && info.contains(r#"event_type="SpotRebalanceRecommendation""#),
+        "{info}"
+    );
+    assert_eq!(
+        m.transitions("SpotRebalanceRecommendation", "advisory"),
+        1.0
+    );
+    assert_eq!(
+        m.transitions("SpotRebalanceRecommendation", "scheduled"),
+        0.0
+    );
+    assert_eq!(
+        m.event_value("event_not_before_timestamp_seconds", ADVISORY),
+        None,
+        "NotBefore is empty"
+    );
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn a_preempt_after_an_advisory_is_the_one_pending_impact() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim
+        .set_document(fixture("30-spot-rebalance-advisory-alone-di4.json")?);
+    let vm = format!("--vm.name={SPOT_VM}");
+    let agent = Agent::start(&imds, &[&vm]).await?;
+    agent
+        .wait_for("the advisory", |m| m.event_info(ADVISORY).is_some())
+        .await?;
+    imds.sim
+        .set_document(fixture("31-spot-rebalance-advisory-then-preempt-di5.json")?);
+    let m = agent
+        .wait_for("the preempt", |m| m.event_info(PREEMPT).is_some())
+        .await?;
+    assert_eq!(total(&m, "pending"), 1.0);
+    assert_eq!(m.pending("Preempt", "Scheduled", "true"), 1.0);
+    assert_eq!(advisories(&m, "true"), 1.0);
+    assert_eq!(m.transitions("Preempt", "scheduled"), 1.0);
+    assert_eq!(
+        m.transitions("SpotRebalanceRecommendation", "advisory"),
+        1.0,
+        "the advisory is counted once, not again with the Preempt"
+    );
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn an_unknown_event_status_is_an_advisory_not_a_pending_impact() -> TestResult {
+    let imds = Imds::start().await?;
+    let body =
+        String::from_utf8(fixture("31-spot-rebalance-advisory-then-preempt-di5.json")?.to_vec())?
+            .replace(
+                r#""EventStatus":"Scheduled""#,
+                r#""EventStatus":"Deferred""#,
+            );
+    imds.sim.set_document(body.into());
+    let vm = format!("--vm.name={SPOT_VM}");
+    let agent = Agent::start(&imds, &[&vm]).await?;
+    let m = agent
+        .wait_for("both events", |m| {
+            m.event_info(ADVISORY).is_some() && m.event_info(PREEMPT).is_some()
+        })
+        .await?;
+    assert_eq!(total(&m, "pending"), 0.0);
+    assert_eq!(
+        m.get(r#"azure_scheduled_events_advisories{affects_this_vm="true",event_status="Deferred",event_type="Preempt"}"#),
+        1.0
+    );
+    assert_eq!(m.transitions("Preempt", "advisory"), 1.0);
+    assert_eq!(m.transitions("Preempt", "scheduled"), 0.0);
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn no_approval_is_posted_for_an_advisory_even_with_approve() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim
+        .set_document(fixture("31-spot-rebalance-advisory-then-preempt-di5.json")?);
+    let vm = format!("--vm.name={SPOT_VM}");
+    let agent = Agent::start(
+        &imds,
+        &[
+            &vm,
+            "--approve",
+            "--approve.event-types=SpotRebalanceRecommendation,Preempt",
+        ],
+    )
+    .await?;
+    let m = agent
+        .wait_for("the Preempt approved", |m| {
+            m.get(r#"azure_scheduled_events_approvals_total{event_type="Preempt"}"#) >= 1.0
+        })
+        .await?;
+    assert_eq!(
+        m.get(r#"azure_scheduled_events_approval_decisions_total{decision="skipped",reason="advisory"}"#),
+        1.0,
+        "the advisory is refused once, by name"
+    );
+    let posted: Vec<String> = imds
+        .sim
+        .approvals()
+        .into_iter()
+        .map(|a| a.event_id)
+        .collect();
+    assert_eq!(
+        posted,
+        [PREEMPT],
+        "only the Preempt is POSTed, never the advisory"
+    );
+    assert!(!m.has(r#"approvals_total{event_type="SpotRebalanceRecommendation"}"#));
+    agent.stop().await
+}
