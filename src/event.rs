@@ -349,6 +349,22 @@ mod tests {
     }
 
     #[test]
+    fn a_document_of_a_newer_version_with_fields_it_does_not_know_is_read() {
+        let d = doc(
+            r#"{"DocumentIncarnation":6,"DocumentVersion":"2026-09-01","Events":[{"EventId":"A",
+            "EventStatus":"Advisory","EventType":"SpotRebalanceRecommendation","ResourceType":"VirtualMachine",
+            "Resources":["spot_0"],"NotBefore":"","Description":"","EventSource":"Platform",
+            "DurationInSeconds":-1,"RecommendationScore":0.7,"Details":{"Region":"westeurope"}}]}"#,
+        );
+        assert_eq!(d.incarnation, DocumentIncarnation(6));
+        assert_eq!(
+            d.events[0].event_type,
+            EventType::SpotRebalanceRecommendation
+        );
+        assert_eq!(d.events[0].duration, Some(DurationInSeconds(-1)));
+    }
+
+    #[test]
     fn only_scheduled_and_started_are_impacts() {
         let event = |status: &str, event_type: &str| {
             doc(&format!(

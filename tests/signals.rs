@@ -5,8 +5,9 @@
 
 mod common;
 
+use azure_scheduled_events_exporter::simulator::{ApiVersion, Scenario};
 use bytes::Bytes;
-use common::{Agent, Exposition, Imds, TestResult};
+use common::{Agent, Exposition, Imds, THIS_VM, TestResult};
 
 /// The Spot VM of the advisory fixtures.
 const SPOT_VM: &str = "aks-spot-31415926-vmss_7";
@@ -164,5 +165,113 @@ async fn no_approval_is_posted_for_an_advisory_even_with_approve() -> TestResult
         "only the Preempt is POSTed, never the advisory"
     );
     assert!(!m.has(r#"approvals_total{event_type="SpotRebalanceRecommendation"}"#));
+    agent.stop().await
+}
+
+/// The unpublished version the Spot Plus tests serve and request.
+const SPOT_PLUS_VERSION: &str = "2026-09-01";
+
+async fn spot_plus_imds(scenario: Scenario) -> Result<Imds, Box<dyn std::error::Error>> {
+    let imds = Imds::start().await?;
+    imds.sim
+        .accept_api_version(ApiVersion::newer(SPOT_PLUS_VERSION)?);
+    imds.sim.load_scenario(scenario);
+    Ok(imds)
+}
+
+/// Spot Plus compressed to seconds: the advisory, the Preempt a second later, then the VM gone.
+fn spot_plus_fast() -> Result<Scenario, Box<dyn std::error::Error>> {
+    Ok(Scenario::parse(&format!(
+        r#"
+events:
+  - {{ id: "{ADVISORY}", type: SpotRebalanceRecommendation, status: Advisory, resources: [{THIS_VM}], runs_for: 4s }}
+  - {{ id: "{PREEMPT}", type: Preempt, resources: [{THIS_VM}], at: 1s, notice: 1s, runs_for: 2s }}
+"#
+    ))?)
+}
+
+#[tokio::test]
+async fn the_simulator_serves_advisories_only_at_the_newer_version_it_was_told() -> TestResult {
+    let imds = spot_plus_imds(spot_plus_fast()?).await?;
+    let http = reqwest::Client::builder().no_proxy().build()?;
+    let get = |version: &str| {
+        http.get(format!(
+            "{}/metadata/scheduledevents?api-version={version}",
+            imds.url()
+        ))
+        .header("Metadata", "true")
+        .send()
+    };
+    let newer: serde_json::Value =
+        serde_json::from_str(&get(SPOT_PLUS_VERSION).await?.text().await?)?;
+    let events = newer["Events"].as_array().cloned().unwrap_or_default();
+    assert_eq!(events.len(), 1, "{newer}");
+    assert_eq!(events[0]["EventType"], "SpotRebalanceRecommendation");
+    assert_eq!(events[0]["EventStatus"], "Advisory");
+    assert_eq!(events[0]["NotBefore"], "");
+    let documented: serde_json::Value =
+        serde_json::from_str(&get("2020-07-01").await?.text().await?)?;
+    assert_eq!(
+        documented["Events"].as_array().map(Vec::len),
+        Some(0),
+        "2020-07-01 does not know rebalance recommendations: {documented}"
+    );
+    assert_eq!(get("2026-10-01").await?.status().as_u16(), 400);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_agent_at_a_newer_api_version_sees_the_advisory_then_the_preempt_then_nothing()
+-> TestResult {
+    let imds = spot_plus_imds(spot_plus_fast()?).await?;
+    let version = format!("--imds.api-version={SPOT_PLUS_VERSION}");
+    let agent = Agent::start(&imds, &[&version]).await?;
+    let m = agent
+        .wait_for("the advisory", |m| m.event_info(ADVISORY).is_some())
+        .await?;
+    assert_eq!(advisories(&m, "true"), 1.0);
+    assert_eq!(
+        total(&m, "pending"),
+        0.0,
+        "the advisory alone pends nothing"
+    );
+    assert!(m.has(&format!(r#"api_version="{SPOT_PLUS_VERSION}""#)));
+    let m = agent
+        .wait_for("the Preempt", |m| m.event_info(PREEMPT).is_some())
+        .await?;
+    assert_eq!(total(&m, "pending"), 1.0, "only the Preempt is pending");
+    let m = agent
+        .wait_for("the VM gone", |m| {
+            m.event_info(PREEMPT).is_none() && m.event_info(ADVISORY).is_none()
+        })
+        .await?;
+    assert_eq!(
+        m.transitions("SpotRebalanceRecommendation", "advisory"),
+        1.0
+    );
+    assert_eq!(m.transitions("Preempt", "scheduled"), 1.0);
+    assert_eq!(m.transitions("Preempt", "completed"), 1.0);
+    assert_eq!(m.up(), Some(1.0));
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn the_shipped_spot_plus_scenario_starts_with_an_advisory_at_the_newer_version() -> TestResult
+{
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/spot-plus.yaml");
+    let scenario = Scenario::from_file(&path)?;
+    let spot_vm = scenario
+        .events
+        .first()
+        .and_then(|e| e.resources.first().cloned())
+        .unwrap_or_default();
+    let imds = spot_plus_imds(scenario).await?;
+    let version = format!("--imds.api-version={SPOT_PLUS_VERSION}");
+    let vm = format!("--vm.name={spot_vm}");
+    let agent = Agent::start(&imds, &[&version, &vm]).await?;
+    let m = agent
+        .wait_for("the advisory", |m| advisories(m, "true") == 1.0)
+        .await?;
+    assert_eq!(total(&m, "pending"), 0.0);
     agent.stop().await
 }

@@ -226,6 +226,15 @@ pub struct SimulatorArgs {
         default_value = DEMO_VM
     )]
     pub vm_name: String,
+    /// Also serve this unpublished scheduled-events api-version (YYYY-MM-DD, later than
+    /// 2020-07-01), as Azure serves Spot Plus rebalance recommendations; only it shows
+    /// SpotRebalanceRecommendation events. The documented versions are always served.
+    #[arg(
+        long = "api-version",
+        env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_API_VERSION",
+        value_parser = crate::simulator::ApiVersion::newer
+    )]
+    pub api_version: Option<crate::simulator::ApiVersion>,
     /// Log format.
     #[arg(
         long = "log.format",

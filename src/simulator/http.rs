@@ -57,14 +57,18 @@ async fn route(sim: SimulatorHandle, req: Request<Incoming>) -> Reply {
 }
 
 async fn scheduled_events(sim: SimulatorHandle, req: Request<Incoming>) -> Reply {
-    let fault = match sim.lock() {
+    let (fault, newer) = match sim.lock() {
         Ok(mut shared) => {
             shared.requests = shared.requests.saturating_add(1);
-            shared.faults.take(Endpoint::ScheduledEvents)
+            (
+                shared.faults.take(Endpoint::ScheduledEvents),
+                shared.newer_api_version,
+            )
         }
         Err(poisoned) => return Ok(unavailable(poisoned)),
     };
-    let version = query_param(req.uri(), "api-version").and_then(|v| ApiVersion::parse(&v));
+    let version =
+        query_param(req.uri(), "api-version").and_then(|v| ApiVersion::parse_accepting(&v, newer));
     if let Some(fault) = fault {
         match fault {
             FaultAction::Delay(delay) => tokio::time::sleep(delay).await,
