@@ -5,7 +5,7 @@
 
 mod common;
 
-use azure_scheduled_events_exporter::simulator::{ApiVersion, Scenario};
+use azure_scheduled_events_exporter::simulator::{ApiVersion, Fault, Scenario};
 use bytes::Bytes;
 use common::{Agent, Exposition, Imds, THIS_VM, TestResult};
 
@@ -273,5 +273,97 @@ async fn the_shipped_spot_plus_scenario_starts_with_an_advisory_at_the_newer_ver
         .wait_for("the advisory", |m| advisories(m, "true") == 1.0)
         .await?;
     assert_eq!(total(&m, "pending"), 0.0);
+    agent.stop().await
+}
+
+/// A listener on loopback that never accepts: backlog 0 and its queue filled, so that the kernel
+/// drops every further SYN and a connect to it never completes, as when a NetworkPolicy or AKS's
+/// IMDS restriction drops a pod's traffic to 169.254.169.254. Holds the filling connections.
+struct Blackhole {
+    _listener: tokio::net::TcpListener,
+    _queued: Vec<std::net::TcpStream>,
+    url: String,
+}
+
+impl Blackhole {
+    fn start() -> Result<Self, Box<dyn std::error::Error>> {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind("127.0.0.1:0".parse()?)?;
+        let listener = socket.listen(0)?;
+        let address = listener.local_addr()?;
+        let mut queued = Vec::new();
+        // Linux queues backlog + 1 connections; a few more to be sure, until one hangs.
+        for _ in 0..8 {
+            match std::net::TcpStream::connect_timeout(
+                &address,
+                std::time::Duration::from_millis(200),
+            ) {
+                Ok(stream) => queued.push(stream),
+                Err(_) => break,
+            }
+        }
+        Ok(Self {
+            _listener: listener,
+            _queued: queued,
+            url: format!("http://{address}"),
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_connect_that_never_completes_is_connect_timeout_without_waiting_the_first_call_timeout()
+-> TestResult {
+    let blackhole = Blackhole::start()?;
+    // A real IMDS harness for the agent's own wiring; the agent polls the blackhole instead.
+    let imds = Imds::start().await?;
+    let url = format!("--imds.url={}", blackhole.url);
+    let agent = Agent::start(
+        &imds,
+        &[&url, "--imds.connect-timeout=200ms", "--vm.name=blocked_0"],
+    )
+    .await?;
+    let m = agent
+        .wait_for("a connect_timeout", |m| {
+            m.failures("connect_timeout") >= 2.0
+        })
+        .await?;
+    assert_eq!(
+        m.failures("timeout"),
+        0.0,
+        "a blocked connect is not a slow IMDS"
+    );
+    assert_eq!(m.failures("connect"), 0.0);
+    assert_eq!(m.up(), Some(0.0));
+    let seconds =
+        m.get(r#"azure_scheduled_events_imds_request_duration_seconds_sum{operation="events"}"#);
+    let requests =
+        m.get(r#"azure_scheduled_events_imds_request_duration_seconds_count{operation="events"}"#);
+    assert!(
+        requests >= 2.0 && seconds / requests < 5.0,
+        "each try ends at the connect timeout, not at the 5 s first-call timeout: {seconds} s over {requests}"
+    );
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn a_slow_answer_is_timeout_not_connect_timeout() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.set_document(Bytes::from_static(
+        br#"{"DocumentIncarnation":1,"Events":[]}"#,
+    ));
+    let agent = Agent::start(&imds, &["--imds.connect-timeout=200ms"]).await?;
+    agent
+        .wait_for("a first document", |m| m.up() == Some(1.0))
+        .await?;
+    imds.sim
+        .inject_fault(Fault::delay(std::time::Duration::from_secs(3)));
+    let m = agent
+        .wait_for("a timeout", |m| m.failures("timeout") >= 1.0)
+        .await?;
+    assert_eq!(
+        m.failures("connect_timeout"),
+        0.0,
+        "IMDS accepted the connection"
+    );
     agent.stop().await
 }

@@ -67,6 +67,11 @@ pub struct AgentArgs {
     /// request and may take up to two minutes to answer it.
     #[arg(long = "imds.first-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_FIRST_TIMEOUT", default_value = "2m", value_parser = duration)]
     pub imds_first_timeout: Duration,
+    /// Time a TCP connect to IMDS has before it counts as blocked (reason connect_timeout):
+    /// IMDS is link-local, so a connect that takes longer never completes (a pod outside the
+    /// host network, AKS's IMDS restriction, a NetworkPolicy). At most half of --imds.timeout.
+    #[arg(long = "imds.connect-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_CONNECT_TIMEOUT", default_value = "1s", value_parser = duration)]
+    pub imds_connect_timeout: Duration,
     /// Longest wait between polls when IMDS answers 429, 410 or 5xx.
     #[arg(long = "imds.max-backoff", env = "AZURE_SCHEDULED_EVENTS_IMDS_MAX_BACKOFF", default_value = "10s", value_parser = duration)]
     pub imds_max_backoff: Duration,

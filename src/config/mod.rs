@@ -57,6 +57,8 @@ pub struct Config {
     pub api_version: String,
     pub imds_timeout: Duration,
     pub imds_first_timeout: Duration,
+    /// `--imds.connect-timeout`, at most half of the shorter request timeout.
+    pub imds_connect_timeout: Duration,
     pub imds_max_backoff: Duration,
     pub poll_interval: Duration,
     pub listen_address: SocketAddr,
@@ -127,6 +129,7 @@ impl AgentArgs {
         for (flag, value) in [
             ("imds.timeout", self.imds_timeout),
             ("imds.first-timeout", self.imds_first_timeout),
+            ("imds.connect-timeout", self.imds_connect_timeout),
             ("imds.max-backoff", self.imds_max_backoff),
             ("poll.interval", self.poll_interval),
         ] {
@@ -166,6 +169,11 @@ impl AgentArgs {
             api_version: self.imds_api_version,
             imds_timeout: self.imds_timeout,
             imds_first_timeout: self.imds_first_timeout,
+            // Shorter than any request's timeout, so that a connect that never completes is
+            // always told from a slow answer.
+            imds_connect_timeout: self
+                .imds_connect_timeout
+                .min(self.imds_timeout.min(self.imds_first_timeout) / 2),
             imds_max_backoff: self.imds_max_backoff,
             poll_interval: self.poll_interval,
             listen_address: self.web_listen_address,
@@ -223,6 +231,21 @@ mod tests {
         assert_eq!(config.event_series, EventSeries::ThisVm);
         assert_eq!(config.log_format, LogFormat::Json);
         assert_eq!(config.imds_first_timeout, Duration::from_secs(120));
+        Ok(())
+    }
+
+    #[test]
+    fn the_connect_timeout_is_one_second_and_never_more_than_half_a_request_timeout()
+    -> Result<(), String> {
+        assert_eq!(parse(&[])?.imds_connect_timeout, Duration::from_secs(1));
+        let capped = parse(&["--imds.connect-timeout=10s", "--imds.timeout=3s"])?;
+        assert_eq!(capped.imds_connect_timeout, Duration::from_millis(1500));
+        let short = parse(&["--imds.connect-timeout=250ms"])?;
+        assert_eq!(short.imds_connect_timeout, Duration::from_millis(250));
+        let error = parse(&["--imds.connect-timeout=0s"])
+            .err()
+            .unwrap_or_default();
+        assert!(error.contains("imds.connect-timeout"), "{error}");
         Ok(())
     }
 

@@ -110,12 +110,23 @@ impl Output for Log {
                     trace_id = %trace_id(id.as_str()),
                     "an EventId appears twice in the document; the first is kept"
                 ),
-                Occurrence::Unreachable { reason, error } => tracing::warn!(
-                    vm_name,
-                    reason,
-                    error = error.as_str(),
-                    "IMDS unreachable: the last known events are kept until it answers again"
-                ),
+                Occurrence::Unreachable { reason, error } => {
+                    tracing::warn!(
+                        vm_name,
+                        reason,
+                        error = error.as_str(),
+                        "IMDS unreachable: the last known events are kept until it answers again"
+                    );
+                    if *reason == "connect_timeout" {
+                        tracing::warn!(
+                            vm_name,
+                            reason,
+                            likely_causes = "not on the host network (a Kubernetes pod without hostNetwork: true); AKS's IMDS restriction (--enable-imds-restriction), which lets only host-network pods reach IMDS; a NetworkPolicy or a pod-identity agent dropping traffic to 169.254.169.254",
+                            fix = "run the agent with hostNetwork: true (the Helm chart and deploy/kubernetes do), or allow egress to 169.254.169.254:80",
+                            "the connection to IMDS never completes: its traffic is dropped before it reaches IMDS"
+                        );
+                    }
+                }
                 Occurrence::Reachable {
                     failed_polls,
                     since,
