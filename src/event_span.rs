@@ -293,6 +293,7 @@ fn event_attributes(event: &Event, seen: &Context) -> Vec<KeyValue> {
         KeyValue::new(key("type"), event.event_type.as_str().to_owned()),
         KeyValue::new(key("status"), event.status.as_str().to_owned()),
         KeyValue::new(key("advisory"), event.is_advisory()),
+        KeyValue::new(key("cause"), event.cause().as_str()),
         KeyValue::new(key("resource_type"), event.resource_type.clone()),
         KeyValue::new(
             key("resources"),

@@ -582,7 +582,7 @@ impl EventsCollector {
             info: IntGaugeVec::new(
                 opts(
                     "event_info",
-                    "Always 1 while the event is in the scheduled-events document; its fields as labels.",
+                    "Always 1 while the event is in the scheduled-events document; its fields as labels, and the cause its Description gives.",
                 ),
                 &[
                     "event_id",
@@ -591,6 +591,7 @@ impl EventsCollector {
                     "event_source",
                     "resource_type",
                     "affects_this_vm",
+                    "cause",
                 ],
             )?,
             not_before: GaugeVec::new(
@@ -698,6 +699,7 @@ impl EventsCollector {
                     event.source.as_ref().map_or("", |s| s.as_str()),
                     &event.resource_type,
                     affects.as_str(),
+                    event.cause().as_str(),
                 ])
                 .set(1);
             if let Some(at) = event.not_before.at() {

@@ -233,7 +233,7 @@ fn all_events_flag_exports_every_event() -> TestResult {
     let document = Document::from_json(DOCUMENT.as_bytes())?;
     metrics.set_events(2, document.events);
     let text = metrics.encode()?;
-    assert!(text.contains(r#"azure_scheduled_events_event_info{affects_this_vm="false",event_id="28512AF7-C957-4500-9BC4-842D6FB531E4""#));
+    assert!(text.contains(r#"azure_scheduled_events_event_info{affects_this_vm="false",cause="other",event_id="28512AF7-C957-4500-9BC4-842D6FB531E4""#));
     Ok(())
 }
 

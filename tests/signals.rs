@@ -7,7 +7,7 @@ mod common;
 
 use azure_scheduled_events_exporter::simulator::{ApiVersion, Fault, Scenario};
 use bytes::Bytes;
-use common::{Agent, Exposition, Imds, THIS_VM, TestResult};
+use common::{Agent, Exposition, Imds, THIS_VM, TestResult, process};
 
 /// The Spot VM of the advisory fixtures.
 const SPOT_VM: &str = "aks-spot-31415926-vmss_7";
@@ -366,4 +366,54 @@ async fn a_slow_answer_is_timeout_not_connect_timeout() -> TestResult {
         "IMDS accepted the connection"
     );
     agent.stop().await
+}
+
+/// The seven events of fixture 32 and the cause each Description gives.
+const CAUSES: [(&str, &str); 7] = [
+    ("1E5A2C77-0B4D-4C8E-9F21-6D3A8B0C4E11", "live_migration"),
+    ("2F6B3D88-1C5E-4D9F-8A32-7E4B9C1D5F22", "host_maintenance"),
+    (
+        "3A7C4E99-2D6F-4EA0-9B43-8F5CAD2E6A33",
+        "host_infrastructure",
+    ),
+    ("4B8D5FAA-3E70-4FB1-8C54-9A6DBE3F7B44", "user_request"),
+    ("5C9E60BB-4F81-40C2-9D65-AB7ECF408C55", "emergency_repair"),
+    ("6DAF71CC-5092-41D3-8E76-BC8FD0519D66", "other"),
+    ("7EB082DD-61A3-42E4-9F87-CD90E16AAE77", "other"),
+];
+
+// The agent runs as a process; its log lines are read by blocking, so the simulator needs a
+// thread of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_description_phrase_gives_its_cause_on_the_info_series_and_the_log_line() -> TestResult
+{
+    let imds = Imds::start().await?;
+    let document = fixture("32-description-phrases-seven-events-di12.json")?;
+    let raw: serde_json::Value = serde_json::from_slice(&document)?;
+    imds.sim.set_document(document);
+    let url = format!("--imds.url={}", imds.url());
+    let mut agent = process::AgentProcess::spawn(process::command(&[
+        &url,
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=50ms",
+        "--vm.name=web-vmss_0",
+    ]))?;
+    for (index, (id, cause)) in CAUSES.iter().enumerate() {
+        let line = agent.next_line_where(|l| l["event_id"] == *id)?;
+        assert_eq!(line["cause"], *cause, "{line}");
+        assert_eq!(
+            line["description"], raw["Events"][index]["Description"],
+            "the raw text stays as it was: {line}"
+        );
+    }
+    let metrics = Exposition(agent.metrics()?);
+    for (id, cause) in CAUSES {
+        let info = metrics.event_info(id).unwrap_or_default();
+        assert!(
+            info.contains(&format!(r#"cause="{cause}""#)),
+            "{id}: {info}"
+        );
+    }
+    agent.terminate()?;
+    Ok(())
 }

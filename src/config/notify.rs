@@ -26,7 +26,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The fields of every notification, as in the event's log line, plus `timestamp`. A template
 /// may use these and `receiver`, nothing else.
-pub const FIELDS: [&str; 19] = [
+pub const FIELDS: [&str; 20] = [
     "timestamp",
     "transition",
     "event_id",
@@ -42,6 +42,7 @@ pub const FIELDS: [&str; 19] = [
     "not_before",
     "duration_in_seconds",
     "description",
+    "cause",
     "affects_this_vm",
     "document_incarnation",
     "changed",

@@ -194,6 +194,7 @@ fn log_transition(transition: &Transition, context: &Context) {
         not_before = %event.not_before.raw(),
         duration_in_seconds = event.duration.map(|d| d.0),
         description = event.description.as_deref(),
+        cause = event.cause().as_str(),
         affects_this_vm = event.affects(vm_name).as_str(),
         document_incarnation = context.incarnation,
         changed,

@@ -33,6 +33,8 @@ pub struct Notification {
     pub not_before: String,
     pub duration_in_seconds: Option<i64>,
     pub description: Option<String>,
+    /// What `Description` says caused the event ([`crate::cause::Cause`]).
+    pub cause: &'static str,
     pub affects_this_vm: &'static str,
     pub document_incarnation: Option<u64>,
     pub changed: Option<String>,
@@ -68,6 +70,7 @@ impl Notification {
             not_before: event.not_before.raw().to_owned(),
             duration_in_seconds: event.duration.map(|d| d.0),
             description: event.description.clone(),
+            cause: event.cause().as_str(),
             affects_this_vm: event.affects(vm_name).as_str(),
             document_incarnation: incarnation,
             changed,
