@@ -2,7 +2,7 @@
 //! and logs.
 //!
 //! How the pieces fit (docs/architecture.md draws it): [`imds`] fetches documents over HTTP and
-//! [`wire`] mirrors their JSON; [`event`] and [`not_before`] turn that into domain types, [`cause`] reads what `Description` says. The
+//! [`wire`] mirrors their JSON; [`event`] and [`not_before`] turn that into domain types, [`cause`] reads what `Description` says and [`hardware_failure`] marks a predicted failure. The
 //! functional core, `observer` with `monitor`, [`tracker`] (each event's lifecycle, resumed
 //! after a restart) and `approval` (policy, takeover order, the decision machine), turns each
 //! poll into a list of `occurrence`s. [`agent`] runs the one poll loop and hands every list to
@@ -23,6 +23,7 @@ pub mod commands;
 pub mod config;
 pub mod event;
 pub(crate) mod event_span;
+pub mod hardware_failure;
 pub(crate) mod health;
 pub mod imds;
 pub mod logging;

@@ -20,8 +20,9 @@ use crate::approval::{Decision, HookFailure, HookKind, Outcome};
 pub use crate::config::EventSeries;
 use crate::config::approval::Mode;
 use crate::event::{Affects, Event, EventStatus, EventType};
+use crate::hardware_failure;
 use crate::imds::{ImdsError, Operation};
-use crate::tracker::Transition;
+use crate::tracker::{Tracked, Transition};
 use crate::wire;
 
 /// The prefix of every metric name.
@@ -458,11 +459,22 @@ impl Metrics {
             .inc();
     }
 
-    /// Replaces the events the per-event series describe, after a document changed them.
+    /// Replaces the events the per-event series describe, after a document changed them. With
+    /// no first sight known, only a Description marks a predicted hardware failure.
     pub fn set_events(&self, incarnation: u64, events: Vec<Event>) {
         self.incarnation
             .set(i64::try_from(incarnation).unwrap_or(i64::MAX));
-        self.events.view().events = events;
+        self.events.view().events = events.into_iter().map(|event| (event, None)).collect();
+    }
+
+    /// As [`Metrics::set_events`], from the tracker's events with their first sight.
+    pub fn set_tracked(&self, incarnation: u64, events: &[Tracked]) {
+        self.incarnation
+            .set(i64::try_from(incarnation).unwrap_or(i64::MAX));
+        self.events.view().events = events
+            .iter()
+            .map(|tracked| (tracked.event.clone(), Some(tracked.first_seen)))
+            .collect();
     }
 
     /// Sets this VM's identity: the name that decides `affects_this_vm`, and `..._vm_info`.
@@ -540,7 +552,8 @@ fn opts(name: &str, help: &str) -> Opts {
 /// What the per-event series are computed from.
 #[derive(Debug, Default)]
 struct EventsView {
-    events: Vec<Event>,
+    /// Each event with the time this agent first saw it, when known.
+    events: Vec<(Event, Option<DateTime<Utc>>)>,
     vm_name: Option<String>,
 }
 
@@ -582,7 +595,7 @@ impl EventsCollector {
             info: IntGaugeVec::new(
                 opts(
                     "event_info",
-                    "Always 1 while the event is in the scheduled-events document; its fields as labels, and the cause its Description gives.",
+                    "Always 1 while the event is in the scheduled-events document; its fields as labels, the cause its Description gives, and whether Azure predicts a hardware failure (a Reboot or Redeploy announced more than a day ahead).",
                 ),
                 &[
                     "event_id",
@@ -592,6 +605,7 @@ impl EventsCollector {
                     "resource_type",
                     "affects_this_vm",
                     "cause",
+                    "hardware_failure_predicted",
                 ],
             )?,
             not_before: GaugeVec::new(
@@ -673,7 +687,7 @@ impl EventsCollector {
                 affects.as_str(),
             ]);
         }
-        for event in &view.events {
+        for (event, first_seen) in &view.events {
             let affects = event.affects(view.vm_name.as_deref());
             let count = if event.is_advisory() {
                 &self.advisories
@@ -700,6 +714,7 @@ impl EventsCollector {
                     &event.resource_type,
                     affects.as_str(),
                     event.cause().as_str(),
+                    hardware_failure::label(hardware_failure::predicted(event, *first_seen)),
                 ])
                 .set(1);
             if let Some(at) = event.not_before.at() {

@@ -417,3 +417,95 @@ async fn each_description_phrase_gives_its_cause_on_the_info_series_and_the_log_
     agent.terminate()?;
     Ok(())
 }
+
+const REDEPLOY: &str = "A3C9E1F0-7D2B-4B6A-8E5F-1C0D9B8A7F66";
+
+/// Fixture 33, with NotBefore three days after now, as the agent reads it now.
+fn redeploy_three_days_ahead() -> Result<Bytes, Box<dyn std::error::Error>> {
+    let body = String::from_utf8(fixture("33-redeploy-three-days-ahead-di3.json")?.to_vec())?;
+    let not_before = (chrono::Utc::now() + chrono::TimeDelta::days(3))
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string();
+    Ok(body
+        .replace("Fri, 27 Nov 2026 19:40:00 GMT", &not_before)
+        .into())
+}
+
+#[tokio::test]
+async fn a_redeploy_three_days_ahead_is_marked_and_approved_early_only_when_asked() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.set_document(redeploy_three_days_ahead()?);
+    let policy = [
+        "--vm.name=db-vmss_2",
+        "--approve",
+        "--approve.before-not-before=10m",
+    ];
+    let agent = Agent::start(&imds, &policy).await?;
+    let m = agent
+        .wait_for("the redeploy", |m| m.event_info(REDEPLOY).is_some())
+        .await?;
+    let info = m.event_info(REDEPLOY).unwrap_or_default();
+    assert!(
+        info.contains(r#"hardware_failure_predicted="true""#),
+        "{info}"
+    );
+    assert!(info.contains(r#"cause="host_maintenance""#), "{info}");
+    let m = agent
+        .wait_for("a decision", |m| {
+            m.get(r#"azure_scheduled_events_approval_decisions_total{decision="skipped",reason="not_allowed"}"#) >= 1.0
+        })
+        .await?;
+    assert!(
+        imds.sim.approvals().is_empty(),
+        "without the setting a platform Redeploy is not approved"
+    );
+    assert_eq!(
+        m.get(r#"azure_scheduled_events_approval_decisions_total{decision="approved",reason="predicted_hardware_failure"}"#),
+        0.0
+    );
+    agent.stop().await?;
+
+    let early = [&policy[..], &["--approve.predicted-hardware-failure"]].concat();
+    let agent = Agent::start(&imds, &early).await?;
+    let m = agent
+        .wait_for("the early approval", |m| {
+            m.get(r#"azure_scheduled_events_approvals_total{event_type="Redeploy"}"#) >= 1.0
+        })
+        .await?;
+    assert_eq!(
+        m.get(r#"azure_scheduled_events_approval_decisions_total{decision="approved",reason="predicted_hardware_failure"}"#),
+        1.0
+    );
+    let posted: Vec<String> = imds
+        .sim
+        .approvals()
+        .into_iter()
+        .map(|a| a.event_id)
+        .collect();
+    assert_eq!(
+        posted,
+        [REDEPLOY],
+        "three days before NotBefore, not ten minutes"
+    );
+    agent.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_line_of_a_redeploy_three_days_ahead_says_hardware_failure_predicted() -> TestResult
+{
+    let imds = Imds::start().await?;
+    imds.sim.set_document(redeploy_three_days_ahead()?);
+    let url = format!("--imds.url={}", imds.url());
+    let mut agent = process::AgentProcess::spawn(process::command(&[
+        &url,
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=50ms",
+        "--vm.name=db-vmss_2",
+    ]))?;
+    let line = agent.next_line_where(|l| l["event_id"] == REDEPLOY)?;
+    assert_eq!(line["message"], "event scheduled", "{line}");
+    assert_eq!(line["hardware_failure_predicted"], true, "{line}");
+    assert_eq!(line["cause"], "host_maintenance", "{line}");
+    agent.terminate()?;
+    Ok(())
+}

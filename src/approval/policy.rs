@@ -21,16 +21,25 @@ pub enum Rule {
     UserEvent,
     ShortFreeze,
     EventType,
+    /// A Reboot or Redeploy announced days ahead: Azure predicts a hardware failure and
+    /// recommends acting as soon as possible.
+    PredictedHardwareFailure,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 3] = [Rule::UserEvent, Rule::ShortFreeze, Rule::EventType];
+    pub const ALL: [Rule; 4] = [
+        Rule::UserEvent,
+        Rule::ShortFreeze,
+        Rule::EventType,
+        Rule::PredictedHardwareFailure,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Rule::UserEvent => "user_event",
             Rule::ShortFreeze => "short_freeze",
             Rule::EventType => "event_type",
+            Rule::PredictedHardwareFailure => "predicted_hardware_failure",
         }
     }
 }
@@ -159,11 +168,17 @@ impl Policy {
         if self.deny_event_types.contains(&event.event_type) {
             return Verdict::Skip(SkipReason::DeniedType);
         }
+        // Early: the hardware may fail before NotBefore, so the policy's "when" does not hold
+        // it back (the takeover order of a shared event still does).
+        let early = self.predicted_hardware_failure
+            && crate::hardware_failure::predicted(event, Some(first_seen));
         let rule = match self.rule(event) {
+            _ if early => Rule::PredictedHardwareFailure,
             Ok(rule) => rule,
             Err(reason) => return Verdict::Skip(reason),
         };
         let policy_at = match self.when {
+            _ if early => None,
             When::Immediately => None,
             When::BeforeNotBefore(lead) => match event.not_before.at() {
                 Some(at) => Some((at - chrono_duration(lead), WaitReason::BeforeNotBefore)),
@@ -417,6 +432,66 @@ mod tests {
         assert_eq!(
             everything.verdict(&preempt, Some(VM), t(0), t(10_000)),
             Verdict::Skip(SkipReason::Advisory)
+        );
+    }
+
+    /// A platform Redeploy three days ahead, first seen at `t(0)`.
+    fn redeploy_days_ahead() -> Event {
+        let mut e = event(EventType::Redeploy, EventSource::Platform, Some(-1));
+        e.not_before = NotBefore::parse(Some(
+            &(t(0) + chrono::TimeDelta::days(3))
+                .format("%a, %d %b %Y %H:%M:%S GMT")
+                .to_string(),
+        ));
+        e
+    }
+
+    #[test]
+    fn a_predicted_hardware_failure_is_approved_early_only_when_asked() {
+        let waiting = Policy {
+            when: When::BeforeNotBefore(Duration::from_secs(600)),
+            ..Policy::default()
+        };
+        let e = redeploy_days_ahead();
+        assert_eq!(
+            waiting.verdict(&e, Some(VM), t(0), t(5)),
+            Verdict::Skip(SkipReason::NotAllowed),
+            "off by default"
+        );
+        let early = Policy {
+            predicted_hardware_failure: true,
+            ..waiting.clone()
+        };
+        assert_eq!(
+            early.verdict(&e, Some(VM), t(0), t(5)),
+            Verdict::Approve(Rule::PredictedHardwareFailure),
+            "at once, not 10 minutes before NotBefore"
+        );
+        assert_eq!(
+            early.verdict(&e, Some(VM), t(0) + chrono::TimeDelta::days(2), t(5)),
+            Verdict::Skip(SkipReason::NotAllowed),
+            "first seen a day before NotBefore: routine notice, not a prediction"
+        );
+        let denied = Policy {
+            deny_event_types: vec![EventType::Redeploy],
+            ..early.clone()
+        };
+        assert_eq!(
+            denied.verdict(&e, Some(VM), t(0), t(5)),
+            Verdict::Skip(SkipReason::DeniedType)
+        );
+        let mut shared = e.clone();
+        shared.resources = ["vmss_0", VM].into_iter().collect();
+        assert!(
+            matches!(
+                early.verdict(&shared, Some(VM), t(0), t(5)),
+                Verdict::Wait {
+                    rule: Rule::PredictedHardwareFailure,
+                    reason: WaitReason::Takeover { rank: 1 },
+                    ..
+                }
+            ),
+            "the takeover order of a shared event still holds"
         );
     }
 

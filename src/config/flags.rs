@@ -145,6 +145,17 @@ pub struct ApproveArgs {
         value_name = "BOOL"
     )]
     pub user_events: Option<bool>,
+    /// Approve at once, without waiting for --approve.before-not-before, a Reboot or Redeploy
+    /// that Azure announced more than a day ahead (a predicted hardware failure, which Azure
+    /// recommends acting on as soon as possible) [default: false].
+    #[arg(
+        long = "approve.predicted-hardware-failure",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_PREDICTED_HARDWARE_FAILURE",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub predicted_hardware_failure: Option<bool>,
     /// Approve Freezes with 0 <= DurationInSeconds < this; 0s turns the rule off [default: 9s].
     #[arg(long = "approve.freeze-max-duration", env = "AZURE_SCHEDULED_EVENTS_APPROVE_FREEZE_MAX_DURATION", value_parser = duration)]
     pub freeze_max_duration: Option<Duration>,

@@ -343,6 +343,7 @@ mod tests {
         let config = parse(&[
             "--approve",
             "--approve.user-events=false",
+            "--approve.predicted-hardware-failure",
             "--approve.freeze-max-duration=0s",
             "--approve.event-types=reboot, Redeploy",
             "--approve.deny-event-types=Preempt",
@@ -354,6 +355,7 @@ mod tests {
         ])?;
         let policy = &config.approval.policy;
         assert!(!policy.user_events);
+        assert!(policy.predicted_hardware_failure);
         assert_eq!(policy.freeze_max_duration, Duration::ZERO);
         assert_eq!(policy.event_types, [EventType::Reboot, EventType::Redeploy]);
         assert_eq!(policy.deny_event_types, [EventType::Preempt]);
@@ -391,6 +393,7 @@ mod tests {
         );
         assert_eq!(policy.when, When::BeforeNotBefore(Duration::from_secs(30)));
         assert_eq!(policy.freeze_max_duration, Duration::from_secs(9));
+        assert!(!policy.predicted_hardware_failure);
         let config = parse(&[
             &format!("--approve.policy-file={file}"),
             "--approve.before-not-before=immediately",

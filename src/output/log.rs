@@ -179,6 +179,18 @@ fn log_transition(transition: &Transition, context: &Context) {
     let event = transition.event();
     let changed = transition.changed_fields();
     let seen_started = transition.seen_started();
+    // Told on the line that reports the event first (or again after a restart), where its
+    // first sight is known.
+    let first_seen = match transition {
+        Transition::Appeared(_) => Some(context.at),
+        Transition::Resumed { first_seen, .. } => Some(*first_seen),
+        Transition::Started(_)
+        | Transition::Updated { .. }
+        | Transition::Completed { .. }
+        | Transition::Cancelled(_) => None,
+    };
+    let hardware_failure_predicted =
+        first_seen.map(|seen| crate::hardware_failure::predicted(event, Some(seen)));
     tracing::info!(
         vm_name,
         transition = transition.kind(),
@@ -195,6 +207,7 @@ fn log_transition(transition: &Transition, context: &Context) {
         duration_in_seconds = event.duration.map(|d| d.0),
         description = event.description.as_deref(),
         cause = event.cause().as_str(),
+        hardware_failure_predicted,
         affects_this_vm = event.affects(vm_name).as_str(),
         document_incarnation = context.incarnation,
         changed,
