@@ -117,6 +117,8 @@ impl Note {
         // An event is updated as often as it changes: each update's Event has a name of its own.
         let (warning, suffix) = match transition {
             Transition::Resumed { .. } => return None,
+            // An advisory announces nothing about to happen: a Normal Event.
+            Transition::Appeared(event) if event.is_advisory() => (false, what.to_owned()),
             Transition::Appeared(_) | Transition::Started(_) => (true, what.to_owned()),
             Transition::Updated { .. } => {
                 (true, format!("{what}-{}", incarnation.unwrap_or_default()))

@@ -245,3 +245,68 @@ impl Output for Notify {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Document;
+    use crate::tracker::{Tracker, Transition};
+    use chrono::Utc;
+
+    fn route(transitions: &[&'static str]) -> Route {
+        Route {
+            name: "r".into(),
+            filter: Filter {
+                transitions: transitions.to_vec(),
+                event_types: Vec::new(),
+                event_sources: Vec::new(),
+                this_vm_only: true,
+            },
+            queue: None,
+            task: None,
+        }
+    }
+
+    /// The transitions of an advisory that appears and then leaves the document.
+    fn advisory_transitions() -> Vec<Transition> {
+        let mut tracker = Tracker::new();
+        let appear =
+            br#"{"DocumentIncarnation":1,"Events":[{"EventId":"A","EventStatus":"Advisory",
+            "EventType":"SpotRebalanceRecommendation","Resources":["spot_0"],"NotBefore":""}]}"#;
+        let leave = br#"{"DocumentIncarnation":2,"Events":[]}"#;
+        let mut transitions = Vec::new();
+        for body in [&appear[..], &leave[..]] {
+            match Document::from_json(body) {
+                Ok(document) => {
+                    transitions.extend(tracker.observe(document, Utc::now()).transitions)
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        transitions
+    }
+
+    #[test]
+    fn an_advisory_reaches_only_receivers_that_list_advisory() {
+        let transitions = advisory_transitions();
+        let kinds: Vec<&str> = transitions.iter().map(Transition::kind).collect();
+        assert_eq!(kinds, ["advisory", "cancelled"]);
+        let default = route(&["scheduled", "started", "completed", "cancelled"]);
+        let every_lifecycle = route(&["scheduled", "started", "updated", "completed", "cancelled"]);
+        let asked = route(&["advisory", "cancelled"]);
+        let only_advisory = route(&["advisory"]);
+        for transition in &transitions {
+            let (kind, event) = (transition.kind(), transition.event());
+            assert!(!default.wants(kind, event, Some("spot_0")), "{kind}");
+            assert!(
+                !every_lifecycle.wants(kind, event, Some("spot_0")),
+                "{kind}"
+            );
+            assert!(asked.wants(kind, event, Some("spot_0")), "{kind}");
+            assert_eq!(
+                only_advisory.wants(kind, event, Some("spot_0")),
+                kind == "advisory"
+            );
+        }
+    }
+}
