@@ -680,6 +680,40 @@ mod tests {
         );
     }
 
+    fn fixture(file: &str) -> Document {
+        let path = format!(
+            "{}/tests/fixtures/imds-documents/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        match std::fs::read(&path).map(|body| Document::from_json(&body)) {
+            Ok(Ok(document)) => document,
+            Ok(Err(e)) => panic!("{path}: {e}"),
+            Err(e) => panic!("{path}: {e}"),
+        }
+    }
+
+    #[test]
+    fn the_real_world_shaped_advisory_then_preempt_documents_are_tracked() {
+        let mut tracker = Tracker::new();
+        let alone = tracker.observe(fixture("30-spot-rebalance-advisory-alone-di4.json"), t(0));
+        assert_eq!(
+            kinds(&alone),
+            [("advisory", "8F2D6A41-3B7C-4E19-9A5D-2C0B7E6F1D83")]
+        );
+        assert!(alone.transitions[0].event().is_advisory());
+        let then = tracker.observe(
+            fixture("31-spot-rebalance-advisory-then-preempt-di5.json"),
+            t(20),
+        );
+        assert_eq!(then.incarnation, IncarnationChange::Next);
+        assert_eq!(
+            kinds(&then),
+            [("scheduled", "D40E9B27-61C5-4F0A-B8E3-97A1C2F5E604")],
+            "the advisory is unchanged; the Preempt is the one new impact"
+        );
+        assert!(!then.transitions[0].event().is_advisory());
+    }
+
     #[test]
     fn an_unknown_status_appears_as_an_advisory() {
         let mut tracker = Tracker::new();

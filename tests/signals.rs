@@ -509,3 +509,86 @@ async fn the_log_line_of_a_redeploy_three_days_ahead_says_hardware_failure_predi
     agent.terminate()?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_advisory_is_one_log_line_that_says_advisory() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim
+        .set_document(fixture("30-spot-rebalance-advisory-alone-di4.json")?);
+    let url = format!("--imds.url={}", imds.url());
+    let vm = format!("--vm.name={SPOT_VM}");
+    let mut agent = process::AgentProcess::spawn(process::command(&[
+        &url,
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=50ms",
+        &vm,
+    ]))?;
+    let line = agent.next_line_where(|l| l["event_id"] == ADVISORY)?;
+    assert_eq!(line["message"], "event advisory", "{line}");
+    assert_eq!(line["transition"], "advisory", "{line}");
+    assert_eq!(line["advisory"], true, "{line}");
+    assert_eq!(line["event_status"], "Advisory", "{line}");
+    assert_eq!(line["affects_this_vm"], "true", "{line}");
+    // Let it poll the same document many times: no second line for it.
+    let polls = |text: &str| {
+        Exposition(text.to_owned())
+            .get(r#"azure_scheduled_events_imds_requests_total{operation="events"}"#)
+    };
+    let start = polls(&agent.metrics()?);
+    while polls(&agent.metrics()?) < start + 10.0 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let again: Vec<_> = agent
+        .lines_so_far()?
+        .into_iter()
+        .filter(|l| l["event_id"] == ADVISORY)
+        .collect();
+    assert!(again.is_empty(), "{again:?}");
+    agent.terminate()?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_blocked_connect_is_logged_once_with_its_likely_causes_and_the_fix() -> TestResult {
+    let blackhole = Blackhole::start()?;
+    let url = format!("--imds.url={}", blackhole.url);
+    let mut agent = process::AgentProcess::spawn(process::command(&[
+        &url,
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=50ms",
+        "--imds.connect-timeout=100ms",
+        "--vm.name=blocked_0",
+    ]))?;
+    let line =
+        agent.next_line_where(|l| l["reason"] == "connect_timeout" && l.get("fix").is_some())?;
+    let causes = line["likely_causes"].as_str().unwrap_or_default();
+    for cause in ["host network", "IMDS restriction", "NetworkPolicy"] {
+        assert!(causes.contains(cause), "{line}");
+    }
+    assert!(
+        line["fix"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("hostNetwork: true"),
+        "{line}"
+    );
+    let failures = |text: &str| {
+        Exposition(text.to_owned()).get(r#"azure_scheduled_events_imds_request_failures_total{operation="events",reason="connect_timeout"}"#)
+    };
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    while failures(&agent.metrics()?) < 4.0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(failures(&agent.metrics()?) >= 4.0);
+    let again: Vec<_> = agent
+        .lines_so_far()?
+        .into_iter()
+        .filter(|l| l.get("likely_causes").is_some())
+        .collect();
+    assert!(
+        again.is_empty(),
+        "logged once per outage, not per try: {again:?}"
+    );
+    agent.terminate()?;
+    Ok(())
+}

@@ -26,7 +26,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The fields of every notification, as in the event's log line, plus `timestamp`. A template
 /// may use these and `receiver`, nothing else.
-pub const FIELDS: [&str; 20] = [
+pub const FIELDS: [&str; 21] = [
     "timestamp",
     "transition",
     "event_id",
@@ -43,6 +43,7 @@ pub const FIELDS: [&str; 20] = [
     "duration_in_seconds",
     "description",
     "cause",
+    "hardware_failure_predicted",
     "affects_this_vm",
     "document_incarnation",
     "changed",

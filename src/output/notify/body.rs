@@ -35,6 +35,9 @@ pub struct Notification {
     pub description: Option<String>,
     /// What `Description` says caused the event ([`crate::cause::Cause`]).
     pub cause: &'static str,
+    /// Whether Azure predicts a hardware failure ([`crate::hardware_failure`]), on the
+    /// notification that first reports the event (as on its log line); `None` on the others.
+    pub hardware_failure_predicted: Option<bool>,
     pub affects_this_vm: &'static str,
     pub document_incarnation: Option<u64>,
     pub changed: Option<String>,
@@ -71,6 +74,7 @@ impl Notification {
             duration_in_seconds: event.duration.map(|d| d.0),
             description: event.description.clone(),
             cause: event.cause().as_str(),
+            hardware_failure_predicted: None,
             affects_this_vm: event.affects(vm_name).as_str(),
             document_incarnation: incarnation,
             changed,
@@ -85,15 +89,27 @@ impl Notification {
         incarnation: Option<u64>,
         at: DateTime<Utc>,
     ) -> Self {
-        Self::new(
-            transition.kind(),
-            transition.event(),
-            transition.changed_fields(),
-            transition.seen_started(),
-            vm_name,
-            incarnation,
-            at,
-        )
+        let first_seen = match transition {
+            Transition::Appeared(_) => Some(at),
+            Transition::Resumed { first_seen, .. } => Some(*first_seen),
+            Transition::Started(_)
+            | Transition::Updated { .. }
+            | Transition::Completed { .. }
+            | Transition::Cancelled(_) => None,
+        };
+        Self {
+            hardware_failure_predicted: first_seen
+                .map(|seen| crate::hardware_failure::predicted(transition.event(), Some(seen))),
+            ..Self::new(
+                transition.kind(),
+                transition.event(),
+                transition.changed_fields(),
+                transition.seen_started(),
+                vm_name,
+                incarnation,
+                at,
+            )
+        }
     }
 
     /// One line for people: what happens to which VMs, and when.
