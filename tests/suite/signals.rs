@@ -3,7 +3,7 @@
 //! api-version, a connect that never completes, the cause of an event, and predicted hardware
 //! failure. The documents are the real-world shaped ones in `tests/fixtures/imds-documents/`.
 
-mod common;
+use crate::common;
 
 use azure_scheduled_events_exporter::simulator::{ApiVersion, Fault, Scenario};
 use bytes::Bytes;
