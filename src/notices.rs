@@ -15,8 +15,8 @@ use crate::approval::Outcome;
 use crate::config::notify::{Filter, NotifyConfig};
 use crate::event::{Affects, Event};
 use crate::occurrence::{Notice, Occurrence};
-use crate::tracker::Transition;
 use crate::state::State;
+use crate::tracker::Transition;
 
 /// The transitions a restart reports again: an event still in the document is resumed as
 /// `advisory`, `scheduled` or `started`. Only these are remembered, so a restart never sends them
@@ -405,5 +405,32 @@ mod tests {
             0,
         );
         assert!(notices.decide(&batch, Some("vm_0")).is_empty());
+    }
+
+    #[test]
+    fn an_advisory_reaches_only_receivers_that_list_advisory_not_even_its_end() {
+        let mut notices = Notices::new(
+            &config(vec![
+                receiver(
+                    "default",
+                    &["scheduled", "started", "completed", "cancelled"],
+                    true,
+                ),
+                receiver("spot", &["advisory", "cancelled"], true),
+            ]),
+            &State::default(),
+        );
+        let mut tracker = Tracker::new();
+        let advisory = r#"{"EventId":"A","EventStatus":"Advisory","EventType":"SpotRebalanceRecommendation","Resources":["vm_0"],"NotBefore":""}"#;
+        let batch = observe(&mut tracker, 1, advisory, 0);
+        assert_eq!(
+            said(&notices.decide(&batch, Some("vm_0"))),
+            ["advisory A spot"]
+        );
+        let batch = observe(&mut tracker, 2, "", 10);
+        assert_eq!(
+            said(&notices.decide(&batch, Some("vm_0"))),
+            ["cancelled A spot"]
+        );
     }
 }
