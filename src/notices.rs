@@ -4,7 +4,7 @@
 //! [`Notices::decide`] reads one batch of occurrences (transitions, events that ended while the
 //! agent was down, approvals) and says, as [`Occurrence::Notify`], which receivers want each
 //! one ([`Filter`]) and which are new to them. The transitions a restart reports again
-//! (`scheduled`, `started`) go to a receiver once per event: what was handed to it is seeded
+//! (`advisory`, `scheduled`, `started`) go to a receiver once per event: what was handed to it is seeded
 //! from the state file, recorded there by the state output before the notification output
 //! queues anything, and forgotten when the event leaves the document. No I/O, no clock.
 
