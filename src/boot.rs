@@ -73,7 +73,7 @@ pub fn classify(previous: Option<&State>, boot_id: Option<&str>) -> Restart {
 
 /// The current boot id, trimmed; `None` if it cannot be read or is empty.
 pub fn read_boot_id(path: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = crate::file_input::read_to_string(path, crate::file_input::BOOT_ID).ok()?;
     let id = text.trim();
     (!id.is_empty() && id.len() <= 128).then(|| id.to_owned())
 }

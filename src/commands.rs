@@ -14,7 +14,7 @@ use crate::simulator::{
 };
 use crate::telemetry::Telemetry;
 
-/// Completes on SIGTERM or SIGINT (Ctrl-C).
+/// Completes on SIGTERM, SIGINT (Ctrl-C) or SIGQUIT; SIGHUP and SIGUSR1 are logged and ignored.
 pub async fn shutdown_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
@@ -22,14 +22,7 @@ pub async fn shutdown_signal() {
         }
     };
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
+    let terminate = unix_signals();
     #[cfg(not(unix))]
     let terminate = std::future::pending::<()>();
     tokio::select! {
@@ -37,6 +30,42 @@ pub async fn shutdown_signal() {
         () = terminate => {}
     }
     tracing::info!("shutting down");
+}
+
+/// Completes on SIGTERM or SIGQUIT (whose default would dump core and skip the span flush).
+/// SIGHUP (a closed terminal, or an operator expecting a reload) and SIGUSR1 would kill the agent
+/// by default; there is nothing to reload (the web config is read at every request), so each is
+/// logged and ignored.
+#[cfg(unix)]
+async fn unix_signals() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let listen = |kind: SignalKind| signal(kind).ok();
+    async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+        let received = match signal {
+            Some(signal) => signal.recv().await,
+            None => None,
+        };
+        if received.is_none() {
+            std::future::pending::<()>().await;
+        }
+    }
+    let (mut terminate, mut quit) = (listen(SignalKind::terminate()), listen(SignalKind::quit()));
+    let (mut hangup, mut user1) = (
+        listen(SignalKind::hangup()),
+        listen(SignalKind::user_defined1()),
+    );
+    loop {
+        tokio::select! {
+            _ = recv(&mut terminate) => return,
+            _ = recv(&mut quit) => return,
+            _ = recv(&mut hangup) => {
+                tracing::info!(signal = "SIGHUP", "ignoring the signal: nothing to reload, the web config is read at every request");
+            }
+            _ = recv(&mut user1) => {
+                tracing::info!(signal = "SIGUSR1", "ignoring the signal");
+            }
+        }
+    }
 }
 
 /// Runs the agent against the built-in simulator playing the demo scenario on a loop.

@@ -181,6 +181,8 @@ pub struct ImdsClient {
     connect_timeout: Duration,
     events_url: Url,
     instance_url: Url,
+    /// `events_url` without the password or user a proxy in front of IMDS may need, for logs.
+    shown_url: Url,
     recorder: Option<Arc<dyn RecordRequest>>,
 }
 
@@ -213,11 +215,20 @@ impl ImdsClient {
             .pool_max_idle_per_host(1)
             .connect_timeout(connect_timeout)
             .build()?;
+        // reqwest sends the URL's user and password as basic auth and leaves them out of its
+        // errors; the one place the URL is printed shows neither.
+        let events_url = endpoint(base, "metadata/scheduledevents", api_version);
+        let mut shown_url = events_url.clone();
+        if !shown_url.username().is_empty() || shown_url.password().is_some() {
+            let _ = shown_url.set_password(None);
+            let _ = shown_url.set_username("redacted");
+        }
         Ok(Self {
             http,
             connect_timeout,
-            events_url: endpoint(base, "metadata/scheduledevents", api_version),
+            events_url,
             instance_url: endpoint(base, "metadata/instance", INSTANCE_API_VERSION),
+            shown_url,
             recorder: None,
         })
     }
@@ -228,9 +239,13 @@ impl ImdsClient {
         self
     }
 
-    /// The scheduled-events URL the client polls.
+    /// The scheduled-events URL the client polls, any user and password in it redacted.
+    #[expect(
+        clippy::misnamed_getters,
+        reason = "the URL polled, as it may be shown: never the one holding a password"
+    )]
     pub fn events_url(&self) -> &Url {
-        &self.events_url
+        &self.shown_url
     }
 
     /// Reads the scheduled-events document. `last` holds the body of the last valid document:

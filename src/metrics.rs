@@ -1,4 +1,6 @@
-//! Every metric the agent exports: names, HELP, labels and buckets, defined in this one file.
+//! The agent's own metric families: names, HELP, labels and buckets of the IMDS, event, approval,
+//! state, OTLP and build series. The notification and Kubernetes outputs define and register
+//! theirs in their own rooms (`output/notify/metrics.rs`, `output/kubernetes/`).
 //!
 //! Counters and health gauges are updated by the poll loop. Everything derived from the current
 //! document (`pending` and the per-event series) is computed at scrape time from the last
@@ -22,7 +24,7 @@ use crate::config::approval::Mode;
 use crate::event::{Affects, Event, EventStatus, EventType};
 use crate::hardware_failure;
 use crate::imds::{ImdsError, Operation, RecordRequest};
-use crate::tracker::{Tracked, Transition};
+use crate::tracker::{Kind, Tracked, Transition};
 use crate::wire;
 
 /// The prefix of every metric name.
@@ -333,7 +335,7 @@ impl Metrics {
         }
         transitions.with_label_values(&[
             EventType::SpotRebalanceRecommendation.as_str(),
-            Transition::ADVISORY,
+            Kind::Advisory.as_str(),
         ]);
         build_info
             .with_label_values(&[
@@ -466,8 +468,14 @@ impl Metrics {
     }
 
     pub fn record_transition(&self, transition: &Transition) {
+        // Azure may invent types: one `other` series for all of them, or the counter would keep
+        // a series per type ever seen.
+        let event_type = match &transition.event().event_type {
+            EventType::Other(_) => "other",
+            known => known.as_str(),
+        };
         self.transitions
-            .with_label_values(&[transition.event().event_type.as_str(), transition.kind()])
+            .with_label_values(&[event_type, transition.kind().as_str()])
             .inc();
     }
 
@@ -476,22 +484,41 @@ impl Metrics {
     pub fn set_events(&self, incarnation: u64, events: Vec<Event>) {
         self.incarnation
             .set(i64::try_from(incarnation).unwrap_or(i64::MAX));
-        self.events.view().events = events.into_iter().map(|event| (event, None)).collect();
+        let mut view = self.events.view();
+        let vm = view.vm_name.clone();
+        view.events = events
+            .into_iter()
+            .map(|event| {
+                let affects = event.affects(vm.as_deref());
+                (event, affects, None)
+            })
+            .collect();
     }
 
     /// As [`Metrics::set_events`], from the tracker's events with their first sight.
     pub fn set_tracked(&self, incarnation: u64, events: &[Tracked]) {
         self.incarnation
             .set(i64::try_from(incarnation).unwrap_or(i64::MAX));
-        self.events.view().events = events
+        let mut view = self.events.view();
+        let vm = view.vm_name.clone();
+        view.events = events
             .iter()
-            .map(|tracked| (tracked.event.clone(), Some(tracked.first_seen)))
+            .map(|tracked| {
+                let affects = tracked.event.affects(vm.as_deref());
+                (tracked.event.clone(), affects, Some(tracked.first_seen))
+            })
             .collect();
     }
 
     /// Sets this VM's identity: the name that decides `affects_this_vm`, and `..._vm_info`.
     pub fn set_vm(&self, vm_name: Option<&str>, compute: Option<&wire::Compute>) {
-        self.events.view().vm_name = vm_name.map(str::to_owned);
+        {
+            let mut view = self.events.view();
+            view.vm_name = vm_name.map(str::to_owned);
+            for (event, affects, _) in &mut view.events {
+                *affects = event.affects(vm_name);
+            }
+        }
         if let Some(c) = compute {
             self.vm_info.reset();
             self.vm_info
@@ -564,8 +591,9 @@ fn opts(name: &str, help: &str) -> Opts {
 /// What the per-event series are computed from.
 #[derive(Debug, Default)]
 struct EventsView {
-    /// Each event with the time this agent first saw it, when known.
-    events: Vec<(Event, Option<DateTime<Utc>>)>,
+    /// Whether each names this VM is worked out when the events or the name change, not at
+    /// every scrape; with the time this agent first saw it, when known.
+    events: Vec<(Event, Affects, Option<DateTime<Utc>>)>,
     vm_name: Option<String>,
 }
 
@@ -699,8 +727,8 @@ impl EventsCollector {
                 affects.as_str(),
             ]);
         }
-        for (event, first_seen) in &view.events {
-            let affects = event.affects(view.vm_name.as_deref());
+        for (event, affects, first_seen) in &view.events {
+            let affects = *affects;
             let count = if event.is_advisory() {
                 &self.advisories
             } else {

@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::event::{Affects, Event, EventId, EventStatus, EventType};
+use crate::file_input::FileInputError;
 use crate::not_before::NotBefore;
 use crate::tracker::Tracked;
 
@@ -283,7 +284,7 @@ pub enum LoadError {
     )]
     Newer(u32),
     #[error("cannot read it: {0}")]
-    Io(#[from] std::io::Error),
+    Input(#[from] FileInputError),
 }
 
 #[cfg(test)]

@@ -93,26 +93,26 @@ impl Transition {
         }
     }
 
-    /// The `transition` label value: `scheduled`, `started`, `updated`, `completed`, `cancelled`,
-    /// or `advisory` for an event that appeared but announces no impact ([`Event::is_advisory`]),
-    /// so that nothing that acts on `scheduled` acts on an advisory.
-    pub fn kind(&self) -> &'static str {
+    /// What kind of transition it is, as the `transition` label says it: `advisory` for an
+    /// event that appeared but announces no impact ([`Event::is_advisory`]), so that nothing that
+    /// acts on `scheduled` acts on an advisory.
+    pub fn kind(&self) -> Kind {
         match self {
             Transition::Appeared(event) | Transition::Resumed { event, .. }
                 if event.is_advisory() =>
             {
-                "advisory"
+                Kind::Advisory
             }
             Transition::Appeared(event) | Transition::Resumed { event, .. }
                 if event.status == EventStatus::Started =>
             {
-                "started"
+                Kind::Started
             }
-            Transition::Appeared(_) | Transition::Resumed { .. } => "scheduled",
-            Transition::Started(_) => "started",
-            Transition::Updated { .. } => "updated",
-            Transition::Completed { .. } => "completed",
-            Transition::Cancelled(_) => "cancelled",
+            Transition::Appeared(_) | Transition::Resumed { .. } => Kind::Scheduled,
+            Transition::Started(_) => Kind::Started,
+            Transition::Updated { .. } => Kind::Updated,
+            Transition::Completed { .. } => Kind::Completed,
+            Transition::Cancelled(_) => Kind::Cancelled,
         }
     }
 
@@ -140,11 +140,49 @@ impl Transition {
 
     /// Every `transition` label value of an event that announces an impact, for pre-creating
     /// series.
-    pub const KINDS: [&'static str; 5] =
-        ["scheduled", "started", "updated", "completed", "cancelled"];
+    pub const KINDS: [&'static str; 5] = [
+        Kind::Scheduled.as_str(),
+        Kind::Started.as_str(),
+        Kind::Updated.as_str(),
+        Kind::Completed.as_str(),
+        Kind::Cancelled.as_str(),
+    ];
+}
 
-    /// The `transition` label value of an advisory that appeared.
-    pub const ADVISORY: &'static str = "advisory";
+/// The kind of a [`Transition`]: what the log line, the `transition` label, the span name and
+/// the notification say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Appeared (or resumed) `Scheduled`.
+    Scheduled,
+    /// Became `Started`, or appeared `Started`.
+    Started,
+    Updated,
+    Completed,
+    Cancelled,
+    /// Appeared (or resumed) announcing no impact: a Spot rebalance recommendation, EventStatus
+    /// `Advisory`, or an unknown status.
+    Advisory,
+}
+
+impl Kind {
+    /// The `transition` label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Kind::Scheduled => "scheduled",
+            Kind::Started => "started",
+            Kind::Updated => "updated",
+            Kind::Completed => "completed",
+            Kind::Cancelled => "cancelled",
+            Kind::Advisory => "advisory",
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// How `DocumentIncarnation` moved between the last document and this one.
@@ -413,7 +451,7 @@ mod tests {
         observation
             .transitions
             .iter()
-            .map(|t| (t.kind(), t.event().id.as_str()))
+            .map(|t| (t.kind().as_str(), t.event().id.as_str()))
             .collect()
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::{ApproveArgs, ConfigError, duration, invalid};
 use crate::event::EventType;
+use crate::file_input;
 
 /// Whether approval is off, deciding only, or sending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,9 +167,10 @@ impl ApproveArgs {
         let file = match &self.policy_file {
             None => PolicyFile::default(),
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    invalid("approve.policy-file", format!("{}: {e}", path.display()))
-                })?;
+                let text =
+                    file_input::read_to_string(path, file_input::APPROVAL_POLICY).map_err(|e| {
+                        invalid("approve.policy-file", format!("{}: {e}", path.display()))
+                    })?;
                 serde_norway::from_str(&text).map_err(|e| {
                     invalid("approve.policy-file", format!("{}: {e}", path.display()))
                 })?
@@ -249,9 +251,11 @@ impl ApproveArgs {
                 "must be at most 7 days",
             ));
         }
-        if self.hook_timeout.is_zero() {
-            return Err(invalid("approve.hook-timeout", "must be greater than zero"));
-        }
+        super::bounded(
+            "approve.hook-timeout",
+            self.hook_timeout,
+            Duration::from_secs(3600),
+        )?;
         let hook = |flag: &'static str, text: Option<String>| {
             text.map(|t| HookCommand::parse(&t).map_err(|e| invalid(flag, format!("{t:?}: {e}"))))
                 .transpose()

@@ -260,10 +260,21 @@ pub struct SimulatorArgs {
     pub log_format: LogFormat,
 }
 
-/// `1s`, `250ms`, `2m`, `1h30m`.
+/// The longest any duration may be, flag or file; each setting has its own, shorter maximum
+/// (README). Beyond it a deadline computed from the value would overflow the clock.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// `1s`, `250ms`, `2m`, `1h30m`; at most [`MAX_DURATION`].
 pub(crate) fn duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text)
-        .map_err(|e| format!("{e} (use a duration like 1s, 250ms or 2m)"))
+    let value = humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (use a duration like 1s, 250ms or 2m)"))?;
+    if value > MAX_DURATION {
+        return Err(format!(
+            "{:?} is longer than 7d, the longest any duration may be",
+            text.trim()
+        ));
+    }
+    Ok(value)
 }
 
 /// `:PORT`, `IP:PORT` or `[IPv6]:PORT`, as Prometheus exporters write it.

@@ -97,6 +97,11 @@ impl KubernetesArgs {
         if self.resync_interval < Duration::from_secs(1) {
             return Err(invalid("kubernetes.resync-interval", "must be at least 1s"));
         }
+        super::bounded(
+            "kubernetes.resync-interval",
+            self.resync_interval,
+            Duration::from_secs(3600),
+        )?;
         let api_server = match (self.kubeconfig, kube::Config::incluster()) {
             (Some(path), _) => kubeconfig(path)?,
             (None, Ok(config)) => ApiServer::InCluster(Box::new(config)),
@@ -124,6 +129,9 @@ impl KubernetesArgs {
 
 /// A kubeconfig file, read and parsed.
 fn kubeconfig(path: PathBuf) -> Result<ApiServer, ConfigError> {
+    // kube reads the file itself (it resolves the relative paths inside), once it is checked.
+    crate::file_input::check(&path, crate::file_input::KUBECONFIG)
+        .map_err(|e| invalid("kubernetes.kubeconfig", format!("{}: {e}", path.display())))?;
     let file = kube::config::Kubeconfig::read_from(&path)
         .map_err(|e| invalid("kubernetes.kubeconfig", format!("{}: {e}", path.display())))?;
     Ok(ApiServer::Kubeconfig {

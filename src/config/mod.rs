@@ -97,6 +97,57 @@ fn invalid(flag: &'static str, reason: impl Into<String>) -> ConfigError {
     }
 }
 
+/// The levels `--log.level` takes, alone or after `target=` in a directive.
+const LOG_LEVELS: &[&str] = &["off", "error", "warn", "info", "debug", "trace"];
+
+/// A level, or comma-separated `target=level` directives with an optional default level. The
+/// filter library takes a bare word as a target, so `warning` or `inf` would silence every line:
+/// each level is checked against [`LOG_LEVELS`] first.
+fn log_level(text: &str) -> Result<(), String> {
+    let is_level = |word: &str| {
+        LOG_LEVELS
+            .iter()
+            .any(|l| l.eq_ignore_ascii_case(word.trim()))
+    };
+    if text.trim().is_empty() {
+        return Err(format!("empty: use one of {}", LOG_LEVELS.join(", ")));
+    }
+    for directive in text.split(',') {
+        let level = directive
+            .rsplit_once('=')
+            .map_or(directive, |(_, level)| level);
+        if !is_level(level) {
+            return Err(format!(
+                "{:?}: {:?} is not a level (use one of {}, or target=level directives)",
+                text,
+                level.trim(),
+                LOG_LEVELS.join(", ")
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(text)
+        .map(drop)
+        .map_err(|e| format!("{text:?}: {e}"))
+}
+
+/// `value` if it is greater than zero and at most `max`, the setting's documented maximum.
+fn bounded(flag: &'static str, value: Duration, max: Duration) -> Result<Duration, ConfigError> {
+    if value.is_zero() {
+        return Err(invalid(flag, "must be greater than zero"));
+    }
+    if value > max {
+        return Err(invalid(
+            flag,
+            format!(
+                "{} is longer than {}, its maximum",
+                humantime::format_duration(value),
+                humantime::format_duration(max)
+            ),
+        ));
+    }
+    Ok(value)
+}
+
 /// `text` on one line, runs of whitespace as one space: an error is the whole message of an exit
 /// at startup.
 fn one_line(text: &str) -> String {
@@ -106,13 +157,11 @@ fn one_line(text: &str) -> String {
 impl AgentArgs {
     /// Validates the flags; `default_log_format` applies when `--log.format` was not given.
     pub fn validate(self, default_log_format: LogFormat) -> Result<Config, ConfigError> {
+        // The URL is not repeated in errors: it may hold a password.
         let imds_url = Url::parse(&self.imds_url)
-            .map_err(|e| invalid("imds.url", format!("{:?}: {e}", self.imds_url)))?;
+            .map_err(|e| invalid("imds.url", format!("not a URL: {e}")))?;
         if !matches!(imds_url.scheme(), "http" | "https") || imds_url.host().is_none() {
-            return Err(invalid(
-                "imds.url",
-                format!("{:?} is not an http:// or https:// URL", self.imds_url),
-            ));
+            return Err(invalid("imds.url", "not an http:// or https:// URL"));
         }
         if imds_url.query().is_some() || imds_url.fragment().is_some() {
             return Err(invalid(
@@ -126,16 +175,16 @@ impl AgentArgs {
                 format!("{:?} is not a date like 2020-07-01", self.imds_api_version),
             ));
         }
-        for (flag, value) in [
-            ("imds.timeout", self.imds_timeout),
-            ("imds.first-timeout", self.imds_first_timeout),
-            ("imds.connect-timeout", self.imds_connect_timeout),
-            ("imds.max-backoff", self.imds_max_backoff),
-            ("poll.interval", self.poll_interval),
+        const MINUTE: Duration = Duration::from_secs(60);
+        for (flag, value, max) in [
+            ("imds.timeout", self.imds_timeout, 5 * MINUTE),
+            ("imds.first-timeout", self.imds_first_timeout, 10 * MINUTE),
+            ("imds.connect-timeout", self.imds_connect_timeout, MINUTE),
+            // A Retry-After is capped by it: one answer must not stop polling for long.
+            ("imds.max-backoff", self.imds_max_backoff, 5 * MINUTE),
+            ("poll.interval", self.poll_interval, 5 * MINUTE),
         ] {
-            if value.is_zero() {
-                return Err(invalid(flag, "must be greater than zero"));
-            }
+            bounded(flag, value, max)?;
         }
         let path = &self.web_telemetry_path;
         if !path.starts_with('/') || matches!(path.as_str(), "/" | "/healthz" | "/readyz") {
@@ -150,9 +199,7 @@ impl AgentArgs {
             }
             other => other,
         };
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
-            return Err(invalid("log.level", format!("{:?}: {e}", self.log_level)));
-        }
+        log_level(&self.log_level).map_err(|e| invalid("log.level", e))?;
         let state_file = match self.approve.state_file.as_deref() {
             None => Some(PathBuf::from(crate::state::DEFAULT_PATH)),
             Some(path) if path.trim().is_empty() => None,
@@ -499,5 +546,21 @@ mod tests {
             "the simulator plays the demo scenario's VM unless told otherwise"
         );
         Ok(())
+    }
+
+    #[test]
+    fn log_levels_are_checked_word_by_word() {
+        for accepted in [
+            "info",
+            "WARN",
+            "off",
+            "info,azure_scheduled_events_exporter::web=debug",
+            "hyper=trace",
+        ] {
+            assert!(log_level(accepted).is_ok(), "{accepted:?}");
+        }
+        for refused in ["warning", "inf", "", " ", "info,web=loud", "info,"] {
+            assert!(log_level(refused).is_err(), "{refused:?}");
+        }
     }
 }

@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use super::{ConfigError, duration, invalid, one_line};
 use crate::event::{EventSource, EventType};
+use crate::file_input;
 use crate::view::EventView;
 
 /// Where PagerDuty's Events API v2 takes events.
@@ -260,7 +261,7 @@ impl NotifyArgs {
             });
         }
         if let Some(path) = &self.config_file {
-            let text = std::fs::read_to_string(path)
+            let text = file_input::read_to_string(path, file_input::NOTIFY_RECEIVERS)
                 .map_err(|e| invalid(FILE_FLAG, format!("{}: {e}", path.display())))?;
             let file: File = serde_norway::from_str(&text)
                 .map_err(|e| invalid(FILE_FLAG, one_line(&format!("{}: {e}", path.display()))))?;
@@ -341,7 +342,7 @@ impl FileReceiver {
         let template = self
             .template_file
             .map(|path| {
-                let text = std::fs::read_to_string(&path)
+                let text = file_input::read_to_string(&path, file_input::NOTIFY_RECEIVERS)
                     .map_err(|e| format!("template_file {}: {e}", path.display()))?;
                 check_template(&text)
                     .map_err(|problem| format!("template_file {}: {problem}", path.display()))?;
@@ -351,8 +352,8 @@ impl FileReceiver {
         let ca_pem = self
             .ca_file
             .map(|path| {
-                let pem =
-                    std::fs::read(&path).map_err(|e| format!("ca_file {}: {e}", path.display()))?;
+                let pem = file_input::read(&path, file_input::NOTIFY_RECEIVERS)
+                    .map_err(|e| format!("ca_file {}: {e}", path.display()))?;
                 reqwest::Certificate::from_pem(&pem)
                     .map_err(|e| format!("ca_file {}: {e}", path.display()))?;
                 Ok::<_, String>(pem)
@@ -361,6 +362,9 @@ impl FileReceiver {
         let timeout = match self.timeout {
             None => DEFAULT_TIMEOUT,
             Some(text) => match duration(&text) {
+                Ok(value) if value > Duration::from_secs(300) => {
+                    return Err("timeout must be at most 5m".into());
+                }
                 Ok(value) if !value.is_zero() => value,
                 Ok(_) => return Err("timeout must be greater than zero".into()),
                 Err(e) => return Err(format!("timeout: {e}")),
@@ -421,7 +425,8 @@ fn parse_url(text: &str) -> Result<Url, String> {
 
 /// A file's content without the trailing newline that editors add.
 fn read_secret(path: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = file_input::read_to_string(path, file_input::NOTIFY_RECEIVERS)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     let text = text.trim();
     if text.is_empty() {
         return Err(format!("{} is empty", path.display()));

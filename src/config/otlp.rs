@@ -17,6 +17,8 @@ use crate::config::{ConfigError, invalid};
 
 /// Default of `--otlp.timeout` (and of `OTEL_EXPORTER_OTLP_TIMEOUT`): the specification's 10 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest `--otlp.timeout` (or `OTEL_EXPORTER_OTLP_TIMEOUT`).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 /// Spans held while the collector is slow or down; beyond this they are dropped and counted.
 pub const DEFAULT_MAX_QUEUE_SIZE: usize = 2048;
 /// Spans per export request.
@@ -255,10 +257,7 @@ impl OtlpArgs {
             }
         }
         let timeout = match self.timeout {
-            Some(timeout) if timeout.is_zero() => {
-                return Err(invalid("otlp.timeout", "must be greater than zero"));
-            }
-            Some(timeout) => timeout,
+            Some(timeout) => super::bounded("otlp.timeout", timeout, MAX_TIMEOUT)?,
             None => match first(
                 env,
                 &[
@@ -322,6 +321,9 @@ fn first(env: &impl EnvSource, names: &[&'static str]) -> Option<(&'static str, 
 fn millis(text: &str) -> Result<Duration, String> {
     match text.trim().parse::<u64>() {
         Ok(0) => Err("must be greater than zero".to_owned()),
+        Ok(ms) if Duration::from_millis(ms) > MAX_TIMEOUT => {
+            Err("longer than 300000 ms (5m), the most allowed".to_owned())
+        }
         Ok(ms) => Ok(Duration::from_millis(ms)),
         Err(_) => Err("not a whole number of milliseconds".to_owned()),
     }

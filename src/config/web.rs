@@ -25,6 +25,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::{ConfigError, invalid, one_line};
+use crate::file_input;
 
 /// Default of `--web.max-requests`: node_exporter's.
 pub const DEFAULT_MAX_REQUESTS: usize = 40;
@@ -296,8 +297,10 @@ impl WebConfigFile {
 
     /// The configuration as the files say now.
     pub fn load(&self) -> Result<Arc<Loaded>, WebConfigError> {
-        let read =
-            |path: &Path| std::fs::read(path).map_err(|e| error(path, format!("cannot read: {e}")));
+        let read = |path: &Path| {
+            file_input::read(path, file_input::WEB_CONFIG)
+                .map_err(|e| error(path, format!("cannot read: {e}")))
+        };
         let text = read(&self.path)?;
         let parsed: File = if text.iter().all(u8::is_ascii_whitespace) {
             File::default()
@@ -351,6 +354,20 @@ impl WebConfigFile {
                     format!("basic_auth_users: the hash of {user:?} is not a bcrypt hash"),
                 ));
             }
+        }
+        // Authentication can be changed or added at runtime, never dropped: an emptied or
+        // truncated file (an editor's truncating rewrite) must not open /metrics to anyone.
+        if users.is_empty()
+            && let Some((_, in_force)) = cache.as_ref()
+            && in_force.requires_auth()
+        {
+            tracing::warn!(
+                web_config_file = %self.path.display(),
+                "the web configuration file no longer has basic_auth_users: keeping the configuration in force (authentication is never dropped at runtime; restart the agent to remove it)"
+            );
+            let in_force = Arc::clone(in_force);
+            *cache = Some((sources, Arc::clone(&in_force)));
+            return Ok(in_force);
         }
         let loaded = Arc::new(Loaded {
             tls,

@@ -233,7 +233,7 @@ pub struct TlsPem {
 
 fn tls_pem(files: &otlp::TlsFiles) -> anyhow::Result<TlsPem> {
     let read = |path: &std::path::Path, variable: &str| {
-        std::fs::read(path).with_context(|| {
+        crate::file_input::read(path, crate::file_input::OTLP_PEM).with_context(|| {
             format!(
                 "cannot read {} (OTEL_EXPORTER_OTLP_{variable} or its _TRACES_ form)",
                 path.display()

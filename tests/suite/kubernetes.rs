@@ -611,6 +611,114 @@ async fn a_forbidding_api_server_is_counted_retried_and_never_delays_polling() -
 }
 
 #[tokio::test]
+async fn a_proxys_error_page_is_counted_by_its_http_status_and_a_409_is_retried_as_a_conflict()
+-> TestResult {
+    let cluster = Cluster::start(kubelet_node()).await?;
+    let html: &[u8] = b"<html><body><h1>502 Bad Gateway</h1></body></html>";
+    let json: &[u8] = br#"{"error":"upstream unavailable"}"#;
+    let binary: &[u8] = b"\xff\xfe\x00garbage";
+    cluster.api.proxy_answers("patch_node_status", 1, 500, html);
+    // Not 503: the client library retries that one itself.
+    cluster.api.proxy_answers("patch_node_status", 1, 500, json);
+    cluster
+        .api
+        .proxy_answers("patch_node_status", 1, 502, binary);
+    cluster.api.proxy_answers("create_event", 1, 500, json);
+    cluster.api.proxy_answers("patch_node_status", 1, 409, json);
+    let imds = Imds::start().await?;
+    imds.sim
+        .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
+    let agent = cluster.agent(&imds, &[]).await?;
+    eventually(
+        "the condition, once the proxy lets requests through",
+        || cluster.reason().as_deref() == Some("RebootScheduled"),
+    )
+    .await?;
+    eventually("the Event too", || {
+        cluster.event_reasons() == ["RebootScheduled"]
+    })
+    .await?;
+    let m = agent.metrics().await?;
+    assert_eq!(
+        kube_requests(&m, "patch_node_status", "server_error"),
+        3.0,
+        "500 and 502 pages, whatever their body"
+    );
+    assert_eq!(kube_requests(&m, "create_event", "server_error"), 1.0);
+    assert_eq!(kube_requests(&m, "patch_node_status", "conflict"), 1.0);
+    assert_eq!(kube_requests(&m, "patch_node_status", "rejected"), 0.0);
+    assert_eq!(kube_requests(&m, "create_event", "rejected"), 0.0);
+    assert!(
+        cluster.api.answered("get_node", 200) >= 2,
+        "the 409 read the Node again, as a conflict does"
+    );
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn dropped_events_are_logged_once_a_minute_not_one_line_each() -> TestResult {
+    let cluster = Cluster::start(kubelet_node()).await?;
+    cluster.api.hang();
+    let imds = Imds::start().await?;
+    // 100 events naming this VM: 100 Kubernetes Events for a queue of 64.
+    let events: Vec<serde_json::Value> = (0..100)
+        .map(|i| {
+            let mut event = reboot("Scheduled", THIS_VM);
+            event["EventId"] = format!("B0000000-0000-4000-8000-{i:012}").into();
+            event
+        })
+        .collect();
+    imds.sim.set_document(document(1, &events));
+    let mut command = command(&[
+        &format!("--imds.url={}", imds.url()),
+        &format!("--kubernetes.node-name={NODE}"),
+        &format!(
+            "--kubernetes.kubeconfig={}",
+            cluster.dir.path("kubeconfig").display()
+        ),
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=50ms",
+    ]);
+    command.env("AZURE_SCHEDULED_EVENTS_STATE_FILE", "");
+    let process = tokio::task::spawn_blocking(move || {
+        AgentProcess::spawn(command).map_err(|e| e.to_string())
+    })
+    .await??;
+    let process = tokio::task::spawn_blocking(move || -> Result<AgentProcess, String> {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let metrics = process.metrics().map_err(|e| e.to_string())?;
+            let dropped = metrics
+                .lines()
+                .find(|l| l.contains(r#"operation="create_event",result="dropped""#))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            if dropped >= 30.0 {
+                return Ok(process);
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!("not dropped: {dropped}"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await??;
+    let lines = process.lines_so_far()?;
+    let warnings: Vec<_> = lines
+        .iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("Kubernetes Events not created"))
+        })
+        .collect();
+    assert_eq!(warnings.len(), 1, "one line for every drop: {warnings:?}");
+    assert_eq!(warnings[0]["dropped"], 1, "{:?}", warnings[0]);
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_hanging_api_server_does_not_delay_polls() -> TestResult {
     let cluster = Cluster::start(kubelet_node()).await?;
     cluster.api.hang();

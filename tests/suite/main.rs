@@ -13,6 +13,7 @@
 //! | `deploy` | the Dockerfile (hadolint), the systemd unit (systemd-analyze), the Kubernetes DaemonSet |
 //! | `exposition` | the exposition as a contract: the golden files and docs/metrics.md |
 //! | `footprint` | the series the built binary exports at idle, per configuration, against docs/metrics.md and the budget |
+//! | `hardening` | what an outsider or careless operator controls: file inputs that are devices, FIFOs or too large, absurd flag values, credentials in --imds.url, signals, unknown event types, a hook's huge output |
 //! | `kubernetes` | the Kubernetes output against a stand-in API server (feature `kubernetes`) |
 //! | `mixin` | the monitoring mixin: alerts/ and dashboards/ are its rendering, its config, the Alertmanager example |
 //! | `notify` | notifications as receivers get them: schemas, retries, refusals, hangs, restarts, an HTTPS proxy |
@@ -50,6 +51,7 @@ mod dashboards;
 mod deploy;
 mod exposition;
 mod footprint;
+mod hardening;
 mod kubernetes;
 mod mixin;
 mod notify;

@@ -226,6 +226,45 @@ async fn basic_auth_admits_the_right_password_only() -> TestResult {
 }
 
 #[tokio::test]
+async fn basic_auth_is_never_dropped_by_emptying_the_web_config_at_runtime() -> TestResult {
+    let dir = TempDir::new("web-auth-kept")?;
+    let hash = bcrypt::hash("s3cret", 6)?;
+    let flag = web_config(&dir, &format!("basic_auth_users:\n  prometheus: {hash}\n"))?;
+    let path = dir.path("web.yml");
+    let imds = Imds::start().await?;
+    let agent = Agent::start(&imds, &[&flag]).await?;
+    let url = format!("{}/metrics", agent.base);
+    let status = |user: Option<(&str, &str)>| {
+        let mut request = agent.http.get(&url);
+        if let Some((user, password)) = user {
+            request = request.basic_auth(user, Some(password));
+        }
+        async move { request.send().await.map(|r| r.status().as_u16()) }
+    };
+    assert_eq!(status(None).await?, 401);
+    // A truncating rewrite, caught empty; then a file cut before its users; then one that
+    // lists none.
+    for text in ["", "tls_server_config:\n", "basic_auth_users: {}\n"] {
+        std::fs::write(&path, text)?;
+        assert_eq!(status(None).await?, 401, "{text:?}: still closed");
+        assert_eq!(
+            status(Some(("prometheus", "s3cret"))).await?,
+            200,
+            "{text:?}: the users in force still get in"
+        );
+    }
+    // Changing the users is tightening, not dropping: it applies at once.
+    let other = bcrypt::hash("n3w", 6)?;
+    std::fs::write(&path, format!("basic_auth_users:\n  grafana: {other}\n"))?;
+    assert_eq!(status(Some(("grafana", "n3w"))).await?, 200);
+    assert_eq!(status(Some(("prometheus", "s3cret"))).await?, 401);
+    std::fs::write(&path, "")?;
+    assert_eq!(status(None).await?, 401);
+    assert_eq!(status(Some(("grafana", "n3w"))).await?, 200);
+    agent.stop().await
+}
+
+#[tokio::test]
 async fn a_rotated_certificate_and_password_apply_without_a_restart() -> TestResult {
     let dir = TempDir::new("web-rotate")?;
     let ca = Ca::new("rotation CA")?;

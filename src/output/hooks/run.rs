@@ -17,18 +17,18 @@ use tokio::process::Command;
 use crate::approval::{HookFailure, HookKind, HookRun};
 use crate::config::approval::HookCommand;
 use crate::event::Event;
-use crate::trace_id::trace_id;
+use crate::view::EventView;
 use crate::wire;
 
 /// Output kept from each of stdout and stderr, for the log line.
 const OUTPUT_CAP: usize = 4096;
 
-/// Runs `command` for `event` and waits for it, at most `timeout`.
+/// Runs `command` for `event`, which `view` shows, and waits for it, at most `timeout`.
 pub async fn run(
     command: &HookCommand,
     kind: HookKind,
     event: &Event,
-    vm: Option<&str>,
+    view: &EventView,
     timeout: Duration,
 ) -> HookRun {
     let started = Instant::now();
@@ -46,7 +46,7 @@ pub async fn run(
     let mut command = Command::new(program);
     command
         .args(args)
-        .envs(environment(kind, event, vm))
+        .envs(environment(kind, view))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -73,7 +73,16 @@ pub async fn run(
             let _ = stdin.write_all(&body).await;
             let _ = stdin.shutdown().await;
         }
-        child.wait_with_output().await
+        // Both pipes are drained to their end, so the hook never blocks on a full pipe, but
+        // only what the log line shows is kept: a hook printing gigabytes costs no memory.
+        let stdout = read_capped(child.stdout.take());
+        let stderr = read_capped(child.stderr.take());
+        let (stdout, stderr, status) = tokio::join!(stdout, stderr, child.wait());
+        status.map(|status| std::process::Output {
+            status,
+            stdout,
+            stderr,
+        })
     };
     // On timeout the future, and with it the child, is dropped: kill_on_drop kills it, and
     // kill_group what it started.
@@ -111,38 +120,31 @@ fn kill_group(leader: Option<u32>) {
     );
 }
 
-/// The `EVENT_*` variables a hook receives.
-pub fn environment(kind: HookKind, event: &Event, vm: Option<&str>) -> Vec<(&'static str, String)> {
+/// The `EVENT_*` variables a hook receives: the event's view, as the log line says it.
+pub fn environment(kind: HookKind, view: &EventView) -> Vec<(&'static str, String)> {
+    let text = |value: &Option<String>| value.clone().unwrap_or_default();
     vec![
         ("EVENT_HOOK", kind.as_str().to_owned()),
-        ("EVENT_ID", event.id.as_str().to_owned()),
-        ("EVENT_TRACE_ID", trace_id(event.id.as_str())),
-        ("EVENT_TYPE", event.event_type.as_str().to_owned()),
-        ("EVENT_STATUS", event.status.as_str().to_owned()),
-        (
-            "EVENT_SOURCE",
-            event
-                .source
-                .as_ref()
-                .map(|s| s.as_str().to_owned())
-                .unwrap_or_default(),
-        ),
-        ("EVENT_RESOURCE_TYPE", event.resource_type.clone()),
-        ("EVENT_RESOURCES", event.resources.to_string()),
-        ("EVENT_NOT_BEFORE", event.not_before.raw().to_owned()),
+        ("EVENT_ID", view.event_id.clone()),
+        ("EVENT_TRACE_ID", view.trace_id.clone()),
+        ("EVENT_TYPE", view.event_type.clone()),
+        ("EVENT_STATUS", view.event_status.clone()),
+        ("EVENT_SOURCE", text(&view.event_source)),
+        ("EVENT_RESOURCE_TYPE", view.resource_type.clone()),
+        ("EVENT_RESOURCES", view.resources.clone()),
+        ("EVENT_NOT_BEFORE", view.not_before.clone()),
         (
             "EVENT_DURATION_IN_SECONDS",
-            event.duration.map(|d| d.0.to_string()).unwrap_or_default(),
+            view.duration_in_seconds
+                .map(|d| d.to_string())
+                .unwrap_or_default(),
         ),
-        (
-            "EVENT_DESCRIPTION",
-            event.description.clone().unwrap_or_default(),
-        ),
+        ("EVENT_DESCRIPTION", text(&view.description)),
         (
             "EVENT_AFFECTS_THIS_VM",
-            event.affects(vm).as_str().to_owned(),
+            view.affects_this_vm.as_str().to_owned(),
         ),
-        ("EVENT_VM_NAME", vm.unwrap_or_default().to_owned()),
+        ("EVENT_VM_NAME", text(&view.vm_name)),
     ]
 }
 
@@ -159,6 +161,23 @@ pub fn wire_event(event: &Event) -> wire::ScheduledEvent {
         event_source: event.source.as_ref().map(|s| s.as_str().to_owned()),
         duration_in_seconds: event.duration.map(|d| d.0),
     }
+}
+
+/// The start of what `pipe` gives until it closes: enough for [`capped`] to show
+/// [`OUTPUT_CAP`] bytes and tell that there was more.
+async fn read_capped(pipe: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
+    use tokio::io::AsyncReadExt as _;
+    const KEPT: usize = OUTPUT_CAP + 64;
+    let mut kept = Vec::new();
+    let Some(mut pipe) = pipe else {
+        return kept;
+    };
+    let mut buffer = [0u8; 8192];
+    while let Ok(n @ 1..) = pipe.read(&mut buffer).await {
+        let room = KEPT.saturating_sub(kept.len());
+        kept.extend_from_slice(&buffer[..n.min(room)]);
+    }
+    kept
 }
 
 fn capped(bytes: &[u8]) -> String {

@@ -1,8 +1,10 @@
 //! The Kubernetes output's task: the one place that talks to the API server. It reads the Node,
 //! sends the patches [`super::node::plan`] asks for, creates the Events, and retries what failed
 //! with backoff. Each request is counted
-//! (`azure_scheduled_events_kubernetes_requests_total{operation,result}`); a failure is logged
-//! once per kind (operation and result) until requests succeed again.
+//! (`azure_scheduled_events_kubernetes_requests_total{operation,result}`) by the HTTP status of
+//! its answer, whatever the body: a proxy's error page in front of the API server is a
+//! `server_error` or a `conflict` as its status says. A failure is logged once per kind
+//! (operation and result) until requests succeed again.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -10,13 +12,15 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use chrono::Utc;
+use http_body_util::BodyExt as _;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::api::{GetParams, Patch, PatchParams, PostParams};
+use kube::{Client, Resource as _};
 use prometheus::{IntCounterVec, Opts, Registry};
+use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -35,6 +39,10 @@ const EVENTS_NAMESPACE: &str = "default";
 
 /// Conflicting patches retried at once, reading the Node again each time, before backing off.
 const CONFLICT_RETRIES: u32 = 5;
+
+/// The most of an answer that is read: a Node with many images is tens of kilobytes, a proxy's
+/// page need not be read whole.
+const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(16);
@@ -105,8 +113,9 @@ struct Failure {
 /// Writes this machine's Node and creates Events about it.
 pub struct NodeWriter {
     node_name: String,
-    nodes: Api<Node>,
-    events: Api<KubeEvent>,
+    client: Client,
+    nodes: kube::core::Request,
+    events: kube::core::Request,
     metrics: Arc<KubernetesMetrics>,
     /// The Node's uid once read, for the Events' `regarding`.
     uid: Option<String>,
@@ -152,8 +161,9 @@ impl NodeWriter {
         let client = Client::try_from(client_config).context("cannot build a Kubernetes client")?;
         Ok(Self {
             node_name: config.node_name.clone(),
-            nodes: Api::all(client.clone()),
-            events: Api::namespaced(client, EVENTS_NAMESPACE),
+            client,
+            nodes: kube::core::Request::new(Node::url_path(&(), None)),
+            events: kube::core::Request::new(KubeEvent::url_path(&(), Some(EVENTS_NAMESPACE))),
             metrics,
             uid: None,
             logged: HashSet::new(),
@@ -252,18 +262,20 @@ impl NodeWriter {
         // Each round sends one patch; two suffice unless someone else writes the Node meanwhile.
         for _ in 0..2 * (CONFLICT_RETRIES + 1) {
             let plan = node::plan(&current, wanted, Utc::now());
-            let (operation, sent) = if let Some(status) = plan.status {
+            let (operation, request) = if let Some(status) = plan.status {
                 let patch = Patch::Strategic(status);
                 (
                     "patch_node_status",
-                    self.nodes.patch_status(&name, &params, &patch).await,
+                    self.nodes
+                        .patch_subresource("status", &name, &params, &patch),
                 )
             } else if let Some(spec) = plan.spec {
                 let patch = Patch::Strategic(spec);
-                ("patch_node", self.nodes.patch(&name, &params, &patch).await)
+                ("patch_node", self.nodes.patch(&name, &params, &patch))
             } else {
                 return Ok(());
             };
+            let sent = self.send(request).await;
             match self.count(operation, sent) {
                 Ok(node) => current = node,
                 Err(failure) if failure.result == "conflict" && conflicts < CONFLICT_RETRIES => {
@@ -281,8 +293,8 @@ impl NodeWriter {
     }
 
     async fn get_node(&mut self, name: &str) -> Result<Node, Failure> {
-        let node = self.nodes.get(name).await;
-        let node = self.count("get_node", node)?;
+        let node = self.send(self.nodes.get(name, &GetParams::default())).await;
+        let node: Node = self.count("get_node", node)?;
         self.uid.clone_from(&node.metadata.uid);
         Ok(node)
     }
@@ -295,12 +307,12 @@ impl NodeWriter {
         notes: &mut mpsc::Receiver<Note>,
     ) -> Result<(), Failure> {
         while let Some(note) = head.take().or_else(|| notes.try_recv().ok()) {
-            let created = self
-                .events
-                .create(&PostParams::default(), &self.event(&note))
+            let body = serde_json::to_vec(&self.event(&note)).unwrap_or_default();
+            let created: Result<KubeEvent, _> = self
+                .send(self.events.create(&PostParams::default(), body))
                 .await;
             let counted = match created {
-                Err(kube::Error::Api(status)) if status.code == 409 => {
+                Err(RequestError::Status { code: 409, .. }) => {
                     self.metrics.record("create_event", "already_exists");
                     Ok(())
                 }
@@ -342,8 +354,47 @@ impl NodeWriter {
         }
     }
 
+    /// Sends a request and reads the object it answers; a failure is classified by the HTTP
+    /// status alone, as the body may be anything a proxy sends (HTML, JSON of its own, bytes).
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: Result<hyper::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<T, RequestError> {
+        let transport = |e: &dyn std::fmt::Display| RequestError::Transport(e.to_string());
+        let request = request.map_err(|e| transport(&e))?;
+        let response = self
+            .client
+            .send(request.map(kube::client::Body::from))
+            .await
+            .map_err(|e| transport(&e))?;
+        let code = response.status();
+        let body = http_body_util::Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+            .collect()
+            .await
+            .map_err(|e| transport(&e))?
+            .to_bytes();
+        if code.is_client_error() || code.is_server_error() {
+            let message = serde_json::from_slice::<kube::core::Status>(&body)
+                .ok()
+                .map(|status| status.message)
+                .filter(|message| !message.is_empty())
+                .unwrap_or_else(|| excerpt(&body));
+            return Err(RequestError::Status {
+                code: code.as_u16(),
+                message,
+            });
+        }
+        serde_json::from_slice(&body).map_err(|e| {
+            RequestError::Transport(format!("HTTP {code}: not the object asked for: {e}"))
+        })
+    }
+
     /// Counts one request and classifies its failure.
-    fn count<T>(&self, operation: &'static str, result: kube::Result<T>) -> Result<T, Failure> {
+    fn count<T>(
+        &self,
+        operation: &'static str,
+        result: Result<T, RequestError>,
+    ) -> Result<T, Failure> {
         let outcome = match &result {
             Ok(_) => "ok",
             Err(error) => classify(error),
@@ -366,17 +417,40 @@ fn truncated(text: &str, max: usize) -> String {
     text[..end].to_owned()
 }
 
-/// The `result` label of a failed request.
-fn classify(error: &kube::Error) -> &'static str {
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+enum RequestError {
+    /// An answer with an error status; the message is the Status object's, else the start of
+    /// the body.
+    #[error("HTTP {code}: {message}")]
+    Status { code: u16, message: String },
+    /// No usable answer: connection, TLS, timeout, or a body that is not the object asked for.
+    #[error("{0}")]
+    Transport(String),
+}
+
+/// The first line of a body, shortened, for one log line.
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(1024)]);
+    let line = text
+        .split(['\r', '\n'])
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("(empty body)");
+    line.chars().take(200).collect()
+}
+
+/// The `result` label of a failed request, by its HTTP status.
+fn classify(error: &RequestError) -> &'static str {
     match error {
-        kube::Error::Api(status) => match status.code {
+        RequestError::Status { code, .. } => match code {
             401 | 403 => "forbidden",
             404 => "not_found",
             409 => "conflict",
             500..=599 => "server_error",
             _ => "rejected",
         },
-        _ => "unreachable",
+        RequestError::Transport(_) => "unreachable",
     }
 }
 

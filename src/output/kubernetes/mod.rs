@@ -13,6 +13,7 @@ mod api;
 pub mod node;
 pub mod wanted;
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
@@ -32,6 +33,10 @@ use wanted::{Note, Wanted};
 /// transitions.
 const QUEUE: usize = 64;
 
+/// Dropped Events are logged at most once per this, with how many were dropped: a down API
+/// server under a busy document must not flood the log.
+const DROP_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
 #[derive(Debug)]
 pub struct Kubernetes {
     config: KubernetesConfig,
@@ -42,6 +47,9 @@ pub struct Kubernetes {
     notes: mpsc::Sender<Note>,
     metrics: Arc<KubernetesMetrics>,
     task: JoinHandle<()>,
+    /// When a drop was last logged, and the drops since.
+    drop_logged_at: Cell<Option<tokio::time::Instant>>,
+    dropped_since_log: Cell<u64>,
 }
 
 impl Kubernetes {
@@ -59,6 +67,8 @@ impl Kubernetes {
             notes,
             metrics,
             task,
+            drop_logged_at: Cell::new(None),
+            dropped_since_log: Cell::new(0),
         })
     }
 
@@ -67,10 +77,22 @@ impl Kubernetes {
             && let Err(error) = self.notes.try_send(note)
         {
             self.metrics.dropped();
-            tracing::warn!(
-                event = error.into_inner().name,
-                "Kubernetes Event not created: {QUEUE} already waiting for the API server"
-            );
+            let dropped = self.dropped_since_log.get() + 1;
+            self.dropped_since_log.set(dropped);
+            let now = tokio::time::Instant::now();
+            if self
+                .drop_logged_at
+                .get()
+                .is_none_or(|at| now.duration_since(at) >= DROP_LOG_INTERVAL)
+            {
+                tracing::warn!(
+                    event = error.into_inner().name,
+                    dropped,
+                    "Kubernetes Events not created: {QUEUE} already waiting for the API server (logged at most once a minute; dropped counts those since the last line)"
+                );
+                self.drop_logged_at.set(Some(now));
+                self.dropped_since_log.set(0);
+            }
         }
     }
 }

@@ -11,6 +11,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::file_input::{self, FileInputError};
 use crate::state::{LoadError, State};
 
 /// What happened when the state file was opened, for one log line at start.
@@ -47,9 +48,30 @@ impl StateStore {
             written,
             healthy: true,
         };
-        match fs::read(path) {
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                (store(State::new(), None), Opened::Fresh)
+        match file_input::read(path, file_input::STATE_FILE) {
+            Err(error) if error.is_not_found() => (store(State::new(), None), Opened::Fresh),
+            // Writing over a device or a FIFO would replace it: state stays in memory.
+            Err(error @ FileInputError::NotRegular(_)) => {
+                let mut opened = Self::in_memory();
+                opened.healthy = false;
+                (
+                    opened,
+                    Opened::Replaced {
+                        error: LoadError::Input(error),
+                        aside: None,
+                    },
+                )
+            }
+            Err(error @ FileInputError::TooLarge { .. }) => {
+                let aside = sibling(path, "corrupt");
+                let aside = fs::rename(path, &aside).ok().map(|()| aside);
+                (
+                    store(State::new(), None),
+                    Opened::Replaced {
+                        error: LoadError::Input(error),
+                        aside,
+                    },
+                )
             }
             Err(error) => {
                 let mut opened = store(State::new(), None);
@@ -57,7 +79,7 @@ impl StateStore {
                 (
                     opened,
                     Opened::Replaced {
-                        error: LoadError::Io(error),
+                        error: LoadError::Input(error),
                         aside: None,
                     },
                 )

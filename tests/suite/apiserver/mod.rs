@@ -30,6 +30,8 @@ struct State {
     events: BTreeMap<String, Event>,
     forbidden: Vec<&'static str>,
     conflicts_to_inject: u32,
+    /// Answers a proxy in front gives instead of the API server: `(operation, count, code, body)`.
+    proxy_answers: Vec<(&'static str, u32, u16, &'static [u8])>,
     hang: bool,
     /// `(operation, status)` of every request answered.
     log: Vec<(&'static str, u16)>,
@@ -124,6 +126,20 @@ impl ApiServer {
         self.lock().conflicts_to_inject = n;
     }
 
+    /// The next `count` requests of `operation` are answered `code` with `body` (not a Status:
+    /// a proxy's error page) before they reach the API server.
+    pub fn proxy_answers(
+        &self,
+        operation: &'static str,
+        count: u32,
+        code: u16,
+        body: &'static [u8],
+    ) {
+        self.lock()
+            .proxy_answers
+            .push((operation, count, code, body));
+    }
+
     /// Every request from now on is read and never answered.
     pub fn hang(&self) {
         self.lock().hang = true;
@@ -167,7 +183,22 @@ impl ApiServer {
             _ => return Ok(status(404, "NotFound", &format!("{method} {path}"))),
         };
         let mut state = self.lock();
-        let response = if state.forbidden.contains(&operation) {
+        let proxied = state
+            .proxy_answers
+            .iter_mut()
+            .find(|(o, left, ..)| *o == operation && *left > 0)
+            .map(|(_, left, code, body)| {
+                *left -= 1;
+                (*code, *body)
+            });
+        let response = if let Some((code, body)) = proxied {
+            let mut response = respond(code, body.to_vec());
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/html"),
+            );
+            response
+        } else if state.forbidden.contains(&operation) {
             status(403, "Forbidden", &format!("{operation} is forbidden"))
         } else {
             match operation {

@@ -28,6 +28,7 @@ pub struct AgentProcess {
     child: Child,
     lines: mpsc::Receiver<Result<serde_json::Value, String>>,
     address: String,
+    starting: serde_json::Value,
 }
 
 impl AgentProcess {
@@ -53,13 +54,30 @@ impl AgentProcess {
             child,
             lines,
             address: String::new(),
+            starting: serde_json::Value::Null,
         };
         let starting = process.next_line_where(|l| l["message"] == "starting")?;
         process.address = starting["listen_address"]
             .as_str()
             .ok_or("no listen_address")?
             .to_owned();
+        process.starting = starting;
         Ok(process)
+    }
+
+    /// The `starting` line.
+    pub fn starting(&self) -> &serde_json::Value {
+        &self.starting
+    }
+
+    /// The process id, to signal it.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process has exited, without waiting.
+    pub fn exited(&mut self) -> Result<Option<ExitStatus>, String> {
+        self.child.try_wait().map_err(|e| e.to_string())
     }
 
     /// `host:port` of the agent's HTTP server.

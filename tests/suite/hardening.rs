@@ -1,0 +1,566 @@
+//! What an outsider or a careless operator controls cannot hang, exhaust or open the agent: file
+//! inputs that are devices or FIFOs, absurd flag values, credentials in URLs, signals.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use azure_scheduled_events_exporter::simulator::{Fault, Scenario};
+use common::process::{AgentProcess, command};
+use common::{Agent, Imds, PATIENCE, THIS_VM, TempDir, TestResult};
+
+const EVENT: &str = "5DD55B64-45AD-49D3-BBC9-F57D4EA97BD7";
+
+/// A directory with a FIFO (`fifo`) in it; nothing ever writes to the FIFO, so reading it would
+/// block forever.
+fn dir_with_fifo(name: &str) -> Result<(TempDir, PathBuf), Box<dyn std::error::Error>> {
+    let dir = TempDir::new(name)?;
+    let fifo = dir.path("fifo");
+    let status = Command::new("mkfifo").arg(&fifo).status()?;
+    assert!(status.success(), "mkfifo");
+    Ok((dir, fifo))
+}
+
+/// Runs `command` to its exit; a run still going after [`PATIENCE`] is killed and is an error
+/// (a hang, the very thing these tests are about).
+fn run_to_exit(mut command: Command) -> Result<Output, Box<dyn std::error::Error>> {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let deadline = Instant::now() + PATIENCE;
+    while child.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("still running: it hung on its input".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(child.wait_with_output()?)
+}
+
+/// A way to name a file: flags, environment variables, and the flag an error names.
+type FileCase = (Vec<String>, Vec<(&'static str, String)>, &'static str);
+
+/// The flag files whose refusal exits 64, each with the flags it needs to be read at all.
+fn flag_files(path: &Path) -> Vec<FileCase> {
+    let p = path.display().to_string();
+    vec![
+        (
+            vec![format!("--web.config.file={p}")],
+            vec![],
+            "--web.config.file",
+        ),
+        (
+            vec![format!("--approve.policy-file={p}")],
+            vec![],
+            "--approve.policy-file",
+        ),
+        (
+            vec![format!("--notify.config-file={p}")],
+            vec![],
+            "--notify.config-file",
+        ),
+        (
+            vec![
+                "--kubernetes.node-name=node-1".into(),
+                format!("--kubernetes.kubeconfig={p}"),
+            ],
+            vec![],
+            "--kubernetes.kubeconfig",
+        ),
+        (
+            vec!["--kubernetes.node-name=node-1".into()],
+            vec![("KUBECONFIG", p.clone())],
+            "--kubernetes.kubeconfig",
+        ),
+    ]
+}
+
+#[test]
+fn a_flag_naming_a_device_a_fifo_or_a_directory_exits_64_at_once_naming_the_flag() -> TestResult {
+    let (dir, fifo) = dir_with_fifo("flag-files")?;
+    for path in [Path::new("/dev/zero"), fifo.as_path(), dir.0.as_path()] {
+        for (args, env, flag) in flag_files(path) {
+            let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+            args.push("--imds.url=http://127.0.0.1:9/");
+            let mut command = command(&args);
+            command.envs(env.iter().map(|(k, v)| (k, v)));
+            let output = run_to_exit(command).map_err(|e| format!("{args:?} {env:?}: {e}"))?;
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(64), "{args:?} {env:?}: {stderr}");
+            assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+            assert!(stderr.contains(flag), "{args:?}: names {flag}: {stderr}");
+            assert!(
+                stderr.contains("not a regular file"),
+                "{args:?}: says why: {stderr}"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_flag_file_larger_than_its_cap_exits_64_naming_the_cap() -> TestResult {
+    let dir = TempDir::new("flag-file-cap")?;
+    let big = dir.path("big.yaml");
+    // Two MiB of a comment: valid YAML, over the 1 MiB cap of every flag file but the kubeconfig.
+    std::fs::write(&big, format!("#{}\n", "x".repeat(2 << 20)))?;
+    for flag in [
+        "--web.config.file",
+        "--approve.policy-file",
+        "--notify.config-file",
+    ] {
+        let arg = format!("{flag}={}", big.display());
+        let output = run_to_exit(command(&[&arg, "--imds.url=http://127.0.0.1:9/"]))?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{flag}: {stderr}");
+        assert!(stderr.contains(flag), "{stderr}");
+        assert!(stderr.contains("larger than 1048576 bytes"), "{stderr}");
+    }
+    Ok(())
+}
+
+/// Scrapes until the exposition has `needle` (waiting at most [`PATIENCE`]); hands the process
+/// back.
+async fn wait_for_metric(
+    process: AgentProcess,
+    needle: &'static str,
+) -> Result<AgentProcess, Box<dyn std::error::Error>> {
+    let process = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let metrics = process.metrics().map_err(|e| e.to_string())?;
+            if metrics.contains(needle) {
+                return Ok(process);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("no {needle:?} in {metrics}"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await??;
+    Ok(process)
+}
+
+/// The agent with `args` and `env`, polling a simulator.
+fn spawn(
+    imds: &Imds,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<AgentProcess, Box<dyn std::error::Error>> {
+    let url = format!("--imds.url={}", imds.url());
+    let mut all = vec![
+        url.as_str(),
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=50ms",
+    ];
+    all.extend_from_slice(args);
+    let mut command = command(&all);
+    command.envs(env.iter().copied());
+    AgentProcess::spawn(command)
+}
+
+#[tokio::test]
+async fn a_state_file_that_is_a_device_or_a_fifo_keeps_state_in_memory_and_is_left_alone()
+-> TestResult {
+    let imds = Imds::start().await?;
+    let (_dir, fifo) = dir_with_fifo("state-file")?;
+    for path in [Path::new("/dev/zero"), fifo.as_path()] {
+        let path_text = path.display().to_string();
+        let process = spawn(
+            &imds,
+            &[],
+            &[("AZURE_SCHEDULED_EVENTS_STATE_FILE", &path_text)],
+        )?;
+        let line = tokio::task::spawn_blocking(move || {
+            let line = process
+                .next_line_where(|l| l["message"] == "state file not usable: starting fresh");
+            (process, line)
+        })
+        .await?;
+        let (process, line) = line;
+        let line = line?;
+        assert!(
+            line["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("not a regular file")),
+            "{line}"
+        );
+        wait_for_metric(process, "azure_scheduled_events_state_up 0").await?;
+        let kind = std::fs::metadata(path)?.file_type();
+        assert!(!kind.is_file(), "{path_text} was not replaced by a file");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_boot_id_file_that_is_a_device_or_a_fifo_is_unknown_and_polling_goes_on() -> TestResult {
+    let imds = Imds::start().await?;
+    let (_dir, fifo) = dir_with_fifo("boot-id")?;
+    for path in [Path::new("/dev/zero"), fifo.as_path()] {
+        let arg = format!("--state.boot-id-file={}", path.display());
+        let process = spawn(&imds, &[&arg], &[])?;
+        wait_for_metric(process, "azure_scheduled_events_up 1").await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_otlp_certificate_or_key_that_is_a_device_or_a_fifo_turns_traces_off_with_a_warning()
+-> TestResult {
+    let imds = Imds::start().await?;
+    let (dir, fifo) = dir_with_fifo("otlp-pem")?;
+    let pem = dir.path("ok.pem");
+    std::fs::write(&pem, "")?;
+    let pem = pem.display().to_string();
+    for path in [Path::new("/dev/zero"), fifo.as_path()] {
+        let bad = path.display().to_string();
+        for (variables, named) in [
+            (
+                vec![("OTEL_EXPORTER_OTLP_CERTIFICATE", bad.as_str())],
+                "OTEL_EXPORTER_OTLP_CERTIFICATE",
+            ),
+            (
+                vec![
+                    ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", bad.as_str()),
+                    ("OTEL_EXPORTER_OTLP_CLIENT_KEY", pem.as_str()),
+                ],
+                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+            ),
+            (
+                vec![
+                    ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", pem.as_str()),
+                    ("OTEL_EXPORTER_OTLP_CLIENT_KEY", bad.as_str()),
+                ],
+                "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+            ),
+        ] {
+            let mut env = vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")];
+            env.extend(variables);
+            let process = spawn(&imds, &[], &env)?;
+            let (process, line) = tokio::task::spawn_blocking(move || {
+                let line = process
+                    .next_line_where(|l| l["message"] == "traces are off; metrics and logs go on");
+                (process, line)
+            })
+            .await?;
+            let line = line?;
+            let error = line["error"].as_str().unwrap_or_default();
+            assert!(error.contains(named), "names {named}: {error}");
+            assert!(error.contains("not a regular file"), "{error}");
+            wait_for_metric(process, "azure_scheduled_events_up 1").await?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn absurd_operator_values_exit_64_with_one_line_naming_the_flag() -> TestResult {
+    let dir = TempDir::new("absurd-values")?;
+    let policy = dir.path("policy.yaml");
+    std::fs::write(&policy, "takeover_delay: 18446744073709551615s\n")?;
+    let policy = format!("--approve.policy-file={}", policy.display());
+    let receivers = dir.path("receivers.yaml");
+    std::fs::write(
+        &receivers,
+        "receivers:\n  - name: r\n    url: http://127.0.0.1:9/\n    timeout: 18446744073709551615s\n",
+    )?;
+    let receivers = format!("--notify.config-file={}", receivers.display());
+    let huge = "18446744073709551615s";
+    let mut cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--log.level=warning".into()], "--log.level"),
+        (vec!["--log.level=inf".into()], "--log.level"),
+        (vec!["--log.level=".into()], "--log.level"),
+        (vec!["--log.level=info,hyper=loud".into()], "--log.level"),
+        (vec!["--imds.max-backoff=6m".into()], "--imds.max-backoff"),
+        (vec!["--poll.interval=1h".into()], "--poll.interval"),
+        (vec!["--imds.timeout=6m".into()], "--imds.timeout"),
+        (
+            vec!["--imds.first-timeout=11m".into()],
+            "--imds.first-timeout",
+        ),
+        (
+            vec!["--approve.hook-timeout=2h".into()],
+            "--approve.hook-timeout",
+        ),
+        (vec!["--otlp.timeout=6m".into()], "--otlp.timeout"),
+        (vec![policy], "--approve.takeover-delay"),
+        (vec![receivers], "--notify.config-file"),
+        (
+            vec![
+                "--kubernetes.node-name=node-1".into(),
+                "--kubernetes.resync-interval=2h".into(),
+            ],
+            "--kubernetes.resync-interval",
+        ),
+    ];
+    for flag in [
+        "--poll.interval",
+        "--imds.timeout",
+        "--imds.first-timeout",
+        "--imds.max-backoff",
+        "--approve.hook-timeout",
+        "--approve.takeover-delay",
+        "--approve.freeze-max-duration",
+        "--otlp.timeout",
+        "--kubernetes.resync-interval",
+    ] {
+        cases.push((vec![format!("{flag}={huge}")], flag));
+    }
+    for (args, flag) in &cases {
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        args.push("--imds.url=http://127.0.0.1:9/");
+        let output = run_to_exit(command(&args))?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.trim_end().lines().count(),
+            1,
+            "{args:?}: one line: {stderr}"
+        );
+        assert!(stderr.contains(flag), "{args:?}: names {flag}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_429_with_a_huge_retry_after_does_not_stop_polling() -> TestResult {
+    let imds = Imds::start().await?;
+    let agent = Agent::start(&imds, &["--imds.max-backoff=1s"]).await?;
+    agent
+        .wait_for("a first document", |m| m.up() == Some(1.0))
+        .await?;
+    imds.sim.inject_fault(
+        Fault::status(429)
+            .with_retry_after(u64::from(u32::MAX))
+            .times(1),
+    );
+    agent
+        .wait_for("the 429 counted", |m| m.failures("http_429") >= 1.0)
+        .await?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        "events:\n  - {{ id: \"{EVENT}\", type: Reboot, source: User, resources: [{THIS_VM}], notice: 10m }}\n"
+    ))?);
+    agent
+        .wait_for("an event seen after the 429", |m| {
+            m.event_info(EVENT).is_some()
+        })
+        .await?;
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn credentials_in_the_imds_url_are_never_printed() -> TestResult {
+    let imds = Imds::start().await?;
+    let reachable = imds.url().replacen("http://", "http://agent:s3cret-pw@", 1);
+    // A reachable IMDS (the startup line, polls) and a dead one (connection errors).
+    for url in [reachable.as_str(), "http://agent:s3cret-pw@127.0.0.1:9"] {
+        let arg = format!("--imds.url={url}");
+        let process = AgentProcess::spawn(command(&[
+            &arg,
+            "--web.listen-address=127.0.0.1:0",
+            "--poll.interval=50ms",
+            "--imds.max-backoff=50ms",
+            "--log.level=debug",
+        ]))?;
+        let starting = process.starting();
+        assert!(
+            starting.to_string().contains("redacted@"),
+            "the URL is shown, its user redacted: {starting}"
+        );
+        // Polls answered, or failed three times: then every line printed so far.
+        let needle = if url == reachable {
+            "azure_scheduled_events_up 1"
+        } else {
+            "operation=\"events\",reason=\"connect\"} 3"
+        };
+        let process = wait_for_metric(process, needle).await?;
+        for line in process.lines_so_far()? {
+            assert!(!line.to_string().contains("s3cret"), "{line}");
+        }
+        let output = run_to_exit(command(&[&arg, "--poll.interval=fast"]))?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{stderr}");
+        assert!(
+            !stderr.contains("s3cret"),
+            "a config error does not repeat the URL: {stderr}"
+        );
+    }
+    let output = run_to_exit(command(&["--imds.url=http://agent:s3cret-pw@[::1"]))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+    Ok(())
+}
+
+fn send(process: &AgentProcess, signal: &str) -> TestResult {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &process.id().to_string()])
+        .status()?;
+    assert!(status.success(), "kill -{signal}");
+    Ok(())
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn sighup_and_sigusr1_are_ignored_and_sigquit_stops_gracefully() -> TestResult {
+    let imds = Imds::start().await?;
+    let process = spawn(&imds, &[], &[])?;
+    let mut process = tokio::task::spawn_blocking(move || -> Result<AgentProcess, String> {
+        for signal in ["HUP", "USR1"] {
+            send(&process, signal).map_err(|e| e.to_string())?;
+            let line = process.next_line_where(|l| {
+                l["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("ignoring the signal"))
+            })?;
+            assert_eq!(line["signal"], format!("SIG{signal}"), "{line}");
+        }
+        Ok(process)
+    })
+    .await??;
+    assert_eq!(
+        process.exited()?,
+        None,
+        "still running after SIGHUP and SIGUSR1"
+    );
+    let process = wait_for_metric(process, "azure_scheduled_events_up 1").await?;
+    send(&process, "QUIT")?;
+    let (mut process, stopped) = tokio::task::spawn_blocking(move || {
+        let line = process.next_line_where(|l| l["message"] == "stopped");
+        (process, line)
+    })
+    .await?;
+    stopped?;
+    let deadline = Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = process.exited()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            return Err("did not exit after SIGQUIT".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(0), "a graceful stop: {status:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn six_hundred_unknown_event_types_add_one_transitions_series_not_six_hundred() -> TestResult
+{
+    let imds = Imds::start().await?;
+    let agent = Agent::start(&imds, &[]).await?;
+    agent
+        .wait_for("a first document", |m| m.up() == Some(1.0))
+        .await?;
+    let event = |i: usize| {
+        format!(
+            r#"{{"EventId":"C0000000-0000-4000-8000-{i:012}","EventStatus":"Scheduled","EventType":"Invented{i}","ResourceType":"VirtualMachine","Resources":["{THIS_VM}"],"NotBefore":"Mon, 11 Apr 2050 22:26:58 GMT","Description":"","EventSource":"Platform","DurationInSeconds":-1}}"#
+        )
+    };
+    // Six documents of 100 types each, one after the other: each type appears and goes.
+    for batch in 0..6 {
+        let events: Vec<String> = (batch * 100..(batch + 1) * 100).map(event).collect();
+        imds.sim.set_document(
+            format!(
+                r#"{{"DocumentIncarnation":{},"Events":[{}]}}"#,
+                batch + 2,
+                events.join(",")
+            )
+            .into(),
+        );
+        let scheduled = (batch as f64 + 1.0) * 100.0;
+        agent
+            .wait_for("the batch scheduled", |m| {
+                m.transitions("other", "scheduled") == scheduled
+            })
+            .await?;
+    }
+    let m = agent.metrics().await?;
+    let types: std::collections::BTreeSet<&str> =
+        m.0.lines()
+            .filter(|l| l.starts_with("azure_scheduled_events_transitions_total{"))
+            .filter_map(|l| l.split("event_type=\"").nth(1)?.split('"').next())
+            .collect();
+    assert!(
+        types.iter().all(|t| !t.starts_with("Invented")),
+        "no series per unknown type: {types:?}"
+    );
+    assert!(types.contains("other"), "{types:?}");
+    assert_eq!(
+        m.transitions("other", "cancelled"),
+        500.0,
+        "the first 500 left the document before their NotBefore"
+    );
+    agent.stop().await
+}
+
+/// The peak resident memory of process `pid`, in kB (Linux).
+fn peak_rss_kb(pid: u32) -> Result<u64, Box<dyn std::error::Error>> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .ok_or("no VmHWM")?;
+    Ok(line.split_whitespace().nth(1).ok_or("no value")?.parse()?)
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_hook_printing_200_mb_is_read_only_as_far_as_its_log_excerpt() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        "events:\n  - {{ id: \"{EVENT}\", type: Reboot, source: User, resources: [{THIS_VM}], notice: 10m }}\n"
+    ))?);
+    let hook = r#"--approve.hook=["sh","-c","head -c 200000000 /dev/zero; head -c 200000000 /dev/zero >&2; exit 0"]"#;
+    let process = spawn(&imds, &["--approve", hook], &[])?;
+    let pid = process.id();
+    let process = wait_for_metric(
+        process,
+        r#"azure_scheduled_events_hook_runs_total{hook="approve",result="ok"} 1"#,
+    )
+    .await?;
+    let peak = peak_rss_kb(pid)?;
+    drop(process);
+    assert!(
+        peak < 100_000,
+        "400 MB of hook output took the agent to {peak} kB at its peak"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_state_file_over_its_cap_is_set_aside_and_the_agent_starts_fresh() -> TestResult {
+    let imds = Imds::start().await?;
+    let dir = TempDir::new("state-cap")?;
+    let path = dir.path("state.json");
+    std::fs::write(&path, vec![b' '; 5 << 20])?;
+    let path_text = path.display().to_string();
+    let process = spawn(
+        &imds,
+        &[],
+        &[("AZURE_SCHEDULED_EVENTS_STATE_FILE", &path_text)],
+    )?;
+    let (_process, line) = tokio::task::spawn_blocking(move || {
+        let line =
+            process.next_line_where(|l| l["message"] == "state file not usable: starting fresh");
+        (process, line)
+    })
+    .await?;
+    let line = line?;
+    assert!(
+        line["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("larger than 4194304 bytes")),
+        "{line}"
+    );
+    assert!(dir.path("state.json.corrupt").exists(), "set aside: {line}");
+    Ok(())
+}
