@@ -97,6 +97,9 @@ pub async fn demo(mut config: Config, telemetry: Telemetry) -> anyhow::Result<()
 /// Serves the simulator alone until SIGTERM or Ctrl-C.
 pub async fn simulator(args: SimulatorArgs) -> anyhow::Result<()> {
     let sim = SimulatorHandle::new(example_compute(&args.vm_name));
+    if let Some(version) = args.api_version {
+        sim.accept_api_version(version);
+    }
     match args.scenario.as_deref() {
         Some(path) if path.as_os_str() == "demo" => {
             sim.load_scenario(Scenario::demo(&args.vm_name, DEMO_OTHER_VM));
@@ -116,6 +119,7 @@ pub async fn simulator(args: SimulatorArgs) -> anyhow::Result<()> {
     tracing::info!(
         %address,
         vm_name = %args.vm_name,
+        api_version = args.api_version.map(|v| v.to_string()),
         scenario = args.scenario.as_ref().map(|p| p.display().to_string()),
         "simulated IMDS listening: point --imds.url at http://{address}; control API at /control/state"
     );

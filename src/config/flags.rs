@@ -67,6 +67,11 @@ pub struct AgentArgs {
     /// request and may take up to two minutes to answer it.
     #[arg(long = "imds.first-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_FIRST_TIMEOUT", default_value = "2m", value_parser = duration)]
     pub imds_first_timeout: Duration,
+    /// Time a TCP connect to IMDS has before it counts as blocked (reason connect_timeout):
+    /// IMDS is link-local, so a connect that takes longer never completes (a pod outside the
+    /// host network, AKS's IMDS restriction, a NetworkPolicy). At most half of --imds.timeout.
+    #[arg(long = "imds.connect-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_CONNECT_TIMEOUT", default_value = "1s", value_parser = duration)]
+    pub imds_connect_timeout: Duration,
     /// Longest wait between polls when IMDS answers 429, 410 or 5xx.
     #[arg(long = "imds.max-backoff", env = "AZURE_SCHEDULED_EVENTS_IMDS_MAX_BACKOFF", default_value = "10s", value_parser = duration)]
     pub imds_max_backoff: Duration,
@@ -140,6 +145,17 @@ pub struct ApproveArgs {
         value_name = "BOOL"
     )]
     pub user_events: Option<bool>,
+    /// Approve at once, without waiting for --approve.before-not-before, a Reboot or Redeploy
+    /// that Azure announced more than a day ahead (a predicted hardware failure, which Azure
+    /// recommends acting on as soon as possible) [default: false].
+    #[arg(
+        long = "approve.predicted-hardware-failure",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_PREDICTED_HARDWARE_FAILURE",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub predicted_hardware_failure: Option<bool>,
     /// Approve Freezes with 0 <= DurationInSeconds < this; 0s turns the rule off [default: 9s].
     #[arg(long = "approve.freeze-max-duration", env = "AZURE_SCHEDULED_EVENTS_APPROVE_FREEZE_MAX_DURATION", value_parser = duration)]
     pub freeze_max_duration: Option<Duration>,
@@ -226,6 +242,15 @@ pub struct SimulatorArgs {
         default_value = DEMO_VM
     )]
     pub vm_name: String,
+    /// Also serve this unpublished scheduled-events api-version (YYYY-MM-DD, later than
+    /// 2020-07-01), as Azure serves Spot Plus rebalance recommendations; only it shows
+    /// SpotRebalanceRecommendation events. The documented versions are always served.
+    #[arg(
+        long = "api-version",
+        env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_API_VERSION",
+        value_parser = crate::simulator::ApiVersion::newer
+    )]
+    pub api_version: Option<crate::simulator::ApiVersion>,
     /// Log format.
     #[arg(
         long = "log.format",
