@@ -616,6 +616,121 @@ fn helm_lints_the_chart_with_defaults_and_with_every_optional_value_on() -> Test
     Ok(())
 }
 
+/// Objects of the values schema that are Kubernetes objects passed to the pod as written (checked
+/// against the Kubernetes schemas by `rendered_manifests_are_valid_kubernetes_objects`), or Helm's own.
+const PASSED_THROUGH: &[&str] = &[
+    "/global",
+    "/env/*",
+    "/envFrom/*",
+    "/extraVolumes/*",
+    "/extraVolumeMounts/*",
+    "/tolerations/*",
+    "/affinity/nodeAffinity",
+    "/affinity/podAffinity",
+    "/affinity/podAntiAffinity",
+];
+
+/// Every object schema of values.schema.json with its place in the values (`/state/init`, `/probes/
+/// httpHeaders/*` for the items of an array), `$ref`s followed.
+fn schema_objects(
+    root: &Value,
+    node: &Value,
+    at: &str,
+    found: &mut Vec<(String, Value)>,
+) -> Result<(), Error> {
+    let node = match node["$ref"].as_str() {
+        Some(reference) => {
+            let pointer = reference.strip_prefix('#').ok_or("a $ref outside the schema")?;
+            root.pointer(pointer)
+                .ok_or_else(|| format!("{at}: no {reference}"))?
+        }
+        None => node,
+    };
+    if node["type"] == "object" {
+        found.push((at.to_owned(), node.clone()));
+    }
+    for (name, property) in node["properties"].as_object().into_iter().flatten() {
+        schema_objects(root, property, &format!("{at}/{name}"), found)?;
+    }
+    if node["items"].is_object() {
+        schema_objects(root, &node["items"], &format!("{at}/*"), found)?;
+    }
+    Ok(())
+}
+
+/// A plausible slip of the finger: the first property's name with its last two letters swapped.
+fn misspelt(properties: &serde_json::Map<String, Value>) -> Option<String> {
+    properties.keys().find_map(|name| {
+        let mut letters: Vec<char> = name.chars().collect();
+        let n = letters.len();
+        (n >= 2).then_some(())?;
+        letters.swap(n - 1, n - 2);
+        let typo: String = letters.into_iter().collect();
+        (!properties.contains_key(&typo)).then_some(typo)
+    })
+}
+
+/// values.schema.json refuses unknown keys at every level, so a mistyped value (`--set
+/// podMonitor.enabeld=true`) fails `helm template` naming it instead of silently rendering nothing.
+#[test]
+fn a_mistyped_value_at_any_level_fails_helm_template_and_is_named() -> TestResult {
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(
+        ops::repo().join(CHART).join("values.schema.json"),
+    )?)?;
+    let mut objects = Vec::new();
+    schema_objects(&schema, &schema, "", &mut objects)?;
+    let mut tried = Vec::new();
+    for (at, object) in &objects {
+        match (object["properties"].as_object(), &object["additionalProperties"]) {
+            (Some(properties), Value::Bool(false)) => {
+                let typo = misspelt(properties).ok_or_else(|| format!("{at}: no property"))?;
+                // `--set` syntax: a.b.c, and [0] for the first item of an array.
+                let key = format!("{at}/{typo}")
+                    .trim_start_matches('/')
+                    .replace("/*", "[0]")
+                    .replace('/', ".");
+                let set = format!("{key}=x");
+                let output = helm(&["template", NAME, CHART, "--set", &set])?;
+                let text = report(&output);
+                assert!(!output.status.success(), "--set {set} rendered:\n{text}");
+                let place = format!("at '{}'", at.replace("/*", "/0"));
+                assert!(
+                    text.contains(&format!("'{typo}' not allowed")) && text.contains(&place),
+                    "--set {set}: the error does not name {typo} at {place}:\n{text}"
+                );
+                tried.push(key);
+            }
+            (Some(_), other) => panic!("{at}: additionalProperties is {other}, not false"),
+            // Maps of names (labels, flags) say what their values are; Kubernetes objects are
+            // passed through and checked against the Kubernetes schemas.
+            (None, additional) => assert!(
+                additional.is_object() || PASSED_THROUGH.contains(&at.as_str()),
+                "{at}: an object that accepts any key"
+            ),
+        }
+    }
+    eprintln!("refused: {}", tried.join(", "));
+    // Each depth was tried: the top level, a block, and objects two and three levels down.
+    for parent in [
+        "",
+        "podMonitor.",
+        "state.init.",
+        "state.init.resources.",
+        "updateStrategy.rollingUpdate.",
+        "probes.httpHeaders[0].",
+    ] {
+        assert!(
+            tried
+                .iter()
+                .any(|t| t.strip_prefix(parent).is_some_and(|key| !key.contains('.'))),
+            "no key tried directly under {parent:?}: {tried:?}"
+        );
+    }
+    // Correctly spelt, the same values render.
+    render(&["--set", "podMonitor.enabled=true,state.init.resources.limits.cpu=1"])?;
+    Ok(())
+}
+
 #[test]
 fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> TestResult {
     let objects = render(&[])?;
