@@ -975,6 +975,66 @@ fn the_chart_passes_flags_and_variables_the_agent_reads() -> TestResult {
     Ok(())
 }
 
+/// With TLS and basic auth in `--web.config.file`, the probes as the chart renders them (`probes.scheme`
+/// and `probes.httpHeaders`) are answered 200 by the agent, where the same requests without the header
+/// get 401: the kubelet would restart the pod forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_probes_pass_an_agent_with_tls_and_basic_auth() -> TestResult {
+    let objects = render(ALL_ON)?;
+    let container = &one(&objects, "DaemonSet")?["spec"]["template"]["spec"]["containers"][0];
+    let dir = TempDir::new("probes")?;
+    let ca = common::pki::Ca::new("probe-ca")?;
+    ca.server("agent", &["127.0.0.1"])?.write(&dir.0, "server")?;
+    // The password of the all-on values' Authorization header (probe:probe-password).
+    let hash = bcrypt::hash("probe-password", 4)?;
+    std::fs::write(
+        dir.path("web.yml"),
+        format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  probe: {hash}\n"
+        ),
+    )?;
+    let flag = format!("--web.config.file={}", dir.path("web.yml").display());
+    let imds = Imds::start().await?;
+    let agent = common::Agent::start(&imds, &[&flag]).await?;
+    let address = agent.base.trim_start_matches("http://").to_owned();
+    // As the kubelet probes: HTTPS without verifying the certificate.
+    let kubelet = reqwest::Client::builder()
+        .no_proxy()
+        .use_rustls_tls()
+        .danger_accept_invalid_certs(true)
+        .build()?;
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let get = &container[probe]["httpGet"];
+        let scheme = get["scheme"].as_str().ok_or("no scheme")?;
+        assert_eq!(scheme, "HTTPS", "{probe}");
+        let path = get["path"].as_str().ok_or("no path")?;
+        let url = format!("https://{address}{path}");
+        let bare = kubelet.get(&url).send().await?.status().as_u16();
+        assert_eq!(bare, 401, "{probe} without its header");
+        let headers = get["httpHeaders"].as_array().ok_or("no httpHeaders")?;
+        let deadline = tokio::time::Instant::now() + common::PATIENCE;
+        loop {
+            let mut request = kubelet.get(&url);
+            for header in headers {
+                let name = header["name"].as_str().ok_or("a header without a name")?;
+                let value = header["value"].as_str().ok_or("a header without a value")?;
+                request = request.header(name, value);
+            }
+            let status = request.send().await?.status().as_u16();
+            if status == 200 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{probe} {url}: {status}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    agent.stop().await?;
+    Ok(())
+}
+
 #[test]
 fn the_kubernetes_output_gets_exactly_its_rights_and_only_when_enabled() -> TestResult {
     let off = render(&[])?;
