@@ -1106,6 +1106,17 @@ fn the_chart_scrapes_with_the_prometheus_operator_or_azure_managed_prometheus() 
         pod_monitor["metadata"]["labels"]["release"],
         "kube-prometheus-stack"
     );
+    // An agent with TLS and basic auth is scraped over HTTPS with the Secret's credentials.
+    let credentials = json!({
+        "username": {"name": "exporter-scrape", "key": "username"},
+        "password": {"name": "exporter-scrape", "key": "password"},
+    });
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(
+        endpoint["tlsConfig"],
+        json!({"ca": {"secret": {"name": "exporter-scrape", "key": "ca.crt"}}, "serverName": NAME})
+    );
+    assert_eq!(endpoint["basicAuth"], credentials);
 
     let service = one(&objects, "Service")?;
     assert!(selected(&service["spec"]["selector"]));
@@ -1117,7 +1128,22 @@ fn the_chart_scrapes_with_the_prometheus_operator_or_azure_managed_prometheus() 
         .as_object()
         .ok_or("no ServiceMonitor selector")?;
     assert!(matches.iter().all(|(k, v)| &service_labels[k] == v));
-    assert_eq!(service_monitor["spec"]["endpoints"][0]["port"], "metrics");
+    let endpoint = &service_monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["port"], "metrics");
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(endpoint["tlsConfig"], json!({"insecureSkipVerify": true}));
+    assert_eq!(endpoint["basicAuth"], credentials);
+    // By default plain HTTP, as the agent serves without --web.config.file.
+    let defaults = render(&["--set", "podMonitor.enabled=true,serviceMonitor.enabled=true"])?;
+    for (kind, endpoints) in [
+        ("PodMonitor", "podMetricsEndpoints"),
+        ("ServiceMonitor", "endpoints"),
+    ] {
+        let endpoint = &one(&defaults, kind)?["spec"][endpoints][0];
+        for key in ["scheme", "tlsConfig", "basicAuth"] {
+            assert!(endpoint.get(key).is_none(), "{kind}: {key} by default");
+        }
+    }
 
     let namespace = one(&objects, "Namespace")?;
     assert_eq!(namespace["metadata"]["name"], "azure-scheduled-events");
