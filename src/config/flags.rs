@@ -39,6 +39,42 @@ pub enum Command {
     Demo(DemoArgs),
     /// Serve the simulator alone, as a local IMDS for your own tests.
     Simulator(SimulatorArgs),
+    /// Create the state directory if missing (mode 0700) and, with --owner, give it to that user and
+    /// exit: run as root with only CAP_CHOWN before the agent (the Helm chart's init container).
+    PrepareStateDir(PrepareStateDirArgs),
+}
+
+/// The state directory to prepare, and for whom.
+#[derive(Debug, Clone, Args)]
+pub struct PrepareStateDirArgs {
+    /// The directory (that of the default --state.file unless given).
+    #[arg(default_value = "/var/lib/azure-scheduled-events-exporter")]
+    pub dir: PathBuf,
+    /// UID:GID to give the directory to (needs CAP_CHOWN); without it, it stays the caller's.
+    #[arg(long = "owner", value_name = "UID:GID", value_parser = owner)]
+    pub owner: Option<Owner>,
+}
+
+/// A numeric user and group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// `65532:65532`.
+fn owner(text: &str) -> Result<Owner, String> {
+    let (uid, gid) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?}: not UID:GID"))?;
+    let id = |n: &str| {
+        n.parse::<u32>()
+            .map_err(|e| format!("{text:?}: {n:?}: {e}"))
+    };
+    Ok(Owner {
+        uid: id(uid)?,
+        gid: id(gid)?,
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -23,7 +23,10 @@ use reqwest::Url;
 
 use approval::ApprovalConfig;
 pub(crate) use flags::duration;
-pub use flags::{AgentArgs, ApproveArgs, Cli, Command, DemoArgs, LogFormat, SimulatorArgs};
+pub use flags::{
+    AgentArgs, ApproveArgs, Cli, Command, DemoArgs, LogFormat, Owner, PrepareStateDirArgs,
+    SimulatorArgs,
+};
 
 /// Exit code for an invalid command line or configuration (sysexits.h `EX_USAGE`).
 pub const EXIT_USAGE: i32 = 64;
