@@ -640,7 +640,9 @@ fn schema_objects(
 ) -> Result<(), Error> {
     let node = match node["$ref"].as_str() {
         Some(reference) => {
-            let pointer = reference.strip_prefix('#').ok_or("a $ref outside the schema")?;
+            let pointer = reference
+                .strip_prefix('#')
+                .ok_or("a $ref outside the schema")?;
             root.pointer(pointer)
                 .ok_or_else(|| format!("{at}: no {reference}"))?
         }
@@ -681,7 +683,10 @@ fn a_mistyped_value_at_any_level_fails_helm_template_and_is_named() -> TestResul
     schema_objects(&schema, &schema, "", &mut objects)?;
     let mut tried = Vec::new();
     for (at, object) in &objects {
-        match (object["properties"].as_object(), &object["additionalProperties"]) {
+        match (
+            object["properties"].as_object(),
+            &object["additionalProperties"],
+        ) {
             (Some(properties), Value::Bool(false)) => {
                 let typo = misspelt(properties).ok_or_else(|| format!("{at}: no property"))?;
                 // `--set` syntax: a.b.c, and [0] for the first item of an array.
@@ -727,7 +732,10 @@ fn a_mistyped_value_at_any_level_fails_helm_template_and_is_named() -> TestResul
         );
     }
     // Correctly spelt, the same values render.
-    render(&["--set", "podMonitor.enabled=true,state.init.resources.limits.cpu=1"])?;
+    render(&[
+        "--set",
+        "podMonitor.enabled=true,state.init.resources.limits.cpu=1",
+    ])?;
     Ok(())
 }
 
@@ -769,7 +777,8 @@ fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> Te
     assert_eq!(agent["ports"][0]["containerPort"], 10188);
 
     // The state directory is the node's, so the state file survives node reboots; only the init
-    // container that hands it to the agent's user runs as root, with no capability but CHOWN.
+    // container that hands it to the agent's user runs as root, with no capability but CHOWN, and
+    // it is the agent's own image: the pod pulls nothing else.
     let volumes = pod["volumes"].as_array().ok_or("no volumes")?;
     let state = volumes
         .iter()
@@ -781,9 +790,11 @@ fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> Te
         .as_array()
         .ok_or("no init container")?;
     assert_eq!(init.len(), 1);
+    assert_eq!(init[0]["image"], agent["image"], "another image is pulled");
+    assert!(init[0].get("command").is_none(), "the image's entrypoint");
     assert_eq!(
-        init[0]["command"],
-        json!(["chown", "65532:65532", STATE_DIR])
+        init[0]["args"],
+        json!(["prepare-state-dir", "--owner=65532:65532", STATE_DIR])
     );
     assert_eq!(
         init[0]["securityContext"]["capabilities"]["drop"],
@@ -872,13 +883,40 @@ fn the_image_users_pull_is_named_once_in_the_chart_and_used_everywhere() -> Test
         "multi-platform builds"
     );
 
-    // The all-on values' digest wins over the tag.
+    // Only the agent's image, in every container of the chart and of the plain manifests: nothing
+    // from Docker Hub or any other registry the cluster may refuse.
+    let images = |objects: &[Value]| -> BTreeSet<String> {
+        objects
+            .iter()
+            .flat_map(|o| {
+                let pod = &o["spec"]["template"]["spec"];
+                ["initContainers", "containers"]
+                    .into_iter()
+                    .flat_map(|list| pod[list].as_array().cloned().unwrap_or_default())
+            })
+            .map(|c| c["image"].as_str().unwrap_or("(none)").to_owned())
+            .collect()
+    };
+    assert_eq!(images(&objects), [image.clone()].into());
+    let mut plain_objects = Vec::new();
+    for document in serde_norway::Deserializer::from_str(&plain) {
+        plain_objects.push(Value::deserialize(document)?);
+    }
+    assert_eq!(
+        images(&plain_objects),
+        [image.clone()].into(),
+        "deploy/kubernetes"
+    );
+
+    // The all-on values' digest wins over the tag, in every container.
     let objects = render(ALL_ON)?;
-    let image = one(&objects, "DaemonSet")?["spec"]["template"]["spec"]["containers"][0]["image"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(image.contains("@sha256:"), "{image}");
+    let all_on = images(&objects);
+    assert_eq!(all_on.len(), 1, "{all_on:?}");
+    let image = all_on.first().cloned().unwrap_or_default();
+    assert!(
+        image.starts_with("myregistry.azurecr.io/azure-scheduled-events-exporter@sha256:"),
+        "{image}"
+    );
     Ok(())
 }
 
@@ -984,7 +1022,8 @@ async fn the_charts_probes_pass_an_agent_with_tls_and_basic_auth() -> TestResult
     let container = &one(&objects, "DaemonSet")?["spec"]["template"]["spec"]["containers"][0];
     let dir = TempDir::new("probes")?;
     let ca = common::pki::Ca::new("probe-ca")?;
-    ca.server("agent", &["127.0.0.1"])?.write(&dir.0, "server")?;
+    ca.server("agent", &["127.0.0.1"])?
+        .write(&dir.0, "server")?;
     // The password of the all-on values' Authorization header (probe:probe-password).
     let hash = bcrypt::hash("probe-password", 4)?;
     std::fs::write(
@@ -1134,7 +1173,10 @@ fn the_chart_scrapes_with_the_prometheus_operator_or_azure_managed_prometheus() 
     assert_eq!(endpoint["tlsConfig"], json!({"insecureSkipVerify": true}));
     assert_eq!(endpoint["basicAuth"], credentials);
     // By default plain HTTP, as the agent serves without --web.config.file.
-    let defaults = render(&["--set", "podMonitor.enabled=true,serviceMonitor.enabled=true"])?;
+    let defaults = render(&[
+        "--set",
+        "podMonitor.enabled=true,serviceMonitor.enabled=true",
+    ])?;
     for (kind, endpoints) in [
         ("PodMonitor", "podMetricsEndpoints"),
         ("ServiceMonitor", "endpoints"),
