@@ -93,6 +93,24 @@ fn the_dockerfile_builds_in_stages_and_runs_the_agent_unprivileged_on_its_port()
         "{}",
         from[1]
     );
+    // Both base images by digest: a tag can point at other bytes tomorrow.
+    let digest = |line: &str| -> Option<String> {
+        let image = line.split_whitespace().nth(1)?;
+        let (_, digest) = image.split_once("@sha256:")?;
+        (digest.len() == 64
+            && digest
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
+        .then(|| format!("sha256:{digest}"))
+    };
+    for line in &from {
+        assert!(digest(line).is_some(), "not pinned by digest: {line}");
+    }
+    let base = digest(from[1]).unwrap_or_default();
+    assert!(
+        dockerfile.contains(&format!("org.opencontainers.image.base.digest=\"{base}\"")),
+        "the base.digest label is not the final stage's digest {base}"
+    );
     let last_user = dockerfile
         .lines()
         .filter_map(|l| l.strip_prefix("USER "))
