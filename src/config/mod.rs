@@ -164,6 +164,8 @@ impl AgentArgs {
         let notify = self.notify.validate()?;
         #[cfg(feature = "kubernetes")]
         let kubernetes = self.kubernetes.validate()?;
+        #[cfg(not(feature = "kubernetes"))]
+        self.kubernetes.refuse()?;
         Ok(Config {
             imds_url,
             api_version: self.imds_api_version,
