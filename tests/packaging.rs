@@ -1397,3 +1397,143 @@ fn the_packaged_chart_carries_the_rules_and_dashboards_themselves() -> TestResul
     );
     Ok(())
 }
+
+// ---- Kubernetes schemas ----
+
+/// Custom resources of the Prometheus Operator, which the Kubernetes OpenAPI schemas do not
+/// describe: not validated here (their CRDs are the operator's; the tests above check their fields).
+const CUSTOM_KINDS: &[&str] = &["PodMonitor", "ServiceMonitor", "PrometheusRule"];
+
+/// kubernetes-validate (PyPI) from the directory .ci/run installs it in, else from PATH.
+fn kubernetes_validate(args: &[&str]) -> Result<Output, Error> {
+    let installed = ops::repo().join("target/ci-tools/bin/kubernetes-validate");
+    let program = if installed.exists() {
+        installed
+    } else {
+        PathBuf::from("kubernetes-validate")
+    };
+    run(&program, args).map_err(|e| {
+        format!(
+            "kubernetes-validate is required (`pip install kubernetes-validate`; .ci/run installs it into target/ci-tools): {e}"
+        )
+        .into()
+    })
+}
+
+/// The oldest Kubernetes the chart supports (Chart.yaml's kubeVersion, `>=1.25.0-0`) and the
+/// newest kubernetes-validate has schemas for (its default version).
+fn supported_kubernetes_versions() -> Result<(String, String), Error> {
+    let constraint = chart_yaml()?["kubeVersion"]
+        .as_str()
+        .ok_or("no kubeVersion in Chart.yaml")?
+        .to_owned();
+    let oldest = constraint
+        .strip_prefix(">=")
+        .map(|v| v.trim_end_matches("-0").to_owned())
+        .filter(|v| v.split('.').count() == 3 && !v.contains(|c: char| c == ',' || c == ' '))
+        .ok_or_else(|| format!("kubeVersion {constraint:?} is not a single lower bound"))?;
+    let help = report(&kubernetes_validate(&["--help"])?);
+    let newest = help
+        .split("Defaults to")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(|v| v.trim_end_matches('.').to_owned())
+        .ok_or_else(|| format!("no default version in kubernetes-validate --help:\n{help}"))?;
+    Ok((oldest, newest))
+}
+
+/// `objects` (built-in kinds only) as one YAML file, checked by `kubernetes-validate --strict`
+/// (unknown fields are errors) against Kubernetes `version`; the objects it passed.
+fn validate_objects(objects: &[&Value], version: &str, what: &str) -> Result<usize, Error> {
+    let dir = TempDir::new("kubernetes-validate")?;
+    let file = dir.path("objects.yaml");
+    let mut text = String::new();
+    for object in objects {
+        text.push_str("---\n");
+        text.push_str(&serde_norway::to_string(object)?);
+    }
+    std::fs::write(&file, text)?;
+    let output = kubernetes_validate(&["--strict", "-k", version, &file.to_string_lossy()])?;
+    let out = report(&output);
+    assert!(
+        output.status.success(),
+        "{what} against Kubernetes {version}:\n{out}"
+    );
+    Ok(out
+        .lines()
+        .filter(|l| l.contains(" passed for resource "))
+        .count())
+}
+
+/// The objects of a rendering, split into built-in kinds (to validate) and the operator's custom
+/// resources (skipped, named).
+fn built_in<'a>(objects: &'a [Value], what: &str) -> Vec<&'a Value> {
+    let (custom, built_in): (Vec<&Value>, Vec<&Value>) = objects
+        .iter()
+        .partition(|o| CUSTOM_KINDS.contains(&o["kind"].as_str().unwrap_or_default()));
+    for object in custom {
+        eprintln!(
+            "{what}: {} {} skipped (a custom resource; not in the Kubernetes schemas)",
+            object["apiVersion"].as_str().unwrap_or_default(),
+            object["kind"].as_str().unwrap_or_default()
+        );
+    }
+    built_in
+}
+
+/// Every built-in object of the chart (defaults, and every option on) and of deploy/kubernetes
+/// is valid against the OpenAPI schemas of the oldest and the newest Kubernetes the chart
+/// supports, offline, with unknown fields refused.
+#[test]
+fn rendered_manifests_are_valid_kubernetes_objects() -> TestResult {
+    let (oldest, newest) = supported_kubernetes_versions()?;
+    let defaults = render(&[])?;
+    let all_on = render(ALL_ON)?;
+    let mut plain = Vec::new();
+    for file in ["daemonset.yaml", "podmonitor.yaml"] {
+        let text = std::fs::read_to_string(ops::repo().join("deploy/kubernetes").join(file))?;
+        for document in serde_norway::Deserializer::from_str(&text) {
+            plain.push(Value::deserialize(document)?);
+        }
+    }
+    let renderings = [
+        ("chart defaults", &defaults),
+        ("chart, every option on", &all_on),
+        ("deploy/kubernetes", &plain),
+    ];
+    for version in [&oldest, &newest] {
+        for (what, objects) in renderings {
+            let objects = built_in(objects, what);
+            assert!(
+                objects.iter().any(|o| o["kind"] == "DaemonSet"),
+                "{what}: no DaemonSet"
+            );
+            let passed = validate_objects(&objects, version, what)?;
+            eprintln!("{what}: {passed} objects valid against Kubernetes {version}");
+            assert_eq!(
+                passed,
+                objects.len(),
+                "{what}: not every object was checked"
+            );
+        }
+    }
+    // Every custom resource the chart can render was skipped by name, nothing else.
+    let kinds: BTreeSet<&str> = all_on.iter().filter_map(|o| o["kind"].as_str()).collect();
+    for kind in CUSTOM_KINDS {
+        assert!(kinds.contains(kind), "the all-on values render no {kind}");
+    }
+
+    // The same check refuses a DaemonSet with a mistyped field: it really validates.
+    let mut broken = one(&defaults, "DaemonSet")?.clone();
+    broken["spec"]["template"]["spec"]["hostNetwrok"] = json!(true);
+    let dir = TempDir::new("kubernetes-validate-broken")?;
+    let file = dir.path("broken.yaml");
+    std::fs::write(&file, serde_norway::to_string(&broken)?)?;
+    let output = kubernetes_validate(&["--strict", "-k", &oldest, &file.to_string_lossy()])?;
+    assert!(
+        !output.status.success() && report(&output).contains("hostNetwrok"),
+        "{}",
+        report(&output)
+    );
+    Ok(())
+}
