@@ -1537,3 +1537,57 @@ fn rendered_manifests_are_valid_kubernetes_objects() -> TestResult {
     );
     Ok(())
 }
+
+/// The VM packages are built without the Kubernetes output: the tarball's binary names no
+/// `--kubernetes.*` flag and refuses them, flag or variable, with one line and exit 64 instead of
+/// ignoring a setting that could do nothing.
+#[test]
+fn the_vm_packages_binary_has_no_kubernetes_output_and_refuses_its_settings() -> TestResult {
+    let (_dir, top) = unpacked_tarball()?;
+    let binary = top.join(NAME);
+    let help = ok(&binary, &["--help"])?;
+    assert!(!help.contains("kubernetes"), "{help}");
+    let size = std::fs::metadata(&binary)?.len();
+    eprintln!("VM package binary: {size} bytes");
+    let refused = |flag: Option<&str>, variable: Option<(&str, &str)>| -> Result<Output, Error> {
+        let mut command = Command::new(&binary);
+        command.env_clear().stdin(Stdio::null()).args([
+            "--imds.url=http://127.0.0.1:9",
+            "--web.listen-address=127.0.0.1:0",
+        ]);
+        command.args(flag);
+        command.envs(variable);
+        Ok(command.output()?)
+    };
+    for (flag, variable) in [
+        (
+            Some("--kubernetes.node-name=aks-pool-12345678-vmss000000"),
+            None,
+        ),
+        (Some("--kubernetes.taint-events=Reboot"), None),
+        (
+            None,
+            Some((
+                "AZURE_SCHEDULED_EVENTS_KUBERNETES_NODE_NAME",
+                "aks-pool-12345678-vmss000000",
+            )),
+        ),
+    ] {
+        let output = refused(flag, variable)?;
+        let text = report(&output);
+        assert_eq!(
+            output.status.code(),
+            Some(64),
+            "{flag:?} {variable:?}: {text}"
+        );
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            text.contains("--kubernetes.") && text.contains("cargo feature `kubernetes`"),
+            "{text}"
+        );
+    }
+    // The build the test suite runs (default features) has the output and its flags.
+    let full = String::from_utf8(Command::new(BIN).arg("--help").output()?.stdout)?;
+    assert!(full.contains("--kubernetes.node-name"));
+    Ok(())
+}
