@@ -578,5 +578,8 @@ fn open_state(config: &Config) -> (StateStore, boot::Restart) {
         );
     }
     store.state_mut().boot_id = boot_id;
+    // Running again: until this run stops cleanly, a reboot is not a clean one. Written with the
+    // first batch (the restart's), before anything else can happen.
+    store.state_mut().clean_stop = None;
     (store, restart)
 }

@@ -154,9 +154,9 @@ impl ApprovalMetrics {
         let reboots = IntCounterVec::new(
             opts(
                 "reboots_total",
-                "Reboots of the machine found at start by comparing its boot id with the state file: expected after an event of this VM seen Started, else unexpected.",
+                "Reboots of the machine found at start by comparing its boot id with the state file: expected after an event of this VM seen Started, else unexpected; clean when the agent had stopped cleanly (SIGTERM) before it.",
             ),
-            &["expected"],
+            &["expected", "clean"],
         )?;
         if families.approval {
             // AzureScheduledEventApprovalsFailing takes increase() of both counters per type.
@@ -181,9 +181,11 @@ impl ApprovalMetrics {
             }
             registry.register(Box::new(hook_runs.clone()))?;
         }
-        // AzureVMRebootedUnexpectedly takes increase() of the unexpected reboots.
-        for expected in ["true", "false"] {
-            reboots.with_label_values(&[expected]);
+        // AzureVMRebootedUnexpectedly takes increase() of the unexpected, unclean reboots, and a
+        // panel may count the clean ones: the two unexpected series exist from the start (as many
+        // series as before the clean label). An expected reboot's series appears with it.
+        for clean in ["true", "false"] {
+            reboots.with_label_values(&["false", clean]);
         }
         state_up.set(1);
         registry.register(Box::new(mode.clone()))?;
@@ -415,9 +417,12 @@ impl Metrics {
         self.approval.state_up.set(i64::from(up));
     }
 
-    /// Counts a reboot found at start; `expected` is `"true"` or `"false"`.
-    pub fn record_reboot(&self, expected: &str) {
-        self.approval.reboots.with_label_values(&[expected]).inc();
+    /// Counts a reboot found at start; `expected` and `clean` are `"true"` or `"false"`.
+    pub fn record_reboot(&self, expected: &str, clean: &str) {
+        self.approval
+            .reboots
+            .with_label_values(&[expected, clean])
+            .inc();
     }
 
     /// Counts one IMDS request and, when it failed, why.

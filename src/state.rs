@@ -60,6 +60,10 @@ pub struct State {
     /// The event affecting this VM that was last seen Started, while it lasts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected_impact: Option<Impact>,
+    /// When the agent last stopped cleanly (SIGTERM or Ctrl-C); cleared at the next start. A
+    /// reboot found at start after a clean stop is a clean reboot (see [`crate::boot`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clean_stop: Option<DateTime<Utc>>,
     /// Notifications handed to a receiver, by EventId, then receiver name: the transitions
     /// (`scheduled`, `started`, ..., `approved`) never to be sent to it again. Written before
     /// the POST leaves; kept while the event is in the document.

@@ -146,19 +146,34 @@ fn restarted(restart: &Restart, vm_name: Option<&str>) {
         }
         Restart::Reboot {
             expected_by: Some(impact),
+            clean,
         } => tracing::info!(
             vm_name,
             expected = true,
+            clean,
             event_id = %impact.event_id,
             trace_id = %trace_id(&impact.event_id),
             event_type = %impact.event_type,
             started_seen = %impact.started_seen.to_rfc3339(),
             "the machine rebooted, as expected after an event of this VM that started"
         ),
-        Restart::Reboot { expected_by: None } => tracing::warn!(
+        Restart::Reboot {
+            expected_by: None,
+            clean: true,
+        } => tracing::info!(
             vm_name,
             expected = false,
-            "the machine rebooted unexpectedly: no event of this VM was seen Started before"
+            clean = true,
+            "the machine rebooted cleanly: the agent was stopped before it (a reboot of the OS), with no event of this VM Started"
+        ),
+        Restart::Reboot {
+            expected_by: None,
+            clean: false,
+        } => tracing::warn!(
+            vm_name,
+            expected = false,
+            clean = false,
+            "the machine rebooted unexpectedly: no event of this VM was seen Started before, and the agent was not stopped cleanly"
         ),
     }
 }

@@ -54,6 +54,7 @@ impl StateFile {
     }
 }
 
+#[async_trait::async_trait]
 impl Output for StateFile {
     fn consume(&mut self, context: &Context, occurrences: &[Occurrence]) {
         for occurrence in occurrences {
@@ -105,6 +106,15 @@ impl Output for StateFile {
             }
         }
         let mut store = self.store();
+        store.flush();
+        self.metrics.set_state_up(store.is_healthy());
+    }
+
+    /// The agent stops cleanly (SIGTERM, Ctrl-C): says so in the file, so that a reboot found at
+    /// the next start counts as clean.
+    async fn stop(&mut self, context: &Context) {
+        let mut store = self.store();
+        store.state_mut().clean_stop = Some(context.at);
         store.flush();
         self.metrics.set_state_up(store.is_healthy());
     }
