@@ -1445,7 +1445,7 @@ fn supported_kubernetes_versions() -> Result<(String, String), Error> {
     let oldest = constraint
         .strip_prefix(">=")
         .map(|v| v.trim_end_matches("-0").to_owned())
-        .filter(|v| v.split('.').count() == 3 && !v.contains(|c: char| c == ',' || c == ' '))
+        .filter(|v| v.split('.').count() == 3 && !v.contains([',', ' ']))
         .ok_or_else(|| format!("kubeVersion {constraint:?} is not a single lower bound"))?;
     let help = report(&kubernetes_validate(&["--help"])?);
     let newest = help
