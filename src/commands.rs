@@ -108,7 +108,7 @@ fn local(address: SocketAddr) -> SocketAddr {
 /// already: a hostPath directory the kubelet made belongs to root, and the agent does not run as root.
 pub fn prepare_state_dir(args: &PrepareStateDirArgs) -> anyhow::Result<()> {
     let dir = &args.dir;
-    crate::state::create_private_dir(dir)
+    crate::output::state::store::create_private_dir(dir)
         .with_context(|| format!("cannot create {}", dir.display()))?;
     let Some(owner) = args.owner else {
         tracing::info!(dir = %dir.display(), "state directory ready");

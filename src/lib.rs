@@ -6,7 +6,7 @@
 //! functional core, `observer` with `monitor`, [`tracker`] (each event's lifecycle, resumed
 //! after a restart) and `approval` (policy, takeover order, the decision machine), turns each
 //! poll into a list of `occurrence`s. [`agent`] runs the one poll loop and hands every list to
-//! the `output`s: log, [`metrics`], spans (`event_span`, exported by [`telemetry`] over OTLP
+//! the `output`s: log, [`metrics`], spans (`output::spans`, exported by [`telemetry`] over OTLP
 //! with the EventId as trace id, [`trace_id`]), the [`state`] file, hooks, approval POSTs and
 //! notifications (webhooks, Slack, Teams, PagerDuty), the last three off the loop. `server`
 //! serves `/metrics` and health; [`config`] turns the command line, the approval policy file,
@@ -21,16 +21,17 @@ pub(crate) mod boot;
 pub mod commands;
 pub mod config;
 pub mod event;
-pub(crate) mod event_span;
 pub(crate) mod health;
 pub mod imds;
 pub mod logging;
 pub mod metrics;
 pub(crate) mod monitor;
 pub mod not_before;
+pub(crate) mod notices;
 pub(crate) mod observer;
 pub(crate) mod occurrence;
 pub(crate) mod output;
+pub(crate) mod poll_loop;
 /// The notification metrics, for tests that check the exposition with receivers configured.
 pub use output::notify::metrics::NotifyMetrics;
 pub mod resources;
@@ -38,9 +39,12 @@ pub(crate) mod response;
 pub(crate) mod server;
 pub mod simulator;
 pub mod state;
+/// Reading and writing the state file (the state output's store), for tests and tools.
+pub use output::state::store as state_file;
 pub(crate) mod systemd;
 pub mod telemetry;
 pub mod trace_id;
 pub mod tracker;
+pub(crate) mod view;
 pub(crate) mod web;
 pub mod wire;

@@ -20,7 +20,7 @@ use crate::approval::{Decision, HookFailure, HookKind, Outcome};
 pub use crate::config::EventSeries;
 use crate::config::approval::Mode;
 use crate::event::{Affects, Event, EventStatus, EventType};
-use crate::imds::{ImdsError, Operation};
+use crate::imds::{ImdsError, Operation, RecordRequest};
 use crate::tracker::Transition;
 use crate::wire;
 
@@ -200,6 +200,13 @@ impl ApprovalMetrics {
             state_up,
             reboots,
         })
+    }
+}
+
+/// The IMDS client records each request it sends here.
+impl RecordRequest for Metrics {
+    fn record_request(&self, operation: Operation, elapsed: Duration, error: Option<&ImdsError>) {
+        Metrics::record_request(self, operation, elapsed, error);
     }
 }
 

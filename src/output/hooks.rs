@@ -7,12 +7,14 @@
 
 use std::time::Duration;
 
-use crate::approval::{HookKind, Outcome, hook};
+use crate::approval::{HookKind, Outcome};
 use crate::config::approval::HookCommand;
 use crate::event::Event;
 use crate::occurrence::{Context, Occurrence, Report};
 
 use super::{Output, Reports};
+
+mod run;
 
 #[derive(Debug)]
 pub struct Hooks {
@@ -52,7 +54,7 @@ impl Hooks {
         let (event, vm) = (event.clone(), vm.map(str::to_owned));
         let (timeout, reports) = (self.timeout, self.reports.clone());
         tokio::spawn(async move {
-            let run = hook::run(&command, kind, &event, vm.as_deref(), timeout).await;
+            let run = run::run(&command, kind, &event, vm.as_deref(), timeout).await;
             // The receiver lives as long as the agent; after it stops nobody needs the result.
             let _ = reports.send(Report::HookFinished { event, run });
         });

@@ -47,7 +47,8 @@ impl Output for MetricsOutput {
                 | Occurrence::Incarnation(_)
                 | Occurrence::DuplicateEventId(_)
                 | Occurrence::EndedWhileDown(_)
-                | Occurrence::ApprovalSending { .. } => {}
+                | Occurrence::ApprovalSending { .. }
+                | Occurrence::Notify(_) => {}
             }
         }
     }

@@ -19,6 +19,7 @@
 //! | `packaging` | what `scripts/dist.sh` leaves in target/dist (tarball, .deb) and the Helm chart |
 //! | `prometheus` | the alert rules and dashboards against promtool and a real Prometheus scraping real agents |
 //! | `simulator` | the IMDS simulator as a client sees it, steered through its control API |
+//! | `span_ids` | one lifecycle span id per event in every log line, notification and span, also when instance metadata fails at first, and across a restart |
 //! | `state` | the state file: never fatal, never half-written, and what a restart makes of it |
 //! | `systemd` | systemd's notify protocol over a real unix datagram socket |
 //! | `telemetry` | bad `OTEL_*` values never stop the metrics; OTLP over TLS with a client certificate |
@@ -54,6 +55,7 @@ mod notify;
 mod packaging;
 mod prometheus;
 mod simulator;
+mod span_ids;
 mod state;
 mod systemd;
 mod telemetry;

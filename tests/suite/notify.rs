@@ -3,7 +3,7 @@
 //! hangs or is down, a restart with the same state file, and a receiver behind an HTTPS proxy.
 
 use crate::common;
-mod receiver;
+pub(crate) mod receiver;
 
 use std::time::Duration;
 

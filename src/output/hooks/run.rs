@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
+use crate::approval::{HookFailure, HookKind, HookRun};
 use crate::config::approval::HookCommand;
 use crate::event::Event;
 use crate::trace_id::trace_id;
@@ -21,63 +22,6 @@ use crate::wire;
 
 /// Output kept from each of stdout and stderr, for the log line.
 const OUTPUT_CAP: usize = 4096;
-
-/// Which hook ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HookKind {
-    /// Before approving an event (drain, fail over, checkpoint); must succeed for the approval.
-    Approve,
-    /// When an event affecting this VM appears.
-    Prepare,
-    /// When an event affecting this VM completes (or is cancelled).
-    Recover,
-}
-
-impl HookKind {
-    pub const ALL: [HookKind; 3] = [HookKind::Approve, HookKind::Prepare, HookKind::Recover];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HookKind::Approve => "approve",
-            HookKind::Prepare => "prepare",
-            HookKind::Recover => "recover",
-        }
-    }
-}
-
-/// Why a hook did not succeed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum HookFailure {
-    #[error("exited with {0}")]
-    Exit(String),
-    #[error("did not finish within {0:?} and was killed")]
-    Timeout(Duration),
-    #[error("could not run: {0}")]
-    Spawn(String),
-}
-
-impl HookFailure {
-    pub const KINDS: [&'static str; 3] = ["hook_failed", "hook_timeout", "hook_error"];
-
-    /// Bounded name for metric labels.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            HookFailure::Exit(_) => "hook_failed",
-            HookFailure::Timeout(_) => "hook_timeout",
-            HookFailure::Spawn(_) => "hook_error",
-        }
-    }
-}
-
-/// What one run of a hook gave.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookRun {
-    pub kind: HookKind,
-    pub result: Result<(), HookFailure>,
-    pub elapsed: Duration,
-    pub stdout: String,
-    pub stderr: String,
-}
 
 /// Runs `command` for `event` and waits for it, at most `timeout`.
 pub async fn run(
