@@ -126,9 +126,8 @@ impl Output for StateFile {
     /// The agent stops cleanly (SIGTERM, Ctrl-C): says so in the file, so that a reboot found at
     /// the next start counts as clean.
     async fn stop(&mut self, context: &Context) {
-        let mut store = self.store();
-        store.state_mut().clean_stop = Some(context.at);
-        store.flush();
-        self.metrics.set_state_up(store.is_healthy());
+        self.store.state_mut().clean_stop = Some(context.at);
+        self.store.flush();
+        self.metrics.set_state_up(self.store.is_healthy());
     }
 }
