@@ -1,5 +1,5 @@
 //! The imperative shell's wiring: settings, telemetry, the state file, the outputs in the order
-//! they see each batch, the HTTP server, and the poll loop ([`crate::poll_loop`]) that drives
+//! they see each batch, the HTTP server, and the poll loop (`poll_loop.rs`) that drives
 //! them.
 
 use std::net::SocketAddr;

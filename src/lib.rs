@@ -4,11 +4,13 @@
 //! How the pieces fit (docs/architecture.md draws it): [`imds`] fetches documents over HTTP and
 //! [`wire`] mirrors their JSON; [`event`] and [`not_before`] turn that into domain types. The
 //! functional core, `observer` with `monitor`, [`tracker`] (each event's lifecycle, resumed
-//! after a restart) and `approval` (policy, takeover order, the decision machine), turns each
-//! poll into a list of `occurrence`s. [`agent`] runs the one poll loop and hands every list to
-//! the `output`s: log, [`metrics`], spans (`output::spans`, exported by [`telemetry`] over OTLP
-//! with the EventId as trace id, [`trace_id`]), the [`state`] file, hooks, approval POSTs and
-//! notifications (webhooks, Slack, Teams, PagerDuty), the last three off the loop. `server`
+//! after a restart), `view` (one view of each event, its lifecycle span id given once),
+//! `approval` (policy, takeover order, the decision machine) and `notices` (who is notified of
+//! what), turns each poll into a list of `occurrence`s. [`agent`] wires it all; `poll_loop` runs
+//! the one poll loop and hands every list to the `output`s: log, [`metrics`], spans (exported by
+//! [`telemetry`] over OTLP with the EventId as trace id, [`trace_id`]), the [`state`] file (its
+//! only writer; [`state_file`] reads and writes it), hooks, approval POSTs, notifications
+//! (webhooks, Slack, Teams, PagerDuty) and the Kubernetes Node, the last four off the loop. `server`
 //! serves `/metrics` and health; [`config`] turns the command line, the approval policy file,
 //! the receivers file and the `OTEL_*` variables into resolved settings;
 //! [`simulator`] is a faithful local IMDS used by `demo`, by users' tests and by ours.

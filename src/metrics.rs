@@ -1,4 +1,6 @@
-//! Every metric the agent exports: names, HELP, labels and buckets, defined in this one file.
+//! The agent's own metric families: names, HELP, labels and buckets of the IMDS, event, approval,
+//! state, OTLP and build series. The notification and Kubernetes outputs define and register
+//! theirs in their own rooms (`output/notify/metrics.rs`, `output/kubernetes/`).
 //!
 //! Counters and health gauges are updated by the poll loop. Everything derived from the current
 //! document (`pending` and the per-event series) is computed at scrape time from the last
@@ -461,7 +463,10 @@ impl Metrics {
 
     pub fn record_transition(&self, transition: &Transition) {
         self.transitions
-            .with_label_values(&[transition.event().event_type.as_str(), transition.kind()])
+            .with_label_values(&[
+                transition.event().event_type.as_str(),
+                transition.kind().as_str(),
+            ])
             .inc();
     }
 
@@ -469,12 +474,26 @@ impl Metrics {
     pub fn set_events(&self, incarnation: u64, events: Vec<Event>) {
         self.incarnation
             .set(i64::try_from(incarnation).unwrap_or(i64::MAX));
-        self.events.view().events = events;
+        let mut view = self.events.view();
+        let vm = view.vm_name.clone();
+        view.events = events
+            .into_iter()
+            .map(|event| {
+                let affects = event.affects(vm.as_deref());
+                (event, affects)
+            })
+            .collect();
     }
 
     /// Sets this VM's identity: the name that decides `affects_this_vm`, and `..._vm_info`.
     pub fn set_vm(&self, vm_name: Option<&str>, compute: Option<&wire::Compute>) {
-        self.events.view().vm_name = vm_name.map(str::to_owned);
+        {
+            let mut view = self.events.view();
+            view.vm_name = vm_name.map(str::to_owned);
+            for (event, affects) in &mut view.events {
+                *affects = event.affects(vm_name);
+            }
+        }
         if let Some(c) = compute {
             self.vm_info.reset();
             self.vm_info
@@ -547,7 +566,9 @@ fn opts(name: &str, help: &str) -> Opts {
 /// What the per-event series are computed from.
 #[derive(Debug, Default)]
 struct EventsView {
-    events: Vec<Event>,
+    /// Whether each names this VM is worked out when the events or the name change, not at
+    /// every scrape.
+    events: Vec<(Event, Affects)>,
     vm_name: Option<String>,
 }
 
@@ -665,8 +686,8 @@ impl EventsCollector {
                 }
             }
         }
-        for event in &view.events {
-            let affects = event.affects(view.vm_name.as_deref());
+        for (event, affects) in &view.events {
+            let affects = *affects;
             self.pending
                 .with_label_values(&[
                     event.event_type.as_str(),

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use crate::approval::Outcome;
 use crate::config::notify::{Filter, NotifyConfig};
 use crate::event::{Affects, Event};
-use crate::occurrence::{Notice, Occurrence};
+use crate::occurrence::{Lifecycle, Notice, Occurrence};
 use crate::state::State;
 
 /// The transitions a restart reports again: an event still in the document is resumed as
@@ -63,46 +63,37 @@ impl Notices {
         }
         let mut notices = Vec::new();
         for occurrence in occurrences {
-            let found = match occurrence {
-                Occurrence::Transition(transition) => Some((
-                    transition.kind(),
+            let found = match occurrence.lifecycle() {
+                Some(Lifecycle::Transition(transition)) => Some((
+                    transition.kind().as_str(),
                     transition.event(),
                     transition.changed_fields(),
                     transition.seen_started(),
                 )),
                 // It completed (or was cancelled) while the agent was down: closing it now is
                 // what lets a PagerDuty incident resolve itself.
-                Occurrence::EndedWhileDown(tracked) => Some((
+                Some(Lifecycle::EndedWhileDown(tracked)) => Some((
                     "completed",
                     &tracked.event,
                     None,
                     Some(tracked.seen_started),
                 )),
-                Occurrence::Decision(decision) => match &decision.outcome {
-                    Outcome::Approved { .. } => Some(("approved", &decision.event, None, None)),
-                    Outcome::DryRun { .. }
-                    | Outcome::Waiting { .. }
-                    | Outcome::Skipped(_)
-                    | Outcome::HookStarted(_)
-                    | Outcome::HookFinished(_)
-                    | Outcome::PostFailed { .. } => None,
+                None => match occurrence {
+                    Occurrence::Decision(decision)
+                        if matches!(decision.outcome, Outcome::Approved { .. }) =>
+                    {
+                        Some(("approved", &decision.event, None, None))
+                    }
+                    // Events leaving the document take what they were sent with them.
+                    Occurrence::Events(events) => {
+                        self.sent.retain(|id, _| {
+                            events.iter().any(|tracked| tracked.event.id.as_str() == id)
+                        });
+                        None
+                    }
+                    // Nothing else is news for a receiver.
+                    _ => None,
                 },
-                // Events leaving the document take what they were sent with them.
-                Occurrence::Events(events) => {
-                    self.sent.retain(|id, _| {
-                        events.iter().any(|tracked| tracked.event.id.as_str() == id)
-                    });
-                    None
-                }
-                Occurrence::Restarted(_)
-                | Occurrence::VmIdentified { .. }
-                | Occurrence::VmUnidentified { .. }
-                | Occurrence::Reachable { .. }
-                | Occurrence::Unreachable { .. }
-                | Occurrence::Incarnation(_)
-                | Occurrence::DuplicateEventId(_)
-                | Occurrence::ApprovalSending { .. }
-                | Occurrence::Notify(_) => None,
             };
             let Some((transition, event, changed, seen_started)) = found else {
                 continue;

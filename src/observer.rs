@@ -19,7 +19,7 @@ use crate::monitor::Monitor;
 use crate::notices::Notices;
 use crate::occurrence::{Occurrence, Report};
 use crate::state::{KnownEvent, State};
-use crate::tracker::{Tracked, Transition};
+use crate::tracker::Tracked;
 use crate::view::SpanIds;
 
 /// Everything the agent has worked out from what it saw.
@@ -137,30 +137,9 @@ impl Observer {
 
     /// Gives each event that appeared its lifecycle span id, once; marks those that ended.
     fn give_span_ids(&mut self, occurrences: &[Occurrence], vm: Option<&str>) {
-        for occurrence in occurrences {
-            let (event, ended) = match occurrence {
-                Occurrence::Transition(transition) => match transition {
-                    Transition::Appeared(event)
-                    | Transition::Resumed { event, .. }
-                    | Transition::Started(event)
-                    | Transition::Updated { event, .. } => (event, false),
-                    Transition::Completed { event, .. } | Transition::Cancelled(event) => {
-                        (event, true)
-                    }
-                },
-                Occurrence::EndedWhileDown(tracked) => (&tracked.event, true),
-                Occurrence::Restarted(_)
-                | Occurrence::VmIdentified { .. }
-                | Occurrence::VmUnidentified { .. }
-                | Occurrence::Reachable { .. }
-                | Occurrence::Unreachable { .. }
-                | Occurrence::Incarnation(_)
-                | Occurrence::DuplicateEventId(_)
-                | Occurrence::Events(_)
-                | Occurrence::Decision(_)
-                | Occurrence::ApprovalSending { .. }
-                | Occurrence::Notify(_) => continue,
-            };
+        for lifecycle in occurrences.iter().filter_map(Occurrence::lifecycle) {
+            let event = lifecycle.event();
+            let ended = lifecycle.ended();
             let span_ids = Arc::make_mut(&mut self.span_ids);
             span_ids.give(&event.id, vm, None);
             if ended {
@@ -173,29 +152,15 @@ impl Observer {
     /// ended (also while the agent was down). An event resumed after a restart was prepared by
     /// the earlier run.
     fn lifecycle_hook(&self, occurrence: &Occurrence, vm: Option<&str>) -> Option<Occurrence> {
-        let (kind, event) = match occurrence {
-            Occurrence::Transition(transition) => match transition {
-                Transition::Appeared(event) => (HookKind::Prepare, event),
-                Transition::Completed { event, .. } | Transition::Cancelled(event) => {
-                    (HookKind::Recover, event)
-                }
-                Transition::Resumed { .. }
-                | Transition::Started(_)
-                | Transition::Updated { .. } => return None,
-            },
-            Occurrence::EndedWhileDown(tracked) => (HookKind::Recover, &tracked.event),
-            Occurrence::Restarted(_)
-            | Occurrence::VmIdentified { .. }
-            | Occurrence::VmUnidentified { .. }
-            | Occurrence::Reachable { .. }
-            | Occurrence::Unreachable { .. }
-            | Occurrence::Incarnation(_)
-            | Occurrence::DuplicateEventId(_)
-            | Occurrence::Events(_)
-            | Occurrence::Decision(_)
-            | Occurrence::ApprovalSending { .. }
-            | Occurrence::Notify(_) => return None,
+        let lifecycle = occurrence.lifecycle()?;
+        let kind = if lifecycle.appeared() {
+            HookKind::Prepare
+        } else if lifecycle.ended() {
+            HookKind::Recover
+        } else {
+            return None;
         };
+        let event = lifecycle.event();
         let configured = match kind {
             HookKind::Prepare => self.prepare_hook,
             HookKind::Recover => self.recover_hook,

@@ -104,6 +104,66 @@ pub enum Occurrence {
     Notify(Notice),
 }
 
+/// What one occurrence says of an event's lifecycle on this VM: the one place that tells which
+/// occurrences move an event, for the rules that follow lifecycles (span ids, prepare and
+/// recover hooks, notifications).
+#[derive(Debug, Clone, Copy)]
+pub enum Lifecycle<'a> {
+    /// A transition seen in the document.
+    Transition(&'a Transition),
+    /// An event the earlier run knew left the document while the agent was down.
+    EndedWhileDown(&'a Tracked),
+}
+
+impl<'a> Lifecycle<'a> {
+    pub fn event(self) -> &'a Event {
+        match self {
+            Lifecycle::Transition(transition) => transition.event(),
+            Lifecycle::EndedWhileDown(tracked) => &tracked.event,
+        }
+    }
+
+    /// Whether the event is new to this agent: it appeared (not resumed after a restart).
+    pub fn appeared(self) -> bool {
+        matches!(self, Lifecycle::Transition(Transition::Appeared(_)))
+    }
+
+    /// Whether the event left the document.
+    pub fn ended(self) -> bool {
+        match self {
+            Lifecycle::Transition(transition) => match transition {
+                Transition::Completed { .. } | Transition::Cancelled(_) => true,
+                Transition::Appeared(_)
+                | Transition::Resumed { .. }
+                | Transition::Started(_)
+                | Transition::Updated { .. } => false,
+            },
+            Lifecycle::EndedWhileDown(_) => true,
+        }
+    }
+}
+
+impl Occurrence {
+    /// What the occurrence says of an event's lifecycle, if it says anything.
+    pub fn lifecycle(&self) -> Option<Lifecycle<'_>> {
+        match self {
+            Occurrence::Transition(transition) => Some(Lifecycle::Transition(transition)),
+            Occurrence::EndedWhileDown(tracked) => Some(Lifecycle::EndedWhileDown(tracked)),
+            Occurrence::Restarted(_)
+            | Occurrence::VmIdentified { .. }
+            | Occurrence::VmUnidentified { .. }
+            | Occurrence::Reachable { .. }
+            | Occurrence::Unreachable { .. }
+            | Occurrence::Incarnation(_)
+            | Occurrence::DuplicateEventId(_)
+            | Occurrence::Events(_)
+            | Occurrence::Decision(_)
+            | Occurrence::ApprovalSending { .. }
+            | Occurrence::Notify(_) => None,
+        }
+    }
+}
+
 /// One notification to send: a transition (or an approval) of one event, and who gets it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notice {

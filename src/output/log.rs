@@ -185,7 +185,7 @@ fn log_transition(transition: &Transition, context: &Context) {
     let seen_started = transition.seen_started();
     tracing::info!(
         vm_name = view.vm_name,
-        transition = transition.kind(),
+        transition = transition.kind().as_str(),
         event_id = view.event_id,
         trace_id = view.trace_id,
         span_id = view.span_id,

@@ -24,7 +24,7 @@ use crate::event::Event;
 use crate::occurrence::Context;
 use crate::telemetry::SCOPE;
 use crate::trace_id::trace_id_u128;
-use crate::tracker::{Tracked, Transition};
+use crate::tracker::{Kind, Tracked, Transition};
 
 /// The namespace of every span attribute of ours.
 pub const NAMESPACE: &str = "azure.scheduled_event";
@@ -60,7 +60,7 @@ impl EventSpans {
         let key = event.id.as_str();
         let trace_id = TraceId::from(trace_id_u128(key));
         let span_id = SpanId::from(seen.span_id(&event.id));
-        let started = transition.kind() == "started";
+        let started = transition.kind() == Kind::Started;
         let mut spans = Vec::with_capacity(2);
         let (first_seen, seen_started) = match transition {
             Transition::Resumed {
@@ -88,7 +88,7 @@ impl EventSpans {
         let mut attributes = event_attributes(event, seen);
         attributes.push(KeyValue::new(
             format!("{NAMESPACE}.transition"),
-            transition.kind(),
+            transition.kind().as_str(),
         ));
         if let Transition::Updated { changed, .. } = transition {
             let names: Vec<StringValue> = changed.iter().map(|f| f.as_str().into()).collect();
