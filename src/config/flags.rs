@@ -39,6 +39,42 @@ pub enum Command {
     Demo(DemoArgs),
     /// Serve the simulator alone, as a local IMDS for your own tests.
     Simulator(SimulatorArgs),
+    /// Create the state directory if missing (mode 0700) and, with --owner, give it to that user and
+    /// exit: run as root with only CAP_CHOWN before the agent (the Helm chart's init container).
+    PrepareStateDir(PrepareStateDirArgs),
+}
+
+/// The state directory to prepare, and for whom.
+#[derive(Debug, Clone, Args)]
+pub struct PrepareStateDirArgs {
+    /// The directory (that of the default --state.file unless given).
+    #[arg(default_value = "/var/lib/azure-scheduled-events-exporter")]
+    pub dir: PathBuf,
+    /// UID:GID to give the directory to (needs CAP_CHOWN); without it, it stays the caller's.
+    #[arg(long = "owner", value_name = "UID:GID", value_parser = owner)]
+    pub owner: Option<Owner>,
+}
+
+/// A numeric user and group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// `65532:65532`.
+fn owner(text: &str) -> Result<Owner, String> {
+    let (uid, gid) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?}: not UID:GID"))?;
+    let id = |n: &str| {
+        n.parse::<u32>()
+            .map_err(|e| format!("{text:?}: {n:?}: {e}"))
+    };
+    Ok(Owner {
+        uid: id(uid)?,
+        gid: id(gid)?,
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -118,6 +154,67 @@ pub struct AgentArgs {
     #[cfg(feature = "kubernetes")]
     #[command(flatten)]
     pub kubernetes: super::kubernetes::KubernetesArgs,
+    #[cfg(not(feature = "kubernetes"))]
+    #[command(flatten)]
+    pub kubernetes: WithoutKubernetesArgs,
+}
+
+/// In a build without the cargo feature `kubernetes`: the `--kubernetes.*` flags and variables,
+/// hidden, read only to refuse them (exit 64) rather than ignore a setting that does nothing.
+#[cfg(not(feature = "kubernetes"))]
+#[derive(Debug, Clone, Args)]
+pub struct WithoutKubernetesArgs {
+    #[arg(
+        long = "kubernetes.node-name",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_NODE_NAME",
+        hide = true
+    )]
+    node_name: Option<String>,
+    #[arg(
+        long = "kubernetes.taint-events",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_TAINT_EVENTS",
+        hide = true
+    )]
+    taint_events: Option<String>,
+    #[arg(
+        long = "kubernetes.cordon-events",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_CORDON_EVENTS",
+        hide = true
+    )]
+    cordon_events: Option<String>,
+    #[arg(
+        long = "kubernetes.resync-interval",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL",
+        hide = true
+    )]
+    resync_interval: Option<String>,
+    #[arg(
+        long = "kubernetes.kubeconfig",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_KUBECONFIG",
+        hide = true
+    )]
+    kubeconfig: Option<String>,
+}
+
+#[cfg(not(feature = "kubernetes"))]
+impl WithoutKubernetesArgs {
+    /// The first `--kubernetes.*` setting given, as an error: this build cannot act on it.
+    pub fn refuse(&self) -> Result<(), super::ConfigError> {
+        let given = [
+            ("kubernetes.node-name", &self.node_name),
+            ("kubernetes.taint-events", &self.taint_events),
+            ("kubernetes.cordon-events", &self.cordon_events),
+            ("kubernetes.resync-interval", &self.resync_interval),
+            ("kubernetes.kubeconfig", &self.kubeconfig),
+        ];
+        match given.into_iter().find(|(_, value)| value.is_some()) {
+            Some((flag, _)) => Err(super::invalid(
+                flag,
+                "this build has no Kubernetes output (built without the cargo feature `kubernetes`; the container image has it)".to_owned(),
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Approval, hooks and the state file (docs/approval.md, docs/state.md).

@@ -23,7 +23,10 @@ use reqwest::Url;
 
 use approval::ApprovalConfig;
 pub(crate) use flags::duration;
-pub use flags::{AgentArgs, ApproveArgs, Cli, Command, DemoArgs, LogFormat, SimulatorArgs};
+pub use flags::{
+    AgentArgs, ApproveArgs, Cli, Command, DemoArgs, LogFormat, Owner, PrepareStateDirArgs,
+    SimulatorArgs,
+};
 
 /// Exit code for an invalid command line or configuration (sysexits.h `EX_USAGE`).
 pub const EXIT_USAGE: i32 = 64;
@@ -211,6 +214,8 @@ impl AgentArgs {
         let notify = self.notify.validate()?;
         #[cfg(feature = "kubernetes")]
         let kubernetes = self.kubernetes.validate()?;
+        #[cfg(not(feature = "kubernetes"))]
+        self.kubernetes.refuse()?;
         Ok(Config {
             imds_url,
             api_version: self.imds_api_version,
