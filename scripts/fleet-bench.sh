@@ -6,7 +6,7 @@
 #
 #   scripts/fleet-bench.sh [RULES_DIR [DASHBOARDS_DIR]]     # default: alerts/ and dashboards/
 #
-# Settings (environment): VMS (10000), CLUSTERS (30), SCALE_SETS (300), HISTORY_MINUTES (35: the
+# Settings (environment): VMS (10000), CLUSTERS (30), SCALE_SETS (300), HISTORY_MINUTES (30: the
 # dashboards' 30 minutes and the rules' 15-minute windows), SCRAPE_INTERVAL (30 s), EVAL_INTERVAL
 # (15s), EVALUATIONS (3: evaluations sampled per group), BUDGET_MINUTES (45: the whole run stops
 # after this), KEEP_DIR (a directory to keep the store in instead of a temporary one).
@@ -19,10 +19,13 @@ dashboards_dir="$(cd "${2:-$repo/dashboards}" && pwd)"
 vms="${VMS:-10000}"
 clusters="${CLUSTERS:-30}"
 scale_sets="${SCALE_SETS:-300}"
-history_minutes="${HISTORY_MINUTES:-35}"
+history_minutes="${HISTORY_MINUTES:-30}"
 interval="${SCRAPE_INTERVAL:-30}"
 eval_interval="${EVAL_INTERVAL:-15s}"
 evaluations="${EVALUATIONS:-3}"
+store="${STORE:-remote-write}"
+[[ "$store" == remote-write || "$store" == blocks ]] || { echo "fleet-bench: STORE is remote-write or blocks" >&2; exit 2; }
+((history_minutes < 60)) || [[ "$store" == blocks ]] || { echo "fleet-bench: HISTORY_MINUTES under 60 with remote write (the head takes the last hour)" >&2; exit 2; }
 budget=$((${BUDGET_MINUTES:-45} * 60))
 started=$(date +%s)
 deadline=$((started + budget))
@@ -41,11 +44,20 @@ bounded() { # bounded SECONDS command...: the command, stopped when the run's bu
 
 work="${KEEP_DIR:-}"
 if [[ -z "$work" ]]; then
-  work="$(mktemp -d "${TMPDIR:-/tmp}/fleet-bench.XXXXXX")"
+  # A memory-backed directory where there is one: the store is written and read once.
+  tmp="${TMPDIR:-/tmp}"
+  [[ -n "${TMPDIR:-}" || ! -w /dev/shm ]] || tmp=/dev/shm
+  work="$(mktemp -d "$tmp/fleet-bench.XXXXXX")"
 fi
 mkdir -p "$work"
 prometheus_pid=""
+feed_pid=""
 cleanup() {
+  if [[ -n "$feed_pid" ]] && kill -0 "$feed_pid" 2>/dev/null; then
+    kill "$feed_pid" 2>/dev/null || true
+    kill -CONT "$feed_pid" 2>/dev/null || true
+    wait "$feed_pid" 2>/dev/null || true
+  fi
   if [[ -n "$prometheus_pid" ]] && kill -0 "$prometheus_pid" 2>/dev/null; then
     kill "$prometheus_pid" 2>/dev/null || true
     wait "$prometheus_pid" 2>/dev/null || true
@@ -56,15 +68,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# About 340 bytes per sample line; the text is removed as soon as its blocks are written.
-series_per_vm=90
-need=$((vms * series_per_vm * (history_minutes * 60 / interval + 1) * 340 / 1024 / 1024 / 1024 + 4))
-free=$(df -P -k "$work" | awk 'NR == 2 { print int($4 / 1024 / 1024) }')
-if ((free < need)); then
-  echo "fleet-bench: about $need GiB free needed in $work, $free GiB there (set TMPDIR or HISTORY_MINUTES)" >&2
-  exit 2
-fi
-
 rule_files=()
 for f in "$rules_dir"/*.yml "$rules_dir"/*.yaml; do
   [[ -e "$f" && "$f" != *.test.yml && "$f" != *.test.yaml ]] && rule_files+=("$f")
@@ -74,47 +77,58 @@ promtool check rules "${rule_files[@]}" >/dev/null
 
 echo "# Fleet benchmark"
 echo
-echo "- fleet: $vms VMs, $clusters clusters, $scale_sets scale sets; scrape interval ${interval}s, ${history_minutes} minutes of history; evaluation interval $eval_interval"
+echo "- fleet: $vms VMs, $clusters clusters, $scale_sets scale sets; scrape interval ${interval}s, ${history_minutes} minutes of history; evaluation interval $eval_interval; store: $store"
 echo "- rules: ${rule_files[*]#"$repo/"}"
 echo "- dashboards: ${dashboards_dir#"$repo/"}"
 echo "- machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(prometheus --version 2>&1 | head -1)"
 echo "- source: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$repo" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
 
-# History up to the anchor, then catch-up windows until the newest sample is less than two scrape
-# intervals old: Prometheus starts on data as fresh as a live one's.
 anchor=$(date +%s)
 start=$((anchor - history_minutes * 60))
-generate() { # generate FROM TO
-  local from=$1 to=$2 file="$work/$1.om"
-  bounded 1800 python3 "$repo/scripts/fleet_bench.py" generate --vms "$vms" --clusters "$clusters" \
-    --scale-sets "$scale_sets" --anchor "$anchor" --start "$from" --end "$to" --interval "$interval" --out "$file"
-  bounded 1800 promtool tsdb create-blocks-from openmetrics "$file" "$work/data" >/dev/null
-  rm -f "$file"
-}
-t0=$(date +%s)
-generate "$start" "$anchor"
-last=$((anchor - (anchor - start) % interval))
-while (($(date +%s) - last >= 2 * interval)); do
-  now=$(date +%s)
-  generate $((last + interval)) "$now"
-  last=$((now - (now - last - interval) % interval))
-done
-echo "- store: $(du -sh "$work/data" | cut -f1), $(ls -d "$work"/data/01* | wc -l) blocks, built in $(($(date +%s) - t0)) s"
-
+fleet=(--vms "$vms" --clusters "$clusters" --scale-sets "$scale_sets" --anchor "$anchor" --interval "$interval")
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-{
+url="http://127.0.0.1:$port"
+config() { # config [RULES...]: the Prometheus configuration, with these rule files
   echo "global:"
   echo "  evaluation_interval: $eval_interval"
-  echo "rule_files:"
-  for f in "${rule_files[@]}"; do echo "  - $f"; done
-} >"$work/prometheus.yml"
+  if [[ $# -gt 0 ]]; then
+    echo "rule_files:"
+    for f in "$@"; do echo "  - $f"; done
+  fi
+}
+t0=$(date +%s)
+if [[ "$store" == blocks ]]; then
+  # The history as OpenMetrics text (about 340 bytes per sample), one create-blocks-from run, then
+  # catch-up runs until the newest sample is less than two scrape intervals old. Backfilled data
+  # has no staleness markers and lives in blocks rather than in the head: queries read each block.
+  need=$((vms * 90 * (history_minutes * 60 / interval + 1) * 340 / 1024 / 1024 / 1024 + 2))
+  free=$(df -P -k "$work" | awk 'NR == 2 { print int($4 / 1024 / 1024) }')
+  if ((free < need)); then
+    echo "fleet-bench: about $need GiB free needed in $work, $free GiB there (set TMPDIR or HISTORY_MINUTES)" >&2
+    exit 2
+  fi
+  blocks() { # blocks FROM TO
+    bounded 1800 python3 "$repo/scripts/fleet_bench.py" generate "${fleet[@]}" --start "$1" --end "$2" --out "$work/$1.om"
+    bounded 1800 promtool tsdb create-blocks-from openmetrics "$work/$1.om" "$work/data" >/dev/null
+    rm -f "$work/$1.om"
+  }
+  blocks "$start" "$anchor"
+  last=$((anchor - (anchor - start) % interval))
+  while (($(date +%s) - last >= 2 * interval)); do
+    now=$(date +%s)
+    blocks $((last + interval)) "$now"
+    last=$((now - (now - last - interval) % interval))
+  done
+fi
+config >"$work/prometheus.yml"
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
   --storage.tsdb.retention.time=30d --web.listen-address="127.0.0.1:$port" \
+  --web.enable-remote-write-receiver --web.enable-lifecycle \
   --log.level=warn >"$work/prometheus.log" 2>&1 &
 prometheus_pid=$!
 ready=""
 for _ in $(seq 1 120); do
-  if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/-/ready', timeout=2)" 2>/dev/null; then
+  if python3 -c "import urllib.request; urllib.request.urlopen('$url/-/ready', timeout=2)" 2>/dev/null; then
     ready=1
     break
   fi
@@ -126,6 +140,21 @@ if [[ -z "$ready" ]]; then
   tail -20 "$work/prometheus.log" >&2
   exit 1
 fi
+if [[ "$store" == remote-write ]]; then
+  # The history, then a scrape of every target each interval while the figures are taken, by
+  # remote write into the head block: the layout and the ingestion of a live Prometheus.
+  python3 "$repo/scripts/fleet_bench.py" feed "${fleet[@]}" --start "$start" --end "$anchor" --url "$url" --fed "$work/fed" \
+    >"$work/feed.log" 2>&1 &
+  feed_pid=$!
+  until grep -q 'history fed' "$work/feed.log"; do
+    kill -0 "$feed_pid" 2>/dev/null || { echo "fleet-bench: feeding failed:" >&2; tail -5 "$work/feed.log" >&2; exit 1; }
+    (($(left) > 0)) || { echo "fleet-bench: out of time (BUDGET_MINUTES)" >&2; exit 124; }
+    sleep 2
+  done
+fi
+echo "- store built in $(($(date +%s) - t0)) s: $(python3 "$repo/scripts/fleet_bench.py" series --url "$url") series in the head, $(ls -d "$work"/data/01* 2>/dev/null | wc -l) blocks"
+config >"$work/bare.yml"
+config "${rule_files[@]}" >"$work/rules.yml"
 
 event_id=$(python3 - "$anchor" <<'EOF'
 import sys, uuid
@@ -136,7 +165,9 @@ EOF
 status=0
 bounded 1200 python3 "$repo/scripts/fleet_bench.py" measure --url "http://127.0.0.1:$port" \
   --dashboards "$dashboards_dir" --event-id "$event_id" --eval-interval "$eval_interval" \
-  --evaluations "$evaluations" --budget "$(($(left) - 60))" || status=$?
+  --evaluations "$evaluations" --budget "$(($(left) - 60))" --prometheus-pid "$prometheus_pid" \
+  --feed-pid "${feed_pid:-0}" --fed "$work/fed" --interval "$interval" --config "$work/prometheus.yml" \
+  --config-rules "$work/rules.yml" --config-bare "$work/bare.yml" || status=$?
 rss=$(awk '/VmHWM/ { print int($2 / 1024) " MiB" }' "/proc/$prometheus_pid/status" 2>/dev/null || echo unknown)
 echo
 echo "Prometheus peak RSS $rss; whole run $(($(date +%s) - started)) s"
