@@ -1,6 +1,6 @@
 //! The state file: never fatal, never half-written, and what a restart makes of it (reboots).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

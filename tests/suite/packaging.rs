@@ -4,10 +4,9 @@
 //! root — and the Helm chart, linted and rendered by a real `helm`, its objects compared with what
 //! the agent reads and with `alerts/` and `dashboards/`.
 
-mod common;
-mod ops;
-#[path = "common/otlp.rs"]
-mod otlp;
+use crate::common;
+use crate::ops;
+use crate::otlp;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

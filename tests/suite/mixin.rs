@@ -2,8 +2,8 @@
 //! exact rendering, its config must change what it claims to, and the example Alertmanager
 //! configuration that goes with its paging policy must pass amtool.
 
-mod common;
-mod ops;
+use crate::common;
+use crate::ops;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! The agent against the simulator over real HTTP on loopback: the lifecycle on /metrics, every
 //! fault kind, health, and the real-world documents.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,8 +5,8 @@
 
 #![cfg(feature = "kubernetes")]
 
-mod apiserver;
-mod common;
+use crate::apiserver;
+use crate::common;
 
 use std::future::Future;
 use std::time::Duration;

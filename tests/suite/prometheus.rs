@@ -1,8 +1,8 @@
 //! The alert rules and dashboards against Prometheus itself: promtool on every rule file and its
 //! unit tests, and a real Prometheus scraping real agents that evaluates every expression we ship.
 
-mod common;
-mod ops;
+use crate::common;
+use crate::ops;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -2,8 +2,7 @@
 //! body checked against the receiver's documented schema, retries and refusals, a receiver that
 //! hangs or is down, a restart with the same state file, and a receiver behind an HTTPS proxy.
 
-mod common;
-#[path = "notify/receiver.rs"]
+use crate::common;
 mod receiver;
 
 use std::time::Duration;

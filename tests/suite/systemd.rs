@@ -1,7 +1,7 @@
 //! Under a `Type=notify` unit: systemd's notifications, over a real unix datagram socket that
 //! stands where systemd's `NOTIFY_SOCKET` would.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

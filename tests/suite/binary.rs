@@ -1,6 +1,6 @@
 //! The built binary as users run it: exit codes, environment, signals, the log and promtool.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

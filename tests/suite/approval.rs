@@ -1,7 +1,7 @@
 //! Approval against the simulator over real HTTP: off by default, the default policy, once per
 //! EventId across restarts, shared events, hooks, and how failed POSTs are retried or not.
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};

@@ -2,9 +2,8 @@
 //! variables or its flags, exporting to a real OTLP receiver (gRPC and HTTP/protobuf) while
 //! polling the simulator.
 
-mod common;
-#[path = "common/otlp.rs"]
-mod otlp;
+use crate::common;
+use crate::otlp;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! The Grafana dashboards as Grafana and the agent see them: Grafana's own schema, what import
 //! and provisioning need, and no metric the agent does not export.
 
-mod common;
-mod ops;
+use crate::common;
+use crate::ops;
 
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
