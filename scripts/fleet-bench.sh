@@ -5,6 +5,9 @@
 # A benchmark that prints figures, not a test: docs/performance.md has the figures and how to read them.
 #
 #   scripts/fleet-bench.sh [RULES_DIR [DASHBOARDS_DIR]]     # default: alerts/ and dashboards/
+#   scripts/fleet-bench.sh RULES_DIR DASHBOARDS_DIR RULES_DIR2 DASHBOARDS_DIR2 ...
+#
+# More pairs are measured one after the other on the same store (before and after a change).
 #
 # Settings (environment): VMS (10000), CLUSTERS (30), SCALE_SETS (300), HISTORY_MINUTES (30: the
 # dashboards' 30 minutes and the rules' 15-minute windows), SCRAPE_INTERVAL (30 s), EVAL_INTERVAL
@@ -14,8 +17,10 @@
 # everything it wrote (the store is about 1.5 GB, the OpenMetrics text about 20 GB while it is built).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-rules_dir="$(cd "${1:-$repo/alerts}" && pwd)"
-dashboards_dir="$(cd "${2:-$repo/dashboards}" && pwd)"
+[[ $# -gt 0 ]] || set -- "$repo/alerts" "$repo/dashboards"
+[[ $# -gt 1 ]] || set -- "$1" "$repo/dashboards"
+(($# % 2 == 0)) || { echo "fleet-bench: RULES_DIR and DASHBOARDS_DIR come in pairs" >&2; exit 2; }
+pairs=("$@")
 vms="${VMS:-10000}"
 clusters="${CLUSTERS:-30}"
 scale_sets="${SCALE_SETS:-300}"
@@ -68,18 +73,23 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-rule_files=()
-for f in "$rules_dir"/*.yml "$rules_dir"/*.yaml; do
-  [[ -e "$f" && "$f" != *.test.yml && "$f" != *.test.yaml ]] && rule_files+=("$f")
+rules_in() { # rules_in DIR: the rule files of DIR, checked by promtool
+  local f files=()
+  for f in "$1"/*.yml "$1"/*.yaml; do
+    [[ -e "$f" && "$f" != *.test.yml && "$f" != *.test.yaml ]] && files+=("$f")
+  done
+  ((${#files[@]})) || { echo "fleet-bench: no rule files in $1" >&2; return 2; }
+  promtool check rules "${files[@]}" >/dev/null
+  printf '%s\n' "${files[@]}"
+}
+for ((i = 0; i < ${#pairs[@]}; i += 2)); do
+  [[ -d "${pairs[i + 1]}" ]] || { echo "fleet-bench: no directory ${pairs[i + 1]}" >&2; exit 2; }
+  rules_in "${pairs[i]}" >/dev/null
 done
-((${#rule_files[@]})) || { echo "fleet-bench: no rule files in $rules_dir" >&2; exit 2; }
-promtool check rules "${rule_files[@]}" >/dev/null
 
 echo "# Fleet benchmark"
 echo
 echo "- fleet: $vms VMs, $clusters clusters, $scale_sets scale sets; scrape interval ${interval}s, ${history_minutes} minutes of history; evaluation interval $eval_interval; store: $store"
-echo "- rules: ${rule_files[*]#"$repo/"}"
-echo "- dashboards: ${dashboards_dir#"$repo/"}"
 echo "- machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(prometheus --version 2>&1 | head -1)"
 echo "- source: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$repo" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
 
@@ -154,7 +164,6 @@ if [[ "$store" == remote-write ]]; then
 fi
 echo "- store built in $(($(date +%s) - t0)) s: $(python3 "$repo/scripts/fleet_bench.py" series --url "$url") series in the head, $(ls -d "$work"/data/01* 2>/dev/null | wc -l) blocks"
 config >"$work/bare.yml"
-config "${rule_files[@]}" >"$work/rules.yml"
 
 event_id=$(python3 - "$anchor" <<'EOF'
 import sys, uuid
@@ -163,11 +172,20 @@ print(str(uuid.UUID(int=(0xE7E7 << 96) | (2 << 40) | (2 << 24) | (0 << 16) | 0))
 EOF
 )
 status=0
-bounded 1200 python3 "$repo/scripts/fleet_bench.py" measure --url "http://127.0.0.1:$port" \
-  --dashboards "$dashboards_dir" --event-id "$event_id" --eval-interval "$eval_interval" \
-  --evaluations "$evaluations" --budget "$(($(left) - 60))" --prometheus-pid "$prometheus_pid" \
-  --feed-pid "${feed_pid:-0}" --fed "$work/fed" --interval "$interval" --config "$work/prometheus.yml" \
-  --config-rules "$work/rules.yml" --config-bare "$work/bare.yml" || status=$?
+for ((i = 0; i < ${#pairs[@]}; i += 2)); do
+  mapfile -t rule_files < <(rules_in "${pairs[i]}")
+  config "${rule_files[@]}" >"$work/rules.yml"
+  echo
+  echo "# Rules ${rule_files[*]#"$repo/"}, dashboards ${pairs[i + 1]#"$repo/"}"
+  for f in "${rule_files[@]}" "${pairs[i + 1]}"/*.json; do
+    echo "- $f: $(sha256sum "$f" | cut -c1-12)"
+  done
+  bounded 1800 python3 "$repo/scripts/fleet_bench.py" measure --url "$url" \
+    --dashboards "${pairs[i + 1]}" --event-id "$event_id" --eval-interval "$eval_interval" \
+    --evaluations "$evaluations" --budget "$((($(left) - 60) * 2 / (${#pairs[@]} - i)))" --prometheus-pid "$prometheus_pid" \
+    --feed-pid "${feed_pid:-0}" --fed "$work/fed" --interval "$interval" --config "$work/prometheus.yml" \
+    --config-rules "$work/rules.yml" --config-bare "$work/bare.yml" || status=$?
+done
 rss=$(awk '/VmHWM/ { print int($2 / 1024) " MiB" }' "/proc/$prometheus_pid/status" 2>/dev/null || echo unknown)
 echo
 echo "Prometheus peak RSS $rss; whole run $(($(date +%s) - started)) s"
