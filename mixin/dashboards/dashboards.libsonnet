@@ -139,7 +139,7 @@ local g = import 'grafana.libsonnet';
   local annotations = [
     g.annotation(
       'Scheduled-event transitions',
-      transitions('1m'),
+      transitions('2m'),
       '{{event_type}} {{transition}}',
       if cl == '' then 'VMs: {{value}}' else 'cluster {{%s}}, VMs: {{value}}' % cl,
       'orange',
@@ -425,8 +425,8 @@ local g = import 'grafana.libsonnet';
         ], unit='reqps', w=8),
 
         g.row('What the agents saw'),
-        g.timeseries('Lifecycle transitions', 'VMs per event type whose document gained an event (Scheduled), saw one start (Started) or lost one (ended), within each interval.', [
-          g.target(transitions('$__interval'), legend=legendCluster + '{{event_type}} {{transition}}'),
+        g.timeseries('Lifecycle transitions', 'VMs per event type whose document gained an event (Scheduled), saw one start (Started) or lost one (ended), within the rate interval before each point.', [
+          g.target(transitions('$__rate_interval'), legend=legendCluster + '{{event_type}} {{transition}}'),
         ]),
         g.table(
           'Agents',
