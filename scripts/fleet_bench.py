@@ -305,6 +305,11 @@ def feed(args):
     while True:
         while t > time.time():
             time.sleep(0.5)
+        # Resumed after a pause (figures are taken with the feed stopped): the scrapes missed are
+        # skipped, as a target's are while Prometheus cannot reach it, rather than replayed.
+        behind = int(time.time() - t) // args.interval
+        if behind > 1:
+            t += behind * args.interval
         send(t)
         t += args.interval
 
