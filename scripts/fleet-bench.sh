@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The rules and dashboards at fleet size: builds a store of 10,000 agents in 30 clusters (300 scale
-# sets) with `promtool tsdb create-blocks-from openmetrics`, starts a real Prometheus on loopback with
-# the rule files, and prints each rule group's evaluation time and every dashboard query's time.
-# A benchmark that prints figures, not a test: docs/performance.md has the figures and how to read them.
+# The rules and dashboards at fleet size: starts a real Prometheus on loopback, fills it with 10,000
+# agents in 30 clusters (300 scale sets) in the shape of the agent's exposition (scripts/fleet_bench.py:
+# by remote write into the head block, as a live server holds its last hours, then one scrape of every
+# agent per interval while figures are taken; STORE=blocks writes the history with
+# `promtool tsdb create-blocks-from openmetrics` instead, which needs about 20 GB of disk for the text),
+# loads the rule files and prints each rule group's evaluation time and Prometheus' CPU per evaluation
+# cycle, then every dashboard query's time and CPU. A benchmark that prints figures, not a test:
+# docs/performance.md has the figures and how to read them.
 #
 #   scripts/fleet-bench.sh [RULES_DIR [DASHBOARDS_DIR]]     # default: alerts/ and dashboards/
 #   scripts/fleet-bench.sh RULES_DIR DASHBOARDS_DIR RULES_DIR2 DASHBOARDS_DIR2 ...
@@ -12,9 +16,11 @@
 # Settings (environment): VMS (10000), CLUSTERS (30), SCALE_SETS (300), HISTORY_MINUTES (30: the
 # dashboards' 30 minutes and the rules' 15-minute windows), SCRAPE_INTERVAL (30 s), EVAL_INTERVAL
 # (15s), EVALUATIONS (3: evaluations sampled per group), BUDGET_MINUTES (45: the whole run stops
-# after this), KEEP_DIR (a directory to keep the store in instead of a temporary one).
+# after this), KEEP_DIR (a directory to keep the store in instead of a temporary one), STORE
+# (remote-write or blocks).
 # Needs promtool, prometheus (Debian package prometheus) and python3; uses loopback only and removes
-# everything it wrote (the store is about 1.5 GB, the OpenMetrics text about 20 GB while it is built).
+# everything it wrote. The store lives in /dev/shm where there is one (about 5 GB of memory for
+# Prometheus at 10,000 agents).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 [[ $# -gt 0 ]] || set -- "$repo/alerts" "$repo/dashboards"
