@@ -14,7 +14,8 @@ use crate::simulator::{
 };
 use crate::telemetry::Telemetry;
 
-/// Completes on SIGTERM or SIGINT (Ctrl-C).
+/// Completes on SIGTERM or SIGINT (Ctrl-C); on Windows on Ctrl-C, Ctrl-Break, the console
+/// closing or the system shutting down (a service's stop comes from `service.rs` instead).
 pub async fn shutdown_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
@@ -30,13 +31,33 @@ pub async fn shutdown_signal() {
             Err(_) => std::future::pending::<()>().await,
         }
     };
-    #[cfg(not(unix))]
+    #[cfg(windows)]
+    let terminate = windows_console_close();
+    #[cfg(not(any(unix, windows)))]
     let terminate = std::future::pending::<()>();
     tokio::select! {
         () = ctrl_c => {}
         () = terminate => {}
     }
     tracing::info!("shutting down");
+}
+
+/// Completes on Ctrl-Break, the console closing, or the system shutting down.
+#[cfg(windows)]
+async fn windows_console_close() {
+    use tokio::signal::windows;
+    let (Ok(mut ctrl_break), Ok(mut close), Ok(mut shutdown)) = (
+        windows::ctrl_break(),
+        windows::ctrl_close(),
+        windows::ctrl_shutdown(),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = ctrl_break.recv() => {}
+        _ = close.recv() => {}
+        _ = shutdown.recv() => {}
+    }
 }
 
 /// Runs the agent against the built-in simulator playing the demo scenario on a loop.

@@ -36,6 +36,8 @@ pub use output::notify::metrics::NotifyMetrics;
 pub mod resources;
 pub(crate) mod response;
 pub(crate) mod server;
+#[cfg(windows)]
+pub mod service;
 pub mod simulator;
 pub mod state;
 pub(crate) mod systemd;

@@ -2,11 +2,13 @@
 
 use std::process::ExitCode;
 
+#[cfg(not(windows))]
+use azure_scheduled_events_exporter::agent;
 use azure_scheduled_events_exporter::config::{
     AgentArgs, Cli, Command, Config, ConfigError, EXIT_USAGE, LogFormat,
 };
 use azure_scheduled_events_exporter::telemetry::{ProcessEnv, Telemetry, lenient};
-use azure_scheduled_events_exporter::{agent, commands, logging};
+use azure_scheduled_events_exporter::{commands, logging};
 use clap::Parser;
 use clap::error::ErrorKind;
 
@@ -46,6 +48,12 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         None => match prepare(cli.agent, LogFormat::Json) {
+            // On Windows the agent may be a service, whose logs have no stdout to go to.
+            #[cfg(windows)]
+            Ok((config, telemetry)) => {
+                azure_scheduled_events_exporter::service::run(runtime, config, telemetry)
+            }
+            #[cfg(not(windows))]
             Ok((config, telemetry)) => {
                 logging::init(config.log_format, &config.log_level, telemetry.tracer());
                 runtime.block_on(async {
