@@ -183,10 +183,12 @@ pub struct ApproveArgs {
     #[arg(long = "approve.hook-timeout", env = "AZURE_SCHEDULED_EVENTS_APPROVE_HOOK_TIMEOUT", default_value = "2m", value_parser = duration)]
     pub hook_timeout: Duration,
     /// State file (approvals sent, first-seen times, expected impact); empty keeps state in memory,
-    /// as `demo` does unless given [default: /var/lib/azure-scheduled-events-exporter/state.json]
+    /// as `demo` does unless given [default: /var/lib/azure-scheduled-events-exporter/state.json;
+    /// on Windows %ProgramData%\azure-scheduled-events-exporter\state.json]
     #[arg(long = "state.file", env = "AZURE_SCHEDULED_EVENTS_STATE_FILE")]
     pub state_file: Option<String>,
-    /// File holding the current boot's id, compared with the state file to classify reboots.
+    /// File holding the current boot's id, compared with the state file to classify reboots; on
+    /// Windows empty by default: the boot time Windows reports.
     #[arg(long = "state.boot-id-file", env = "AZURE_SCHEDULED_EVENTS_STATE_BOOT_ID_FILE", default_value = DEFAULT_BOOT_ID_FILE)]
     pub boot_id_file: PathBuf,
 }
