@@ -2,13 +2,11 @@
 
 use std::process::ExitCode;
 
-#[cfg(not(windows))]
-use azure_scheduled_events_exporter::agent;
 use azure_scheduled_events_exporter::config::{
     AgentArgs, Cli, Command, Config, ConfigError, EXIT_USAGE, LogFormat,
 };
 use azure_scheduled_events_exporter::telemetry::{ProcessEnv, Telemetry, lenient};
-use azure_scheduled_events_exporter::{commands, logging};
+use azure_scheduled_events_exporter::{agent, commands, logging};
 use clap::Parser;
 use clap::error::ErrorKind;
 
@@ -48,12 +46,6 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         None => match prepare(cli.agent, LogFormat::Json) {
-            // On Windows the agent may be a service, whose logs have no stdout to go to.
-            #[cfg(windows)]
-            Ok((config, telemetry)) => {
-                azure_scheduled_events_exporter::service::run(runtime, config, telemetry)
-            }
-            #[cfg(not(windows))]
             Ok((config, telemetry)) => {
                 logging::init(config.log_format, &config.log_level, telemetry.tracer());
                 runtime.block_on(async {
@@ -69,6 +61,14 @@ fn main() -> ExitCode {
             Ok((config, telemetry)) => {
                 logging::init(config.log_format, &config.log_level, telemetry.tracer());
                 runtime.block_on(commands::demo(config, telemetry))
+            }
+            Err(error) => return usage_error(&error.to_string()),
+        },
+        // The command line the Windows service control manager runs (install-service.ps1).
+        #[cfg(windows)]
+        Some(Command::Service(args)) => match prepare(args.agent, LogFormat::Json) {
+            Ok((config, telemetry)) => {
+                azure_scheduled_events_exporter::service::run(runtime, config, telemetry)
             }
             Err(error) => return usage_error(&error.to_string()),
         },

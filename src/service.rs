@@ -1,13 +1,13 @@
-//! The agent as a Windows service: the service control manager starts it, and its Stop and
-//! Shutdown requests stop it gracefully, as SIGTERM does on Linux (the state file written, spans
-//! flushed, the listener closed). A service has no console, so its log lines go to
+//! The agent as a Windows service: `azure-scheduled-events-exporter.exe service [FLAGS]`, the
+//! command line `install-service.ps1` registers. The service control manager starts it, and its
+//! Stop and Shutdown requests stop it gracefully, as SIGTERM does on Linux (the state file
+//! written, spans flushed, the listener closed). A service has no console, so its log lines go to
 //! `%ProgramData%\azure-scheduled-events-exporter\agent.log` (the file of the previous start is
-//! kept as `agent.log.1` once it passes [`LOG_ROTATE_BYTES`]). Started from a console, the agent
-//! runs as everywhere else: logs on stdout, until Ctrl-C.
+//! kept as `agent.log.1` once it passes [`LOG_ROTATE_BYTES`]). From a console the agent runs
+//! without `service`, as everywhere else: logs on stdout, until Ctrl-C.
 //!
-//! The service control manager answers the dispatcher only for a process it started; anywhere
-//! else the dispatcher fails at once with `ERROR_FAILED_SERVICE_CONTROLLER_CONNECT`, which is how
-//! the agent tells the two apart, with no flag to get wrong in the service's command line.
+//! The subcommand says it is a service, rather than a guess: the dispatcher that connects to the
+//! service control manager fails at once in a console on Windows, but Wine ends the process.
 
 use std::ffi::OsString;
 use std::fs;
@@ -25,7 +25,7 @@ use windows_service::{define_windows_service, service_dispatcher};
 
 use crate::config::{Config, default_data_dir};
 use crate::telemetry::Telemetry;
-use crate::{agent, commands, logging};
+use crate::{agent, logging};
 
 /// The name the install script gives the service. The dispatcher of a service that runs in a
 /// process of its own ignores it, so a service installed under another name works the same.
@@ -53,8 +53,7 @@ static OUTCOME: Mutex<Option<anyhow::Result<()>>> = Mutex::new(None);
 
 define_windows_service!(ffi_service_main, service_main);
 
-/// Runs the agent as a service when the service control manager started this process, and
-/// as a console program otherwise. Returns when the agent stopped.
+/// Runs the agent as a service, under the service control manager. Returns when it stopped.
 pub fn run(runtime: Runtime, config: Config, telemetry: Telemetry) -> anyhow::Result<()> {
     put(
         &PENDING,
@@ -70,13 +69,9 @@ pub fn run(runtime: Runtime, config: Config, telemetry: Telemetry) -> anyhow::Re
         Err(windows_service::Error::Winapi(error))
             if error.raw_os_error() == Some(ERROR_FAILED_SERVICE_CONTROLLER_CONNECT) =>
         {
-            let Pending {
-                runtime,
-                config,
-                telemetry,
-            } = take(&PENDING).context("the agent was handed to the service")?;
-            logging::init(config.log_format, &config.log_level, telemetry.tracer());
-            runtime.block_on(until(config, telemetry, commands::shutdown_signal()))
+            Err(anyhow::anyhow!(
+                "`service` is for the service control manager: from a console, run the agent without it"
+            ))
         }
         Err(error) => Err(error).context("cannot reach the service control manager"),
     }

@@ -76,9 +76,10 @@ New-Item -ItemType Directory -Force -Path $dataDir | Out-Null
 & icacls.exe $dataDir /inheritance:r /grant:r 'SYSTEM:(OI)(CI)F' 'Administrators:(OI)(CI)F' | Out-Null
 if ($LASTEXITCODE -ne 0) { throw "icacls.exe $dataDir failed ($LASTEXITCODE)" }
 
-# The command line the service control manager runs: the binary and each flag, quoted as Windows
+# The command line the service control manager runs: the binary, its `service` subcommand and each
+# flag, quoted as Windows
 # programs parse it (a quote is escaped with a backslash, and backslashes before a quote are doubled).
-$quoted = @('"{0}"' -f $exe) + @($Arguments | ForEach-Object {
+$quoted = @('"{0}"' -f $exe, 'service') + @($Arguments | ForEach-Object {
         '"{0}"' -f (($_ -replace '(\\*)"', '$1$1\"') -replace '(\\+)$', '$1$1')
     })
 $commandLine = $quoted -join ' '

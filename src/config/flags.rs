@@ -39,6 +39,10 @@ pub enum Command {
     Demo(DemoArgs),
     /// Serve the simulator alone, as a local IMDS for your own tests.
     Simulator(SimulatorArgs),
+    /// Run the agent as a Windows service (the service control manager starts this; from a
+    /// console, run the agent without `service`). Accepts the agent's flags.
+    #[cfg(windows)]
+    Service(Box<ServiceArgs>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -189,7 +193,7 @@ pub struct ApproveArgs {
     pub state_file: Option<String>,
     /// File holding the current boot's id, compared with the state file to classify reboots; on
     /// Windows empty by default: the boot time Windows reports.
-    #[arg(long = "state.boot-id-file", env = "AZURE_SCHEDULED_EVENTS_STATE_BOOT_ID_FILE", default_value = DEFAULT_BOOT_ID_FILE)]
+    #[arg(long = "state.boot-id-file", env = "AZURE_SCHEDULED_EVENTS_STATE_BOOT_ID_FILE", default_value = DEFAULT_BOOT_ID_FILE, value_parser = any_path)]
     pub boot_id_file: PathBuf,
 }
 
@@ -209,6 +213,13 @@ impl DemoArgs {
             .get_or_insert_with(String::new);
         self.agent
     }
+}
+
+#[cfg(windows)]
+#[derive(Debug, Clone, Args)]
+pub struct ServiceArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -244,6 +255,12 @@ pub(crate) fn duration(text: &str) -> Result<Duration, String> {
 }
 
 /// `:PORT`, `IP:PORT` or `[IPv6]:PORT`, as Prometheus exporters write it.
+/// A path, empty allowed (clap's own parser refuses it): the Windows default of
+/// `--state.boot-id-file`.
+fn any_path(text: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(text))
+}
+
 fn listen_address(text: &str) -> Result<SocketAddr, String> {
     let parsed = match text.strip_prefix(':') {
         Some(port) => port
