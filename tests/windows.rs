@@ -206,12 +206,14 @@ impl WindowsAgent {
         matches: impl Fn(&serde_json::Value) -> bool,
     ) -> Result<serde_json::Value, String> {
         let deadline = Instant::now() + WINE_PATIENCE;
+        let mut seen = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .map_err(|e| format!("no matching log line: {e}"))?;
+            let line = self.lines.recv_timeout(left).map_err(|e| {
+                eprintln!("lines seen while waiting:\n{}", seen.join("\n"));
+                format!("no matching log line ({e}): see the lines above")
+            })?;
+            seen.push(line.clone());
             let parsed: serde_json::Value = serde_json::from_str(&line)
                 .map_err(|_| format!("a log line is not JSON: {line}"))?;
             if matches(&parsed) {
@@ -416,7 +418,10 @@ async fn the_windows_agent_tracks_an_event_runs_its_hooks_and_keeps_its_state_ac
     assert!(metrics.contains("azure_scheduled_events_up 1"), "{metrics}");
 
     // Ctrl-C: a clean stop, and the state file holds the waiting event and the Windows boot time.
-    agent.next_line_where(is("event scheduled", waiting.clone()))?;
+    assert!(
+        metrics.contains(&format!(r#"event_id="{waiting}""#)),
+        "/metrics lacks the waiting event:\n{metrics}"
+    );
     let status = agent.interrupt()?;
     assert!(status.success(), "exit after Ctrl-C: {status}");
     let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&state)?)?;
