@@ -21,7 +21,7 @@
 //! under `cargo test`) it runs the same steps for about a second each, to keep the bench working.
 
 mod common;
-#[path = "../tests/common/otlp.rs"]
+#[path = "../tests/suite/common/otlp.rs"]
 mod otlp;
 
 use std::error::Error;

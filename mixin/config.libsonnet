@@ -10,9 +10,17 @@
     // Every aggregation and join keeps it. Empty for a single-cluster setup.
     clusterLabel: 'cluster',
 
-    // With clusterLabel, the labels that identify one agent, hence one VM. Add a label your
-    // scrape configuration sets (e.g. 'node') to carry it onto every per-VM alert.
+    // With clusterLabel, the labels that identify one scrape target of the agent. Several
+    // targets (scrape jobs) may be one VM: VMs are counted by vmIdLabel.
     vmLabels: ['job', 'instance'],
+    // The label of azure_scheduled_events_vm_info that is one VM's identity (Azure's vmId):
+    // with clusterLabel, it counts each VM once however many jobs scrape its agent. A target
+    // whose vm_info lacks it counts as a VM of its own.
+    vmIdLabel: 'vm_id',
+    // The label that names the Kubernetes node on the agent's series: the chart's PodMonitor
+    // and ServiceMonitor set it from the pod's node. Copied onto per-VM alerts when present,
+    // and matched against kube-state-metrics' kube_node_info for coverage. Empty off Kubernetes.
+    nodeLabel: 'node',
 
     // The label of azure_scheduled_events_vm_info that groups VMs into one unit of capacity:
     // a scale set (an AKS node pool). VMs with an empty value are not grouped.
@@ -22,11 +30,17 @@
 
     // Labels of azure_scheduled_events_vm_info copied onto per-VM alerts when the agent has read
     // instance metadata (the alerts fire without them otherwise).
-    vmInfoLabels: ['vm_name', self.capacityLabel],
+    vmInfoLabels: ['vm_name', self.capacityLabel, self.nodeLabel],
+    // Labels of azure_scheduled_events_vm_info kept by the recorded last known vm_info
+    // (azure_scheduled_events:target_vm_info:last and azure_scheduled_events:vm_info:last).
+    vmInfoRecordLabels: ['vm_name', 'location', 'zone', self.capacityLabel, 'resource_group', 'vm_size', self.nodeLabel],
 
     // How long a VM's last known azure_scheduled_events_vm_info stays usable after its agent
     // stopped answering (a rebooting VM).
     vmInfoLookback: '1h',
+    // How long a target that exported the agent's build_info counts as the agent after its last
+    // scrape: AzureScheduledEventsAgentDown fires for it while it is down within this time.
+    agentSeenLookback: '1d',
 
     severities: {
       // Pages at any hour: only capacity at risk.
@@ -37,8 +51,12 @@
       info: 'info',
     },
 
-    // Event types that take a VM down (Freeze, a pause of seconds, is not one).
+    // Event types that take a VM down (Freeze, a pause of seconds, is not one). While one of
+    // the VM's own is due, under way or held (impactHold), its agent being down is no news.
     interruptingTypes: ['Reboot', 'Redeploy', 'Preempt', 'Terminate'],
+    // Event types after which a VM is gone (deleted by its scale set, evicted): its target may
+    // linger at up=0, and AzureScheduledEventsAgentDown stays quiet for agentSeenLookback.
+    goneTypes: ['Preempt', 'Terminate'],
     // Event types that AzureScheduledEventImpactSoon reports (Preempt and Terminate have their
     // own alerts).
     impactSoonTypes: ['Reboot', 'Redeploy'],
@@ -48,14 +66,35 @@
     // AzureScheduledEventImpactSoon firing.
     impactHold: '15m',
 
-    // The capacity page: at least `minVMs` VMs and more than `fraction` of one capacity group
-    // (capacityLabel) in one cluster face one of `eventTypes` with NotBefore within
-    // impactSoonSeconds, passed, or already Started. Terminate (scale-in, usually wanted) is left out.
+    // The capacity page: at least `minVMs` VMs (counted by vmIdLabel) and more than `fraction`
+    // of one capacity group (capacityLabel) in one cluster face one of `eventTypes` with
+    // NotBefore within impactSoonSeconds, passed, or already Started. Terminate (scale-in,
+    // usually wanted) and Preempt (Spot pools are built for evictions: spotWave) are left out;
+    // add 'Preempt' to page for Spot waves too.
     capacity: {
-      eventTypes: ['Reboot', 'Redeploy', 'Preempt'],
+      eventTypes: ['Reboot', 'Redeploy'],
       minVMs: 2,
       fraction: 0.25,
       'for': '1m',
+    },
+    // A Spot wave: the same thresholds for evictions, reported at `severity`, never paged.
+    spotWave: {
+      eventTypes: ['Preempt'],
+      minVMs: 2,
+      fraction: 0.25,
+      'for': '1m',
+      severity: 'warning',
+    },
+    // Coverage: nodes of a cluster with no working agent, from kube-state-metrics' kube_node_info
+    // (by node name where the agent's series carry nodeLabel, by count elsewhere), and without
+    // it, targets of the agent's scrape jobs that never were the agent.
+    coverage: {
+      // Matchers selecting the nodes that should run the agent (Linux nodes: the agent runs on
+      // Linux only), e.g. add 'node!~"virtual-node.*"'.
+      nodeMatchers: ['os_image!~"Windows.*"'],
+      // Label matchers of kube-state-metrics' series, e.g. 'job="kube-state-metrics"'.
+      kubeStateMetricsSelector: '',
+      'for': '15m',
     },
 
     // A Started event older than this is stuck.
@@ -68,8 +107,10 @@
     // IMDS without a valid document for this long.
     imdsUnreachableFor: '5m',
 
-    // Where runbook_url points: this prefix followed by the alert name in lower case.
-    runbookUrlBase: 'docs/runbook.md#',
+    // Where runbook_url points: this prefix followed by the alert name in lower case. Absolute,
+    // so that the link works in a pager or a chat message; point it at your own copy of
+    // docs/runbook.md to add your own steps.
+    runbookUrlBase: 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#',
 
     // Dashboards.
     dashboardTags: ['azure', 'azure-scheduled-events'],

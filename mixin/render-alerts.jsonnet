@@ -2,8 +2,11 @@
 // (scripts/render-mixin.sh). `config` (a Jsonnet object, --tla-code) is merged into the config.
 // The YAML is written here rather than by std.manifestYamlDoc, which is slow on long strings and
 // sorts keys: rules read alert, expr, for, labels, annotations.
-function(config={})
-  local mixin = (import 'mixin.libsonnet') + { _config+:: config };
+// With chart=true, the Helm chart's copy instead: the settings of chart-placeholders.libsonnet
+// left as placeholders for templates/prometheusrule.yaml.
+function(config={}, chart=false)
+  local settings = if chart then (import 'chart-placeholders.libsonnet') + config else config;
+  local mixin = (import 'mixin.libsonnet') + { _config+:: settings };
   // A scalar: a block for expressions (they end with a newline), a JSON string otherwise
   // (JSON strings are YAML).
   local scalar(value, indent) =
@@ -29,14 +32,23 @@ function(config={})
       for key in ['expr', 'for', 'labels', 'annotations']
       if std.objectHas(r, key)
     ]);
-  {
-    'alerts/azure-scheduled-events.yml':
+  local header =
+    if chart then
       '# Generated from mixin/ by scripts/render-mixin.sh: edit the mixin, not this file.\n' +
-      '# Alert rules for azure-scheduled-events-exporter, tested by azure-scheduled-events.test.yml\n' +
+      '# The rules of alerts/azure-scheduled-events.yml with placeholders (see\n' +
+      '# mixin/chart-placeholders.libsonnet) that templates/prometheusrule.yaml fills in from values.\n'
+    else
+      '# Generated from mixin/ by scripts/render-mixin.sh: edit the mixin, not this file.\n' +
+      '# Recording and alert rules for azure-scheduled-events-exporter, tested by azure-scheduled-events.test.yml\n' +
       '# (`promtool test rules`) and end to end by tests/prometheus.rs; docs/runbook.md has one\n' +
-      '# section per alert and the paging policy.\n' +
+      '# section per alert and the paging policy.\n';
+  local file = if chart then 'deploy/helm/azure-scheduled-events-exporter/files/prometheus-rules.yml'
+  else 'alerts/azure-scheduled-events.yml';
+  {
+    [file]:
+      header +
       'groups:\n' + std.join('', [
         '  - name: %s    rules:\n%s' % [scalar(group.name, ''), std.join('', [rule(r) for r in group.rules])]
-        for group in mixin.prometheusAlerts.groups
+        for group in mixin.prometheusRules.groups + mixin.prometheusAlerts.groups
       ]),
   }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Renders the monitoring mixin (mixin/) into alerts/ and dashboards/ with the default config, or
+# Renders the monitoring mixin (mixin/) into alerts/, dashboards/ and the Helm chart's
+# files/prometheus-rules.yml with the default config, or
 # into the directory given as the first argument; a second argument is a Jsonnet object merged
 # into the mixin's config, e.g. '{clusterLabel: ""}'. Needs jsonnet (Debian package jsonnet).
 # Deterministic: the same mixin gives the same bytes, which tests/mixin.rs checks.
@@ -7,6 +8,8 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$repo}"
 config="${2:-{\}}"
-mkdir -p "$out/alerts" "$out/dashboards"
+mkdir -p "$out/alerts" "$out/dashboards" "$out/deploy/helm/azure-scheduled-events-exporter/files"
 jsonnet -J "$repo/mixin" --tla-code "config=$config" -S -m "$out" "$repo/mixin/render-alerts.jsonnet" >/dev/null
+# The Helm chart's copy of the rules, with placeholders for the settings its values set.
+jsonnet -J "$repo/mixin" --tla-code "config=$config" --tla-code chart=true -S -m "$out" "$repo/mixin/render-alerts.jsonnet" >/dev/null
 jsonnet -J "$repo/mixin" --tla-code "config=$config" -m "$out" "$repo/mixin/render-dashboards.jsonnet" >/dev/null

@@ -3,7 +3,9 @@
 //! [`classify`] is pure: it compares the boot identity saved in the state file with the current
 //! one, and looks at the impact the state says this VM was under. A reboot that follows an event of
 //! this VM seen Started (Reboot, Redeploy, Freeze, Preempt; see [`crate::state::IMPACT_TYPES`]) is
-//! expected; any other is unexpected. [`read_boot_id`] is the edge: Linux's
+//! expected; any other is unexpected. Either way, a reboot after the agent stopped cleanly (the
+//! state says so: SIGTERM at shutdown, as `systemctl reboot`, kured or unattended upgrades do)
+//! is clean; after a crash, a power cut or a kill it is not. [`read_boot_id`] is the edge: Linux's
 //! `/proc/sys/kernel/random/boot_id`, a random id the kernel draws at each boot (the path is a
 //! flag, so tests present another boot without touching the machine). Windows has no such id: its
 //! boot identity is the time it booted, now less the tick count (`GetTickCount64`), in whole
@@ -23,8 +25,12 @@ pub enum Restart {
     Unknown,
     /// The agent restarted on the same boot.
     SameBoot,
-    /// The machine booted since the state was written.
-    Reboot { expected_by: Option<Impact> },
+    /// The machine booted since the state was written; `clean` when the agent had stopped
+    /// cleanly before it.
+    Reboot {
+        expected_by: Option<Impact>,
+        clean: bool,
+    },
 }
 
 impl Restart {
@@ -33,8 +39,20 @@ impl Restart {
         match self {
             Restart::Reboot {
                 expected_by: Some(_),
+                ..
             } => Some("true"),
-            Restart::Reboot { expected_by: None } => Some("false"),
+            Restart::Reboot {
+                expected_by: None, ..
+            } => Some("false"),
+            _ => None,
+        }
+    }
+
+    /// The `clean` label of `..._reboots_total`, for reboots.
+    pub fn clean_label(&self) -> Option<&'static str> {
+        match self {
+            Restart::Reboot { clean: true, .. } => Some("true"),
+            Restart::Reboot { clean: false, .. } => Some("false"),
             _ => None,
         }
     }
@@ -50,6 +68,7 @@ pub fn classify(previous: Option<&State>, boot_id: Option<&str>) -> Restart {
         (Some(before), Some(now)) if same_boot(before, now) => Restart::SameBoot,
         (Some(_), Some(_)) => Restart::Reboot {
             expected_by: previous.expected_impact.clone(),
+            clean: previous.clean_stop.is_some(),
         },
         _ => Restart::Unknown,
     }
@@ -123,15 +142,38 @@ mod tests {
         let restart = classify(Some(&previous), Some("b"));
         assert_eq!(restart.expected_label(), Some("true"));
         assert!(
-            matches!(restart, Restart::Reboot { expected_by: Some(ref i) } if i.event_id == "E")
+            matches!(restart, Restart::Reboot { expected_by: Some(ref i), clean: false } if i.event_id == "E")
         );
     }
 
     #[test]
     fn a_new_boot_without_an_impact_is_unexpected() {
         let restart = classify(Some(&state(Some("a"), None)), Some("b"));
-        assert_eq!(restart, Restart::Reboot { expected_by: None });
+        assert_eq!(
+            restart,
+            Restart::Reboot {
+                expected_by: None,
+                clean: false
+            }
+        );
         assert_eq!(restart.expected_label(), Some("false"));
+        assert_eq!(restart.clean_label(), Some("false"));
+    }
+
+    #[test]
+    fn a_new_boot_after_a_clean_stop_is_a_clean_reboot_expected_or_not() {
+        let mut previous = state(Some("a"), None);
+        previous.clean_stop = Some(DateTime::UNIX_EPOCH);
+        let restart = classify(Some(&previous), Some("b"));
+        assert_eq!(restart.expected_label(), Some("false"));
+        assert_eq!(restart.clean_label(), Some("true"));
+        previous.expected_impact = state(Some("a"), Some("Reboot")).expected_impact;
+        let restart = classify(Some(&previous), Some("b"));
+        assert_eq!(restart.expected_label(), Some("true"));
+        assert_eq!(restart.clean_label(), Some("true"));
+        // A clean stop and a start on the same boot: no reboot at all.
+        assert_eq!(classify(Some(&previous), Some("a")), Restart::SameBoot);
+        assert_eq!(classify(Some(&previous), Some("a")).clean_label(), None);
     }
 
     #[test]

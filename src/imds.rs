@@ -5,11 +5,17 @@
 //! proxy either cannot reach 169.254.169.254 or adds `X-Forwarded-For`, which IMDS rejects.
 //! Redirects are not followed (the header exists to stop redirected requests). Bodies are read up
 //! to a cap so a broken endpoint cannot exhaust memory. Errors carry a bounded [`ImdsError::kind`].
+//!
+//! The client records every request it sends (the poll's GET, instance metadata, approval POSTs)
+//! in one place, `ImdsClient::recorded`, through the [`RecordRequest`] it was given.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{StatusCode, Url};
+
+use tracing::Instrument;
 
 use crate::event::{Document, DocumentError, EventId};
 use crate::wire;
@@ -140,6 +146,12 @@ impl From<DocumentError> for ImdsError {
     }
 }
 
+/// Where the client records each request it sent: its operation, how long it took, and how
+/// it failed (the request metrics implement it).
+pub trait RecordRequest: std::fmt::Debug + Send + Sync {
+    fn record_request(&self, operation: Operation, elapsed: Duration, error: Option<&ImdsError>);
+}
+
 /// A valid scheduled-events document, or the news that it is byte for byte the last one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Polled {
@@ -153,6 +165,7 @@ pub struct ImdsClient {
     http: reqwest::Client,
     events_url: Url,
     instance_url: Url,
+    recorder: Option<Arc<dyn RecordRequest>>,
 }
 
 impl ImdsClient {
@@ -176,7 +189,14 @@ impl ImdsClient {
             http,
             events_url: endpoint(base, "metadata/scheduledevents", api_version),
             instance_url: endpoint(base, "metadata/instance", INSTANCE_API_VERSION),
+            recorder: None,
         })
+    }
+
+    /// The same client, recording every request it sends in `recorder`.
+    pub fn recording(mut self, recorder: Arc<dyn RecordRequest>) -> Self {
+        self.recorder = Some(recorder);
+        self
     }
 
     /// The scheduled-events URL the client polls.
@@ -191,45 +211,90 @@ impl ImdsClient {
         timeout: Duration,
         last: &mut Vec<u8>,
     ) -> Result<Polled, ImdsError> {
-        let body = self.get(&self.events_url, timeout).await?;
-        if body == *last {
-            return Ok(Polled::Unchanged);
+        // Exported only at debug level: one trace per poll is noise, but useful when IMDS is slow.
+        let span = tracing::debug_span!(
+            "GET /metadata/scheduledevents",
+            otel.kind = "client",
+            http.request.method = "GET",
+            http.response.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let read = async {
+            let request = self.http.get(self.events_url.clone());
+            let body = self.exchange(request, timeout).await?;
+            if body == *last {
+                return Ok(Polled::Unchanged);
+            }
+            let document = Document::from_json(&body)?;
+            *last = body;
+            Ok(Polled::Changed(document))
+        };
+        let result = self
+            .recorded(Operation::Events, read)
+            .instrument(span.clone())
+            .await;
+        if !span.is_disabled() {
+            match &result {
+                Ok(_) => span.record("http.response.status_code", 200),
+                Err(error) => {
+                    if let ImdsError::Status { status, .. } = error {
+                        span.record("http.response.status_code", status.as_u16());
+                    }
+                    span.record("error.type", error.kind())
+                }
+            };
         }
-        let document = Document::from_json(&body)?;
-        *last = body;
-        Ok(Polled::Changed(document))
+        result
     }
 
     /// Reads the `compute` section of instance metadata.
     pub async fn instance(&self, timeout: Duration) -> Result<wire::Compute, ImdsError> {
-        let body = self.get(&self.instance_url, timeout).await?;
-        serde_json::from_slice::<wire::InstanceMetadata>(&body)
-            .map(|metadata| metadata.compute)
-            .map_err(|error| ImdsError::Decode(format!("not instance metadata: {error}")))
+        let read = async {
+            let request = self.http.get(self.instance_url.clone());
+            let body = self.exchange(request, timeout).await?;
+            serde_json::from_slice::<wire::InstanceMetadata>(&body)
+                .map(|metadata| metadata.compute)
+                .map_err(|error| ImdsError::Decode(format!("not instance metadata: {error}")))
+        };
+        self.recorded(Operation::Instance, read).await
     }
 
     /// Approves one event: `POST {"StartRequests":[{"EventId":"..."}]}` with the id exactly as
     /// received. One event per request, so that an id IMDS refuses cannot hold back another.
     pub async fn approve(&self, event_id: &EventId, timeout: Duration) -> Result<(), ImdsError> {
-        let body = wire::StartRequests {
-            start_requests: vec![wire::StartRequest {
-                event_id: event_id.as_str().to_owned(),
-            }],
+        let post = async {
+            let body = wire::StartRequests {
+                start_requests: vec![wire::StartRequest {
+                    event_id: event_id.as_str().to_owned(),
+                }],
+            };
+            let body = serde_json::to_vec(&body).map_err(|e| ImdsError::Decode(e.to_string()))?;
+            let request = self
+                .http
+                .post(self.events_url.clone())
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body);
+            self.exchange(request, timeout).await.map(drop)
         };
-        let body = serde_json::to_vec(&body).map_err(|e| ImdsError::Decode(e.to_string()))?;
-        let request = self
-            .http
-            .post(self.events_url.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body);
-        self.send(request, timeout).await.map(drop)
+        self.recorded(Operation::Approve, post).await
     }
 
-    async fn get(&self, url: &Url, timeout: Duration) -> Result<Vec<u8>, ImdsError> {
-        self.send(self.http.get(url.clone()), timeout).await
+    /// Runs one request as `operation`, answer read and decoded, and records it: the one place
+    /// every request's figures are recorded.
+    async fn recorded<T>(
+        &self,
+        operation: Operation,
+        request: impl std::future::Future<Output = Result<T, ImdsError>>,
+    ) -> Result<T, ImdsError> {
+        let started = tokio::time::Instant::now();
+        let result = request.await;
+        if let Some(recorder) = &self.recorder {
+            recorder.record_request(operation, started.elapsed(), result.as_ref().err());
+        }
+        result
     }
 
-    async fn send(
+    async fn exchange(
         &self,
         request: reqwest::RequestBuilder,
         timeout: Duration,

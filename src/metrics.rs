@@ -1,4 +1,6 @@
-//! Every metric the agent exports: names, HELP, labels and buckets, defined in this one file.
+//! The agent's own metric families: names, HELP, labels and buckets of the IMDS, event, approval,
+//! state, OTLP and build series. The notification and Kubernetes outputs define and register
+//! theirs in their own rooms (`output/notify/metrics.rs`, `output/kubernetes/`).
 //!
 //! Counters and health gauges are updated by the poll loop. Everything derived from the current
 //! document (`pending` and the per-event series) is computed at scrape time from the last
@@ -20,7 +22,7 @@ use crate::approval::{Decision, HookFailure, HookKind, Outcome};
 pub use crate::config::EventSeries;
 use crate::config::approval::Mode;
 use crate::event::{Affects, Event, EventStatus, EventType};
-use crate::imds::{ImdsError, Operation};
+use crate::imds::{ImdsError, Operation, RecordRequest};
 use crate::tracker::Transition;
 use crate::wire;
 
@@ -154,9 +156,9 @@ impl ApprovalMetrics {
         let reboots = IntCounterVec::new(
             opts(
                 "reboots_total",
-                "Reboots of the machine found at start by comparing its boot id with the state file: expected after an event of this VM seen Started, else unexpected.",
+                "Reboots of the machine found at start by comparing its boot id with the state file: expected after an event of this VM seen Started, else unexpected; clean when the agent had stopped cleanly (SIGTERM) before it.",
             ),
-            &["expected"],
+            &["expected", "clean"],
         )?;
         if families.approval {
             // AzureScheduledEventApprovalsFailing takes increase() of both counters per type.
@@ -181,9 +183,11 @@ impl ApprovalMetrics {
             }
             registry.register(Box::new(hook_runs.clone()))?;
         }
-        // AzureVMRebootedUnexpectedly takes increase() of the unexpected reboots.
-        for expected in ["true", "false"] {
-            reboots.with_label_values(&[expected]);
+        // AzureVMRebootedUnexpectedly takes increase() of the unexpected, unclean reboots, and a
+        // panel may count the clean ones: the two unexpected series exist from the start (as many
+        // series as before the clean label). An expected reboot's series appears with it.
+        for clean in ["true", "false"] {
+            reboots.with_label_values(&["false", clean]);
         }
         state_up.set(1);
         registry.register(Box::new(mode.clone()))?;
@@ -198,6 +202,13 @@ impl ApprovalMetrics {
             state_up,
             reboots,
         })
+    }
+}
+
+/// The IMDS client records each request it sends here.
+impl RecordRequest for Metrics {
+    fn record_request(&self, operation: Operation, elapsed: Duration, error: Option<&ImdsError>) {
+        Metrics::record_request(self, operation, elapsed, error);
     }
 }
 
@@ -415,9 +426,12 @@ impl Metrics {
         self.approval.state_up.set(i64::from(up));
     }
 
-    /// Counts a reboot found at start; `expected` is `"true"` or `"false"`.
-    pub fn record_reboot(&self, expected: &str) {
-        self.approval.reboots.with_label_values(&[expected]).inc();
+    /// Counts a reboot found at start; `expected` and `clean` are `"true"` or `"false"`.
+    pub fn record_reboot(&self, expected: &str, clean: &str) {
+        self.approval
+            .reboots
+            .with_label_values(&[expected, clean])
+            .inc();
     }
 
     /// Counts one IMDS request and, when it failed, why.
@@ -449,7 +463,10 @@ impl Metrics {
 
     pub fn record_transition(&self, transition: &Transition) {
         self.transitions
-            .with_label_values(&[transition.event().event_type.as_str(), transition.kind()])
+            .with_label_values(&[
+                transition.event().event_type.as_str(),
+                transition.kind().as_str(),
+            ])
             .inc();
     }
 
@@ -457,12 +474,26 @@ impl Metrics {
     pub fn set_events(&self, incarnation: u64, events: Vec<Event>) {
         self.incarnation
             .set(i64::try_from(incarnation).unwrap_or(i64::MAX));
-        self.events.view().events = events;
+        let mut view = self.events.view();
+        let vm = view.vm_name.clone();
+        view.events = events
+            .into_iter()
+            .map(|event| {
+                let affects = event.affects(vm.as_deref());
+                (event, affects)
+            })
+            .collect();
     }
 
     /// Sets this VM's identity: the name that decides `affects_this_vm`, and `..._vm_info`.
     pub fn set_vm(&self, vm_name: Option<&str>, compute: Option<&wire::Compute>) {
-        self.events.view().vm_name = vm_name.map(str::to_owned);
+        {
+            let mut view = self.events.view();
+            view.vm_name = vm_name.map(str::to_owned);
+            for (event, affects) in &mut view.events {
+                *affects = event.affects(vm_name);
+            }
+        }
         if let Some(c) = compute {
             self.vm_info.reset();
             self.vm_info
@@ -535,7 +566,9 @@ fn opts(name: &str, help: &str) -> Opts {
 /// What the per-event series are computed from.
 #[derive(Debug, Default)]
 struct EventsView {
-    events: Vec<Event>,
+    /// Whether each names this VM is worked out when the events or the name change, not at
+    /// every scrape.
+    events: Vec<(Event, Affects)>,
     vm_name: Option<String>,
 }
 
@@ -653,8 +686,8 @@ impl EventsCollector {
                 }
             }
         }
-        for event in &view.events {
-            let affects = event.affects(view.vm_name.as_deref());
+        for (event, affects) in &view.events {
+            let affects = *affects;
             self.pending
                 .with_label_values(&[
                     event.event_type.as_str(),

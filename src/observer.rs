@@ -5,17 +5,22 @@
 //! start and what approval decides ([`Decider`]). [`Observer::report`] takes back what an output
 //! that acts (a hook, an approval POST) reports. No I/O, no clock: the caller passes the time.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 
 use crate::approval::decide::{Decided, Decider};
 use crate::approval::{Decision, HookKind, Outcome};
 use crate::config::approval::ApprovalConfig;
-use crate::event::{Affects, Event};
+use crate::config::notify::NotifyConfig;
+use crate::event::{Affects, Event, EventId};
 use crate::imds::{ImdsError, Polled};
 use crate::monitor::Monitor;
+use crate::notices::Notices;
 use crate::occurrence::{Occurrence, Report};
 use crate::state::{KnownEvent, State};
-use crate::tracker::{Tracked, Transition};
+use crate::tracker::Tracked;
+use crate::view::SpanIds;
 
 /// Everything the agent has worked out from what it saw.
 #[derive(Debug)]
@@ -26,12 +31,22 @@ pub struct Observer {
     recover_hook: bool,
     /// The state file's events, until the first valid document.
     remembered: Option<Vec<KnownEvent>>,
+    notices: Notices,
+    /// This VM's lifecycle span id of each event, given at first sight.
+    span_ids: Arc<SpanIds>,
 }
 
 impl Observer {
-    /// Starts from what the state file of an earlier run holds.
-    pub fn new(approval: ApprovalConfig, previous: &State) -> Self {
+    /// Starts from what the state file of an earlier run holds, on the machine called `host`.
+    pub fn new(
+        approval: ApprovalConfig,
+        notify: &NotifyConfig,
+        previous: &State,
+        host: &str,
+    ) -> Self {
         Self {
+            notices: Notices::new(notify, previous),
+            span_ids: Arc::new(SpanIds::new(host)),
             monitor: Monitor::new(),
             prepare_hook: approval.prepare_hook.is_some(),
             recover_hook: approval.recover_hook.is_some(),
@@ -42,6 +57,11 @@ impl Observer {
 
     pub fn monitor(&self) -> &Monitor {
         &self.monitor
+    }
+
+    /// This VM's lifecycle span id of each event, as first given.
+    pub fn span_ids(&self) -> &Arc<SpanIds> {
+        &self.span_ids
     }
 
     /// Takes in one poll's outcome, read at `now` by the VM called `vm`.
@@ -57,8 +77,17 @@ impl Observer {
             // Resolved against the VM's name as known now, at the first document.
             self.monitor
                 .resume(remembered.iter().map(|known| tracked(known, vm)).collect());
+            let span_ids = Arc::make_mut(&mut self.span_ids);
+            for known in &remembered {
+                span_ids.give(
+                    &EventId::new(known.event_id.as_str()),
+                    vm,
+                    known.span_id.as_deref(),
+                );
+            }
         }
         let mut occurrences = self.monitor.observe(outcome, now);
+        self.give_span_ids(&occurrences, vm);
         let hooks: Vec<Occurrence> = occurrences
             .iter()
             .filter_map(|occurrence| self.lifecycle_hook(occurrence, vm))
@@ -87,6 +116,12 @@ impl Observer {
         occurrences
     }
 
+    /// The notifications a whole batch of occurrences (what [`Observer::poll`] and
+    /// [`Observer::report`] made) holds, for the VM called `vm`.
+    pub fn notices(&mut self, occurrences: &[Occurrence], vm: Option<&str>) -> Vec<Occurrence> {
+        self.notices.decide(occurrences, vm)
+    }
+
     /// Takes in what an output reported back, at `now`.
     pub fn report(&mut self, report: Report, now: DateTime<Utc>) -> Occurrence {
         Occurrence::Decision(match report {
@@ -100,32 +135,32 @@ impl Observer {
         })
     }
 
+    /// Gives each event that appeared its lifecycle span id, once; marks those that ended.
+    fn give_span_ids(&mut self, occurrences: &[Occurrence], vm: Option<&str>) {
+        for lifecycle in occurrences.iter().filter_map(Occurrence::lifecycle) {
+            let event = lifecycle.event();
+            let ended = lifecycle.ended();
+            let span_ids = Arc::make_mut(&mut self.span_ids);
+            span_ids.give(&event.id, vm, None);
+            if ended {
+                span_ids.ended(&event.id);
+            }
+        }
+    }
+
     /// The prepare hook for an event of this VM that appeared, the recover hook for one that
     /// ended (also while the agent was down). An event resumed after a restart was prepared by
     /// the earlier run.
     fn lifecycle_hook(&self, occurrence: &Occurrence, vm: Option<&str>) -> Option<Occurrence> {
-        let (kind, event) = match occurrence {
-            Occurrence::Transition(transition) => match transition {
-                Transition::Appeared(event) => (HookKind::Prepare, event),
-                Transition::Completed { event, .. } | Transition::Cancelled(event) => {
-                    (HookKind::Recover, event)
-                }
-                Transition::Resumed { .. }
-                | Transition::Started(_)
-                | Transition::Updated { .. } => return None,
-            },
-            Occurrence::EndedWhileDown(tracked) => (HookKind::Recover, &tracked.event),
-            Occurrence::Restarted(_)
-            | Occurrence::VmIdentified { .. }
-            | Occurrence::VmUnidentified { .. }
-            | Occurrence::Reachable { .. }
-            | Occurrence::Unreachable { .. }
-            | Occurrence::Incarnation(_)
-            | Occurrence::DuplicateEventId(_)
-            | Occurrence::Events(_)
-            | Occurrence::Decision(_)
-            | Occurrence::ApprovalSending { .. } => return None,
+        let lifecycle = occurrence.lifecycle()?;
+        let kind = if lifecycle.appeared() {
+            HookKind::Prepare
+        } else if lifecycle.ended() {
+            HookKind::Recover
+        } else {
+            return None;
         };
+        let event = lifecycle.event();
         let configured = match kind {
             HookKind::Prepare => self.prepare_hook,
             HookKind::Recover => self.recover_hook,

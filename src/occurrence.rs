@@ -15,6 +15,7 @@ use crate::approval::{Decision, HookRun, PostFailure, Rule};
 use crate::boot::Restart;
 use crate::event::{Event, EventId};
 use crate::tracker::{IncarnationChange, Tracked, Transition};
+use crate::view::{EventView, SpanIds, span_id_hex};
 use crate::wire;
 
 /// Where and when a batch of occurrences was seen.
@@ -25,11 +26,33 @@ pub struct Context {
     /// DocumentIncarnation of the last valid document.
     pub incarnation: Option<u64>,
     pub at: DateTime<Utc>,
+    /// This VM's lifecycle span id of each event, as first given ([`crate::view`]).
+    pub span_ids: Arc<SpanIds>,
 }
 
 impl Context {
     pub fn vm_name(&self) -> Option<&str> {
         self.vm_name.as_deref()
+    }
+
+    /// This VM's lifecycle span id of `event`, the one it was first given.
+    pub fn span_id(&self, event: &EventId) -> u64 {
+        self.span_ids.get(event, self.vm_name())
+    }
+
+    /// [`Context::span_id`] as 16 hex digits.
+    pub fn span_id_hex(&self, event: &EventId) -> String {
+        span_id_hex(self.span_id(event))
+    }
+
+    /// What every output says about `event` in this batch.
+    pub fn view(&self, event: &Event) -> EventView {
+        EventView::new(
+            event,
+            self.vm_name(),
+            self.incarnation,
+            self.span_id(&event.id),
+        )
     }
 }
 
@@ -76,6 +99,86 @@ pub enum Occurrence {
         rule: Rule,
         attempts: u32,
     },
+    /// A notification is to be sent to some receivers: recorded in the state file, when it is
+    /// one a restart would report again, before it is queued.
+    Notify(Notice),
+}
+
+/// What one occurrence says of an event's lifecycle on this VM: the one place that tells which
+/// occurrences move an event, for the rules that follow lifecycles (span ids, prepare and
+/// recover hooks, notifications).
+#[derive(Debug, Clone, Copy)]
+pub enum Lifecycle<'a> {
+    /// A transition seen in the document.
+    Transition(&'a Transition),
+    /// An event the earlier run knew left the document while the agent was down.
+    EndedWhileDown(&'a Tracked),
+}
+
+impl<'a> Lifecycle<'a> {
+    pub fn event(self) -> &'a Event {
+        match self {
+            Lifecycle::Transition(transition) => transition.event(),
+            Lifecycle::EndedWhileDown(tracked) => &tracked.event,
+        }
+    }
+
+    /// Whether the event is new to this agent: it appeared (not resumed after a restart).
+    pub fn appeared(self) -> bool {
+        matches!(self, Lifecycle::Transition(Transition::Appeared(_)))
+    }
+
+    /// Whether the event left the document.
+    pub fn ended(self) -> bool {
+        match self {
+            Lifecycle::Transition(transition) => match transition {
+                Transition::Completed { .. } | Transition::Cancelled(_) => true,
+                Transition::Appeared(_)
+                | Transition::Resumed { .. }
+                | Transition::Started(_)
+                | Transition::Updated { .. } => false,
+            },
+            Lifecycle::EndedWhileDown(_) => true,
+        }
+    }
+}
+
+impl Occurrence {
+    /// What the occurrence says of an event's lifecycle, if it says anything.
+    pub fn lifecycle(&self) -> Option<Lifecycle<'_>> {
+        match self {
+            Occurrence::Transition(transition) => Some(Lifecycle::Transition(transition)),
+            Occurrence::EndedWhileDown(tracked) => Some(Lifecycle::EndedWhileDown(tracked)),
+            Occurrence::Restarted(_)
+            | Occurrence::VmIdentified { .. }
+            | Occurrence::VmUnidentified { .. }
+            | Occurrence::Reachable { .. }
+            | Occurrence::Unreachable { .. }
+            | Occurrence::Incarnation(_)
+            | Occurrence::DuplicateEventId(_)
+            | Occurrence::Events(_)
+            | Occurrence::Decision(_)
+            | Occurrence::ApprovalSending { .. }
+            | Occurrence::Notify(_) => None,
+        }
+    }
+}
+
+/// One notification to send: a transition (or an approval) of one event, and who gets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// `scheduled`, `started`, `updated`, `completed`, `cancelled` or `approved`.
+    pub transition: &'static str,
+    pub event: Event,
+    /// `updated`: the fields that changed, comma-separated.
+    pub changed: Option<String>,
+    /// `completed`: whether a document showed the event `Started`.
+    pub seen_started: Option<bool>,
+    /// The receivers it goes to, by name, in the order they are configured.
+    pub receivers: Vec<Arc<str>>,
+    /// Whether it is a transition a restart reports again ([`crate::notices::REPLAYABLE`]), which the state file records as sent to
+    /// `receivers`.
+    pub recorded: bool,
 }
 
 /// What an output that acts (runs a hook, sends an approval) reports back once it is done. The

@@ -1,20 +1,13 @@
 //! What survives a restart: a small, versioned JSON file, written atomically.
 //!
-//! [`State`] is plain data: the last `DocumentIncarnation`, the events known with their first-seen
-//! times and status, the approvals sent, the impact last expected for this VM, and the boot of the
-//! machine that wrote it. [`StateStore`] is the edge that reads and writes it. A write goes to a
-//! temporary file in the same directory, which is flushed to disk, renamed over the old file, and
-//! the directory flushed too, so a crash at any instant leaves either the old file or the new one,
-//! never a mix. It writes only when the state changed, never once per poll.
-//!
-//! Nothing here is fatal: a missing file starts fresh; a corrupt file, or one from a newer version,
-//! is logged, renamed aside (`<file>.corrupt`, `<file>.newer`) and replaced; a file that cannot be
-//! written leaves the agent working from memory, logged once, with `..._state_up` at 0.
+//! [`State`] is plain data, the file's format: the last `DocumentIncarnation`, the events known
+//! with their first-seen times, status and lifecycle span ids, the approvals sent, the
+//! notifications a restart would send again, the impact last expected for this VM, and the boot
+//! of the machine that wrote it. The core is seeded from it at start. Reading and writing the
+//! file is the state output's store (`crate::output::state`, re-exported as
+//! [`crate::state_file`]): the one writer, atomic, only when the state changed.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -60,6 +53,10 @@ pub struct State {
     /// The event affecting this VM that was last seen Started, while it lasts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected_impact: Option<Impact>,
+    /// When the agent last stopped cleanly (SIGTERM or Ctrl-C); cleared at the next start. A
+    /// reboot found at start after a clean stop is a clean reboot (see [`crate::boot`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clean_stop: Option<DateTime<Utc>>,
     /// Notifications handed to a receiver, by EventId, then receiver name: the transitions
     /// (`scheduled`, `started`, ..., `approved`) never to be sent to it again. Written before
     /// the POST leaves; kept while the event is in the document.
@@ -74,6 +71,10 @@ pub struct KnownEvent {
     pub event_status: String,
     pub first_seen: DateTime<Utc>,
     pub affects_this_vm: bool,
+    /// This VM's lifecycle span id of the event (16 hex digits), as first given: a restart keeps
+    /// it even when the VM's name was not known at first sight (see [`crate::view`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span_id: Option<String>,
 }
 
 impl KnownEvent {
@@ -176,13 +177,12 @@ impl State {
             .iter()
             .map(|tracked| {
                 let id = tracked.event.id.as_str();
-                let first_seen = previous
-                    .iter()
-                    .find(|known| known.event_id == id)
-                    .map_or(tracked.first_seen, |known| {
-                        known.first_seen.min(tracked.first_seen)
-                    });
+                let earlier = previous.iter().find(|known| known.event_id == id);
+                let first_seen = earlier.map_or(tracked.first_seen, |known| {
+                    known.first_seen.min(tracked.first_seen)
+                });
                 KnownEvent {
+                    span_id: earlier.and_then(|known| known.span_id.clone()),
                     event_id: id.to_owned(),
                     event_type: tracked.event.event_type.as_str().to_owned(),
                     event_status: tracked.event.status.as_str().to_owned(),
@@ -215,6 +215,17 @@ impl State {
         // An event that left the document gets no further transition, even after a restart.
         self.notifications
             .retain(|id, _| in_document.contains(&id.as_str()));
+    }
+
+    /// Gives every event that has none its lifecycle span id, `span_id(event_id)`.
+    pub fn keep_span_ids(&mut self, span_id: impl Fn(&str) -> String) {
+        for known in self
+            .events
+            .iter_mut()
+            .filter(|known| known.span_id.is_none())
+        {
+            known.span_id = Some(span_id(&known.event_id));
+        }
     }
 
     /// Records that `transition` of `event_id` goes to `receiver`; false if it already went.
@@ -273,171 +284,6 @@ pub enum LoadError {
     Newer(u32),
     #[error("cannot read it: {0}")]
     Io(#[from] std::io::Error),
-}
-
-/// What happened when the state file was opened, for one log line at start.
-#[derive(Debug)]
-pub enum Opened {
-    /// No file yet (or state is kept in memory only).
-    Fresh,
-    Loaded,
-    /// Not usable: set aside at `aside` (if that worked) and replaced by a fresh state.
-    Replaced {
-        error: LoadError,
-        aside: Option<PathBuf>,
-    },
-}
-
-/// Reads and writes the state file, remembering what is on disk to write only changes.
-#[derive(Debug)]
-pub struct StateStore {
-    path: Option<PathBuf>,
-    state: State,
-    written: Option<State>,
-    healthy: bool,
-}
-
-impl StateStore {
-    /// Opens the state at `path`; `None` keeps state in memory only.
-    pub fn open(path: Option<&Path>) -> (Self, Opened) {
-        let Some(path) = path else {
-            return (Self::in_memory(), Opened::Fresh);
-        };
-        let store = |state: State, written: Option<State>| Self {
-            path: Some(path.to_owned()),
-            state,
-            written,
-            healthy: true,
-        };
-        match fs::read(path) {
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                (store(State::new(), None), Opened::Fresh)
-            }
-            Err(error) => {
-                let mut opened = store(State::new(), None);
-                opened.healthy = false;
-                (
-                    opened,
-                    Opened::Replaced {
-                        error: LoadError::Io(error),
-                        aside: None,
-                    },
-                )
-            }
-            Ok(bytes) => match State::parse(&bytes) {
-                Ok(state) => (store(state.clone(), Some(state)), Opened::Loaded),
-                Err(error) => {
-                    let suffix = match error {
-                        LoadError::Newer(_) => "newer",
-                        _ => "corrupt",
-                    };
-                    let aside = sibling(path, suffix);
-                    let aside = fs::rename(path, &aside).ok().map(|()| aside);
-                    (store(State::new(), None), Opened::Replaced { error, aside })
-                }
-            },
-        }
-    }
-
-    fn in_memory() -> Self {
-        Self {
-            path: None,
-            state: State::new(),
-            written: None,
-            healthy: true,
-        }
-    }
-
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
-    }
-
-    pub fn state(&self) -> &State {
-        &self.state
-    }
-
-    pub fn state_mut(&mut self) -> &mut State {
-        &mut self.state
-    }
-
-    /// Whether the last write (or the first read) worked; true when state is in memory by choice.
-    pub fn is_healthy(&self) -> bool {
-        self.healthy
-    }
-
-    /// Writes the state if it changed since the last successful write. The first failure after a
-    /// success is logged; the next success is logged too.
-    pub fn flush(&mut self) {
-        let Some(path) = self.path.clone() else {
-            return;
-        };
-        if self.written.as_ref() == Some(&self.state) {
-            return;
-        }
-        match write_atomically(&path, &self.state.to_bytes()) {
-            Ok(()) => {
-                if !self.healthy {
-                    tracing::info!(state_file = %path.display(), "state file written again");
-                }
-                self.healthy = true;
-                self.written = Some(self.state.clone());
-            }
-            Err(error) => {
-                if self.healthy {
-                    tracing::warn!(
-                        state_file = %path.display(),
-                        %error,
-                        "cannot write the state file: keeping state in memory, so approvals and reboot classification do not survive a restart"
-                    );
-                }
-                self.healthy = false;
-            }
-        }
-    }
-}
-
-/// `<file>.<suffix>` next to `path`.
-fn sibling(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".");
-    name.push(suffix);
-    path.with_file_name(name)
-}
-
-/// Temp file in the same directory, fsync, rename over `path`, fsync the directory.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    let temp = sibling(path, "tmp");
-    let result = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&temp, path)?;
-        sync_directory(&dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temp);
-    }
-    result
-}
-
-/// The rename is durable only once the directory entry is.
-#[cfg(not(windows))]
-fn sync_directory(dir: &Path) -> std::io::Result<()> {
-    fs::File::open(dir)?.sync_all()
-}
-
-/// NTFS journals the rename itself, and Windows opens no directory as a file to flush it.
-#[cfg(windows)]
-fn sync_directory(_dir: &Path) -> std::io::Result<()> {
-    Ok(())
 }
 
 #[cfg(test)]

@@ -48,11 +48,6 @@ pub fn lifecycle_span_id(event_id: &str, vm_name: &str) -> u64 {
     }
 }
 
-/// [`lifecycle_span_id`] as 16 lower-case hex digits, as log lines and notifications carry it.
-pub fn lifecycle_span_id_hex(event_id: &str, vm_name: &str) -> String {
-    format!("{:016x}", lifecycle_span_id(event_id, vm_name))
-}
-
 fn fnv1a_64(bytes: &[u8]) -> u64 {
     const OFFSET_BASIS: u64 = 0xcbf29ce484222325;
     const PRIME: u64 = 0x100000001b3;

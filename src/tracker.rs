@@ -93,19 +93,19 @@ impl Transition {
         }
     }
 
-    /// The `transition` label value: `scheduled`, `started`, `updated`, `completed`, `cancelled`.
-    pub fn kind(&self) -> &'static str {
+    /// What kind of transition it is, as the `transition` label says it.
+    pub fn kind(&self) -> Kind {
         match self {
             Transition::Appeared(event) | Transition::Resumed { event, .. }
                 if event.status == EventStatus::Started =>
             {
-                "started"
+                Kind::Started
             }
-            Transition::Appeared(_) | Transition::Resumed { .. } => "scheduled",
-            Transition::Started(_) => "started",
-            Transition::Updated { .. } => "updated",
-            Transition::Completed { .. } => "completed",
-            Transition::Cancelled(_) => "cancelled",
+            Transition::Appeared(_) | Transition::Resumed { .. } => Kind::Scheduled,
+            Transition::Started(_) => Kind::Started,
+            Transition::Updated { .. } => Kind::Updated,
+            Transition::Completed { .. } => Kind::Completed,
+            Transition::Cancelled(_) => Kind::Cancelled,
         }
     }
 
@@ -132,8 +132,45 @@ impl Transition {
     }
 
     /// Every `transition` label value, for pre-creating series.
-    pub const KINDS: [&'static str; 5] =
-        ["scheduled", "started", "updated", "completed", "cancelled"];
+    pub const KINDS: [&'static str; 5] = [
+        Kind::Scheduled.as_str(),
+        Kind::Started.as_str(),
+        Kind::Updated.as_str(),
+        Kind::Completed.as_str(),
+        Kind::Cancelled.as_str(),
+    ];
+}
+
+/// The kind of a [`Transition`]: what the log line, the `transition` label, the span name and
+/// the notification say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Appeared (or resumed) `Scheduled`.
+    Scheduled,
+    /// Became `Started`, or appeared `Started`.
+    Started,
+    Updated,
+    Completed,
+    Cancelled,
+}
+
+impl Kind {
+    /// The `transition` label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Kind::Scheduled => "scheduled",
+            Kind::Started => "started",
+            Kind::Updated => "updated",
+            Kind::Completed => "completed",
+            Kind::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// How `DocumentIncarnation` moved between the last document and this one.
@@ -402,7 +439,7 @@ mod tests {
         observation
             .transitions
             .iter()
-            .map(|t| (t.kind(), t.event().id.as_str()))
+            .map(|t| (t.kind().as_str(), t.event().id.as_str()))
             .collect()
     }
 

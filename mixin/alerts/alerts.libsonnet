@@ -12,8 +12,13 @@ local promql = import '../lib/promql.libsonnet';
   local label(name) = '{{ $labels.%s }}' % name,
   // The VM as people know it: vm_name when instance metadata was read, else the instance.
   local vmName = '{{ if $labels.vm_name }}{{ $labels.vm_name }}{{ else }}{{ $labels.instance }}{{ end }}',
-  // " in cluster X" when there is a cluster label.
-  local inCluster = if cl == '' then '' else '{{ with $labels.%s }} in cluster {{ . }}{{ end }}' % cl,
+  // " in cluster X" when there is a cluster label: for alerts of a group or a cluster.
+  local inClusterOnly = if cl == '' then '' else '{{ with $labels.%s }} in cluster {{ . }}{{ end }}' % cl,
+  // " on node N in cluster X": the Kubernetes node when the alert carries nodeLabel, and the
+  // cluster when there is a cluster label.
+  local inCluster =
+    (if c.nodeLabel == '' then '' else '{{ with $labels.%s }} on node {{ . }}{{ end }}' % c.nodeLabel)
+    + (if cl == '' then '' else '{{ with $labels.%s }} in cluster {{ . }}{{ end }}' % cl),
   // printf arguments that select this alert's VM in a template query: matchers and values.
   local vmMatchers = std.join(',', ['%s=%%q' % l for l in q.vm]),
   local vmValues = std.join(' ', ['$labels.%s' % l for l in q.vm]),
@@ -21,6 +26,13 @@ local promql = import '../lib/promql.libsonnet';
     'printf "%s{%s%s}%s" %s' % [metric, vmMatchers, extra, compare, vmValues],
 
   local runbook(name) = c.runbookUrlBase + std.asciiLower(name),
+  // '1d' -> 86400.
+  local seconds(duration) =
+    local unit = std.substr(duration, std.length(duration) - 1, 1);
+    local number = std.parseInt(std.substr(duration, 0, std.length(duration) - 1));
+    local factor = { s: 1, m: 60, h: 3600, d: 86400, w: 604800 };
+    if std.objectHas(factor, unit) then number * factor[unit]
+    else error 'duration %s: expected a number and one of s, m, h, d, w' % duration,
   local alert(name, expr, for_, severity, summary, description) = {
     alert: name,
     expr: expr + '\n',
@@ -41,40 +53,48 @@ local promql = import '../lib/promql.libsonnet';
       q.list(q.vm + eventKey),
       q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"'] + matchers),
     ],
-  // Events of `types` whose NotBefore is within impactSoonSeconds, passed, unknown, or Started.
-  local soon(types) =
-    '%s\nunless on (%s)\n  (%s > %d)' % [
-      events(['event_type=~"%s"' % q.types(types)]),
-      q.list(q.vm + ['event_id']),
-      q.sel('azure_scheduled_events_event_seconds_until_not_before'),
-      c.impactSoonSeconds,
-    ],
   local up = q.sel('up'),
-  // soon(types), held while the agent cannot be scraped (the VM is rebooting): its last events
-  // keep counting for impactHold, so the capacity page and Alertmanager's inhibitions of
-  // node-down alerts last through the reboot.
-  local impact(types) =
-    '(\n%(soon)s\n)\nor on (%(key)s)\n(\n  max_over_time((\n%(soon)s\n  )[%(hold)s:1m])\n  unless on (%(vm)s) (%(up)s == 1)\n)' % {
-      soon: soon(types),
-      key: q.list(q.vm + ['event_id']),
-      hold: c.impactHold,
-      vm: q.vmBy,
-      up: up,
-    },
+  local r = q.records,
+  // Events of `types` affecting the target's VM whose NotBefore is within impactSoonSeconds,
+  // passed, unknown, or Started, held for impactHold while the agent cannot be scraped (the VM
+  // is rebooting): the recorded azure_scheduled_events:target_event_impact:held.
+  local impact(types) = q.rec(r.targetImpactHeld, ['event_type=~"%s"' % q.types(types)]),
 
-  // The VMs of each capacity group that face an interrupting event soon, and their count.
-  // Members of a capacity group: VMs with a non-empty capacityLabel, now or within impactHold
-  // (a rebooting VM's agent is not scraped, and still counts).
-  local members = q.vmInfo([c.capacityLabel], c.impactHold, ['%s!=""' % c.capacityLabel]),
-  local atRisk =
-    'max by (%(vm)s) (\n%(impact)s\n)\n* on (%(vm)s) group_left (%(capacity)s)\n%(members)s' % {
-      vm: q.vmBy,
-      impact: impact(c.capacity.eventTypes),
-      capacity: c.capacityLabel,
-      members: members,
+  // Settings the Helm chart fills in: the chart's copy of the rules is rendered with placeholders
+  // `@@name@@` for them (mixin/chart-placeholders.libsonnet), which are strings here.
+  local number(n) = if std.isString(n) then n else '%g' % n,
+  local percent(fraction) =
+    if std.isString(fraction) then '@@percent.' + std.substr(fraction, 2, std.length(fraction) - 2)
+    else '%g' % (fraction * 100),
+  local typesText(types) = std.join(' or ', [
+    if std.startsWith(t, '@@') then '@@text.' + std.substr(t, 2, std.length(t) - 2) else t
+    for t in types
+  ]),
+
+  // At least `minVMs` VMs (by vmIdLabel) and more than `fraction` of a capacity group face an
+  // event of `types` (recorded per VM), over the group's recorded size.
+  local groupAtRisk(settings, recorded) =
+    '%(count)s >= %(min)s\nand on (%(group)s)\n(\n  %(recorded)s\n  / %(size)s\n) > %(fraction)s' % {
+      count: 'count by (%s) (\n  max by (%s) (\n    %s\n  )\n)' % [
+        q.groupBy,
+        q.list(q.vmId + [c.capacityLabel]),
+        q.rec(r.vmImpactHeld, ['%s!=""' % c.capacityLabel, 'event_type=~"%s"' % q.types(settings.eventTypes)]),
+      ],
+      min: number(settings.minVMs),
+      group: q.groupBy,
+      recorded: recorded,
+      size: r.capacityVms,
+      fraction: number(settings.fraction),
     },
-  local atRiskCount = 'count by (%s) (\n%s\n)' % [q.groupBy, atRisk],
-  local groupSize = 'count by (%s) (%s)' % [q.groupBy, members],
+  // The description's list of the group's VMs and their events of `types`.
+  local groupList(types) =
+    '(VM, event: {{ range printf "max by (instance, vm_name, event_type, event_id) (azure_scheduled_events_event_info{affects_this_vm=\\"true\\",event_type=~\\"%(typesRe)s\\"%(clusterMatch)s} * on (%(vm)s) group_left (vm_name) azure_scheduled_events_vm_info{%(capacity)s=%%q%(clusterMatch)s})"%(clusterArg)s $labels.%(capacity)s%(clusterArg)s | query | sortByLabel "vm_name" }}' % {
+      capacity: c.capacityLabel,
+      typesRe: q.types(types),
+      vm: q.vmBy,
+      clusterMatch: if cl == '' then '' else ',%s=%%q' % cl,
+      clusterArg: if cl == '' then '' else ' $labels.%s' % cl,
+    } + '{{ .Labels.vm_name }} ({{ .Labels.instance }}) {{ .Labels.event_type }} {{ .Labels.event_id }}; {{ end }})',
 
   prometheusAlerts+:: {
     groups+: [
@@ -83,32 +103,37 @@ local promql = import '../lib/promql.libsonnet';
         rules: [
           alert(
             'AzureScheduledEventsCapacityAtRisk',
-            '%(count)s >= %(min)d\nand on (%(group)s)\n(\n%(count)s\n/ %(size)s\n) > %(fraction)g' % {
-              count: atRiskCount,
-              min: c.capacity.minVMs,
-              group: q.groupBy,
-              size: groupSize,
-              fraction: c.capacity.fraction,
-            },
+            groupAtRisk(c.capacity, r.capacityAtRisk),
             c.capacity['for'],
             c.severities.page,
-            '{{ $value }} VMs of %s %s%s go down at once' % [c.capacityName, label(c.capacityLabel), inCluster],
+            '{{ $value }} VMs of %s %s%s go down at once' % [c.capacityName, label(c.capacityLabel), inClusterOnly],
             ('{{ $value }} VMs of %(capacityName)s %(name)s%(cluster)s face a %(types)s event whose NotBefore is less than %(soon)s away, ' +
-             'passed, or already Started: more than %(percent)g %% of its VMs at once. ' +
-             '(VM, event: {{ range printf "max by (instance, vm_name, event_type, event_id) (azure_scheduled_events_event_info{affects_this_vm=\\"true\\",event_type=~\\"%(typesRe)s\\"%(clusterMatch)s} * on (%(vm)s) group_left (vm_name) azure_scheduled_events_vm_info{%(capacity)s=%%q%(clusterMatch)s})"%(clusterArg)s $labels.%(capacity)s%(clusterArg)s | query | sortByLabel "vm_name" }}' +
-             '{{ .Labels.vm_name }} ({{ .Labels.instance }}) {{ .Labels.event_type }} {{ .Labels.event_id }}; {{ end }})') % {
-              capacity: c.capacityLabel,
+             'passed, or already Started: more than %(percent)s %% of its VMs at once. ') % {
               capacityName: c.capacityName,
               name: label(c.capacityLabel),
-              cluster: inCluster,
-              types: std.join(' or ', c.capacity.eventTypes),
-              typesRe: q.types(c.capacity.eventTypes),
+              cluster: inClusterOnly,
+              types: typesText(c.capacity.eventTypes),
               soon: '%d minutes' % (c.impactSoonSeconds / 60),
-              percent: c.capacity.fraction * 100,
-              vm: q.vmBy,
-              clusterMatch: if cl == '' then '' else ',%s=%%q' % cl,
-              clusterArg: if cl == '' then '' else ' $labels.%s' % cl,
-            },
+              percent: percent(c.capacity.fraction),
+            } + groupList(c.capacity.eventTypes),
+          ),
+          // Many Spot VMs of one group evicted at once: worth knowing (the pool shrinks, its
+          // workload moves), never a page: Spot pools are built for it, and 30 seconds of
+          // notice leave nothing to do.
+          alert(
+            'AzureSpotEvictionWave',
+            groupAtRisk(c.spotWave, r.capacityEvicted),
+            c.spotWave['for'],
+            c.spotWave.severity,
+            '{{ $value }} Spot VMs of %s %s%s evicted at once' % [c.capacityName, label(c.capacityLabel), inClusterOnly],
+            ('{{ $value }} VMs of %(capacityName)s %(name)s%(cluster)s are being evicted (%(types)s): more than %(percent)s %% of its VMs at once. ' +
+             'Not paged: a Spot pool is built for evictions; check that its workload found room elsewhere. ') % {
+              capacityName: c.capacityName,
+              name: label(c.capacityLabel),
+              cluster: inClusterOnly,
+              types: typesText(c.spotWave.eventTypes),
+              percent: percent(c.spotWave.fraction),
+            } + groupList(c.spotWave.eventTypes),
           ),
         ],
       },
@@ -167,24 +192,37 @@ local promql = import '../lib/promql.libsonnet';
           ),
           alert(
             'AzureScheduledEventStuckStarted',
-            q.withVmInfo(
-              'max by (%s) (\n  %s\n)' % [
-                q.list(q.vm + eventKey),
-                q.sel('azure_scheduled_events_event_info', ['event_status="Started"']),
-              ],
-              ['event_id'],
-            ),
+            // One alert per event: by the VM it affects when an agent reports it as its own, else
+            // once, without a VM (every VM of an availability set or scale set sees its
+            // neighbours' events).
+            '%s\nor on (%s)\nmax by (%s) (\n  %s\n)' % [
+              q.withVmInfo(events(['event_status="Started"']), ['event_id']),
+              q.list([cl, 'event_id']),
+              q.list([cl] + eventKey),
+              q.sel('azure_scheduled_events_event_info', ['event_status="Started"']),
+            ],
             c.stuckStarted,
             c.severities.vm,
-            '%s of VM %s Started for over %s' % [label('event_type'), vmName, c.stuckStarted],
-            'VM %s (%s%s) has shown %s event %s as Started for more than %s.' % [
+            '{{ if $labels.instance }}%s of VM %s Started for over %s{{ else }}%s event %s Started for over %s{{ end }}' % [
+              label('event_type'),
               vmName,
-              label('instance'),
-              inCluster,
+              c.stuckStarted,
               label('event_type'),
               label('event_id'),
               c.stuckStarted,
             ],
+            ('{{ if $labels.instance }}VM %(vm)s (%(instance)s%(cluster)s) has shown %(type)s event %(id)s as Started for more than %(stuck)s.' +
+             '{{ else }}%(type)s event %(id)s%(cluster)s has been Started for more than %(stuck)s, on a VM no agent reports as its own ' +
+             '(seen by: {{ range printf "max by (instance) (azure_scheduled_events_event_info{event_id=%%q%(clusterMatch)s})" $labels.event_id%(clusterArg)s | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ end }}).{{ end }}') % {
+              vm: vmName,
+              instance: label('instance'),
+              cluster: inCluster,
+              type: label('event_type'),
+              id: label('event_id'),
+              stuck: c.stuckStarted,
+              clusterMatch: if cl == '' then '' else ',%s=%%q' % cl,
+              clusterArg: if cl == '' then '' else ' $labels.%s' % cl,
+            },
           ),
           alert(
             'AzureRedeployAnnouncedDaysAhead',
@@ -215,13 +253,18 @@ local promql = import '../lib/promql.libsonnet';
         rules: [
           alert(
             'AzureScheduledEventsAgentDown',
-            // A target that exported the agent's build_info within a day and now fails its
-            // scrape; one removed from service discovery (a deleted VM) has no `up` left.
-            q.withVmInfo('(%s == 0)\nand on (%s)\n  max_over_time(%s[1d])' % [
-              up,
-              q.vmBy,
-              q.sel('azure_scheduled_events_build_info'),
-            ]),
+            // A target that was the agent within agentSeenLookback (recorded) and now fails its
+            // scrape, unless its VM is down on purpose: under one of its own interruptingTypes
+            // events (held for impactHold while it reboots), or deleted or evicted (goneTypes)
+            // with its target lingering. One removed from service discovery has no `up` left.
+            q.withVmInfo('(%(up)s == 0)\nand on (%(t)s)\n  (%(seen)s > time() - %(lookback)d)\nunless on (%(t)s)\n  %(held)s\nunless on (%(t)s)\n  %(gone)s' % {
+              up: up,
+              t: q.vmBy,
+              seen: r.targetLastSeen,
+              lookback: seconds(c.agentSeenLookback),
+              held: impact(c.interruptingTypes),
+              gone: r.targetGone,
+            }),
             '2m',
             c.severities.vm,
             'Scheduled-events agent down on VM %s' % vmName,
@@ -355,12 +398,39 @@ unless on (%(on)s)
             'AzureVMRebootedUnexpectedly',
             // The counter starts at 1 in the agent started after the reboot; increase() sees it
             // rise from the previous process' 0, and the alert clears itself 30 minutes later.
-            q.withVmInfo('increase(%s[30m]) > 0' % q.sel('azure_scheduled_events_reboots_total', ['expected="false"'])),
+            // A clean reboot (the agent was stopped before it, clean="true") is not unexpected.
+            q.withVmInfo('increase(%s[30m]) > 0' % q.sel('azure_scheduled_events_reboots_total', ['expected="false"', 'clean!="true"'])),
             '0s',
             c.severities.vm,
             'VM %s rebooted without a scheduled event' % vmName,
             ('VM %s (%s%s) rebooted, and no Reboot, Redeploy, Freeze or Preempt event of its own was seen Started before: ' +
              'a crash, a manual restart, or an event missed while the agent was down.') % [vmName, label('instance'), inCluster],
+          ),
+          alert(
+            'AzureScheduledEventsNodesWithoutAgent',
+            // Recorded: nodes of kube_node_info without a working agent, or, without
+            // kube-state-metrics, targets of the agent's job that never were the agent.
+            '%s > 0' % r.nodesWithoutAgent,
+            c.coverage['for'],
+            c.severities.vm,
+            '{{ $value }} nodes%s without a working scheduled-events agent' % inClusterOnly,
+            ('{{ $value }} nodes%(cluster)s have no working agent: their scheduled events go unseen, and the capacity page does not count them. ' +
+             '(Nodes without an agent: {{ range printf "%(kube)s unless on (%(on)s) azure_scheduled_events_build_info and on (%(clusterOn)s) azure_scheduled_events_build_info{%(node)s!=\\"\\"}" %(args)s | query | sortByLabel "%(node)s" }}{{ .Labels.%(node)s }} {{ else }}not named (the agents\' series carry no %(node)s label) {{ end }}; ' +
+             'targets never up: {{ range printf "up%(upMatch)s == 0 and on (%(job)s) azure_scheduled_events_build_info unless on (%(t)s) %(seen)s" %(args)s | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)') % {
+              cluster: inClusterOnly,
+              kube: 'kube_node_info{%s}' % std.join(',', [
+                std.strReplace(m, '"', '\\"')
+                for m in std.filter(function(m) m != '', [c.coverage.kubeStateMetricsSelector] + c.coverage.nodeMatchers + (if cl == '' then [] else ['%s=%%q' % cl]))
+              ]),
+              on: q.list([cl, 'node']),
+              node: 'node',
+              clusterOn: q.list([cl]),
+              upMatch: if cl == '' then '' else '{%s=%%q}' % cl,
+              job: q.list([cl] + std.filter(function(l) l != 'instance', c.vmLabels)),
+              t: q.vmBy,
+              seen: r.targetLastSeen,
+              args: if cl == '' then '' else '$labels.%s' % cl,
+            },
           ),
         ],
       },

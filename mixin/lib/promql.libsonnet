@@ -36,15 +36,42 @@
         lookback: lookback,
       },
 
-    // `expr` (one series per VM, or per VM and `key` labels) with the vmInfoLabels of its VM
-    // added when known, and unchanged when the agent has not read instance metadata.
+    // The recording rules' series (mixin/alerts/rules.libsonnet; docs/dashboards.md lists
+    // them). They carry the labels they were recorded with, not the selector's.
+    records:: {
+      targetLastSeen: 'azure_scheduled_events:target_last_seen:timestamp_seconds',
+      targetVmInfo: 'azure_scheduled_events:target_vm_info:last',
+      vmInfo: 'azure_scheduled_events:vm_info:last',
+      vmsReporting: 'azure_scheduled_events:vms_reporting:count',
+      vmsKnown: 'azure_scheduled_events:vms_known:count',
+      targetImpactSoon: 'azure_scheduled_events:target_event_impact:soon',
+      targetImpactHeld: 'azure_scheduled_events:target_event_impact:held',
+      targetGone: 'azure_scheduled_events:target_gone:timestamp_seconds',
+      vmImpactHeld: 'azure_scheduled_events:vm_event_impact:held',
+      capacityVms: 'azure_scheduled_events:capacity_vms:count',
+      capacityAtRisk: 'azure_scheduled_events:capacity_vms_at_risk:count',
+      capacityEvicted: 'azure_scheduled_events:capacity_vms_evicted:count',
+      nodes: 'azure_scheduled_events:nodes:count',
+      nodesWithoutAgent: 'azure_scheduled_events:nodes_without_agent:count',
+    },
+    // The labels of one VM: the cluster and its id.
+    vmId:: nonEmpty([c.clusterLabel, c.vmIdLabel]),
+    vmIdBy:: self.list(self.vmId),
+    // `{matchers}` of a recorded series, or nothing.
+    rec(name, matchers=[])::
+      local all = nonEmpty(matchers);
+      if all == [] then name else name + '{' + std.join(', ', all) + '}',
+
+    // `expr` (one series per scrape target, or per target and `key` labels) with the
+    // vmInfoLabels of its VM added when known (from the recorded last known vm_info, kept for
+    // vmInfoLookback), and unchanged when the agent has not read instance metadata.
     withVmInfo(expr, key=[])::
       local on = $.new(c).list($.new(c).vm + key);
       '(\n  (\n%(expr)s\n  )\n  * on (%(vm)s) group_left (%(labels)s)\n  %(info)s\n)\nor on (%(on)s)\n(\n%(expr)s\n)' % {
         expr: expr,
         vm: $.new(c).vmBy,
         labels: $.new(c).list(c.vmInfoLabels),
-        info: $.new(c).vmInfo(),
+        info: $.new(c).records.targetVmInfo,
         on: on,
       },
   },

@@ -294,7 +294,7 @@ fn outcome_of(verdict: Verdict) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::approval::{HookFailure, WaitReason};
+    use crate::approval::{HookFailure, PostReason, WaitReason};
     use crate::config::approval::{HookCommand, Policy, When};
     use crate::event::{DurationInSeconds, EventSource, EventStatus, EventType};
     use crate::not_before::NotBefore;
@@ -386,7 +386,11 @@ mod tests {
 
     fn failure(reason: &'static str, refused: bool) -> Result<(), PostFailure> {
         Err(PostFailure {
-            reason,
+            reason: if reason == "queue_full" {
+                PostReason::QueueFull
+            } else {
+                PostReason::Imds(reason)
+            },
             error: reason.to_owned(),
             refused,
         })

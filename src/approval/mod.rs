@@ -2,12 +2,11 @@
 //! decision machine ([`decide`]) that turns them into [`Decision`]s and commands.
 //!
 //! Nothing here does I/O: the approval output ([`crate::output::approval`]) sends the POSTs and
-//! the hooks output ([`crate::output::hooks`]) runs the [`hook`]s, each off the poll loop. Nothing
+//! the hooks output ([`crate::output::hooks`]) runs the hooks, each off the poll loop. Nothing
 //! is POSTed unless the mode is [`Mode::On`]; in [`Mode::DryRun`] the same decisions are made,
 //! logged and counted, and neither the approval hook runs nor anything is sent.
 
 pub mod decide;
-pub mod hook;
 pub mod policy;
 pub mod takeover;
 
@@ -18,7 +17,6 @@ use chrono::{DateTime, Utc};
 use crate::event::Event;
 use crate::imds::ImdsError;
 
-pub use hook::{HookFailure, HookKind, HookRun};
 pub use policy::{Rule, SkipReason, Verdict, WaitReason};
 
 /// First wait before retrying a failed POST; it doubles per attempt up to [`RETRY_MAX`].
@@ -62,7 +60,7 @@ pub enum Outcome {
     HookFinished(HookRun),
     /// The POST failed; `retry_at` is when it is tried again, `None` when it never is.
     PostFailed {
-        reason: &'static str,
+        reason: PostReason,
         error: String,
         retry_at: Option<DateTime<Utc>>,
     },
@@ -82,7 +80,7 @@ impl Outcome {
                 result: Err(failure),
                 ..
             }) => ("hook_failed", failure.kind()),
-            Outcome::PostFailed { reason, .. } => ("post_failed", reason),
+            Outcome::PostFailed { reason, .. } => ("post_failed", reason.as_str()),
             Outcome::HookStarted(_) | Outcome::HookFinished(_) => return None,
         })
     }
@@ -95,9 +93,23 @@ impl Outcome {
                 result: Err(failure),
                 ..
             }) => Some(failure.kind()),
-            Outcome::PostFailed { reason, .. } => Some(reason),
-            _ => None,
+            Outcome::PostFailed { reason, .. } => Some(reason.as_str()),
+            Outcome::Approved { .. }
+            | Outcome::DryRun { .. }
+            | Outcome::Waiting { .. }
+            | Outcome::Skipped(_)
+            | Outcome::HookStarted(_)
+            | Outcome::HookFinished(_) => None,
         }
+    }
+
+    /// Every failure to approve, as its (`decision`, `reason`) labels: the one list both
+    /// `..._approval_decisions_total` and `..._approval_failures_total` are pre-created from.
+    fn failure_labels() -> impl Iterator<Item = (&'static str, &'static str)> {
+        HookFailure::KINDS
+            .into_iter()
+            .map(|kind| ("hook_failed", kind))
+            .chain(PostReason::all().map(|reason| ("post_failed", reason.as_str())))
     }
 
     /// Every (decision, reason) pair, for pre-creating series.
@@ -116,18 +128,42 @@ impl Outcome {
         for reason in SkipReason::ALL {
             labels.push(("skipped", reason.as_str()));
         }
-        for reason in HookFailure::KINDS {
-            labels.push(("hook_failed", reason));
-        }
-        for reason in ImdsError::KINDS {
-            labels.push(("post_failed", reason));
-        }
+        labels.extend(Self::failure_labels());
         labels
     }
 
     /// Every `reason` of `..._approval_failures_total`.
     pub fn failure_reasons() -> impl Iterator<Item = &'static str> {
-        HookFailure::KINDS.into_iter().chain(ImdsError::KINDS)
+        Self::failure_labels().map(|(_, reason)| reason)
+    }
+}
+
+/// Why an approval POST failed, as the `reason` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostReason {
+    /// IMDS answered with an error, or did not answer.
+    Imds(ImdsKind),
+    /// The approval output's queue was full: the POST never left.
+    QueueFull,
+}
+
+/// An [`ImdsError::kind`], one of [`ImdsError::KINDS`].
+pub type ImdsKind = &'static str;
+
+impl PostReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PostReason::Imds(kind) => kind,
+            PostReason::QueueFull => "queue_full",
+        }
+    }
+
+    /// Every reason.
+    pub fn all() -> impl Iterator<Item = PostReason> {
+        ImdsError::KINDS
+            .into_iter()
+            .map(PostReason::Imds)
+            .chain([PostReason::QueueFull])
     }
 }
 
@@ -135,10 +171,67 @@ impl Outcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostFailure {
     /// Bounded, for metric labels: an IMDS error kind, or `queue_full` when it was never sent.
-    pub reason: &'static str,
+    pub reason: PostReason,
     pub error: String,
     /// Sending the same request again cannot succeed (a 4xx other than 429 and 410).
     pub refused: bool,
+}
+
+/// Which hook ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HookKind {
+    /// Before approving an event (drain, fail over, checkpoint); must succeed for the approval.
+    Approve,
+    /// When an event affecting this VM appears.
+    Prepare,
+    /// When an event affecting this VM completes (or is cancelled).
+    Recover,
+}
+
+impl HookKind {
+    pub const ALL: [HookKind; 3] = [HookKind::Approve, HookKind::Prepare, HookKind::Recover];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookKind::Approve => "approve",
+            HookKind::Prepare => "prepare",
+            HookKind::Recover => "recover",
+        }
+    }
+}
+
+/// Why a hook did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookFailure {
+    #[error("exited with {0}")]
+    Exit(String),
+    #[error("did not finish within {0:?} and was killed")]
+    Timeout(Duration),
+    #[error("could not run: {0}")]
+    Spawn(String),
+}
+
+impl HookFailure {
+    pub const KINDS: [&'static str; 3] = ["hook_failed", "hook_timeout", "hook_error"];
+
+    /// Bounded name for metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HookFailure::Exit(_) => "hook_failed",
+            HookFailure::Timeout(_) => "hook_timeout",
+            HookFailure::Spawn(_) => "hook_error",
+        }
+    }
+}
+
+/// What one run of a hook gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookRun {
+    pub kind: HookKind,
+    pub result: Result<(), HookFailure>,
+    pub elapsed: Duration,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 /// Wait before attempt `attempts + 1`: 1 s, 2 s, 4 s, ... up to 30 s.
@@ -175,5 +268,22 @@ mod tests {
             let pair = outcome.decision().unwrap_or(("", ""));
             assert!(labels.contains(&pair), "{pair:?}");
         }
+    }
+
+    #[test]
+    fn an_approval_that_did_not_fit_the_queue_has_pre_created_series() {
+        let queue_full = Outcome::PostFailed {
+            reason: PostReason::QueueFull,
+            error: String::new(),
+            retry_at: None,
+        };
+        let pair = queue_full.decision().unwrap_or(("", ""));
+        assert_eq!(pair, ("post_failed", "queue_full"));
+        assert!(Outcome::decision_labels().contains(&pair));
+        assert!(Outcome::failure_reasons().any(|reason| reason == "queue_full"));
+        let mut reasons: Vec<&str> = Outcome::failure_reasons().collect();
+        reasons.sort_unstable();
+        reasons.dedup();
+        assert_eq!(reasons.len(), Outcome::failure_reasons().count());
     }
 }

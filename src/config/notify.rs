@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use super::{ConfigError, duration, invalid, one_line};
 use crate::event::{EventSource, EventType};
+use crate::view::EventView;
 
 /// Where PagerDuty's Events API v2 takes events.
 pub const PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";
@@ -24,28 +25,24 @@ pub const PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";
 /// Time one delivery attempt has, unless a receiver says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The fields of every notification, as in the event's log line, plus `timestamp`. A template
-/// may use these and `receiver`, nothing else.
-pub const FIELDS: [&str; 18] = [
-    "timestamp",
-    "transition",
-    "event_id",
-    "trace_id",
-    "span_id",
-    "vm_name",
-    "event_type",
-    "event_status",
-    "event_source",
-    "resource_type",
-    "resources",
-    "not_before",
-    "duration_in_seconds",
-    "description",
-    "affects_this_vm",
-    "document_incarnation",
-    "changed",
-    "seen_started",
-];
+/// The fields of every notification: the event's view, as in the event's log line
+/// ([`EventView::FIELDS`]), with `timestamp` and `transition` before it and `changed` and
+/// `seen_started` after. A template may use these and `receiver`, nothing else.
+pub const FIELDS: [&str; 18] = notification_fields();
+
+const fn notification_fields() -> [&'static str; 18] {
+    let mut fields = [""; 18];
+    fields[0] = "timestamp";
+    fields[1] = "transition";
+    let mut i = 0;
+    while i < EventView::FIELDS.len() {
+        fields[2 + i] = EventView::FIELDS[i];
+        i += 1;
+    }
+    fields[16] = "changed";
+    fields[17] = "seen_started";
+    fields
+}
 
 /// What a notification can be about: the lifecycle transitions, and approvals.
 pub const TRANSITIONS: [&str; 6] = [

@@ -3,20 +3,17 @@
 //! POSTs leave from a task of their own, one at a time, so an IMDS that takes seconds to answer
 //! one never delays the next GET. The queue is bounded; an approval that does not fit is not
 //! sent and is reported back as failed (`queue_full`), so the core retries it with backoff. Each
-//! answer is reported back ([`Report::Posted`]); the request's figures are recorded here, where
-//! it is sent.
+//! answer is reported back ([`Report::Posted`]); the IMDS client records the request's figures,
+//! as it does for every request it sends.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
-use crate::approval::{PostFailure, Rule};
+use crate::approval::{PostFailure, PostReason, Rule};
 use crate::event::Event;
-use crate::imds::{ImdsClient, ImdsError, Operation};
-use crate::metrics::Metrics;
+use crate::imds::{ImdsClient, ImdsError};
 use crate::occurrence::{Context, Occurrence, Report};
 
 use super::{Output, Reports};
@@ -40,12 +37,7 @@ pub struct Approval {
 
 impl Approval {
     /// Starts the sending task on the current runtime.
-    pub fn start(
-        client: ImdsClient,
-        timeout: Duration,
-        metrics: Arc<Metrics>,
-        reports: Reports,
-    ) -> Self {
+    pub fn start(client: ImdsClient, timeout: Duration, reports: Reports) -> Self {
         let (posts, mut queue) = mpsc::channel::<Post>(QUEUE);
         let answers = reports.clone();
         tokio::spawn(async move {
@@ -55,19 +47,13 @@ impl Approval {
                 attempts,
             }) = queue.recv().await
             {
-                let started = Instant::now();
                 let result = client.approve(&event.id, timeout).await;
-                metrics.record_request(
-                    Operation::Approve,
-                    started.elapsed(),
-                    result.as_ref().err(),
-                );
                 let report = Report::Posted {
                     event,
                     rule,
                     attempts,
                     result: result.map_err(|error| PostFailure {
-                        reason: error.kind(),
+                        reason: PostReason::Imds(error.kind()),
                         refused: is_refusal(&error),
                         error: error.to_string(),
                     }),
@@ -106,7 +92,7 @@ impl Output for Approval {
                         rule,
                         attempts,
                         result: Err(PostFailure {
-                            reason: "queue_full",
+                            reason: PostReason::QueueFull,
                             error: format!("{QUEUE} approvals already waiting to be sent"),
                             refused: false,
                         }),

@@ -7,12 +7,14 @@
 
 use std::time::Duration;
 
-use crate::approval::{HookKind, Outcome, hook};
+use crate::approval::{HookKind, Outcome};
 use crate::config::approval::HookCommand;
 use crate::event::Event;
 use crate::occurrence::{Context, Occurrence, Report};
 
 use super::{Output, Reports};
+
+mod run;
 
 #[derive(Debug)]
 pub struct Hooks {
@@ -40,7 +42,7 @@ impl Hooks {
         }
     }
 
-    fn start(&self, kind: HookKind, event: &Event, vm: Option<&str>) {
+    fn start(&self, kind: HookKind, event: &Event, context: &Context) {
         let command = match kind {
             HookKind::Approve => &self.approve,
             HookKind::Prepare => &self.prepare,
@@ -49,10 +51,10 @@ impl Hooks {
         let Some(command) = command.clone() else {
             return;
         };
-        let (event, vm) = (event.clone(), vm.map(str::to_owned));
+        let (event, view) = (event.clone(), context.view(event));
         let (timeout, reports) = (self.timeout, self.reports.clone());
         tokio::spawn(async move {
-            let run = hook::run(&command, kind, &event, vm.as_deref(), timeout).await;
+            let run = run::run(&command, kind, &event, &view, timeout).await;
             // The receiver lives as long as the agent; after it stops nobody needs the result.
             let _ = reports.send(Report::HookFinished { event, run });
         });
@@ -65,7 +67,7 @@ impl Output for Hooks {
             if let Occurrence::Decision(decision) = occurrence
                 && let Outcome::HookStarted(kind) = decision.outcome
             {
-                self.start(kind, &decision.event, context.vm_name());
+                self.start(kind, &decision.event, context);
             }
         }
     }

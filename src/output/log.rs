@@ -8,7 +8,7 @@ use crate::approval::{Decision, HookKind, Outcome, SkipReason};
 use crate::boot::Restart;
 use crate::config::approval::Mode;
 use crate::occurrence::{Context, Occurrence};
-use crate::trace_id::{lifecycle_span_id_hex, trace_id};
+use crate::trace_id::trace_id;
 use crate::tracker::{IncarnationChange, Transition};
 use crate::wire;
 
@@ -127,11 +127,12 @@ impl Output for Log {
                     document_incarnation = context.incarnation,
                     "IMDS reachable"
                 ),
-                Occurrence::Decision(decision) => log_decision(decision, vm_name),
+                Occurrence::Decision(decision) => log_decision(decision, context),
                 // Said by the lines of the decisions and hooks they lead to.
                 Occurrence::EndedWhileDown(_)
                 | Occurrence::Events(_)
-                | Occurrence::ApprovalSending { .. } => {}
+                | Occurrence::ApprovalSending { .. }
+                | Occurrence::Notify(_) => {}
             }
         }
     }
@@ -146,44 +147,58 @@ fn restarted(restart: &Restart, vm_name: Option<&str>) {
         }
         Restart::Reboot {
             expected_by: Some(impact),
+            clean,
         } => tracing::info!(
             vm_name,
             expected = true,
+            clean,
             event_id = %impact.event_id,
             trace_id = %trace_id(&impact.event_id),
             event_type = %impact.event_type,
             started_seen = %impact.started_seen.to_rfc3339(),
             "the machine rebooted, as expected after an event of this VM that started"
         ),
-        Restart::Reboot { expected_by: None } => tracing::warn!(
+        Restart::Reboot {
+            expected_by: None,
+            clean: true,
+        } => tracing::info!(
             vm_name,
             expected = false,
-            "the machine rebooted unexpectedly: no event of this VM was seen Started before"
+            clean = true,
+            "the machine rebooted cleanly: the agent was stopped before it (a reboot of the OS), with no event of this VM Started"
+        ),
+        Restart::Reboot {
+            expected_by: None,
+            clean: false,
+        } => tracing::warn!(
+            vm_name,
+            expected = false,
+            clean = false,
+            "the machine rebooted unexpectedly: no event of this VM was seen Started before, and the agent was not stopped cleanly"
         ),
     }
 }
 
 fn log_transition(transition: &Transition, context: &Context) {
-    let vm_name = context.vm_name();
-    let event = transition.event();
+    let view = context.view(transition.event());
     let changed = transition.changed_fields();
     let seen_started = transition.seen_started();
     tracing::info!(
-        vm_name,
-        transition = transition.kind(),
-        event_id = %event.id,
-        trace_id = %trace_id(event.id.as_str()),
-        span_id = vm_name.map(|vm| lifecycle_span_id_hex(event.id.as_str(), vm)),
-        event_type = %event.event_type,
-        event_status = %event.status,
-        event_source = event.source.as_ref().map(|s| s.as_str()),
-        resource_type = %event.resource_type,
-        resources = %event.resources,
-        not_before = %event.not_before.raw(),
-        duration_in_seconds = event.duration.map(|d| d.0),
-        description = event.description.as_deref(),
-        affects_this_vm = event.affects(vm_name).as_str(),
-        document_incarnation = context.incarnation,
+        vm_name = view.vm_name,
+        transition = transition.kind().as_str(),
+        event_id = view.event_id,
+        trace_id = view.trace_id,
+        span_id = view.span_id,
+        event_type = view.event_type,
+        event_status = view.event_status,
+        event_source = view.event_source,
+        resource_type = view.resource_type,
+        resources = view.resources,
+        not_before = view.not_before,
+        duration_in_seconds = view.duration_in_seconds,
+        description = view.description,
+        affects_this_vm = view.affects_this_vm.as_str(),
+        document_incarnation = view.document_incarnation,
         changed,
         seen_started,
         "event {}",
@@ -193,19 +208,17 @@ fn log_transition(transition: &Transition, context: &Context) {
 
 /// The decision's one log line. Skips of other VMs' events are at debug level: a scale set
 /// delivers every VM's events to every VM.
-fn log_decision(decision: &Decision, vm_name: Option<&str>) {
-    let event = &decision.event;
-    let event_id = event.id.as_str();
-    let trace_id = trace_id(event_id);
-    let event_type = event.event_type.as_str();
-    let event_status = event.status.as_str();
-    let affects_this_vm = event.affects(vm_name).as_str();
-    let not_before = event.not_before.raw();
+fn log_decision(decision: &Decision, context: &Context) {
+    let view = context.view(&decision.event);
+    let (event_id, trace_id, span_id) = (&view.event_id, &view.trace_id, &view.span_id);
+    let (event_type, event_status) = (&view.event_type, &view.event_status);
+    let (affects_this_vm, not_before) = (view.affects_this_vm.as_str(), &view.not_before);
+    let vm_name = view.vm_name.as_deref();
     let (decision_label, reason) = decision.outcome.decision().unwrap_or(("", ""));
     macro_rules! line {
         ($level:ident, $($rest:tt)*) => {
             tracing::$level!(
-                event_id, trace_id = %trace_id, event_type, event_status, not_before,
+                event_id, trace_id, span_id, event_type, event_status, not_before,
                 affects_this_vm, vm_name, decision = decision_label, reason, $($rest)*
             )
         };

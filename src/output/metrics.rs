@@ -25,8 +25,10 @@ impl Output for MetricsOutput {
         for occurrence in occurrences {
             match occurrence {
                 Occurrence::Restarted(restart) => {
-                    if let Some(expected) = restart.expected_label() {
-                        metrics.record_reboot(expected);
+                    if let (Some(expected), Some(clean)) =
+                        (restart.expected_label(), restart.clean_label())
+                    {
+                        metrics.record_reboot(expected, clean);
                     }
                 }
                 Occurrence::VmIdentified { compute, .. } => {
@@ -45,7 +47,8 @@ impl Output for MetricsOutput {
                 | Occurrence::Incarnation(_)
                 | Occurrence::DuplicateEventId(_)
                 | Occurrence::EndedWhileDown(_)
-                | Occurrence::ApprovalSending { .. } => {}
+                | Occurrence::ApprovalSending { .. }
+                | Occurrence::Notify(_) => {}
             }
         }
     }

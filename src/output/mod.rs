@@ -5,12 +5,14 @@
 //! worth one), [`metrics`], [`spans`] (OpenTelemetry, queued for export), [`state`] (the file
 //! that survives restarts), [`hooks`] (prepare, recover and approval hooks) and [`approval`] (the
 //! POSTs), [`notify`] (webhooks, Slack, Teams, PagerDuty), and [`kubernetes`] (the Node's
-//! condition, Events, taint and cordon, only with `--kubernetes.node-name`). The state file comes
-//! before the approval output, so that an approval attempt is on disk before its POST leaves.
-//! `consume` never waits on the network: an output that does
-//! network I/O or runs programs hands the work to a task of its own, behind a bounded queue whose
-//! overflow is dropped and counted, and reports results back as [`Report`]s, which the loop takes
-//! in at its next poll. Adding an output is one file here and one line in the agent's wiring.
+//! condition, Events, taint and cordon, only with `--kubernetes.node-name`). The state output is
+//! the state file's only writer and comes before the approval and notification outputs, so that
+//! an approval attempt or a notification is on disk before it leaves. `consume` never waits on
+//! the network: an output that does network I/O or runs programs hands the work to a task of its
+//! own, behind a bounded queue whose overflow is dropped and counted, and reports results back as
+//! [`Report`]s, which the loop takes in at its next poll. Each output is whole in its room here
+//! (a file, or a folder for one with parts: its spans builder, store, runner, metric families);
+//! adding one is a room here and one line in the agent's wiring.
 
 pub mod approval;
 pub mod hooks;

@@ -4,11 +4,13 @@
 //! [`Traces`], which never blocks: a collector that is slow or down loses spans (counted in
 //! `..._otlp_spans_dropped_total`), never a poll. Wired only when traces are on.
 
-use crate::event_span::EventSpans;
 use crate::occurrence::{Context, Occurrence};
 use crate::telemetry::{Traces, VmIdentity};
 
+use self::event_spans::EventSpans;
 use super::Output;
+
+mod event_spans;
 
 #[derive(Debug)]
 pub struct Spans {
@@ -57,7 +59,8 @@ impl Output for Spans {
                 | Occurrence::Incarnation(_)
                 | Occurrence::DuplicateEventId(_)
                 | Occurrence::Events(_)
-                | Occurrence::ApprovalSending { .. } => {}
+                | Occurrence::ApprovalSending { .. }
+                | Occurrence::Notify(_) => {}
             }
         }
     }

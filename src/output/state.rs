@@ -1,24 +1,29 @@
 //! The state file output: what must survive a restart, written when it changes.
 //!
-//! It folds the document's events (first-seen times, the impact expected for this VM) and every
-//! approval attempt and answer into [`crate::state::State`], then writes the file once per batch
-//! if anything changed. It runs before the approval output, so an attempt is on disk before its
-//! POST leaves; after a restart an attempt found `sending` counts as sent.
+//! It folds the document's events (first-seen times, lifecycle span ids, the impact expected for
+//! this VM), every approval attempt and answer, and the notifications a restart would send
+//! again into [`crate::state::State`], then writes the file once per batch if anything changed,
+//! and says in `..._state_up` whether that worked. It is the file's only writer. It runs before
+//! the approval and notification outputs, so an attempt or a notification is on disk before it
+//! leaves; after a restart an attempt found `sending` counts as sent.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use crate::approval::Outcome;
+use crate::event::EventId;
 use crate::metrics::Metrics;
 use crate::occurrence::{Context, Occurrence};
-use crate::state::{ApprovalRecord, ApprovalStatus, StateStore};
+use crate::state::{ApprovalRecord, ApprovalStatus};
 use crate::tracker::Tracked;
 
+use self::store::StateStore;
 use super::Output;
+
+pub mod store;
 
 #[derive(Debug)]
 pub struct StateFile {
-    /// Shared with the notification output, which records what it sends.
-    store: Arc<Mutex<StateStore>>,
+    store: StateStore,
     metrics: Arc<Metrics>,
     /// The document's events as last seen, to work out again which affect this VM once its
     /// name is known.
@@ -26,7 +31,7 @@ pub struct StateFile {
 }
 
 impl StateFile {
-    pub fn new(store: Arc<Mutex<StateStore>>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(store: StateStore, metrics: Arc<Metrics>) -> Self {
         Self {
             store,
             metrics,
@@ -34,26 +39,25 @@ impl StateFile {
         }
     }
 
-    fn store(&self) -> std::sync::MutexGuard<'_, StateStore> {
-        self.store.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn observe(&mut self, context: &Context) {
-        self.store().state_mut().observe(
+        let state = self.store.state_mut();
+        state.observe(
             context.incarnation,
             &self.events,
             context.vm_name(),
             context.at,
         );
+        state.keep_span_ids(|id| context.span_id_hex(&EventId::new(id)));
     }
 
     fn set_approval(&mut self, id: &str, status: ApprovalStatus) {
-        if let Some(record) = self.store().state_mut().approvals.get_mut(id) {
+        if let Some(record) = self.store.state_mut().approvals.get_mut(id) {
             record.status = status;
         }
     }
 }
 
+#[async_trait::async_trait]
 impl Output for StateFile {
     fn consume(&mut self, context: &Context, occurrences: &[Occurrence]) {
         for occurrence in occurrences {
@@ -66,7 +70,7 @@ impl Output for StateFile {
                 Occurrence::ApprovalSending {
                     event, attempts, ..
                 } => {
-                    self.store().state_mut().approvals.insert(
+                    self.store.state_mut().approvals.insert(
                         event.id.as_str().to_owned(),
                         ApprovalRecord {
                             event_type: event.event_type.as_str().to_owned(),
@@ -93,7 +97,18 @@ impl Output for StateFile {
                         | Outcome::HookFinished(_) => {}
                     }
                 }
+                Occurrence::Notify(notice) if notice.recorded => {
+                    let state = self.store.state_mut();
+                    for receiver in &notice.receivers {
+                        state.record_notification(
+                            notice.event.id.as_str(),
+                            receiver,
+                            notice.transition,
+                        );
+                    }
+                }
                 Occurrence::Restarted(_)
+                | Occurrence::Notify(_)
                 | Occurrence::VmIdentified { .. }
                 | Occurrence::VmUnidentified { .. }
                 | Occurrence::Reachable { .. }
@@ -104,8 +119,15 @@ impl Output for StateFile {
                 | Occurrence::EndedWhileDown(_) => {}
             }
         }
-        let mut store = self.store();
-        store.flush();
-        self.metrics.set_state_up(store.is_healthy());
+        self.store.flush();
+        self.metrics.set_state_up(self.store.is_healthy());
+    }
+
+    /// The agent stops cleanly (SIGTERM, Ctrl-C): says so in the file, so that a reboot found at
+    /// the next start counts as clean.
+    async fn stop(&mut self, context: &Context) {
+        self.store.state_mut().clean_stop = Some(context.at);
+        self.store.flush();
+        self.metrics.set_state_up(self.store.is_healthy());
     }
 }

@@ -1,6 +1,6 @@
 //! The control API under `/control/`: what users and tests call to look inside the simulator
-//! and steer it (state, verbatim documents, scenarios, events, faults). JSON in and out, no
-//! Metadata header; documented with curl examples in `docs/simulator.md`.
+//! and steer it (state, the requests received, verbatim documents, scenarios, events, faults).
+//! JSON in and out, no Metadata header; documented with curl examples in `docs/simulator.md`.
 
 use bytes::Bytes;
 use chrono::Utc;
@@ -45,6 +45,11 @@ pub(super) async fn handle(
     match (route, &method) {
         (("state", None), &Method::GET) => with_state(&sim, state),
         (("state", None), _) => not_allowed("GET"),
+
+        (("requests", None), &Method::GET) => with_state(&sim, |shared| {
+            json_response(StatusCode::OK, &shared.journal.records())
+        }),
+        (("requests", None), _) => not_allowed("GET"),
 
         (("document", None), &Method::PUT) => match read_body(req.into_body()).await {
             Ok(body) => with_state(&sim, |shared| {

@@ -43,7 +43,20 @@ pub enum FaultAction {
     Drop,
 }
 
-/// Which endpoint a fault applies to.
+impl FaultAction {
+    /// The fault's `kind`, as written in its JSON.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            FaultAction::Status { .. } => "status",
+            FaultAction::Delay(_) => "delay",
+            FaultAction::Garbage => "garbage",
+            FaultAction::Truncated => "truncated",
+            FaultAction::Drop => "drop",
+        }
+    }
+}
+
+/// Which requests a fault applies to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FaultTarget {
@@ -51,27 +64,35 @@ pub enum FaultTarget {
     #[default]
     #[serde(alias = "scheduledevents")]
     ScheduledEvents,
+    /// Only approvals: `POST /metadata/scheduledevents`. GETs of the document pass untouched.
+    Approvals,
     /// `/metadata/instance` and below.
     Instance,
-    /// Both.
+    /// Every IMDS request.
     All,
 }
 
-/// An endpoint that faults can hit.
+/// What a request is, as far as faults are concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
+    /// Any request to `/metadata/scheduledevents` but a POST (a GET of the document, or a wrong
+    /// method).
     ScheduledEvents,
+    /// `POST /metadata/scheduledevents`: an approval.
+    Approval,
     Instance,
 }
 
 impl FaultTarget {
     pub fn hits(self, endpoint: Endpoint) -> bool {
-        matches!(
-            (self, endpoint),
-            (FaultTarget::All, _)
-                | (FaultTarget::ScheduledEvents, Endpoint::ScheduledEvents)
-                | (FaultTarget::Instance, Endpoint::Instance)
-        )
+        match self {
+            FaultTarget::All => true,
+            FaultTarget::ScheduledEvents => {
+                matches!(endpoint, Endpoint::ScheduledEvents | Endpoint::Approval)
+            }
+            FaultTarget::Approvals => endpoint == Endpoint::Approval,
+            FaultTarget::Instance => endpoint == Endpoint::Instance,
+        }
     }
 }
 
@@ -441,6 +462,35 @@ mod tests {
         assert_eq!(queue.take(Endpoint::Instance), Some(FaultAction::Drop));
         queue.push(Fault::truncated().on(FaultTarget::All));
         assert_eq!(queue.take(Endpoint::Instance), Some(FaultAction::Truncated));
+        Ok(())
+    }
+
+    #[test]
+    fn an_approvals_fault_waits_for_a_post_and_lets_gets_pass() -> TestResult {
+        let mut queue = FaultQueue::default();
+        queue.push(Fault::status(500).times(2).on(FaultTarget::Approvals));
+        queue.push(Fault::garbage());
+        assert_eq!(
+            queue.take(Endpoint::ScheduledEvents),
+            Some(FaultAction::Garbage),
+            "a GET skips the approvals fault and meets the next one"
+        );
+        assert_eq!(queue.take(Endpoint::ScheduledEvents), None);
+        assert_eq!(queue.take(Endpoint::Instance), None);
+        for _ in 0..2 {
+            assert!(matches!(
+                queue.take(Endpoint::Approval),
+                Some(FaultAction::Status { status: 500, .. })
+            ));
+        }
+        assert_eq!(queue.take(Endpoint::Approval), None);
+        // A fault on the whole endpoint still hits approvals.
+        queue.push(Fault::drop_connection());
+        assert_eq!(queue.take(Endpoint::Approval), Some(FaultAction::Drop));
+        assert_eq!(
+            parse(r#"{"kind":"status","status":500,"target":"approvals"}"#)?,
+            Fault::status(500).on(FaultTarget::Approvals)
+        );
         Ok(())
     }
 

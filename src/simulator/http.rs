@@ -18,6 +18,7 @@ use serde::Serialize;
 use super::api_version::{self, ApiVersion, NEWEST_VERSIONS};
 use super::fault::{Endpoint, FaultAction};
 use super::instance;
+use super::journal::SeenRequest;
 use super::reply::{Body, Refused, error, json, json_response, unavailable};
 use super::request::{query_param, read_body};
 use super::{SimulatorHandle, control};
@@ -57,10 +58,29 @@ async fn route(sim: SimulatorHandle, req: Request<Incoming>) -> Reply {
 }
 
 async fn scheduled_events(sim: SimulatorHandle, req: Request<Incoming>) -> Reply {
-    let fault = match sim.lock() {
+    let endpoint = if req.method() == Method::POST {
+        Endpoint::Approval
+    } else {
+        Endpoint::ScheduledEvents
+    };
+    let (number, fault) = match sim.lock() {
         Ok(mut shared) => {
             shared.requests = shared.requests.saturating_add(1);
-            shared.faults.take(Endpoint::ScheduledEvents)
+            let fault = shared.faults.take(endpoint);
+            let seen = SeenRequest {
+                number: shared.requests,
+                method: req.method().as_str().to_owned(),
+                at: Utc::now(),
+                metadata: req
+                    .headers()
+                    .get("metadata")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+                fault: fault.as_ref().map(|f| f.kind().to_owned()),
+                body: None,
+            };
+            shared.journal.push(seen);
+            (shared.requests, fault)
         }
         Err(poisoned) => return Ok(unavailable(poisoned)),
     };
@@ -95,6 +115,8 @@ async fn scheduled_events(sim: SimulatorHandle, req: Request<Incoming>) -> Reply
     let now = Utc::now();
     let approved = match sim.lock() {
         Ok(mut shared) => {
+            let text = String::from_utf8_lossy(&body).into_owned();
+            shared.journal.set_body(number, text);
             shared.sim.advance(now);
             shared.sim.approve(&body, now)
         }

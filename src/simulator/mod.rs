@@ -3,7 +3,8 @@
 //! Functional core, imperative shell. [`state::Simulator`] is the pure core (events, lifecycle,
 //! incarnation, approvals; `now` is always passed in), played from a [`Scenario`] by
 //! [`timeline`], with [`api_version`] deciding what each version shows and [`event_id`] minting
-//! GUIDs. [`fault`] queues injected faults. The shell is [`SimulatorHandle`] (the shared state
+//! GUIDs. [`fault`] queues injected faults; [`journal`] records the
+//! scheduled-events requests received. The shell is [`SimulatorHandle`] (the shared state
 //! behind a mutex, reading the clock), `http` (the IMDS endpoints over hyper) and `control` (the
 //! `/control/` API). `docs/simulator.md` is the user's guide.
 
@@ -13,6 +14,7 @@ pub mod event_id;
 pub mod fault;
 mod http;
 pub mod instance;
+pub mod journal;
 mod reply;
 mod request;
 pub mod scenario;
@@ -35,6 +37,7 @@ pub use api_version::ApiVersion;
 pub use fault::{Fault, FaultAction, FaultCount, FaultTarget};
 pub use http::serve;
 pub use instance::example_compute;
+pub use journal::SeenRequest;
 pub use scenario::{DEMO_OTHER_VM, DEMO_VM, Scenario, ScenarioError, ScenarioEvent};
 pub use state::{AddEventError, Approval, Simulator};
 
@@ -51,6 +54,7 @@ pub(crate) struct Shared {
     pub(crate) sim: Simulator,
     pub(crate) faults: fault::FaultQueue,
     pub(crate) requests: u64,
+    pub(crate) journal: journal::Journal,
     pub(crate) instance: Compute,
 }
 
@@ -73,6 +77,7 @@ impl SimulatorHandle {
                 sim: Simulator::new(seed),
                 faults: fault::FaultQueue::default(),
                 requests: 0,
+                journal: journal::Journal::default(),
                 instance,
             })),
         }
@@ -127,6 +132,12 @@ impl SimulatorHandle {
     /// connections included).
     pub fn requests(&self) -> u64 {
         self.recovered().requests
+    }
+
+    /// The newest scheduled-events requests (up to [`journal::KEPT`]), oldest first: method,
+    /// arrival time, `Metadata` header, the fault that answered, and an approval's body.
+    pub fn request_log(&self) -> Vec<SeenRequest> {
+        self.recovered().journal.records()
     }
 
     /// The simulated document as of now, as served for the newest api-version (a verbatim

@@ -4,7 +4,7 @@
 //! subscriber so the `tracing` bridge (debug-level IMDS request spans) can be installed with it;
 //! [`Telemetry::start`] runs inside the agent, builds the exporter on the agent's runtime and
 //! returns the [`Traces`] handle the poll loop submits event spans to (see
-//! [`crate::event_span`]). Shutdown flushes what is queued, within the export timeout.
+//! `crate::output::spans`). Shutdown flushes what is queued, within the export timeout.
 
 pub mod export;
 pub mod http_client;

@@ -1,7 +1,7 @@
 // The shape every file in dashboards/ must have, from Grafana's own schema (@grafana/schema).
 //
 // generated/<name>.ts holds one dashboard's JSON as `export const dashboard: CheckedDashboard = ...`
-// (written by tests/dashboards.rs before it runs tsc), so tsc checks the literal: unknown fields are
+// (written by tests/suite/dashboards.rs before it runs tsc), so tsc checks the literal: unknown fields are
 // errors, required fields must be there, and each panel's options and field config must match its
 // panel type's own schema. Panel types the dashboards do not use are not listed: a new one is an
 // error until it is added here.

@@ -1,4 +1,4 @@
-/* A hook for the Windows tests (tests/windows.rs), built with x86_64-w64-mingw32-gcc; never shipped.
+/* A hook for the Windows tests (tests/suite/windows.rs), built with x86_64-w64-mingw32-gcc; never shipped.
  *
  *   hookprobe record FILE   writes the EVENT_* variables it got and its stdin to FILE, exits 0
  *   hookprobe linger DIR    starts `hookprobe mark DIR`, then sleeps far longer than any hook timeout

@@ -1,5 +1,5 @@
 /* bcryptprimitives.dll's ProcessPrng for Wine 8 (Debian 12), which lacks it while Rust's standard
- * library imports it on Windows. Built by tests/windows.rs with x86_64-w64-mingw32-gcc and placed
+ * library imports it on Windows. Built by tests/suite/windows.rs with x86_64-w64-mingw32-gcc and placed
  * in the test's own Wine prefix only; never shipped. RtlGenRandom (advapi32's SystemFunction036)
  * gives the same cryptographically random bytes. */
 #include <windows.h>

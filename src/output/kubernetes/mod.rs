@@ -115,7 +115,8 @@ impl Output for Kubernetes {
                 | Occurrence::Incarnation(_)
                 | Occurrence::DuplicateEventId(_)
                 | Occurrence::Decision(_)
-                | Occurrence::ApprovalSending { .. } => {}
+                | Occurrence::ApprovalSending { .. }
+                | Occurrence::Notify(_) => {}
             }
         }
         // Until this VM's name is known no event can be told to name it: wanting nothing then

@@ -112,7 +112,7 @@ impl Note {
         incarnation: Option<u64>,
         at: DateTime<Utc>,
     ) -> Option<Self> {
-        let what = transition.kind();
+        let what = transition.kind().as_str();
         // An event is updated as often as it changes: each update's Event has a name of its own.
         let (warning, suffix) = match transition {
             Transition::Resumed { .. } => return None,

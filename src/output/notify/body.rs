@@ -10,102 +10,59 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::config::notify::Format;
-use crate::event::{Event, EventType};
-use crate::trace_id::{lifecycle_span_id_hex, trace_id};
-use crate::tracker::Transition;
+use crate::event::EventType;
+use crate::view::EventView;
 
 /// One notification: a transition (or an approval) of one event, as this VM saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Notification {
     pub timestamp: String,
     pub transition: &'static str,
-    pub event_id: String,
-    pub trace_id: String,
-    pub span_id: Option<String>,
-    pub vm_name: Option<String>,
-    pub event_type: String,
-    pub event_status: String,
-    pub event_source: Option<String>,
-    pub resource_type: String,
-    pub resources: String,
-    pub not_before: String,
-    pub duration_in_seconds: Option<i64>,
-    pub description: Option<String>,
-    pub affects_this_vm: &'static str,
-    pub document_incarnation: Option<u64>,
+    /// The event, as the log line says it.
+    #[serde(flatten)]
+    pub event: EventView,
     pub changed: Option<String>,
     pub seen_started: Option<bool>,
 }
 
 impl Notification {
-    /// The notification of `transition` (`scheduled`, ..., `approved`) of `event`, with the
-    /// details only some transitions have.
+    /// The notification of `transition` (`scheduled`, ..., `approved`) of the event `view`
+    /// shows, with the details only some transitions have.
     pub fn new(
         transition: &'static str,
-        event: &Event,
+        view: EventView,
         changed: Option<String>,
         seen_started: Option<bool>,
-        vm_name: Option<&str>,
-        incarnation: Option<u64>,
         at: DateTime<Utc>,
     ) -> Self {
-        let id = event.id.as_str();
         Self {
             timestamp: at.to_rfc3339_opts(SecondsFormat::Millis, true),
             transition,
-            event_id: id.to_owned(),
-            trace_id: trace_id(id),
-            span_id: vm_name.map(|vm| lifecycle_span_id_hex(id, vm)),
-            vm_name: vm_name.map(str::to_owned),
-            event_type: event.event_type.as_str().to_owned(),
-            event_status: event.status.as_str().to_owned(),
-            event_source: event.source.as_ref().map(|s| s.as_str().to_owned()),
-            resource_type: event.resource_type.clone(),
-            resources: event.resources.to_string(),
-            not_before: event.not_before.raw().to_owned(),
-            duration_in_seconds: event.duration.map(|d| d.0),
-            description: event.description.clone(),
-            affects_this_vm: event.affects(vm_name).as_str(),
-            document_incarnation: incarnation,
+            event: view,
             changed,
             seen_started,
         }
     }
 
-    /// The notification of a lifecycle transition.
-    pub fn of_transition(
-        transition: &Transition,
-        vm_name: Option<&str>,
-        incarnation: Option<u64>,
-        at: DateTime<Utc>,
-    ) -> Self {
-        Self::new(
-            transition.kind(),
-            transition.event(),
-            transition.changed_fields(),
-            transition.seen_started(),
-            vm_name,
-            incarnation,
-            at,
-        )
-    }
-
     /// One line for people: what happens to which VMs, and when.
     pub fn summary(&self) -> String {
-        let resources = if self.resources.is_empty() {
+        let resources = if self.event.resources.is_empty() {
             "(no resources)"
         } else {
-            &self.resources
+            &self.event.resources
         };
-        let mut text = format!("{} {}: {}", self.event_type, self.transition, resources);
-        if !self.not_before.is_empty() && matches!(self.transition, "scheduled" | "updated") {
-            text.push_str(&format!(", not before {}", self.not_before));
+        let mut text = format!(
+            "{} {}: {}",
+            self.event.event_type, self.transition, resources
+        );
+        if !self.event.not_before.is_empty() && matches!(self.transition, "scheduled" | "updated") {
+            text.push_str(&format!(", not before {}", self.event.not_before));
         }
         text
     }
 
     fn vm(&self) -> &str {
-        self.vm_name.as_deref().unwrap_or("unknown VM")
+        self.event.vm_name.as_deref().unwrap_or("unknown VM")
     }
 
     /// `Name: value` pairs shown by chat formats.
@@ -113,22 +70,22 @@ impl Notification {
         let mut facts = vec![
             (
                 "Event",
-                format!("{} ({})", self.event_type, self.event_status),
+                format!("{} ({})", self.event.event_type, self.event.event_status),
             ),
-            ("Resources", self.resources.clone()),
+            ("Resources", self.event.resources.clone()),
             ("Seen by", self.vm().to_owned()),
-            ("EventId", self.event_id.clone()),
+            ("EventId", self.event.event_id.clone()),
         ];
-        if !self.not_before.is_empty() {
-            facts.push(("NotBefore", self.not_before.clone()));
+        if !self.event.not_before.is_empty() {
+            facts.push(("NotBefore", self.event.not_before.clone()));
         }
-        if let Some(duration) = self.duration_in_seconds.filter(|d| *d >= 0) {
+        if let Some(duration) = self.event.duration_in_seconds.filter(|d| *d >= 0) {
             facts.push(("Duration", format!("{duration} s")));
         }
-        if let Some(source) = &self.event_source {
+        if let Some(source) = &self.event.event_source {
             facts.push(("Source", source.clone()));
         }
-        if let Some(description) = self.description.as_deref().filter(|d| !d.is_empty()) {
+        if let Some(description) = self.event.description.as_deref().filter(|d| !d.is_empty()) {
             facts.push(("Description", description.to_owned()));
         }
         facts
@@ -228,7 +185,7 @@ fn teams(notification: &Notification, summary: &str, text: Option<&str>) -> Valu
 fn severity(notification: &Notification) -> &'static str {
     match notification.transition {
         "completed" | "cancelled" => "info",
-        _ => match EventType::parse(&notification.event_type) {
+        _ => match EventType::parse(&notification.event.event_type) {
             EventType::Preempt | EventType::Terminate => "critical",
             EventType::Reboot | EventType::Redeploy => "error",
             EventType::Freeze | EventType::Other(_) => "warning",
@@ -240,8 +197,8 @@ fn severity(notification: &Notification) -> &'static str {
 pub fn dedup_key(notification: &Notification) -> String {
     format!(
         "{}/{}",
-        notification.event_id,
-        notification.vm_name.as_deref().unwrap_or("unknown")
+        notification.event.event_id,
+        notification.event.vm_name.as_deref().unwrap_or("unknown")
     )
 }
 
@@ -261,9 +218,9 @@ fn pagerduty(notification: &Notification, summary: &str, routing_key: &str) -> V
             "source": notification.vm(),
             "severity": severity(notification),
             "timestamp": notification.timestamp,
-            "component": notification.resources,
-            "group": notification.resource_type,
-            "class": notification.event_type,
+            "component": notification.event.resources,
+            "group": notification.event.resource_type,
+            "class": notification.event.event_type,
             "custom_details": notification,
         },
     })
@@ -273,7 +230,7 @@ fn pagerduty(notification: &Notification, summary: &str, routing_key: &str) -> V
 mod tests {
     use super::*;
     use crate::config::notify::FIELDS;
-    use crate::event::Document;
+    use crate::event::{Document, Event};
 
     fn freeze() -> Option<Event> {
         let document = Document::from_json(
@@ -287,13 +244,12 @@ mod tests {
     }
 
     fn notification(transition: &'static str) -> Option<Notification> {
+        let event = freeze()?;
         Some(Notification::new(
             transition,
-            &freeze()?,
+            EventView::new(&event, Some("vm_0"), Some(2), 1),
             None,
             None,
-            Some("vm_0"),
-            Some(2),
             DateTime::UNIX_EPOCH,
         ))
     }

@@ -114,7 +114,7 @@ pub async fn run(
                         backoff::delay(FIRST_BACKOFF, MAX_BACKOFF, attempt - 1, retry_after);
                     tracing::debug!(
                         receiver = name,
-                        event_id = notification.event_id.as_str(),
+                        event_id = notification.event.event_id.as_str(),
                         transition = notification.transition,
                         attempt,
                         error = %failure,
@@ -137,7 +137,7 @@ pub async fn run(
         match outcome {
             Ok(()) => tracing::debug!(
                 receiver = name,
-                event_id = notification.event_id.as_str(),
+                event_id = notification.event.event_id.as_str(),
                 transition = notification.transition,
                 attempts = attempt,
                 elapsed_seconds = elapsed.as_secs_f64(),
@@ -147,7 +147,7 @@ pub async fn run(
                 receiver = name,
                 format = receiver.format.as_str(),
                 endpoint = %receiver.endpoint(),
-                event_id = notification.event_id.as_str(),
+                event_id = notification.event.event_id.as_str(),
                 transition = notification.transition,
                 attempts = attempt,
                 error = %failure,
@@ -157,7 +157,7 @@ pub async fn run(
                 receiver = name,
                 format = receiver.format.as_str(),
                 endpoint = %receiver.endpoint(),
-                event_id = notification.event_id.as_str(),
+                event_id = notification.event.event_id.as_str(),
                 transition = notification.transition,
                 error = %failure,
                 "notification refused by the receiver: not sent again"

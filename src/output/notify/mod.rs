@@ -1,28 +1,25 @@
 //! The notification output: each transition (and, when asked, each approval) pushed to the
 //! configured receivers: generic JSON webhooks, Slack, Microsoft Teams, PagerDuty.
 //!
-//! In the loop it only decides: which receivers want the occurrence ([`Filter`]), and whether
-//! that receiver already got that transition of that event. What goes out is recorded in the
-//! state file, and the file written, before it is queued, so a restart never sends it again (at
-//! most once, as for approvals). Sending happens in one task per receiver ([`delivery`]) behind
-//! a bounded queue; a notification that does not fit is dropped and counted.
+//! Who gets what is decided in the core ([`crate::notices`]), which says it as
+//! [`Occurrence::Notify`]; the state output has recorded it in the state file by the time this
+//! output sees it, so a restart never sends it again (at most once, as for approvals). Here each
+//! notice becomes one body ([`body`], from the batch's view of the event) queued to each of its
+//! receivers. Sending happens in one task per receiver ([`delivery`]) behind a bounded queue; a
+//! notification that does not fit is dropped and counted.
 
 pub mod body;
 pub mod delivery;
 pub mod metrics;
 
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::approval::Outcome;
-use crate::config::notify::{Filter, NotifyConfig};
-use crate::event::{Affects, Event};
+use crate::config::notify::NotifyConfig;
 use crate::occurrence::{Context, Occurrence};
-use crate::state::StateStore;
 
 use self::body::Notification;
 use self::delivery::Job;
@@ -39,40 +36,19 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 struct Route {
     name: String,
-    filter: Filter,
     queue: Option<mpsc::Sender<Job>>,
     task: Option<JoinHandle<()>>,
-}
-
-impl Route {
-    fn wants(&self, transition: &str, event: &Event, vm_name: Option<&str>) -> bool {
-        let filter = &self.filter;
-        filter.transitions.contains(&transition)
-            && (filter.event_types.is_empty() || filter.event_types.contains(&event.event_type))
-            && (filter.event_sources.is_empty()
-                || event
-                    .source
-                    .as_ref()
-                    .is_some_and(|s| filter.event_sources.contains(s)))
-            // While this VM's name is unknown, every event may be this VM's.
-            && (!filter.this_vm_only || event.affects(vm_name) != Affects::No)
-    }
 }
 
 #[derive(Debug)]
 pub struct Notify {
     routes: Vec<Route>,
-    store: Arc<Mutex<StateStore>>,
     metrics: NotifyMetrics,
 }
 
 impl Notify {
     /// Starts one sending task per receiver on the current runtime.
-    pub fn start(
-        config: &NotifyConfig,
-        store: Arc<Mutex<StateStore>>,
-        metrics: NotifyMetrics,
-    ) -> Result<Self, reqwest::Error> {
+    pub fn start(config: &NotifyConfig, metrics: NotifyMetrics) -> Result<Self, reqwest::Error> {
         let mut routes = Vec::new();
         for receiver in &config.receivers {
             let client = delivery::client(receiver)?;
@@ -85,141 +61,51 @@ impl Notify {
             ));
             routes.push(Route {
                 name: receiver.name.clone(),
-                filter: receiver.filter.clone(),
                 queue: Some(queue),
                 task: Some(task),
             });
         }
-        Ok(Self {
-            routes,
-            store,
-            metrics,
-        })
+        Ok(Self { routes, metrics })
     }
-}
-
-/// The transitions a restart reports again: an event still in the document is resumed as
-/// `scheduled` or `started`. Only these are recorded in the state file, so a restart never sends
-/// them twice; every other transition happens once (an event is updated as often as it changes).
-/// The records of an event go with it when it leaves the document.
-const REPLAYABLE: [&str; 2] = ["scheduled", "started"];
-
-/// The notifications a batch holds, before filtering.
-fn notifications<'a>(
-    context: &Context,
-    occurrences: &'a [Occurrence],
-) -> Vec<(Notification, &'a Event)> {
-    let vm_name = context.vm_name();
-    let mut found = Vec::new();
-    for occurrence in occurrences {
-        match occurrence {
-            Occurrence::Transition(transition) => found.push((
-                Notification::of_transition(transition, vm_name, context.incarnation, context.at),
-                transition.event(),
-            )),
-            // It completed (or was cancelled) while the agent was down: closing it now is what
-            // lets a PagerDuty incident resolve itself.
-            Occurrence::EndedWhileDown(tracked) => found.push((
-                Notification::new(
-                    "completed",
-                    &tracked.event,
-                    None,
-                    Some(tracked.seen_started),
-                    vm_name,
-                    context.incarnation,
-                    context.at,
-                ),
-                &tracked.event,
-            )),
-            Occurrence::Decision(decision) => match &decision.outcome {
-                Outcome::Approved { .. } => found.push((
-                    Notification::new(
-                        "approved",
-                        &decision.event,
-                        None,
-                        None,
-                        vm_name,
-                        context.incarnation,
-                        context.at,
-                    ),
-                    &decision.event,
-                )),
-                Outcome::DryRun { .. }
-                | Outcome::Waiting { .. }
-                | Outcome::Skipped(_)
-                | Outcome::HookStarted(_)
-                | Outcome::HookFinished(_)
-                | Outcome::PostFailed { .. } => {}
-            },
-            Occurrence::Restarted(_)
-            | Occurrence::VmIdentified { .. }
-            | Occurrence::VmUnidentified { .. }
-            | Occurrence::Reachable { .. }
-            | Occurrence::Unreachable { .. }
-            | Occurrence::Incarnation(_)
-            | Occurrence::DuplicateEventId(_)
-            | Occurrence::Events(_)
-            | Occurrence::ApprovalSending { .. } => {}
-        }
-    }
-    found
 }
 
 #[async_trait::async_trait]
 impl Output for Notify {
     fn consume(&mut self, context: &Context, occurrences: &[Occurrence]) {
-        let found = notifications(context, occurrences);
-        if found.is_empty() {
-            return;
-        }
         let seen = Instant::now();
-        let vm_name = context.vm_name();
-        let mut jobs = Vec::new();
-        {
-            let mut store = self.store.lock().unwrap_or_else(PoisonError::into_inner);
-            let state = store.state_mut();
-            let mut recorded = false;
-            for (notification, event) in &found {
-                let replayable = REPLAYABLE.contains(&notification.transition);
-                for (index, route) in self.routes.iter().enumerate() {
-                    if !route.wants(notification.transition, event, vm_name) {
-                        continue;
-                    }
-                    if replayable {
-                        if !state.record_notification(
-                            &notification.event_id,
-                            &route.name,
-                            notification.transition,
-                        ) {
-                            continue;
-                        }
-                        recorded = true;
-                    }
-                    jobs.push((index, notification.clone()));
+        for occurrence in occurrences {
+            let Occurrence::Notify(notice) = occurrence else {
+                continue;
+            };
+            let notification = Notification::new(
+                notice.transition,
+                context.view(&notice.event),
+                notice.changed.clone(),
+                notice.seen_started,
+                context.at,
+            );
+            for name in &notice.receivers {
+                let Some(route) = self.routes.iter().find(|r| *r.name == **name) else {
+                    continue;
+                };
+                let Some(queue) = &route.queue else {
+                    continue;
+                };
+                let job = Job {
+                    notification: notification.clone(),
+                    seen,
+                };
+                if let Err(error) = queue.try_send(job) {
+                    let Job { notification, .. } = error.into_inner();
+                    self.metrics.record_drop(&route.name);
+                    tracing::warn!(
+                        receiver = route.name.as_str(),
+                        event_id = notification.event.event_id.as_str(),
+                        transition = notification.transition,
+                        queue = QUEUE,
+                        "notification dropped: the receiver's queue is full"
+                    );
                 }
-            }
-            // On disk before the first POST leaves.
-            if recorded {
-                store.flush();
-            }
-        }
-        for (index, notification) in jobs {
-            let Some(route) = self.routes.get(index) else {
-                continue;
-            };
-            let Some(queue) = &route.queue else {
-                continue;
-            };
-            if let Err(error) = queue.try_send(Job { notification, seen }) {
-                let Job { notification, .. } = error.into_inner();
-                self.metrics.record_drop(&route.name);
-                tracing::warn!(
-                    receiver = route.name.as_str(),
-                    event_id = notification.event_id.as_str(),
-                    transition = notification.transition,
-                    queue = QUEUE,
-                    "notification dropped: the receiver's queue is full"
-                );
             }
         }
     }

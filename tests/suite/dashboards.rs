@@ -1,8 +1,8 @@
 //! The Grafana dashboards as Grafana and the agent see them: Grafana's own schema, what import
 //! and provisioning need, and no metric the agent does not export.
 
-mod common;
-mod ops;
+use crate::common;
+use crate::ops;
 
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
@@ -41,7 +41,7 @@ fn every_dashboard_type_checks_against_grafanas_own_schema() -> TestResult {
     for (name, json) in &dashboards {
         let stem = name.trim_end_matches(".json");
         let source = format!(
-            "// {name}, checked by tests/dashboards.rs.\nimport type {{ CheckedDashboard }} from '../dashboard';\n\n\
+            "// {name}, checked by tests/suite/dashboards.rs.\nimport type {{ CheckedDashboard }} from '../dashboard';\n\n\
              export const dashboard: CheckedDashboard = {};\n",
             serde_json::to_string_pretty(json)?
         );
@@ -210,7 +210,7 @@ fn the_event_dashboard_picks_event_ids_from_the_metrics_and_links_each_to_its_tr
         .iter()
         .find(|(_, d)| d["uid"] == "azure-sched-events-event")
         .ok_or("no event dashboard")?;
-    // Picked from the metrics, or pasted: tests/prometheus.rs checks that $event_id finds the
+    // Picked from the metrics, or pasted: tests/suite/prometheus.rs checks that $event_id finds the
     // exported EventId for any case, with or without dashes.
     let pick = variable(event, "event").ok_or("no $event")?;
     assert_eq!(
@@ -245,7 +245,7 @@ fn the_event_dashboard_picks_event_ids_from_the_metrics_and_links_each_to_its_tr
     );
     let text = serde_json::to_string(event)?;
     // Table rows link to Tempo's Explore with the row's trace id; the dashboard links the
-    // selected event's. tests/prometheus.rs checks that trace_id is the EventId without dashes.
+    // selected event's. tests/suite/prometheus.rs checks that trace_id is the EventId without dashes.
     assert!(
         text.contains("${__data.fields.trace_id}"),
         "no per-row trace link"

@@ -2,18 +2,16 @@
 //! variables or its flags, exporting to a real OTLP receiver (gRPC and HTTP/protobuf) while
 //! polling the simulator.
 
-mod common;
-#[path = "common/otlp.rs"]
-mod otlp;
+use crate::common;
+use crate::otlp;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use azure_scheduled_events_exporter::simulator::example_compute;
 use azure_scheduled_events_exporter::trace_id::{lifecycle_span_id, trace_id};
-use bytes::Bytes;
 use common::process::{AgentProcess, command, scrape};
-use common::{Exposition, Imds, PATIENCE, THIS_VM, TestResult};
+use common::{Exposition, Imds, PATIENCE, THIS_VM, TestResult, document};
 use otlp::{ReceivedSpan, Receiver};
 
 /// Upper case, as real IMDS sends it.
@@ -100,21 +98,18 @@ fn dropped(exposition: &Exposition, reason: &str) -> f64 {
     ))
 }
 
-/// A document with `events` (JSON objects) at `incarnation`.
-fn document(incarnation: u64, events: &[String]) -> Bytes {
-    Bytes::from(format!(
-        r#"{{"DocumentIncarnation":{incarnation},"Events":[{}]}}"#,
-        events.join(",")
-    ))
-}
-
-fn event(id: &str, event_type: &str, status: &str, resources: &[&str], not_before: &str) -> String {
-    let resources: Vec<String> = resources.iter().map(|r| format!("\"{r}\"")).collect();
-    format!(
-        r#"{{"EventId":"{id}","EventStatus":"{status}","EventType":"{event_type}","ResourceType":"VirtualMachine",
-        "Resources":[{}],"NotBefore":"{not_before}","Description":"","EventSource":"Platform","DurationInSeconds":-1}}"#,
-        resources.join(",")
-    )
+fn event(
+    id: &str,
+    event_type: &str,
+    status: &str,
+    resources: &[&str],
+    not_before: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "EventId": id, "EventStatus": status, "EventType": event_type, "ResourceType": "VirtualMachine",
+        "Resources": resources, "NotBefore": not_before, "Description": "", "EventSource": "Platform",
+        "DurationInSeconds": -1
+    })
 }
 
 /// NotBefore ten minutes from now, RFC 1123.
@@ -420,7 +415,7 @@ async fn a_collector_that_is_down_neither_stops_polling_nor_queues_without_bound
     let endpoint = format!("http://{}", closed.local_addr()?);
     drop(closed);
     let imds = Imds::start().await?;
-    let events: Vec<String> = (0..5)
+    let events: Vec<serde_json::Value> = (0..5)
         .map(|n| {
             event(
                 &format!("5DD55B64-45AD-49D3-BBC9-F57D4EA97BD{n}"),

@@ -1,7 +1,7 @@
 //! The agent against the simulator over real HTTP on loopback: the lifecycle on /metrics, every
 //! fault kind, health, and the real-world documents.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -248,7 +248,8 @@ async fn ready_only_after_imds_answers_and_alive_while_waiting() -> TestResult {
     imds.sim
         .inject_fault(Fault::delay(Duration::from_secs(4)).until_cleared());
     let agent = Agent::start(&imds, &["--imds.first-timeout=60s"]).await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The first GET has reached IMDS, which holds it.
+    imds.polled(0).await?;
     assert_eq!(
         agent.get("/readyz").await?.0,
         503,

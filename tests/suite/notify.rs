@@ -2,18 +2,16 @@
 //! body checked against the receiver's documented schema, retries and refusals, a receiver that
 //! hangs or is down, a restart with the same state file, and a receiver behind an HTTPS proxy.
 
-mod common;
-#[path = "notify/receiver.rs"]
-mod receiver;
+use crate::common;
+pub(crate) mod receiver;
 
 use std::time::Duration;
 
 use azure_scheduled_events_exporter::config::notify::FIELDS;
 use azure_scheduled_events_exporter::simulator::Scenario;
-use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use common::process::{AgentProcess, command};
-use common::{Agent, Exposition, Imds, PATIENCE, THIS_VM, TempDir, TestResult};
+use common::{Agent, Exposition, Imds, PATIENCE, THIS_VM, TempDir, TestResult, document};
 use receiver::{Answer, Hit, Proxy, Receiver, status};
 use serde_json::Value;
 
@@ -40,12 +38,6 @@ fn event(id: &str, event_type: &str, status: &str, vm: &str) -> Value {
         "EventSource": "User",
         "DurationInSeconds": -1,
     })
-}
-
-fn document(incarnation: u64, events: &[Value]) -> Bytes {
-    Bytes::from(
-        serde_json::json!({"DocumentIncarnation": incarnation, "Events": events}).to_string(),
-    )
 }
 
 fn write(dir: &TempDir, name: &str, text: &str) -> Result<String, std::io::Error> {
@@ -414,7 +406,8 @@ async fn a_503_then_200_delivers_once_and_retry_after_is_honoured() -> TestResul
         hits.iter().all(|h| h.body == hits[0].body),
         "the same body each time"
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Thirty more polls: at least 1.5 s.
+    imds.polled(30).await?;
     assert_eq!(receiver.hits_on("/hook").len(), 3, "nothing after the 200");
     agent.stop().await
 }
@@ -439,8 +432,8 @@ async fn a_400_is_not_retried() -> TestResult {
             notifications(e, "webhook-1", "rejected") == 1.0
         })
         .await?;
-    // Backoff starts at 500 ms: a retry would have come by now.
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    // Backoff starts at 500 ms: a retry would have come within forty polls (at least 2 s).
+    imds.polled(40).await?;
     assert_eq!(receiver.hits_on("/hook").len(), 1);
     let exposition = agent.metrics().await?;
     assert_eq!(notifications(&exposition, "webhook-1", "delivered"), 0.0);
@@ -545,7 +538,7 @@ async fn a_restart_with_the_same_state_file_sends_nothing_twice() -> TestResult 
         .await?;
     imds.sim.set_document(document(3, &[]));
     let hits = receiver.wait_for("/hook", 3).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    imds.polled(10).await?;
     assert_eq!(
         transitions(&receiver.hits_on("/hook")),
         ["scheduled", "started", "completed"],

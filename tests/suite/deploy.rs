@@ -1,8 +1,8 @@
 //! How the agent is installed: the Dockerfile under hadolint, the systemd unit under
 //! systemd-analyze, and the Kubernetes DaemonSet against what the agent and IMDS need.
 
-mod common;
-mod ops;
+use crate::common;
+use crate::ops;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

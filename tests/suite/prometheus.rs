@@ -1,8 +1,8 @@
 //! The alert rules and dashboards against Prometheus itself: promtool on every rule file and its
 //! unit tests, and a real Prometheus scraping real agents that evaluates every expression we ship.
 
-mod common;
-mod ops;
+use crate::common;
+use crate::ops;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -136,10 +136,18 @@ fn every_alert_is_named_labelled_described_and_has_a_runbook_section() -> TestRe
                 "{name}: the description does not name the event"
             );
         }
+        // Absolute, so that the link works from a pager or a chat message.
         let url = annotations["runbook_url"].as_str().unwrap_or_default();
+        assert!(
+            url.starts_with("https://"),
+            "{name}: runbook_url {url:?} is not an absolute https URL"
+        );
         let section = url
-            .strip_prefix("docs/runbook.md#")
-            .ok_or_else(|| format!("{name}: runbook_url {url:?} is not docs/runbook.md#section"))?;
+            .split_once("/docs/runbook.md#")
+            .map(|(_, section)| section)
+            .ok_or_else(|| {
+                format!("{name}: runbook_url {url:?} is not .../docs/runbook.md#section")
+            })?;
         assert!(
             anchors.contains(section),
             "{name}: docs/runbook.md has no section #{section}"
@@ -377,7 +385,12 @@ impl Prometheus {
 
     /// Every alerting rule loaded: (name, state, health, last error).
     async fn rules(&self) -> Result<Vec<(String, String, String, String)>, Error> {
-        let answer = self.api("/api/v1/rules", &[("type", "alert")]).await?;
+        self.rules_of("alert").await
+    }
+
+    /// Every rule of `kind` (alert, record) loaded: (name, state, health, last error).
+    async fn rules_of(&self, kind: &str) -> Result<Vec<(String, String, String, String)>, Error> {
+        let answer = self.api("/api/v1/rules", &[("type", kind)]).await?;
         let mut rules = Vec::new();
         for group in answer["data"]["groups"].as_array().into_iter().flatten() {
             for rule in group["rules"].as_array().into_iter().flatten() {
@@ -434,10 +447,25 @@ impl Site {
     }
 }
 
-fn compute(name: &str, location: &str, zone: &str) -> Compute {
-    let mut compute = example_compute(name);
+/// The instance metadata of VM `name` in `location`: its own vmId, as Azure gives every VM (the
+/// rules count VMs by it), and the scale set `example_compute` derives from `scale_set_of`.
+fn compute(name: &str, scale_set_of: &str, location: &str, zone: &str) -> Compute {
+    use std::hash::{Hash, Hasher};
+    let mut compute = example_compute(scale_set_of);
+    compute.name = name.to_owned();
     compute.location = location.to_owned();
     compute.zone = zone.to_owned();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (location, name).hash(&mut hasher);
+    let h = hasher.finish();
+    compute.vm_id = format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        h >> 32,
+        (h >> 16) & 0xffff,
+        h & 0xfff,
+        (h >> 4) & 0xfff,
+        h & 0xffff_ffff_ffff
+    );
     compute
 }
 
@@ -540,8 +568,12 @@ fn answer(result: &[Value], key: Option<&str>) -> BTreeMap<String, String> {
 /// `instance` labels collide (relabelled to the same addresses) and both have a scale set
 /// `pool` of four VMs.
 ///
+/// Every VM has its own IMDS (simulator), hence its own vmId.
+///
 /// - east: 3 of pool's 4 VMs face a Reboot (one EventId each: a maintenance wave), and `slow_0`,
 ///   whose poll loop stalls on a request that never ends.
+/// - south: Spot scale set `spot`, both of whose VMs are evicted (a Spot wave, not a page), and a
+///   target of the agent's job that never answers (a node without a working agent).
 /// - west: 1 of pool's 4 VMs faces a Reboot, and scenarios/fleet.yaml played to five plain VMs:
 ///   web_0..web_2 see the scenario (web_0 exports traces, to a collector that is down, so its
 ///   OTLP counters exist; web_1 approves Spot evictions through a hook that fails;
@@ -554,32 +586,53 @@ fn answer(result: &[Value], key: Option<&str>) -> BTreeMap<String, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard() -> TestResult {
     let dir = TempDir::new("fleet")?;
-    let east = Site::start(
-        compute("pool_0", "eastus", "2"),
-        reboots(
-            "east",
-            &[
-                ("pool_0", "A0000000-0000-4000-8000-00000000000E"),
-                ("pool_1", "A1000000-0000-4000-8000-00000000000E"),
-                ("pool_2", "A2000000-0000-4000-8000-00000000000E"),
-            ],
-        )?,
+    let east_reboots = [
+        ("pool_0", "A0000000-0000-4000-8000-00000000000E"),
+        ("pool_1", "A1000000-0000-4000-8000-00000000000E"),
+        ("pool_2", "A2000000-0000-4000-8000-00000000000E"),
+    ];
+    let west_reboots = [("pool_0", "B0000000-0000-4000-8000-00000000000A")];
+    // The VMs' IMDS, by cluster/VM.
+    let mut sites: BTreeMap<String, Site> = BTreeMap::new();
+    for (cluster, location, zone, events) in [
+        ("east", "eastus", "2", &east_reboots[..]),
+        ("west", "westeurope", "1", &west_reboots[..]),
+    ] {
+        for k in 0..4 {
+            let name = format!("pool_{k}");
+            let site = Site::start(
+                compute(&name, &name, location, zone),
+                reboots(cluster, events)?,
+            )
+            .await?;
+            sites.insert(format!("{cluster}/{name}"), site);
+        }
+    }
+    for name in ["web_0", "web_1", "web_2", "web_4"] {
+        // Plain VMs: no scale set.
+        let site = Site::start(
+            compute(name, "web", "westeurope", "1"),
+            Scenario::from_file(&ops::repo().join("scenarios/fleet.yaml"))?,
+        )
+        .await?;
+        sites.insert(format!("west/{name}"), site);
+    }
+    for name in ["spot_0", "spot_1"] {
+        let evicted = Scenario::parse(&format!(
+            "name: spot\nevents:\n  - id: C{}000000-0000-4000-8000-00000000000C\n    type: Preempt\n    resources: [{name}]\n    notice: 30s\n    runs_for: 1h\n",
+            &name[5..]
+        ))?;
+        let site = Site::start(compute(name, name, "southcentralus", "3"), evicted).await?;
+        sites.insert(format!("south/{name}"), site);
+    }
+    let url = |key: &str| -> Result<String, Error> {
+        Ok(sites.get(key).ok_or(format!("no site {key}"))?.url())
+    };
+    let slow = Site::start(
+        compute("slow_0", "slow_0", "eastus", "2"),
+        reboots("slow", &[])?,
     )
     .await?;
-    let west = Site::start(
-        compute("pool_0", "westeurope", "1"),
-        reboots(
-            "west",
-            &[("pool_0", "B0000000-0000-4000-8000-00000000000A")],
-        )?,
-    )
-    .await?;
-    let fleet = Site::start(
-        compute("web", "westeurope", "1"),
-        Scenario::from_file(&ops::repo().join("scenarios/fleet.yaml"))?,
-    )
-    .await?;
-    let slow = Site::start(compute("slow_0", "eastus", "2"), reboots("slow", &[])?).await?;
     // web_3's IMDS: a socket that is bound but never answers, held for the whole test.
     let silent = std::net::TcpListener::bind("127.0.0.1:0")?;
     let unreachable = format!("http://{}", silent.local_addr()?);
@@ -591,7 +644,7 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     let kubeconfig = ops::down_kubeconfig(&dir.0)?;
     let mut agents: BTreeMap<String, AgentProcess> = BTreeMap::new();
     let mut targets = Vec::new();
-    for (cluster, site) in [("east", &east), ("west", &west)] {
+    for cluster in ["east", "west"] {
         for k in 0..4 {
             let name = format!("pool_{k}");
             let mut extra = vec![format!("--vm.name={name}")];
@@ -601,13 +654,23 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
                 extra.push(format!("--kubernetes.kubeconfig={}", kubeconfig.display()));
             }
             let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-            let process = agent(&format!("{cluster}-{name}"), &site.url(), &dir.0, &extra)?;
+            let process = agent(
+                &format!("{cluster}-{name}"),
+                &url(&format!("{cluster}/{name}"))?,
+                &dir.0,
+                &extra,
+            )?;
+            let mut labels = vec![
+                ("cluster", cluster.to_owned()),
+                ("instance", format!("10.224.0.{}:10188", 4 + k)),
+            ];
+            // The node's name, as the chart's PodMonitor sets it.
+            if cluster == "west" && k == 0 {
+                labels.push(("node", "aks-pool-12345678-vmss000000".to_owned()));
+            }
             targets.push(Target {
                 address: process.address().to_owned(),
-                labels: vec![
-                    ("cluster", cluster.to_owned()),
-                    ("instance", format!("10.224.0.{}:10188", 4 + k)),
-                ],
+                labels,
             });
             agents.insert(format!("{cluster}/{name}"), process);
         }
@@ -619,11 +682,11 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     ];
     let traces = ["--otlp.endpoint=http://127.0.0.1:9"];
     for (name, url, extra) in [
-        ("web_0", fleet.url(), &traces[..]),
-        ("web_1", fleet.url(), &approve[..]),
-        ("web_2", fleet.url(), &[]),
+        ("web_0", url("west/web_0")?, &traces[..]),
+        ("web_1", url("west/web_1")?, &approve[..]),
+        ("web_2", url("west/web_2")?, &[]),
         ("web_3", unreachable.clone(), &[]),
-        ("web_4", fleet.url(), &[]),
+        ("web_4", url("west/web_4")?, &[]),
     ] {
         let process = agent(name, &url, &dir.0, extra)?;
         targets.push(Target {
@@ -646,6 +709,20 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         ],
     });
     agents.insert("east/slow_0".into(), process);
+    for name in ["spot_0", "spot_1"] {
+        let process = agent(name, &url(&format!("south/{name}"))?, &dir.0, &[])?;
+        targets.push(Target {
+            address: process.address().to_owned(),
+            labels: vec![("cluster", "south".to_owned())],
+        });
+        agents.insert(format!("south/{name}"), process);
+    }
+    // A node of south whose agent never started: its target is listed but never answers.
+    let never = std::net::TcpListener::bind("127.0.0.1:0")?;
+    targets.push(Target {
+        address: never.local_addr()?.to_string(),
+        labels: vec![("cluster", "south".to_owned())],
+    });
     let prometheus = Prometheus::start(&targets, &ops::rule_files()?).await?;
     let patience = Duration::from_secs(60);
     let count = |v: &[Value]| {
@@ -661,7 +738,7 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
             .query("count(count_over_time(azure_scheduled_events_vm_info[1m]) >= 3)")
             .await?;
         Ok(
-            (count(&up).as_deref() == Some("14") && count(&vms).as_deref() == Some("13"))
+            (count(&up).as_deref() == Some("16") && count(&vms).as_deref() == Some("15"))
                 .then_some(()),
         )
     })
@@ -685,7 +762,7 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     std::fs::write(dir.0.join("web_2.boot_id"), "boot-2\n")?;
     let listen = format!("--web.listen-address={web_2_address}");
     let web_2 = ops::eventually("web_2 to restart on its address", patience, || async {
-        Ok(agent("web_2", &fleet.url(), &dir.0, &[listen.as_str()]).ok())
+        Ok(agent("web_2", &url("west/web_2")?, &dir.0, &[listen.as_str()]).ok())
     })
     .await?;
     agents.insert("west/web_2".into(), web_2);
@@ -1001,6 +1078,68 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
             failures.push(format!("alert {name}: health {health:?} {error}"));
         }
     }
+    // Recording rules: every one evaluates without error; each has data for this scenario but
+    // the node count, which needs kube-state-metrics.
+    let records = prometheus.rules_of("record").await?;
+    let recorded_names: BTreeSet<&str> = records.iter().map(|(n, ..)| n.as_str()).collect();
+    if recorded_names.len() < 10 {
+        failures.push(format!(
+            "only {} recording rules loaded",
+            recorded_names.len()
+        ));
+    }
+    for (name, _, health, error) in &records {
+        if health != "ok" || !error.is_empty() {
+            failures.push(format!("record {name}: health {health:?} {error}"));
+        }
+    }
+    for name in &recorded_names {
+        if *name == "azure_scheduled_events:nodes:count" {
+            continue;
+        }
+        let data = ops::eventually(&format!("{name} to have data"), patience, || async {
+            let result = prometheus.query(name).await?;
+            Ok((!result.is_empty()).then_some(result))
+        })
+        .await;
+        if let Err(e) = data {
+            failures.push(format!("record {name}: {e}"));
+        }
+    }
+    // VMs by vmId, per cluster: east's pool and slow_0; west's pool and the three plain VMs that
+    // read instance metadata and are up (web_3 cannot reach IMDS, web_4 is gone); south's two.
+    let by_cluster =
+        |result: &[Value]| -> BTreeMap<String, String> { answer(result, Some("cluster")) };
+    let expected_counts = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    for (expr, expected) in [
+        (
+            "azure_scheduled_events:vms_reporting:count",
+            expected_counts(&[("east", "5"), ("south", "2"), ("west", "7")]),
+        ),
+        (
+            "azure_scheduled_events:capacity_vms_at_risk:count{vm_scale_set_name=\"pool\"}",
+            expected_counts(&[("east", "3"), ("west", "1")]),
+        ),
+        (
+            "azure_scheduled_events:capacity_vms_evicted:count",
+            expected_counts(&[("south", "2")]),
+        ),
+        (
+            "azure_scheduled_events:nodes_without_agent:count",
+            expected_counts(&[("south", "1")]),
+        ),
+    ] {
+        let got = by_cluster(&prometheus.query(expr).await?);
+        if got != expected {
+            failures.push(format!("{expr}: {got:?}, expected {expected:?}"));
+        }
+    }
+
     let stuck = "AzureScheduledEventsPollLoopStuck";
     for alert in &alerts {
         match prometheus.query(&alert.expr).await {
@@ -1090,6 +1229,30 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     if pages != expected_pages {
         failures.push(format!("pages {pages:?}, expected {expected_pages:?}"));
     }
+    // West's pool_0 is scraped with its node's name: its alert names the node.
+    let nodes: BTreeSet<(String, String, String)> = active
+        .iter()
+        .filter(|(name, _, labels)| {
+            name == "AzureScheduledEventImpactSoon" && labels.get("node").is_some()
+        })
+        .map(|(_, _, labels)| {
+            (
+                label(labels, "cluster").to_owned(),
+                label(labels, "vm_name").to_owned(),
+                label(labels, "node").to_owned(),
+            )
+        })
+        .collect();
+    let expected_nodes = BTreeSet::from([(
+        "west".to_owned(),
+        "pool_0".to_owned(),
+        "aks-pool-12345678-vmss000000".to_owned(),
+    )]);
+    if nodes != expected_nodes {
+        failures.push(format!(
+            "AzureScheduledEventImpactSoon with a node: {nodes:?}, expected {expected_nodes:?}"
+        ));
+    }
     let impact: BTreeSet<(String, String, String)> = active
         .iter()
         .filter(|(name, _, _)| name == "AzureScheduledEventImpactSoon")
@@ -1116,6 +1279,21 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         failures.push(format!(
             "AzureScheduledEventImpactSoon for {impact:?}, expected {expected_impact:?}"
         ));
+    }
+
+    // South's Spot wave and its node without an agent are reported, not paged (above).
+    for name in [
+        "AzureSpotEvictionWave",
+        "AzureScheduledEventsNodesWithoutAgent",
+    ] {
+        let clusters: BTreeSet<String> = active
+            .iter()
+            .filter(|(alert, _, _)| alert == name)
+            .map(|(_, _, labels)| label(labels, "cluster").to_owned())
+            .collect();
+        if clusters != BTreeSet::from(["south".to_owned()]) {
+            failures.push(format!("{name} for clusters {clusters:?}, expected south"));
+        }
     }
 
     // The failing outputs are west/pool_0's alone, though east/pool_0 has the same instance.
@@ -1146,6 +1324,6 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         failures.join("\n")
     );
     drop(agents);
-    drop((east, west, fleet, slow, silent));
+    drop((sites, slow, silent, never));
     Ok(())
 }

@@ -3,8 +3,8 @@
 //! must match the table in docs/metrics.md, and stay within the product's budget of 100 with
 //! approval off.
 
-mod common;
-mod ops;
+use crate::common;
+use crate::ops;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,9 +1,8 @@
 //! The built binary as users run it: exit codes, environment, signals, the log and promtool.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use azure_scheduled_events_exporter::simulator::Scenario;
 use common::process::{AgentProcess, command};
@@ -162,7 +161,7 @@ async fn logs_one_json_line_per_change_never_one_per_poll() -> TestResult {
     assert_eq!(scheduled["event_source"], "User");
 
     // Twenty more polls of an unchanged document: not one more line.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    imds.polled(20).await?;
     let extra: Vec<serde_json::Value> = process.lines_so_far()?;
     assert!(extra.is_empty(), "unchanged polls logged: {extra:?}");
     Ok(())

@@ -15,77 +15,21 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
+use crate::approval::{HookFailure, HookKind, HookRun};
 use crate::config::approval::HookCommand;
 use crate::event::Event;
-use crate::trace_id::trace_id;
+use crate::view::EventView;
 use crate::wire;
 
 /// Output kept from each of stdout and stderr, for the log line.
 const OUTPUT_CAP: usize = 4096;
 
-/// Which hook ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HookKind {
-    /// Before approving an event (drain, fail over, checkpoint); must succeed for the approval.
-    Approve,
-    /// When an event affecting this VM appears.
-    Prepare,
-    /// When an event affecting this VM completes (or is cancelled).
-    Recover,
-}
-
-impl HookKind {
-    pub const ALL: [HookKind; 3] = [HookKind::Approve, HookKind::Prepare, HookKind::Recover];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HookKind::Approve => "approve",
-            HookKind::Prepare => "prepare",
-            HookKind::Recover => "recover",
-        }
-    }
-}
-
-/// Why a hook did not succeed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum HookFailure {
-    #[error("exited with {0}")]
-    Exit(String),
-    #[error("did not finish within {0:?} and was killed")]
-    Timeout(Duration),
-    #[error("could not run: {0}")]
-    Spawn(String),
-}
-
-impl HookFailure {
-    pub const KINDS: [&'static str; 3] = ["hook_failed", "hook_timeout", "hook_error"];
-
-    /// Bounded name for metric labels.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            HookFailure::Exit(_) => "hook_failed",
-            HookFailure::Timeout(_) => "hook_timeout",
-            HookFailure::Spawn(_) => "hook_error",
-        }
-    }
-}
-
-/// What one run of a hook gave.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookRun {
-    pub kind: HookKind,
-    pub result: Result<(), HookFailure>,
-    pub elapsed: Duration,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-/// Runs `command` for `event` and waits for it, at most `timeout`.
+/// Runs `command` for `event`, which `view` shows, and waits for it, at most `timeout`.
 pub async fn run(
     command: &HookCommand,
     kind: HookKind,
     event: &Event,
-    vm: Option<&str>,
+    view: &EventView,
     timeout: Duration,
 ) -> HookRun {
     let started = Instant::now();
@@ -103,7 +47,7 @@ pub async fn run(
     let mut command = Command::new(program);
     command
         .args(args)
-        .envs(environment(kind, event, vm))
+        .envs(environment(kind, view))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -209,38 +153,31 @@ mod job {
     }
 }
 
-/// The `EVENT_*` variables a hook receives.
-pub fn environment(kind: HookKind, event: &Event, vm: Option<&str>) -> Vec<(&'static str, String)> {
+/// The `EVENT_*` variables a hook receives: the event's view, as the log line says it.
+pub fn environment(kind: HookKind, view: &EventView) -> Vec<(&'static str, String)> {
+    let text = |value: &Option<String>| value.clone().unwrap_or_default();
     vec![
         ("EVENT_HOOK", kind.as_str().to_owned()),
-        ("EVENT_ID", event.id.as_str().to_owned()),
-        ("EVENT_TRACE_ID", trace_id(event.id.as_str())),
-        ("EVENT_TYPE", event.event_type.as_str().to_owned()),
-        ("EVENT_STATUS", event.status.as_str().to_owned()),
-        (
-            "EVENT_SOURCE",
-            event
-                .source
-                .as_ref()
-                .map(|s| s.as_str().to_owned())
-                .unwrap_or_default(),
-        ),
-        ("EVENT_RESOURCE_TYPE", event.resource_type.clone()),
-        ("EVENT_RESOURCES", event.resources.to_string()),
-        ("EVENT_NOT_BEFORE", event.not_before.raw().to_owned()),
+        ("EVENT_ID", view.event_id.clone()),
+        ("EVENT_TRACE_ID", view.trace_id.clone()),
+        ("EVENT_TYPE", view.event_type.clone()),
+        ("EVENT_STATUS", view.event_status.clone()),
+        ("EVENT_SOURCE", text(&view.event_source)),
+        ("EVENT_RESOURCE_TYPE", view.resource_type.clone()),
+        ("EVENT_RESOURCES", view.resources.clone()),
+        ("EVENT_NOT_BEFORE", view.not_before.clone()),
         (
             "EVENT_DURATION_IN_SECONDS",
-            event.duration.map(|d| d.0.to_string()).unwrap_or_default(),
+            view.duration_in_seconds
+                .map(|d| d.to_string())
+                .unwrap_or_default(),
         ),
-        (
-            "EVENT_DESCRIPTION",
-            event.description.clone().unwrap_or_default(),
-        ),
+        ("EVENT_DESCRIPTION", text(&view.description)),
         (
             "EVENT_AFFECTS_THIS_VM",
-            event.affects(vm).as_str().to_owned(),
+            view.affects_this_vm.as_str().to_owned(),
         ),
-        ("EVENT_VM_NAME", vm.unwrap_or_default().to_owned()),
+        ("EVENT_VM_NAME", text(&view.vm_name)),
     ]
 }
 

@@ -20,12 +20,9 @@ use bytes::Bytes;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+use crate::common::{PATIENCE, TestResult};
 
 const VM: &str = "vmss_0";
-
-/// How long a wait for a state change may take before the test gives up.
-const PATIENCE: Duration = Duration::from_secs(20);
 
 struct Imds {
     server: RunningSimulator,
@@ -692,6 +689,102 @@ async fn every_scheduled_events_request_is_counted_whatever_the_answer() -> Test
         .send()
         .await?;
     assert_eq!(imds.sim().requests(), 3);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_approvals_fault_fails_only_the_post_and_polls_are_answered_meanwhile() -> TestResult {
+    use reqwest::Method;
+    let imds = Imds::start().await?;
+    let id = imds.sim().add_event(ScenarioEvent::new("Freeze", &[VM]))?;
+    let injected = imds
+        .control(
+            Method::POST,
+            "faults",
+            r#"{"kind":"status","status":500,"count":2,"target":"approvals"}"#,
+        )
+        .await?;
+    assert_eq!(injected.status(), StatusCode::NO_CONTENT);
+    let body = format!(r#"{{"StartRequests":[{{"EventId":"{id}"}}]}}"#);
+    for _ in 0..2 {
+        assert!(status_is(&imds.events().await?, "Scheduled"), "GETs pass");
+        assert_eq!(
+            imds.approve(&body).await?.status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+    assert!(
+        imds.sim().approvals().is_empty(),
+        "a faulted POST approves nothing"
+    );
+    assert!(
+        imds.sim().faults().is_empty(),
+        "both counts used up by POSTs"
+    );
+    assert_eq!(imds.approve(&body).await?.status(), StatusCode::OK);
+    imds.wait_for("the approved event to start", |e| status_is(e, "Started"))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_request_log_lists_each_request_with_its_method_header_fault_and_body() -> TestResult {
+    use reqwest::Method;
+    let imds = Imds::start().await?;
+    let id = imds.sim().add_event(ScenarioEvent::new("Freeze", &[VM]))?;
+    let body = format!(r#"{{"StartRequests":[{{"EventId":"{id}"}}]}}"#);
+    let _ = imds.get("2020-07-01").await?;
+    imds.sim()
+        .inject_fault(Fault::status(503).on(FaultTarget::Approvals));
+    let _ = imds.approve(&body).await?;
+    let _ = imds.approve(&body).await?;
+    let _ = imds
+        .client
+        .get(imds.events_url("2020-07-01"))
+        .send()
+        .await?;
+    let _ = imds
+        .get_url(&imds.url("/metadata/instance?api-version=2021-02-01"))
+        .await?;
+
+    let log = imds.sim().request_log();
+    let summary: Vec<(u64, &str, Option<&str>, Option<&str>)> = log
+        .iter()
+        .map(|r| {
+            (
+                r.number,
+                r.method.as_str(),
+                r.metadata.as_deref(),
+                r.fault.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (1, "GET", Some("true"), None),
+            (2, "POST", Some("true"), Some("status")),
+            (3, "POST", Some("true"), None),
+            (4, "GET", None, None),
+        ],
+        "instance metadata is not logged"
+    );
+    let bodies: Vec<Option<&str>> = log.iter().map(|r| r.body.as_deref()).collect();
+    assert_eq!(bodies, [None, None, Some(body.as_str()), None]);
+    assert!(
+        log.windows(2).all(|w| w[0].at <= w[1].at),
+        "in arrival order"
+    );
+    assert_eq!(imds.sim().requests(), 4);
+
+    let response = imds.control(Method::GET, "requests", "").await?;
+    assert_eq!(response.status(), StatusCode::OK);
+    let listed = json(response).await?;
+    assert_eq!(listed[2]["method"], "POST");
+    assert_eq!(listed[2]["body"], body.as_str());
+    assert_eq!(listed[1]["fault"], "status");
+    assert_eq!(listed[3]["metadata"], Value::Null);
+    assert_eq!(listed.as_array().map(Vec::len), Some(4));
     Ok(())
 }
 

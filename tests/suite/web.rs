@@ -3,7 +3,7 @@
 //! web configuration file checked at startup, the scrape limit, and a flood of idle connections
 //! that neither exhausts the agent's file descriptors nor stops its polling.
 
-mod common;
+use crate::common;
 
 use std::io::Read as _;
 use std::time::Duration;

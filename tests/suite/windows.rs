@@ -9,7 +9,7 @@
 //! naming what to install or run (`.ci/run` installs and builds them). What Wine cannot show is
 //! named in docs/install.md.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -13,7 +13,7 @@ use azure_scheduled_events_exporter::tracker::Tracker;
 use azure_scheduled_events_exporter::wire::Compute;
 use chrono::{DateTime, TimeZone, Utc};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+use crate::common::TestResult;
 
 /// Ten minutes before the Freeze of the docs example (`Mon, 11 Apr 2022 22:26:58 GMT`).
 fn scrape_time() -> DateTime<Utc> {
@@ -161,7 +161,7 @@ fn families_of_features_that_are_off_are_not_exported() -> TestResult {
     }
     for present in [
         r#"azure_scheduled_events_approval_mode{mode="off"} 1"#,
-        r#"azure_scheduled_events_reboots_total{expected="false"} 0"#,
+        r#"azure_scheduled_events_reboots_total{clean="false",expected="false"} 0"#,
         r#"azure_scheduled_events_imds_request_failures_total{operation="events",reason="connect"} 0"#,
         r#"azure_scheduled_events_imds_request_duration_seconds_bucket{operation="events",le="120"} 3"#,
     ] {

@@ -1,9 +1,7 @@
 //! Under a `Type=notify` unit: systemd's notifications, over a real unix datagram socket that
 //! stands where systemd's `NOTIFY_SOCKET` would.
 
-mod common;
-
-use std::time::Duration;
+use crate::common;
 
 use azure_scheduled_events_exporter::simulator::Fault;
 use common::process::{AgentProcess, command};
@@ -116,8 +114,8 @@ async fn without_a_watchdog_period_nothing_pings() -> TestResult {
         seen.iter().any(|l| l.starts_with("STATUS=polling every"))
     })
     .await?;
-    // A few more polls' worth of time, then stop: STOPPING=1 ends what the agent says.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Five more polls (half a second at 100 ms), then stop: STOPPING=1 ends what the agent says.
+    imds.polled(5).await?;
     let status = tokio::task::spawn_blocking(move || agent.terminate()).await??;
     assert!(status.success());
     until(&socket, &mut seen, |seen| {

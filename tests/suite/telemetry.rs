@@ -2,9 +2,8 @@
 //! answering `/metrics` (and says what it ignored), a bad `--otlp.*` flag still exits 64, and
 //! traces reach a real OTLP receiver over TLS with a private CA and a client certificate, gzipped.
 
-mod common;
-#[path = "common/otlp.rs"]
-mod otlp;
+use crate::common;
+use crate::otlp;
 
 use std::sync::Arc;
 use std::time::Duration;

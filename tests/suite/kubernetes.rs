@@ -5,17 +5,16 @@
 
 #![cfg(feature = "kubernetes")]
 
-mod apiserver;
-mod common;
+use crate::apiserver;
+use crate::common;
 
 use std::future::Future;
 use std::time::Duration;
 
 use apiserver::ApiServer;
 use azure_scheduled_events_exporter::simulator::{Fault, FaultTarget};
-use bytes::Bytes;
 use common::process::{AgentProcess, command};
-use common::{Agent, Imds, PATIENCE, THIS_VM, TempDir, TestResult};
+use common::{Agent, Imds, PATIENCE, THIS_VM, TempDir, TestResult, document};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -57,14 +56,7 @@ fn gpu_taint() -> Taint {
     }
 }
 
-fn document(incarnation: u64, events: &[String]) -> Bytes {
-    Bytes::from(format!(
-        r#"{{"DocumentIncarnation":{incarnation},"Events":[{}]}}"#,
-        events.join(",")
-    ))
-}
-
-fn reboot(status: &str, vm: &str) -> String {
+fn reboot(status: &str, vm: &str) -> serde_json::Value {
     let not_before = if status == "Started" {
         ""
     } else {
@@ -73,13 +65,12 @@ fn reboot(status: &str, vm: &str) -> String {
     reboot_not_before(status, vm, not_before)
 }
 
-fn reboot_not_before(status: &str, vm: &str, not_before: &str) -> String {
+fn reboot_not_before(status: &str, vm: &str, not_before: &str) -> serde_json::Value {
     serde_json::json!({
         "EventId": REBOOT, "EventStatus": status, "EventType": "Reboot", "ResourceType": "VirtualMachine",
         "Resources": [vm], "NotBefore": not_before, "Description": "", "EventSource": "Platform",
         "DurationInSeconds": -1
     })
-    .to_string()
 }
 
 /// An API server and a kubeconfig file naming it.
@@ -401,8 +392,8 @@ async fn an_operators_cordon_survives_the_event() -> TestResult {
         cluster.reason().as_deref() == Some("NoScheduledEvents")
     })
     .await?;
-    // Two resyncs later the node is still as the operator left it.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Two resyncs later (fifty polls: at least 2.5 s) the node is still as the operator left it.
+    imds.polled(50).await?;
     assert!(
         cluster.cordoned(),
         "never uncordons a node it did not cordon"
@@ -470,12 +461,13 @@ async fn tainted_cordoned_and_stopped() -> Result<(Cluster, Imds), Box<dyn std::
     Ok((cluster, imds))
 }
 
-/// Lets `agent` poll a while and read the Node again twice (`--kubernetes.resync-interval=1s`).
-async fn polls_and_resyncs(agent: &Agent) -> TestResult {
+/// Lets `agent` poll a while and read the Node again twice (`--kubernetes.resync-interval=1s`):
+/// twenty polls, then fifty more (at least 2.5 s).
+async fn polls_and_resyncs(agent: &Agent, imds: &Imds) -> TestResult {
     agent
         .wait_for("a few polls", |m| imds_gets(m) >= 20.0)
         .await?;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    imds.polled(50).await?;
     Ok(())
 }
 
@@ -485,7 +477,7 @@ async fn a_restart_in_the_middle_neither_doubles_nor_forgets() -> TestResult {
     let version = cluster.api.resource_version();
 
     let second = cluster.agent(&imds, &TAINT_AND_CORDON).await?;
-    polls_and_resyncs(&second).await?;
+    polls_and_resyncs(&second, &imds).await?;
     assert_eq!(
         cluster.api.resource_version(),
         version,
@@ -538,7 +530,7 @@ async fn a_restart_that_cannot_name_this_vm_lifts_nothing() -> TestResult {
     imds.sim
         .inject_fault(Fault::status(500).on(FaultTarget::Instance).until_cleared());
     let second = cluster.agent(&imds, &TAINT_AND_CORDON).await?;
-    polls_and_resyncs(&second).await?;
+    polls_and_resyncs(&second, &imds).await?;
     assert_eq!(
         cluster.api.resource_version(),
         version,
@@ -660,7 +652,8 @@ async fn another_vms_event_changes_nothing_on_this_node() -> TestResult {
             m.pending("Reboot", "Scheduled", "false") == 1.0
         })
         .await?;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Fifty more polls, at least 2.5 s: two resyncs.
+    imds.polled(50).await?;
     assert_eq!(cluster.api.node(), before, "the Node is unchanged");
     assert!(cluster.event_reasons().is_empty(), "no Event");
     agent.stop().await
@@ -691,8 +684,14 @@ async fn outside_a_pod_the_kubeconfig_named_by_kubeconfig_is_used() -> TestResul
         cluster.reason().as_deref() == Some("RebootScheduled")
     })
     .await;
+    // The Event is a request of its own, after the condition's.
+    let event = eventually("the Event", || {
+        cluster.event_reasons() == ["RebootScheduled"]
+    })
+    .await;
     process.terminate()?;
     seen?;
+    event?;
     assert_eq!(cluster.event_reasons(), ["RebootScheduled"]);
     Ok(())
 }

@@ -4,10 +4,9 @@
 //! root — and the Helm chart, linted and rendered by a real `helm`, its objects compared with what
 //! the agent reads and with `alerts/` and `dashboards/`.
 
-mod common;
-mod ops;
-#[path = "common/otlp.rs"]
-mod otlp;
+use crate::common;
+use crate::ops;
+use crate::otlp;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -845,9 +844,25 @@ fn the_chart_passes_flags_and_variables_the_agent_reads() -> TestResult {
         .ok_or("no listen address")?;
     assert_eq!(listen["value"], ":10190");
     assert_eq!(container["ports"][0]["containerPort"], 10190);
+    // With a PodMonitor and a ServiceMonitor on, no scrape annotations (a second scrape job would
+    // see every agent twice); the monitors scrape the custom port and path.
     let annotations = &ds["spec"]["template"]["metadata"]["annotations"];
-    assert_eq!(annotations["prometheus.io/port"], "10190");
-    assert_eq!(annotations["prometheus.io/path"], "/custom-metrics");
+    for key in [
+        "prometheus.io/scrape",
+        "prometheus.io/port",
+        "prometheus.io/path",
+    ] {
+        assert!(annotations.get(key).is_none(), "{key} with a PodMonitor on");
+    }
+    let pod_monitor = one(&objects, "PodMonitor")?;
+    assert_eq!(
+        pod_monitor["spec"]["podMetricsEndpoints"][0]["path"],
+        "/custom-metrics"
+    );
+    assert_eq!(
+        pod_monitor["spec"]["podMetricsEndpoints"][0]["port"],
+        "metrics"
+    );
     let attributes = env
         .iter()
         .find(|e| e["name"] == "OTEL_RESOURCE_ATTRIBUTES")

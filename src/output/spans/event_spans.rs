@@ -23,8 +23,8 @@ use crate::approval::{Decision, Outcome};
 use crate::event::Event;
 use crate::occurrence::Context;
 use crate::telemetry::SCOPE;
-use crate::trace_id::{lifecycle_span_id, trace_id_u128};
-use crate::tracker::{Tracked, Transition};
+use crate::trace_id::trace_id_u128;
+use crate::tracker::{Kind, Tracked, Transition};
 
 /// The namespace of every span attribute of ours.
 pub const NAMESPACE: &str = "azure.scheduled_event";
@@ -59,8 +59,8 @@ impl EventSpans {
         let event = transition.event();
         let key = event.id.as_str();
         let trace_id = TraceId::from(trace_id_u128(key));
-        let span_id = SpanId::from(lifecycle_span_id(key, seen.vm_name().unwrap_or_default()));
-        let started = transition.kind() == "started";
+        let span_id = SpanId::from(seen.span_id(&event.id));
+        let started = transition.kind() == Kind::Started;
         let mut spans = Vec::with_capacity(2);
         let (first_seen, seen_started) = match transition {
             Transition::Resumed {
@@ -88,7 +88,7 @@ impl EventSpans {
         let mut attributes = event_attributes(event, seen);
         attributes.push(KeyValue::new(
             format!("{NAMESPACE}.transition"),
-            transition.kind(),
+            transition.kind().as_str(),
         ));
         if let Transition::Updated { changed, .. } = transition {
             let names: Vec<StringValue> = changed.iter().map(|f| f.as_str().into()).collect();
@@ -131,7 +131,7 @@ impl EventSpans {
     pub fn decision(&mut self, decision: &Decision, seen: &Context) -> SpanData {
         let event = &decision.event;
         let key = event.id.as_str();
-        let parent = SpanId::from(lifecycle_span_id(key, seen.vm_name().unwrap_or_default()));
+        let parent = SpanId::from(seen.span_id(&event.id));
         let at = SystemTime::from(seen.at);
         let name = |what: &str| format!("{NAMESPACE}.{what}");
         let mut attributes = event_attributes(event, seen);
@@ -236,7 +236,7 @@ impl EventSpans {
         let event = &remembered.event;
         let key = event.id.as_str();
         let open = Open {
-            span_id: SpanId::from(lifecycle_span_id(key, seen.vm_name().unwrap_or_default())),
+            span_id: SpanId::from(seen.span_id(&event.id)),
             first_seen: remembered.first_seen,
             seen_started: true,
             event: event.clone(),
@@ -285,14 +285,16 @@ fn lifecycle(trace_id: TraceId, open: Open, outcome: &'static str, seen: &Contex
     )
 }
 
-/// The event's fields, as this VM saw them.
+/// The event's fields, as this VM saw them: its [`crate::view::EventView`], with `Resources` as a list and
+/// NotBefore also as a Unix time.
 fn event_attributes(event: &Event, seen: &Context) -> Vec<KeyValue> {
+    let view = seen.view(event);
     let key = |name: &str| format!("{NAMESPACE}.{name}");
     let mut attributes = vec![
-        KeyValue::new(key("id"), event.id.as_str().to_owned()),
-        KeyValue::new(key("type"), event.event_type.as_str().to_owned()),
-        KeyValue::new(key("status"), event.status.as_str().to_owned()),
-        KeyValue::new(key("resource_type"), event.resource_type.clone()),
+        KeyValue::new(key("id"), view.event_id),
+        KeyValue::new(key("type"), view.event_type),
+        KeyValue::new(key("status"), view.event_status),
+        KeyValue::new(key("resource_type"), view.resource_type),
         KeyValue::new(
             key("resources"),
             Value::Array(
@@ -304,28 +306,25 @@ fn event_attributes(event: &Event, seen: &Context) -> Vec<KeyValue> {
                     .into(),
             ),
         ),
-        KeyValue::new(key("not_before"), event.not_before.raw().to_owned()),
-        KeyValue::new(
-            key("affects_this_vm"),
-            event.affects(seen.vm_name()).as_str(),
-        ),
+        KeyValue::new(key("not_before"), view.not_before),
+        KeyValue::new(key("affects_this_vm"), view.affects_this_vm.as_str()),
     ];
     if let Some(at) = event.not_before.at() {
         attributes.push(KeyValue::new(key("not_before_unix"), at.timestamp()));
     }
-    if let Some(source) = &event.source {
-        attributes.push(KeyValue::new(key("source"), source.as_str().to_owned()));
+    if let Some(source) = view.event_source {
+        attributes.push(KeyValue::new(key("source"), source));
     }
-    if let Some(duration) = event.duration {
-        attributes.push(KeyValue::new(key("duration_in_seconds"), duration.0));
+    if let Some(duration) = view.duration_in_seconds {
+        attributes.push(KeyValue::new(key("duration_in_seconds"), duration));
     }
-    if let Some(description) = &event.description {
-        attributes.push(KeyValue::new(key("description"), description.clone()));
+    if let Some(description) = view.description {
+        attributes.push(KeyValue::new(key("description"), description));
     }
-    if let Some(vm) = seen.vm_name() {
-        attributes.push(KeyValue::new(key("vm_name"), vm.to_owned()));
+    if let Some(vm) = view.vm_name {
+        attributes.push(KeyValue::new(key("vm_name"), vm));
     }
-    if let Some(incarnation) = seen.incarnation {
+    if let Some(incarnation) = view.document_incarnation {
         attributes.push(KeyValue::new(
             key("document_incarnation"),
             i64::try_from(incarnation).unwrap_or(i64::MAX),
@@ -364,6 +363,7 @@ fn span(
 mod tests {
     use super::*;
     use crate::event::Document;
+    use crate::trace_id::lifecycle_span_id;
     use crate::tracker::Tracker;
     use chrono::TimeZone;
 
@@ -394,6 +394,7 @@ mod tests {
             vm_name: Some(vm.into()),
             incarnation: Some(incarnation),
             at: t(at),
+            span_ids: Default::default(),
         }
     }
 

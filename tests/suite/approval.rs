@@ -1,20 +1,15 @@
 //! Approval against the simulator over real HTTP: off by default, the default policy, once per
 //! EventId across restarts, shared events, hooks, and how failed POSTs are retried or not.
 
-mod common;
+use crate::common;
 
-use std::convert::Infallible;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use azure_scheduled_events_exporter::simulator::{Approval, Scenario};
-use bytes::Bytes;
-use common::{Agent, Exposition, Imds, THIS_VM, TempDir, TestResult};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use azure_scheduled_events_exporter::simulator::{
+    Approval, Fault, FaultTarget, Scenario, SeenRequest,
+};
+use common::{Agent, Exposition, Imds, THIS_VM, TempDir, TestResult, document};
 
 const USER_REBOOT: &str = "A0000000-0000-4000-8000-000000000001";
 const SHORT_FREEZE: &str = "A0000000-0000-4000-8000-000000000002";
@@ -58,7 +53,7 @@ fn event_json(
     source: &str,
     resources: &[&str],
     duration: i64,
-) -> String {
+) -> serde_json::Value {
     let not_before = if status == "Started" {
         String::new()
     } else {
@@ -71,14 +66,6 @@ fn event_json(
         "Resources": resources, "NotBefore": not_before, "Description": "", "EventSource": source,
         "DurationInSeconds": duration
     })
-    .to_string()
-}
-
-fn document(incarnation: u64, events: &[String]) -> Bytes {
-    Bytes::from(format!(
-        r#"{{"DocumentIncarnation":{incarnation},"Events":[{}]}}"#,
-        events.join(",")
-    ))
 }
 
 /// A simulator whose verbatim document holds one user-initiated Reboot of this VM, Scheduled.
@@ -408,8 +395,9 @@ async fn a_restart_with_the_same_state_file_does_not_approve_again() -> TestResu
 #[tokio::test]
 async fn a_shared_event_is_approved_by_the_leader_at_once_and_by_the_second_vm_only_after_its_delay()
 -> TestResult {
-    let imds = Imds::start().await?;
-    imds.sim.set_document(document(
+    // Each VM reaches an IMDS of its own, as on Azure, serving the same verbatim document (which
+    // approvals do not change), so each says when its VM POSTed.
+    let shared = document(
         2,
         &[event_json(
             SHORT_FREEZE,
@@ -419,12 +407,12 @@ async fn a_shared_event_is_approved_by_the_leader_at_once_and_by_the_second_vm_o
             &[THIS_VM, OTHER_VM],
             5,
         )],
-    ));
+    );
+    let (leader_imds, second_imds) = (Imds::start().await?, Imds::start().await?);
+    leader_imds.sim.set_document(shared.clone());
+    second_imds.sim.set_document(shared);
     let delay = chrono::TimeDelta::seconds(2);
     let (leader_dir, second_dir) = (TempDir::new("leader")?, TempDir::new("second")?);
-    // Each VM reaches IMDS through a front of its own, which says when each one POSTed.
-    let (leader_front, leader_url) = Front::start(&imds, vec![]).await?;
-    let (second_front, second_url) = Front::start(&imds, vec![]).await?;
     let second_started = chrono::Utc::now();
     let second_flags = flags(
         &second_dir,
@@ -434,7 +422,7 @@ async fn a_shared_event_is_approved_by_the_leader_at_once_and_by_the_second_vm_o
             "--vm.name=test-vmss_1",
         ],
     )?;
-    let second = start_at(&imds, &second_url, &second_flags).await?;
+    let second = start(&second_imds, &second_flags).await?;
     let waiting = second
         .wait_for("the second VM to wait its turn", |m| {
             decisions(m, "waiting", "takeover") == 1.0
@@ -442,7 +430,7 @@ async fn a_shared_event_is_approved_by_the_leader_at_once_and_by_the_second_vm_o
         .await?;
     assert_eq!(approvals(&waiting, "Freeze"), 0.0);
     let leader_flags = flags(&leader_dir, &["--approve", "--approve.takeover-delay=2s"])?;
-    let leader = start_at(&imds, &leader_url, &leader_flags).await?;
+    let leader = start(&leader_imds, &leader_flags).await?;
     let led = leader
         .wait_for("the leader's approval", |m| approvals(m, "Freeze") == 1.0)
         .await?;
@@ -457,15 +445,16 @@ async fn a_shared_event_is_approved_by_the_leader_at_once_and_by_the_second_vm_o
             approvals(m, "Freeze") == 1.0
         })
         .await?;
-    assert_eq!(leader_front.posts().len(), 1);
-    let second_posts = second_front.posts();
+    assert_eq!(posts(&leader_imds).len(), 1);
+    let second_posts = posts(&second_imds);
     assert_eq!(second_posts.len(), 1, "{second_posts:?}");
     assert!(
         second_posts[0].at - second_started >= delay,
         "the second VM approves no earlier than its delay after it first saw the event: {:?}",
         second_posts[0].at - second_started
     );
-    assert_eq!(ids(&imds.sim.approvals()), [SHORT_FREEZE, SHORT_FREEZE]);
+    assert_eq!(ids(&leader_imds.sim.approvals()), [SHORT_FREEZE]);
+    assert_eq!(ids(&second_imds.sim.approvals()), [SHORT_FREEZE]);
     leader.stop().await?;
     second.stop().await
 }
@@ -508,8 +497,8 @@ events:
             decisions(m, "skipped", "started") == 1.0
         })
         .await?;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    more_polls(&second, 10.0).await?;
+    // Forty polls of the second VM (1.5 s and ten polls before): past its 1 s takeover delay.
+    more_polls(&second, 40.0).await?;
     assert_eq!(ids(&imds.sim.approvals()), [SHORT_FREEZE]);
     assert_eq!(approvals(&second.metrics().await?, "Freeze"), 0.0);
     leader.stop().await?;
@@ -861,175 +850,28 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// One POST the front received: its `Metadata` header, its body, and when.
-#[derive(Debug, Clone)]
-struct Post {
-    metadata: Option<String>,
-    body: String,
-    at: chrono::DateTime<chrono::Utc>,
-    received: std::time::Instant,
-}
-
-/// A front for the simulator that answers approval POSTs as told and records them, and passes
-/// every other request through: IMDS's POST failures without disturbing its GETs.
-#[derive(Clone)]
-struct Front {
-    upstream: String,
-    /// Statuses for the next POSTs; once empty, POSTs go to the simulator.
-    script: Arc<Mutex<Vec<u16>>>,
-    posts: Arc<Mutex<Vec<Post>>>,
-    /// Every request's method in arrival order: `G` or `P`.
-    sequence: Arc<Mutex<String>>,
-    /// When each GET of the scheduled-events document arrived.
-    gets: Arc<Mutex<Vec<std::time::Instant>>>,
-    /// How long IMDS takes to answer each approval POST.
-    post_delay: Duration,
-    http: reqwest::Client,
-}
-
-impl Front {
-    async fn start(
-        imds: &Imds,
-        script: Vec<u16>,
-    ) -> Result<(Self, String), Box<dyn std::error::Error>> {
-        Self::start_slow(imds, script, Duration::ZERO).await
-    }
-
-    /// A front that holds each approval POST `post_delay` before passing it on.
-    async fn start_slow(
-        imds: &Imds,
-        script: Vec<u16>,
-        post_delay: Duration,
-    ) -> Result<(Self, String), Box<dyn std::error::Error>> {
-        let front = Front {
-            upstream: imds.url(),
-            script: Arc::new(Mutex::new(script)),
-            posts: Arc::default(),
-            sequence: Arc::default(),
-            gets: Arc::default(),
-            post_delay,
-            http: reqwest::Client::builder().no_proxy().build()?,
-        };
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-        let url = format!("http://{}", listener.local_addr()?);
-        let serving = front.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let front = serving.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| front.clone().handle(req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        Ok((front, url))
-    }
-
-    fn posts(&self) -> Vec<Post> {
-        self.posts.lock().map(|p| p.clone()).unwrap_or_default()
-    }
-
-    async fn handle(self, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-        let method = req.method().clone();
-        let uri = req.uri().clone();
-        let metadata = req
-            .headers()
-            .get("metadata")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let body = req
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        if path.starts_with("/metadata/scheduledevents")
-            && let Ok(mut sequence) = self.sequence.lock()
-        {
-            sequence.push(if method == hyper::Method::POST {
-                'P'
-            } else {
-                'G'
-            });
-            if method == hyper::Method::GET
-                && let Ok(mut gets) = self.gets.lock()
-            {
-                gets.push(std::time::Instant::now());
-            }
-        }
-        if method == hyper::Method::POST {
-            if let Ok(mut posts) = self.posts.lock() {
-                posts.push(Post {
-                    metadata: metadata.clone(),
-                    body: String::from_utf8_lossy(&body).into_owned(),
-                    at: chrono::Utc::now(),
-                    received: std::time::Instant::now(),
-                });
-            }
-            tokio::time::sleep(self.post_delay).await;
-            let scripted = self
-                .script
-                .lock()
-                .ok()
-                .and_then(|mut s| (!s.is_empty()).then(|| s.remove(0)));
-            if let Some(status) = scripted {
-                let mut response =
-                    Response::new(Full::new(Bytes::from_static(b"{\"error\":\"scripted\"}")));
-                *response.status_mut() = hyper::StatusCode::from_u16(status)
-                    .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-                return Ok(response);
-            }
-        }
-        let mut forward = self
-            .http
-            .request(method, format!("{}{path}", self.upstream))
-            .body(body);
-        if let Some(metadata) = metadata {
-            forward = forward.header("Metadata", metadata);
-        }
-        let (status, bytes) = match forward.send().await {
-            Ok(response) => (
-                response.status().as_u16(),
-                response.bytes().await.unwrap_or_default(),
-            ),
-            Err(_) => (502, Bytes::new()),
-        };
-        let mut response = Response::new(Full::new(bytes));
-        *response.status_mut() =
-            hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::BAD_GATEWAY);
-        Ok(response)
-    }
-}
-
-/// An agent whose IMDS is `url` (a [`Front`] of `imds`).
-async fn start_at(
-    imds: &Imds,
-    url: &str,
-    flags: &[String],
-) -> Result<Agent, Box<dyn std::error::Error>> {
-    let imds_flag = format!("--imds.url={url}");
-    let mut all: Vec<&str> = flags.iter().map(String::as_str).collect();
-    // The last --imds.url wins over the helper's.
-    all.push(&imds_flag);
-    Agent::start(imds, &all).await
+/// The approval POSTs the simulator received, in order, whatever it answered.
+fn posts(imds: &Imds) -> Vec<SeenRequest> {
+    imds.sim
+        .request_log()
+        .into_iter()
+        .filter(SeenRequest::is_post)
+        .collect()
 }
 
 #[tokio::test]
 async fn the_approval_post_carries_metadata_true_and_exactly_the_event_id() -> TestResult {
     let imds = imds_with_user_reboot().await?;
-    let (front, url) = Front::start(&imds, vec![]).await?;
     let dir = TempDir::new("metadata")?;
-    let agent = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
+    let agent = start(&imds, &flags(&dir, &["--approve"])?).await?;
     agent
         .wait_for("the approval", |m| approvals(m, "Reboot") == 1.0)
         .await?;
-    let posts = front.posts();
+    let posts = posts(&imds);
     assert_eq!(posts.len(), 1, "{posts:?}");
     assert_eq!(posts[0].metadata.as_deref(), Some("true"));
-    let body: serde_json::Value = serde_json::from_str(&posts[0].body)?;
+    let body: serde_json::Value =
+        serde_json::from_str(posts[0].body.as_deref().unwrap_or_default())?;
     assert_eq!(
         body,
         serde_json::json!({"StartRequests":[{"EventId": USER_REBOOT}]})
@@ -1044,14 +886,13 @@ async fn many_events_due_at_once_are_all_approved_once_a_few_per_poll() -> TestR
     let ids: Vec<String> = (1..=7)
         .map(|i| format!("C0000000-0000-4000-8000-00000000000{i}"))
         .collect();
-    let events: Vec<String> = ids
+    let events: Vec<serde_json::Value> = ids
         .iter()
         .map(|id| event_json(id, "Scheduled", "Reboot", "User", &[THIS_VM], -1))
         .collect();
     imds.sim.set_document(document(2, &events));
-    let (front, url) = Front::start(&imds, vec![]).await?;
     let dir = TempDir::new("many")?;
-    let agent = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
+    let agent = start(&imds, &flags(&dir, &["--approve"])?).await?;
     agent
         .wait_for("seven approvals", |m| approvals(m, "Reboot") == 7.0)
         .await?;
@@ -1064,8 +905,13 @@ async fn many_events_due_at_once_are_all_approved_once_a_few_per_poll() -> TestR
         .collect();
     posted.sort();
     assert_eq!(posted, ids, "each once");
-    assert_eq!(front.posts().len(), 7);
-    let sequence = front.sequence.lock().map(|s| s.clone()).unwrap_or_default();
+    assert_eq!(posts(&imds).len(), 7);
+    let sequence: String = imds
+        .sim
+        .request_log()
+        .iter()
+        .map(|r| if r.is_post() { 'P' } else { 'G' })
+        .collect();
     let longest = sequence.split('G').map(str::len).max().unwrap_or(0);
     assert!(
         longest <= 3,
@@ -1080,11 +926,11 @@ async fn many_events_due_at_once_are_all_approved_once_a_few_per_poll() -> TestR
 async fn polling_goes_on_while_imds_takes_seconds_to_answer_an_approval() -> TestResult {
     let imds = imds_with_user_reboot().await?;
     let hold = Duration::from_secs(5);
-    let (front, url) = Front::start_slow(&imds, vec![], hold).await?;
+    imds.sim
+        .inject_fault(Fault::delay(hold).on(FaultTarget::Approvals));
     let dir = TempDir::new("slow-post")?;
-    let agent = start_at(
+    let agent = start(
         &imds,
-        &url,
         &flags(
             &dir,
             &["--approve", "--imds.timeout=10s", "--poll.interval=250ms"],
@@ -1095,16 +941,19 @@ async fn polling_goes_on_while_imds_takes_seconds_to_answer_an_approval() -> Tes
         .wait_for("the approval", |m| approvals(m, "Reboot") == 1.0)
         .await?;
     assert_eq!(ids(&imds.sim.approvals()), [USER_REBOOT], "delivered once");
-    let gets = front.gets.lock().map(|g| g.clone()).unwrap_or_default();
-    let posted = front.posts()[0].received;
+    let log = imds.sim.request_log();
+    let post = log.iter().find(|r| r.is_post()).ok_or("no POST")?;
+    assert_eq!(post.fault.as_deref(), Some("delay"), "the POST was held");
+    let (posted, held_until) = (post.at, post.at + chrono::TimeDelta::from_std(hold)?);
     // GETs that arrived while the POST was held: the POST leaves from a task of its own.
-    let during: Vec<_> = gets
+    let during: Vec<_> = log
         .iter()
-        .filter(|at| **at > posted && **at < posted + hold)
+        .filter(|r| r.is_get() && r.at > posted && r.at < held_until)
+        .map(|r| r.at)
         .collect();
     let longest_gap = during
         .windows(2)
-        .map(|w| w[1].duration_since(*w[0]))
+        .filter_map(|w| (w[1] - w[0]).to_std().ok())
         .max()
         .unwrap_or_default();
     eprintln!(
@@ -1122,55 +971,63 @@ async fn polling_goes_on_while_imds_takes_seconds_to_answer_an_approval() -> Tes
 #[tokio::test]
 async fn a_500_on_post_is_retried_with_backoff_until_it_succeeds() -> TestResult {
     let imds = imds_with_user_reboot().await?;
-    let (front, url) = Front::start(&imds, vec![500, 503]).await?;
+    imds.sim
+        .inject_fault(Fault::status(500).on(FaultTarget::Approvals));
+    imds.sim
+        .inject_fault(Fault::status(503).on(FaultTarget::Approvals));
     let dir = TempDir::new("retry")?;
-    let agent = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
+    let agent = start(&imds, &flags(&dir, &["--approve"])?).await?;
     let m = agent
         .wait_for("the approval", |m| approvals(m, "Reboot") == 1.0)
         .await?;
     assert_eq!(failures(&m, "Reboot", "http_5xx"), 2.0);
     assert_eq!(decisions(&m, "post_failed", "http_5xx"), 2.0);
-    assert_eq!(front.posts().len(), 3, "two failures, then the success");
+    assert_eq!(posts(&imds).len(), 3, "two failures, then the success");
     assert_eq!(ids(&imds.sim.approvals()), [USER_REBOOT]);
-    more_polls(&agent, 20.0).await?;
-    assert_eq!(front.posts().len(), 3, "nothing after the success");
+    imds.polled(20).await?;
+    assert_eq!(posts(&imds).len(), 3, "nothing after the success");
     agent.stop().await
 }
 
 #[tokio::test]
 async fn a_400_on_post_is_logged_and_never_sent_again() -> TestResult {
     let imds = imds_with_user_reboot().await?;
-    let (front, url) = Front::start(&imds, vec![400; 50]).await?;
+    imds.sim
+        .inject_fault(Fault::status(400).times(50).on(FaultTarget::Approvals));
     let dir = TempDir::new("400")?;
-    let agent = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
+    let agent = start(&imds, &flags(&dir, &["--approve"])?).await?;
     agent
         .wait_for("the refusal", |m| failures(m, "Reboot", "http_4xx") == 1.0)
         .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    more_polls(&agent, 20.0).await?;
+    // Eighty polls, at least 4 s: a retry (after 1 s, then 2 s) would have come.
+    imds.polled(80).await?;
     let m = agent.metrics().await?;
-    assert_eq!(front.posts().len(), 1, "a 400 is not retried");
+    assert_eq!(posts(&imds).len(), 1, "a 400 is not retried");
     assert_eq!(failures(&m, "Reboot", "http_4xx"), 1.0);
     assert_eq!(approvals(&m, "Reboot"), 0.0);
     agent.stop().await?;
 
-    let again = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
+    let again = start(&imds, &flags(&dir, &["--approve"])?).await?;
     again
         .wait_for("the remembered refusal", |m| {
             decisions(m, "skipped", "rejected") == 1.0
         })
         .await?;
-    more_polls(&again, 20.0).await?;
-    assert_eq!(front.posts().len(), 1, "nor after a restart");
+    imds.polled(20).await?;
+    assert_eq!(posts(&imds).len(), 1, "nor after a restart");
     again.stop().await
 }
 
 #[tokio::test]
 async fn polls_go_on_while_posts_fail() -> TestResult {
     let imds = imds_with_user_reboot().await?;
-    let (_front, url) = Front::start(&imds, vec![500; 1000]).await?;
+    imds.sim.inject_fault(
+        Fault::status(500)
+            .until_cleared()
+            .on(FaultTarget::Approvals),
+    );
     let dir = TempDir::new("failing")?;
-    let agent = start_at(&imds, &url, &flags(&dir, &["--approve"])?).await?;
+    let agent = start(&imds, &flags(&dir, &["--approve"])?).await?;
     agent
         .wait_for("two failed attempts", |m| {
             failures(m, "Reboot", "http_5xx") >= 2.0

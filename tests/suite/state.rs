@@ -1,6 +1,6 @@
 //! The state file: never fatal, never half-written, and what a restart makes of it (reboots).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -8,9 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use azure_scheduled_events_exporter::simulator::{Scenario, ScenarioEvent};
-use azure_scheduled_events_exporter::state::{
-    ApprovalRecord, ApprovalStatus, Opened, State, StateStore,
-};
+use azure_scheduled_events_exporter::state::{ApprovalRecord, ApprovalStatus, State};
+use azure_scheduled_events_exporter::state_file::{Opened, StateStore};
 use chrono::{DateTime, Utc};
 use common::{Agent, Exposition, Imds, THIS_VM, TempDir, TestResult};
 
@@ -184,10 +183,28 @@ async fn a_corrupt_state_file_is_set_aside_and_replaced_and_the_agent_runs_on() 
     Ok(())
 }
 
+/// Reboots counted `expected`, clean or not.
 fn reboots(m: &Exposition, expected: &str) -> f64 {
-    m.get(&format!(
-        r#"azure_scheduled_events_reboots_total{{expected="{expected}"}}"#
-    ))
+    ["true", "false"]
+        .iter()
+        .map(|clean| {
+            m.get(&format!(
+                r#"azure_scheduled_events_reboots_total{{clean="{clean}",expected="{expected}"}}"#
+            ))
+        })
+        .sum()
+}
+
+/// Reboots counted clean (the agent had stopped cleanly before), expected or not.
+fn clean_reboots(m: &Exposition) -> f64 {
+    ["true", "false"]
+        .iter()
+        .map(|expected| {
+            m.get(&format!(
+                r#"azure_scheduled_events_reboots_total{{clean="true",expected="{expected}"}}"#
+            ))
+        })
+        .sum()
 }
 
 /// Runs an agent on `dir`'s state file with boot id `boot` until `ready` holds; returns the first
@@ -232,6 +249,12 @@ async fn a_reboot_after_this_vms_reboot_started_is_expected_and_any_other_is_not
     assert_eq!(
         (reboots(&unexpected, "true"), reboots(&unexpected, "false")),
         (0.0, 1.0)
+    );
+    // Every run here ends with a clean stop (as SIGTERM at shutdown): the reboot is clean.
+    assert_eq!(
+        clean_reboots(&unexpected),
+        1.0,
+        "a reboot after a clean stop"
     );
 
     imds.sim.load_scenario(Scenario::parse(&format!(

@@ -42,6 +42,34 @@ impl Imds {
     pub fn url(&self) -> String {
         self.running.url()
     }
+
+    /// Waits until the agent has polled `polls` more times, for a test that checks that nothing
+    /// happened meanwhile: the simulator has received `polls` + 1 more scheduled-events GETs than
+    /// when this was called. The agent keeps one GET in flight, so by then it has had `polls`
+    /// answers and done what each called for, and at least `polls` poll intervals have passed.
+    /// Counts every client of this simulator: a test with one agent only. Fails after
+    /// [`PATIENCE`].
+    pub async fn polled(&self, polls: usize) -> Result<(), String> {
+        let mark = self.sim.requests();
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let gets = self
+                .sim
+                .request_log()
+                .iter()
+                .filter(|r| r.number > mark && r.is_get())
+                .count();
+            if gets > polls {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!(
+                    "timed out waiting for {polls} polls: {gets} GETs in {PATIENCE:?}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 }
 
 /// An agent in this process polling `imds` fast, configured by `extra` flags.
@@ -198,6 +226,14 @@ impl Exposition {
             r#"azure_scheduled_events_{metric}{{event_id="{event_id}"}}"#
         ))
     }
+}
+
+/// A scheduled-events document at `incarnation` holding `events`, as the simulator then serves
+/// it verbatim.
+pub fn document(incarnation: u64, events: &[serde_json::Value]) -> bytes::Bytes {
+    bytes::Bytes::from(
+        serde_json::json!({"DocumentIncarnation": incarnation, "Events": events}).to_string(),
+    )
 }
 
 /// A directory of its own for a test, removed when dropped.

@@ -1,0 +1,218 @@
+// The recording rules: what the alerts and the dashboards re-read, computed once per evaluation.
+// A VM is (clusterLabel, vmIdLabel); a scrape target is (clusterLabel, vmLabels), and several
+// targets (scrape jobs) may be one VM. Series names are in promql.libsonnet (`records`) and
+// documented in docs/dashboards.md. Recorded series carry the labels they were recorded with:
+// read them without the selector.
+local promql = import '../lib/promql.libsonnet';
+
+{
+  local c = $._config,
+  local q = promql.new(c),
+  local r = q.records,
+  local cl = c.clusterLabel,
+  local nonEmpty(list) = std.filter(function(l) l != '', list),
+  local target = q.vmBy,
+  local cap = c.capacityLabel,
+
+  // '1d' -> 86400: the durations of the config that rules compare with time().
+  local seconds(duration) =
+    local unit = std.substr(duration, std.length(duration) - 1, 1);
+    local number = std.parseInt(std.substr(duration, 0, std.length(duration) - 1));
+    local factor = { s: 1, m: 60, h: 3600, d: 86400, w: 604800 };
+    if std.objectHas(factor, unit) then number * factor[unit]
+    else error 'duration %s: expected a number and one of s, m, h, d, w' % duration,
+
+  local infoLabels = q.list(q.vm + [c.vmIdLabel] + c.vmInfoRecordLabels),
+  local vmInfoLabels = q.list(q.vmId + ['instance'] + c.vmInfoRecordLabels),
+  // Every event type a rule below looks at: the quiet agent-down, the page, the Spot wave and
+  // AzureScheduledEventImpactSoon read one record. (The Helm chart's placeholders for the page's
+  // and the Spot wave's types are left out: the chart allows interruptingTypes only there.)
+  local impactTypes = std.uniq(std.sort(std.filter(
+    function(t) !std.startsWith(t, '@@'),
+    c.interruptingTypes + c.goneTypes + c.capacity.eventTypes + c.spotWave.eventTypes + c.impactSoonTypes
+  ))),
+  local record(name, expr) = { record: name, expr: expr + '\n' },
+
+  // VMs of each capacity group with a held event of `types`, counted by VM.
+  local groupCount(types) =
+    'count by (%(group)s) (\n  max by (%(vm)s) (\n    %(held)s\n  )\n)' % {
+      group: q.groupBy,
+      vm: q.list(q.vmId + [cap]),
+      held: q.rec(r.vmImpactHeld, ['%s!=""' % cap, 'event_type=~"%s"' % q.types(types)]),
+    },
+
+  // Node names of kube_node_info, under nodeLabel.
+  local kubeNodes =
+    local sel = if c.coverage.kubeStateMetricsSelector == '' && c.coverage.nodeMatchers == [] then 'kube_node_info'
+    else 'kube_node_info{%s}' % std.join(', ', nonEmpty([c.coverage.kubeStateMetricsSelector] + c.coverage.nodeMatchers));
+    if c.nodeLabel == 'node' || c.nodeLabel == '' then sel
+    else 'label_replace(%s, "%s", "$1", "node", "(.*)")' % [sel, c.nodeLabel],
+
+  prometheusRules+:: {
+    groups+: [
+      {
+        name: 'azure-scheduled-events.targets',
+        rules: [
+          // When each target last was the agent (exported build_info or vm_info). It reads its
+          // own last value: the series lasts agentSeenLookback after the last scrape, without
+          // reading a day of samples.
+          record(
+            r.targetLastSeen,
+            '(\n  max by (%(t)s) (timestamp(%(build)s))\n  or on (%(t)s)\n  max by (%(t)s) (timestamp(%(info)s))\n)\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[10m])\n  > time() - %(lookback)d\n)' % {
+              t: target,
+              build: q.sel('azure_scheduled_events_build_info'),
+              info: q.sel('azure_scheduled_events_vm_info'),
+              prev: r.targetLastSeen,
+              lookback: seconds(c.agentSeenLookback),
+            },
+          ),
+          // The target's vm_info now, or its last known one for vmInfoLookback after the target
+          // was last seen (a rebooting VM). One series per target. A vm_info without vmIdLabel
+          // gets the target as its id: it counts as a VM of its own.
+          record(
+            r.targetVmInfo,
+            'max by (%(labels)s) (\n  %(withId)s\n  or\n  label_join(%(withoutId)s, "%(id)s", "/", %(targetQuoted)s)\n)\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[10m])\n  and on (%(t)s)\n  (%(seen)s > time() - %(lookback)d)\n)' % {
+              labels: infoLabels,
+              withId: q.sel('azure_scheduled_events_vm_info', ['%s!=""' % c.vmIdLabel]),
+              withoutId: q.sel('azure_scheduled_events_vm_info', ['%s=""' % c.vmIdLabel]),
+              id: c.vmIdLabel,
+              targetQuoted: std.join(', ', ['"%s"' % l for l in q.vm]),
+              t: target,
+              prev: r.targetVmInfo,
+              seen: r.targetLastSeen,
+              lookback: seconds(c.vmInfoLookback),
+            },
+          ),
+          // One series per VM, whatever the number of jobs scraping its agent; a series that
+          // names the node is preferred.
+          record(
+            r.vmInfo,
+            local one(matchers) = 'topk by (%s) (\n  1,\n  max by (%s) (%s)\n)' % [q.vmIdBy, vmInfoLabels, q.rec(r.targetVmInfo, matchers)];
+            if c.nodeLabel == '' then one([])
+            else '%s\nor on (%s)\n%s' % [one(['%s!=""' % c.nodeLabel]), q.vmIdBy, one([])],
+          ),
+          // VMs whose agent is scraped now.
+          record(
+            r.vmsReporting,
+            'count by (%(cluster)s) (\n  count by (%(vm)s) (\n    %(info)s\n    and on (%(t)s)\n    %(now)s\n  )\n)' % {
+              cluster: q.list([cl]),
+              vm: q.vmIdBy,
+              info: r.targetVmInfo,
+              t: target,
+              now: q.sel('azure_scheduled_events_vm_info'),
+            },
+          ),
+          // VMs seen within vmInfoLookback.
+          record(r.vmsKnown, 'count by (%s) (%s)' % [q.list([cl]), r.vmInfo]),
+        ],
+      },
+      {
+        name: 'azure-scheduled-events.impact',
+        rules: [
+          // Events of this VM that take it down, with NotBefore within impactSoonSeconds,
+          // passed, unknown, or Started: one series per target and event.
+          record(
+            r.targetImpactSoon,
+            'max by (%(key)s) (\n  %(events)s\n)\nunless on (%(on)s)\n  (%(until)s > %(soon)d)' % {
+              key: q.list(q.vm + ['event_id', 'event_type', 'event_source']),
+              events: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes)]),
+              on: q.list(q.vm + ['event_id']),
+              until: q.sel('azure_scheduled_events_event_seconds_until_not_before'),
+              soon: c.impactSoonSeconds,
+            },
+          ),
+          // The same, held for impactHold after its last sighting while the target is not up:
+          // the VM is rebooting, its agent is not scraped.
+          record(
+            r.targetImpactHeld,
+            '%(soon)s\nor on (%(key)s)\n(\n  max_over_time(%(soon)s[%(hold)s])\n  unless on (%(t)s) (%(up)s == 1)\n)' % {
+              soon: r.targetImpactSoon,
+              key: q.list(q.vm + ['event_id']),
+              hold: c.impactHold,
+              t: target,
+              up: q.sel('up'),
+            },
+          ),
+          // When each target last showed a goneTypes event of its own (deleted, evicted), kept
+          // for agentSeenLookback while the target is not up again: it reads its own last value
+          // instead of a day of samples.
+          record(
+            r.targetGone,
+            'max by (%(t)s) (timestamp(%(gone)s))\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[10m]) > time() - %(lookback)d\n  unless on (%(t)s) (%(up)s == 1)\n)' % {
+              t: target,
+              gone: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(c.goneTypes)]),
+              prev: r.targetGone,
+              lookback: seconds(c.agentSeenLookback),
+              up: q.sel('up'),
+            },
+          ),
+          // The same by VM (vmIdLabel), with its capacity group: only VMs whose vm_info is known.
+          record(
+            r.vmImpactHeld,
+            'max by (%(key)s) (\n  %(held)s\n  * on (%(t)s) group_left (%(info)s)\n  %(vmInfo)s\n)' % {
+              key: q.list(q.vmId + [cap, 'event_id', 'event_type', 'event_source']),
+              held: r.targetImpactHeld,
+              t: target,
+              info: q.list([c.vmIdLabel, cap]),
+              vmInfo: r.targetVmInfo,
+            },
+          ),
+          // The VMs of each capacity group: seen within impactHold (a rebooting VM still counts).
+          record(
+            r.capacityVms,
+            'count by (%(group)s) (\n  max by (%(vm)s) (\n    %(info)s\n    and on (%(t)s)\n    (%(seen)s > time() - %(hold)d)\n  )\n)' % {
+              group: q.groupBy,
+              vm: q.list(q.vmId + [cap]),
+              info: q.rec(r.targetVmInfo, ['%s!=""' % cap]),
+              t: target,
+              seen: r.targetLastSeen,
+              hold: seconds(c.impactHold),
+            },
+          ),
+          record(r.capacityAtRisk, groupCount(c.capacity.eventTypes)),
+          record(r.capacityEvicted, groupCount(c.spotWave.eventTypes)),
+        ],
+      },
+      {
+        name: 'azure-scheduled-events.coverage',
+        rules: [
+          record(r.nodes, 'count by (%s) (%s)' % [q.list([cl]), kubeNodes]),
+          // Nodes without a working agent (one scraped now): by name where the agent's series
+          // carry nodeLabel (its build_info, whether or not it has read instance metadata), by
+          // count where kube_node_info is present but they do not; without kube-state-metrics,
+          // targets of a job with agents that never were the agent (never up, image not pulled,
+          // wrong architecture).
+          record(
+            r.nodesWithoutAgent,
+            local byCount = '(\n    %(nodes)s\n    - (%(reporting)s or on (%(cluster)s) %(nodes)s * 0)\n  ) > 0' % {
+              nodes: r.nodes,
+              reporting: r.vmsReporting,
+              cluster: q.list([cl]),
+            };
+            local named = 'count by (%s) (%s)' % [q.list([cl]), q.sel('azure_scheduled_events_build_info', ['%s!=""' % c.nodeLabel])];
+            local byName = 'count by (%(cluster)s) (\n    max by (%(on)s) (%(kube)s)\n    unless on (%(on)s)\n    %(agents)s\n  )\n  and on (%(cluster)s) %(named)s' % {
+              cluster: q.list([cl]),
+              on: q.list([cl, c.nodeLabel]),
+              kube: kubeNodes,
+              agents: q.sel('azure_scheduled_events_build_info', ['%s!=""' % c.nodeLabel]),
+              named: named,
+            };
+            local kube =
+              if c.nodeLabel == '' then byCount
+              else '%s\n  or on (%s)\n  (\n  %s\n  unless on (%s) %s\n  )' % [byName, q.list([cl]), byCount, q.list([cl]), named];
+            '(\n  %(kube)s\n)\nor on (%(cluster)s)\n(\n  count by (%(cluster)s) (\n    (%(up)s == 0)\n    and on (%(job)s) count by (%(job)s) (%(build)s)\n    unless on (%(t)s) %(seen)s\n  )\n  unless on (%(cluster)s) %(nodes)s\n)' % {
+              kube: kube,
+              cluster: q.list([cl]),
+              up: q.sel('up'),
+              job: q.list([cl] + std.filter(function(l) l != 'instance', c.vmLabels)),
+              build: q.sel('azure_scheduled_events_build_info'),
+              t: target,
+              seen: r.targetLastSeen,
+              nodes: r.nodes,
+            },
+          ),
+        ],
+      },
+    ],
+  },
+}

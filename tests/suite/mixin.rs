@@ -1,0 +1,423 @@
+//! The monitoring mixin (mixin/) and what is rendered from it: alerts/, dashboards/ and the Helm
+//! chart's copy of the rules must be its exact rendering, its config must change what it claims
+//! to, the chart's PrometheusRule must be the mixin's rendering with the chart's values, and the
+//! optional example Alertmanager configuration must pass amtool.
+
+use crate::common;
+use crate::ops;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::TempDir;
+use ops::Error;
+
+type TestResult = Result<(), Error>;
+
+fn run(program: &str, args: &[&str], package: &str) -> Result<(bool, String), Error> {
+    let output = Command::new(program)
+        .args(args)
+        .current_dir(ops::repo())
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            format!("{program} is required (Debian package {package}; .ci/run installs it): {e}")
+        })?;
+    Ok((
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    ))
+}
+
+/// Renders the mixin into `dir`, with `config` (Jsonnet) merged into its config when given.
+fn render(dir: &Path, config: Option<&str>) -> TestResult {
+    let (ok, report) = match config {
+        None => run(
+            "bash",
+            &["scripts/render-mixin.sh", &dir.to_string_lossy()],
+            "jsonnet",
+        )?,
+        Some(config) => run(
+            "bash",
+            &["scripts/render-mixin.sh", &dir.to_string_lossy(), config],
+            "jsonnet",
+        )?,
+    };
+    assert!(ok, "rendering the mixin failed:\n{report}");
+    Ok(())
+}
+
+/// Relative path -> contents of every file under `dir/sub`.
+fn tree(
+    dir: &Path,
+    sub: &str,
+    skip: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, String)>, Error> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir.join(sub))? {
+        let path = entry?.path();
+        let name = format!("{sub}/{}", ops::file_name(&path));
+        if !skip(&name) {
+            files.push((name, std::fs::read_to_string(&path)?));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+#[test]
+fn the_committed_alerts_and_dashboards_are_exactly_the_mixins_rendering() -> TestResult {
+    let out = TempDir::new("mixin")?;
+    render(&out.0, None)?;
+    // The rule unit tests are written by hand, next to the rules they test.
+    let hand_written = |name: &str| name.ends_with(".test.yml");
+    for sub in ["alerts", "dashboards"] {
+        let rendered = tree(&out.0, sub, hand_written)?;
+        let committed = tree(&ops::repo(), sub, hand_written)?;
+        let names = |files: &[(String, String)]| -> BTreeSet<String> {
+            files.iter().map(|(n, _)| n.clone()).collect()
+        };
+        assert_eq!(
+            names(&committed),
+            names(&rendered),
+            "{sub}/ holds other files than the mixin renders: run scripts/render-mixin.sh"
+        );
+        for ((name, want), (_, have)) in rendered.iter().zip(&committed) {
+            assert!(
+                want == have,
+                "{name} differs from the mixin's rendering: edit mixin/ and run scripts/render-mixin.sh"
+            );
+        }
+    }
+    let chart_rules = "deploy/helm/azure-scheduled-events-exporter/files/prometheus-rules.yml";
+    assert!(
+        std::fs::read_to_string(out.0.join(chart_rules))?
+            == std::fs::read_to_string(ops::repo().join(chart_rules))?,
+        "{chart_rules} differs from the mixin's rendering: edit mixin/ and run scripts/render-mixin.sh"
+    );
+    Ok(())
+}
+
+fn helm_program() -> PathBuf {
+    let installed = ops::repo().join("target/ci-tools/bin/helm");
+    if installed.exists() {
+        installed
+    } else {
+        PathBuf::from("helm")
+    }
+}
+
+/// The rule groups of the PrometheusRule that `helm template` renders with `values` (a file).
+fn chart_rule_groups(values: &Path) -> Result<serde_json::Value, Error> {
+    let output = Command::new(helm_program())
+        .args([
+            "template",
+            "ase",
+            "deploy/helm/azure-scheduled-events-exporter",
+            "--values",
+        ])
+        .arg(values)
+        .current_dir(ops::repo())
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            format!("helm is required (.ci/run installs it into target/ci-tools/bin): {e}")
+        })?;
+    if !output.status.success() {
+        return Err(format!("helm template: {}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    let text = String::from_utf8(output.stdout)?;
+    for document in serde_norway::Deserializer::from_str(&text) {
+        let object = <serde_json::Value as serde::Deserialize>::deserialize(document)?;
+        if object["kind"] == "PrometheusRule" {
+            return Ok(object["spec"]["groups"].clone());
+        }
+    }
+    Err("helm template renders no PrometheusRule".into())
+}
+
+#[test]
+fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -> TestResult {
+    let dir = TempDir::new("chart-rules")?;
+    // The defaults: exactly alerts/.
+    let defaults = dir.0.join("defaults.yaml");
+    std::fs::write(&defaults, "prometheusRule:\n  enabled: true\n")?;
+    let shipped = ops::yaml(&ops::repo().join("alerts/azure-scheduled-events.yml"))?;
+    assert!(
+        chart_rule_groups(&defaults)? == shipped["groups"],
+        "with its default values, the chart's PrometheusRule is not alerts/azure-scheduled-events.yml"
+    );
+
+    // Every setting changed: the mixin rendered with the same settings.
+    let changed = dir.0.join("changed.yaml");
+    std::fs::write(
+        &changed,
+        r#"prometheusRule:
+  enabled: true
+  runbookUrlBase: https://wiki.example.com/runbook#
+  selector: 'job="ase"'
+  clusterLabel: k8s_cluster
+  vmInfoLabels: [vm_name, zone]
+  capacity:
+    eventTypes: [Reboot, Redeploy, Preempt]
+    minVMs: 3
+    fraction: 0.3
+    for: 5m
+  spotWave:
+    eventTypes: [Preempt]
+    minVMs: 4
+    fraction: 0.5
+    for: 2m
+    severity: info
+"#,
+    )?;
+    let groups = chart_rule_groups(&changed)?;
+    let out = dir.0.join("mixin");
+    render(
+        &out,
+        Some(
+            r#"{runbookUrlBase: "https://wiki.example.com/runbook#", selector: 'job="ase"', clusterLabel: "k8s_cluster",
+                vmInfoLabels: ["vm_name", "zone"],
+                capacity+: {eventTypes: ["Reboot", "Redeploy", "Preempt"], minVMs: 3, fraction: 0.3, "for": "5m"},
+                spotWave+: {eventTypes: ["Preempt"], minVMs: 4, fraction: 0.5, "for": "2m", severity: "info"}}"#,
+        ),
+    )?;
+    let mixin = ops::yaml(&out.join("alerts/azure-scheduled-events.yml"))?;
+    assert!(
+        groups == mixin["groups"],
+        "with changed values, the chart's PrometheusRule is not the mixin rendered with them"
+    );
+    // What a user would look for, and what promtool says of it.
+    let rules = dir.0.join("chart-rules.yml");
+    std::fs::write(
+        &rules,
+        serde_json::to_string(&serde_json::json!({ "groups": groups }))?,
+    )?;
+    let (ok, report) = run(
+        "promtool",
+        &["check", "rules", &rules.to_string_lossy()],
+        "prometheus",
+    )?;
+    assert!(ok, "promtool check rules on the chart's rules:\n{report}");
+    let alerts = ops::alerts_in(&rules)?;
+    assert!(alerts.len() >= 8);
+    for alert in &alerts {
+        let url = alert.rule["annotations"]["runbook_url"]
+            .as_str()
+            .unwrap_or_default();
+        assert_eq!(
+            url,
+            format!(
+                "https://wiki.example.com/runbook#{}",
+                alert.name.to_lowercase()
+            )
+        );
+        assert!(
+            !alert.expr.contains("(cluster,") && !alert.expr.contains("(cluster)"),
+            "{}: {}",
+            alert.name,
+            alert.expr
+        );
+    }
+    let capacity = alerts
+        .iter()
+        .find(|a| a.name == "AzureScheduledEventsCapacityAtRisk")
+        .ok_or("no capacity alert")?;
+    assert!(
+        capacity
+            .expr
+            .starts_with("count by (k8s_cluster, vm_scale_set_name)"),
+        "{}",
+        capacity.expr
+    );
+    for part in [
+        ">= 3\n",
+        ") > 0.3",
+        "event_type=~\"Reboot|Redeploy|Preempt\"",
+    ] {
+        assert!(
+            capacity.expr.contains(part),
+            "no {part:?}: {}",
+            capacity.expr
+        );
+    }
+    assert_eq!(capacity.rule["for"], "5m");
+    let description = capacity.rule["annotations"]["description"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        description.contains("a Reboot or Redeploy or Preempt event")
+            && description.contains("more than 30 %"),
+        "{description}"
+    );
+    let wave = alerts
+        .iter()
+        .find(|a| a.name == "AzureSpotEvictionWave")
+        .ok_or("no Spot wave alert")?;
+    assert_eq!(wave.rule["labels"]["severity"], "info");
+    assert!(
+        wave.expr.contains(">= 4\n") && wave.expr.contains(") > 0.5"),
+        "{}",
+        wave.expr
+    );
+    let impact = alerts
+        .iter()
+        .find(|a| a.name == "AzureScheduledEventImpactSoon")
+        .ok_or("no impact alert")?;
+    assert!(
+        impact.expr.contains("group_left (vm_name, zone)"),
+        "{}",
+        impact.expr
+    );
+    let down = alerts
+        .iter()
+        .find(|a| a.name == "AzureScheduledEventsAgentDown")
+        .ok_or("no agent-down alert")?;
+    assert!(
+        down.expr.contains("(up{job=\"ase\"} == 0)"),
+        "{}",
+        down.expr
+    );
+    Ok(())
+}
+
+#[test]
+fn the_mixin_renders_for_one_cluster_and_a_selector_of_your_own() -> TestResult {
+    let out = TempDir::new("mixin-config")?;
+    render(
+        &out.0,
+        Some(
+            r#"{clusterLabel: "", selector: 'job="ase"', capacityLabel: "zone", capacityName: "zone"}"#,
+        ),
+    )?;
+    let rules = out.0.join("alerts/azure-scheduled-events.yml");
+    let (ok, report) = run(
+        "promtool",
+        &["check", "rules", &rules.to_string_lossy()],
+        "prometheus",
+    )?;
+    assert!(
+        ok,
+        "promtool check rules on the single-cluster rendering:\n{report}"
+    );
+    let alerts = ops::alerts_in(&rules)?;
+    let mut texts: Vec<(String, String)> = alerts
+        .iter()
+        .map(|a| (format!("alert {}", a.name), a.expr.clone()))
+        .collect();
+    // The recording rules too.
+    let mut records = 0;
+    for group in ops::yaml(&rules)?["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        for rule in group["rules"].as_array().into_iter().flatten() {
+            if let Some(name) = rule["record"].as_str() {
+                records += 1;
+                texts.push((
+                    format!("record {name}"),
+                    rule["expr"].as_str().unwrap_or_default().to_owned(),
+                ));
+            }
+        }
+    }
+    assert!(records >= 10, "only {records} recording rules");
+    let dashboards = tree(&out.0, "dashboards", |_| false)?;
+    for (name, text) in &dashboards {
+        let json: serde_json::Value = serde_json::from_str(text)?;
+        for query in ops::queries(name, &json) {
+            texts.push((format!("{name} {}", query.place), query.expr));
+        }
+        assert!(
+            !json["templating"]["list"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|v| v["name"] == "cluster"),
+            "{name}: a $cluster variable without a cluster label"
+        );
+    }
+    for (place, expr) in &texts {
+        assert!(
+            !expr.contains("cluster"),
+            "{place} still names a cluster: {expr}"
+        );
+        // Every selector of the agent's series carries the selector.
+        for name in ops::metric_names(expr) {
+            for (at, _) in expr.match_indices(&name) {
+                let after = &expr[at + name.len()..];
+                if after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+                    continue;
+                }
+                assert!(
+                    after.starts_with("{job=\"ase\""),
+                    "{place}: {name} without the selector: {expr}"
+                );
+            }
+        }
+    }
+    let capacity = alerts
+        .iter()
+        .find(|a| a.name == "AzureScheduledEventsCapacityAtRisk")
+        .ok_or("no capacity alert")?;
+    assert!(
+        capacity.expr.starts_with("count by (zone)"),
+        "{}",
+        capacity.expr
+    );
+    Ok(())
+}
+
+#[test]
+fn the_example_alertmanager_config_passes_amtool_and_names_what_the_rules_carry() -> TestResult {
+    let example = ops::repo().join("examples/alertmanager.yml");
+    let (ok, report) = run(
+        "amtool",
+        &["check-config", &example.to_string_lossy()],
+        "prometheus-alertmanager",
+    )?;
+    assert!(ok, "amtool check-config {}:\n{report}", example.display());
+    let config = ops::yaml(&example)?;
+    let alerts: BTreeSet<String> = ops::alerts()?.into_iter().map(|a| a.name).collect();
+    let inhibit = config["inhibit_rules"]
+        .as_array()
+        .ok_or("no inhibit_rules")?;
+    assert!(
+        inhibit.len() >= 2,
+        "expected inhibitions under the page and during reboots"
+    );
+    let mut named = BTreeSet::new();
+    for rule in inhibit {
+        for side in ["source_matchers", "target_matchers"] {
+            for matcher in rule[side].as_array().into_iter().flatten() {
+                let matcher = matcher.as_str().unwrap_or_default();
+                if let Some(names) = matcher.strip_prefix("alertname=~") {
+                    for name in names.trim_matches('"').split('|') {
+                        named.insert(name.to_owned());
+                    }
+                } else if let Some(name) = matcher.strip_prefix("alertname=") {
+                    named.insert(name.trim_matches('"').to_owned());
+                }
+            }
+        }
+    }
+    let ours: BTreeSet<&String> = named.iter().filter(|n| n.starts_with("Azure")).collect();
+    for name in &ours {
+        assert!(
+            alerts.contains(*name),
+            "the example names {name}, which no rule defines"
+        );
+    }
+    assert!(
+        ours.iter()
+            .any(|n| *n == "AzureScheduledEventsCapacityAtRisk"),
+        "the example does not inhibit under the capacity page: {named:?}"
+    );
+    Ok(())
+}
