@@ -110,3 +110,4 @@ dpkg-deb --root-owner-group -Zxz --build "$root" "$dist/$deb" >/dev/null
 (cd "$dist" && sha256sum -- *.tar.gz *.deb >SHA256SUMS)
 echo "== $dist"
 (cd "$dist" && ls -l -- * && cat SHA256SUMS)
+[ "${DIST_WINDOWS:-1}" = 0 ] || bash scripts/dist-windows.sh # the Windows zip and its .sha256 (DIST_WINDOWS=0 skips it)

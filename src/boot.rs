@@ -7,7 +7,10 @@
 //! state says so: SIGTERM at shutdown, as `systemctl reboot`, kured or unattended upgrades do)
 //! is clean; after a crash, a power cut or a kill it is not. [`read_boot_id`] is the edge: Linux's
 //! `/proc/sys/kernel/random/boot_id`, a random id the kernel draws at each boot (the path is a
-//! flag, so tests present another boot without touching the machine).
+//! flag, so tests present another boot without touching the machine). Windows has no such id: its
+//! boot identity is the time it booted, now less the tick count (`GetTickCount64`), in whole
+//! seconds, and two readings within [`BOOT_TIME_TOLERANCE`] of each other are one boot, so that a
+//! clock corrected by time sync or a VM paused for a while is not taken for a reboot.
 
 use std::path::Path;
 
@@ -62,7 +65,7 @@ pub fn classify(previous: Option<&State>, boot_id: Option<&str>) -> Restart {
         return Restart::FirstStart;
     };
     match (previous.boot_id.as_deref(), boot_id) {
-        (Some(before), Some(now)) if before == now => Restart::SameBoot,
+        (Some(before), Some(now)) if same_boot(before, now) => Restart::SameBoot,
         (Some(_), Some(_)) => Restart::Reboot {
             expected_by: previous.expected_impact.clone(),
             clean: previous.clean_stop.is_some(),
@@ -71,8 +74,46 @@ pub fn classify(previous: Option<&State>, boot_id: Option<&str>) -> Restart {
     }
 }
 
-/// The current boot id, trimmed; `None` if it cannot be read or is empty.
+/// Boot ids that are boot times (Windows) start with this, then Unix seconds.
+const BOOT_TIME_PREFIX: &str = "boot-time:";
+
+/// How far two readings of the boot time may differ and still be one boot: more than time sync
+/// corrects a running VM's clock by, or a Freeze pauses it for; less than a Windows VM takes to
+/// boot, start the agent, stop and boot again (minutes on Azure).
+pub const BOOT_TIME_TOLERANCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Two boot ids name one boot: equal, or boot times within [`BOOT_TIME_TOLERANCE`].
+fn same_boot(before: &str, now: &str) -> bool {
+    let boot_time = |id: &str| id.strip_prefix(BOOT_TIME_PREFIX)?.parse::<u64>().ok();
+    match (boot_time(before), boot_time(now)) {
+        (Some(before), Some(now)) => before.abs_diff(now) <= BOOT_TIME_TOLERANCE.as_secs(),
+        _ => before == now,
+    }
+}
+
+/// The boot id of a boot time given as time since the Unix epoch.
+#[cfg(any(windows, test))]
+fn boot_time_id(boot_time: std::time::Duration) -> String {
+    format!("{BOOT_TIME_PREFIX}{}", boot_time.as_secs())
+}
+
+/// When Windows booted: now less the time since boot (`GetTickCount64`).
+#[cfg(windows)]
+fn windows_boot_id() -> Option<String> {
+    let uptime = uptime_lib::get().ok()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    now.checked_sub(uptime).map(boot_time_id)
+}
+
+/// The current boot id, trimmed; `None` if it cannot be read or is empty. On Windows an empty
+/// path (the default) asks Windows when it booted instead.
 pub fn read_boot_id(path: &Path) -> Option<String> {
+    #[cfg(windows)]
+    if path.as_os_str().is_empty() {
+        return windows_boot_id();
+    }
     let text = crate::file_input::read_to_string(path, crate::file_input::BOOT_ID).ok()?;
     let id = text.trim();
     (!id.is_empty() && id.len() <= 128).then(|| id.to_owned())
@@ -152,6 +193,32 @@ mod tests {
         assert_eq!(
             classify(Some(&state(Some("a"), None)), None),
             Restart::Unknown
+        );
+    }
+
+    #[test]
+    fn boot_times_a_little_apart_are_one_boot_and_a_minute_more_is_a_reboot() {
+        let at = |seconds| boot_time_id(std::time::Duration::from_secs(seconds));
+        let previous = state(Some(&at(1_700_000_000)), Some("Reboot"));
+        for drift in [1_699_999_940, 1_699_999_999, 1_700_000_000, 1_700_000_060] {
+            assert_eq!(
+                classify(Some(&previous), Some(&at(drift))),
+                Restart::SameBoot,
+                "{drift}"
+            );
+        }
+        assert_eq!(
+            classify(Some(&previous), Some(&at(1_700_000_061))).expected_label(),
+            Some("true")
+        );
+        assert_eq!(
+            classify(Some(&previous), Some(&at(1_699_999_939))).expected_label(),
+            Some("true")
+        );
+        assert_eq!(
+            classify(Some(&previous), Some("boot-time:not-a-number")).expected_label(),
+            Some("true"),
+            "anything else is compared as it is"
         );
     }
 

@@ -15,7 +15,9 @@ use crate::simulator::{
 };
 use crate::telemetry::Telemetry;
 
-/// Completes on SIGTERM, SIGINT (Ctrl-C) or SIGQUIT; SIGHUP and SIGUSR1 are logged and ignored.
+/// Completes on SIGTERM, SIGINT (Ctrl-C) or SIGQUIT (SIGHUP and SIGUSR1 are logged and ignored); on
+/// Windows on Ctrl-C, Ctrl-Break, the console closing or the system shutting down (a service's
+/// stop comes from `service.rs` instead).
 pub async fn shutdown_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
@@ -24,7 +26,9 @@ pub async fn shutdown_signal() {
     };
     #[cfg(unix)]
     let terminate = unix_signals();
-    #[cfg(not(unix))]
+    #[cfg(windows)]
+    let terminate = windows_console_close();
+    #[cfg(not(any(unix, windows)))]
     let terminate = std::future::pending::<()>();
     tokio::select! {
         () = ctrl_c => {}
@@ -66,6 +70,24 @@ async fn unix_signals() {
                 tracing::info!(signal = "SIGUSR1", "ignoring the signal");
             }
         }
+    }
+}
+
+/// Completes on Ctrl-Break, the console closing, or the system shutting down.
+#[cfg(windows)]
+async fn windows_console_close() {
+    use tokio::signal::windows;
+    let (Ok(mut ctrl_break), Ok(mut close), Ok(mut shutdown)) = (
+        windows::ctrl_break(),
+        windows::ctrl_close(),
+        windows::ctrl_shutdown(),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = ctrl_break.recv() => {}
+        _ = close.recv() => {}
+        _ = shutdown.recv() => {}
     }
 }
 

@@ -42,6 +42,8 @@ pub use output::notify::metrics::NotifyMetrics;
 pub mod resources;
 pub(crate) mod response;
 pub(crate) mod server;
+#[cfg(windows)]
+pub mod service;
 pub mod simulator;
 pub mod state;
 /// Reading and writing the state file (the state output's store), for tests and tools.

@@ -16,8 +16,28 @@ use tracing_subscriber::{Layer, fmt};
 
 use crate::config::LogFormat;
 
-/// Installs the global subscriber. `level` was validated with the configuration.
+/// Installs the global subscriber, writing to stdout. `level` was validated with the
+/// configuration.
 pub fn init(format: LogFormat, level: &str, tracer: Option<Tracer>) {
+    init_with_writer(
+        format,
+        level,
+        tracer,
+        std::io::stdout,
+        std::io::stdout().is_terminal(),
+    );
+}
+
+/// Installs the global subscriber, writing lines to `writer` (a Windows service has no stdout).
+pub fn init_with_writer<W>(
+    format: LogFormat,
+    level: &str,
+    tracer: Option<Tracer>,
+    writer: W,
+    ansi: bool,
+) where
+    W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let filter = || EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
     let lines = match format {
         LogFormat::Json => fmt::layer()
@@ -26,12 +46,12 @@ pub fn init(format: LogFormat, level: &str, tracer: Option<Tracer>) {
             .with_current_span(false)
             .with_span_list(false)
             .with_target(false)
-            .with_writer(std::io::stdout)
+            .with_writer(writer)
             .boxed(),
         LogFormat::Text => fmt::layer()
             .with_target(false)
-            .with_ansi(std::io::stdout().is_terminal())
-            .with_writer(std::io::stdout)
+            .with_ansi(ansi)
+            .with_writer(writer)
             .boxed(),
     };
     let spans = tracer.map(|tracer| {

@@ -64,6 +64,14 @@ fn main() -> ExitCode {
             }
             Err(error) => return usage_error(&error.to_string()),
         },
+        // The command line the Windows service control manager runs (install-service.ps1).
+        #[cfg(windows)]
+        Some(Command::Service(args)) => match prepare(args.agent, LogFormat::Json) {
+            Ok((config, telemetry)) => {
+                azure_scheduled_events_exporter::service::run(runtime, config, telemetry)
+            }
+            Err(error) => return usage_error(&error.to_string()),
+        },
         Some(Command::Simulator(args)) => {
             logging::init(args.log_format, "info", None);
             runtime.block_on(commands::simulator(args))

@@ -16,6 +16,10 @@ use crate::health::Health;
 #[derive(Debug, Clone, Copy)]
 enum Notice<'a> {
     Ready,
+    #[cfg_attr(
+        not(unix),
+        expect(dead_code, reason = "only systemd reads the status line, on Unix")
+    )]
     Status(&'a str),
     Stopping,
     Watchdog,

@@ -42,6 +42,10 @@ pub enum Command {
     /// Create the state directory if missing (mode 0700) and, with --owner, give it to that user and
     /// exit: run as root with only CAP_CHOWN before the agent (the Helm chart's init container).
     PrepareStateDir(PrepareStateDirArgs),
+    /// Run the agent as a Windows service (the service control manager starts this; from a
+    /// console, run the agent without `service`). Accepts the agent's flags.
+    #[cfg(windows)]
+    Service(Box<ServiceArgs>),
 }
 
 /// The state directory to prepare, and for whom.
@@ -296,11 +300,13 @@ pub struct ApproveArgs {
     #[arg(long = "approve.hook-timeout", env = "AZURE_SCHEDULED_EVENTS_APPROVE_HOOK_TIMEOUT", default_value = "2m", value_parser = duration)]
     pub hook_timeout: Duration,
     /// State file (approvals sent, first-seen times, expected impact); empty keeps state in memory,
-    /// as `demo` does unless given [default: /var/lib/azure-scheduled-events-exporter/state.json]
+    /// as `demo` does unless given [default: /var/lib/azure-scheduled-events-exporter/state.json;
+    /// on Windows %ProgramData%\azure-scheduled-events-exporter\state.json]
     #[arg(long = "state.file", env = "AZURE_SCHEDULED_EVENTS_STATE_FILE")]
     pub state_file: Option<String>,
-    /// File holding the current boot's id, compared with the state file to classify reboots.
-    #[arg(long = "state.boot-id-file", env = "AZURE_SCHEDULED_EVENTS_STATE_BOOT_ID_FILE", default_value = DEFAULT_BOOT_ID_FILE)]
+    /// File holding the current boot's id, compared with the state file to classify reboots; on
+    /// Windows empty by default: the boot time Windows reports.
+    #[arg(long = "state.boot-id-file", env = "AZURE_SCHEDULED_EVENTS_STATE_BOOT_ID_FILE", default_value = DEFAULT_BOOT_ID_FILE, value_parser = any_path)]
     pub boot_id_file: PathBuf,
 }
 
@@ -320,6 +326,13 @@ impl DemoArgs {
             .get_or_insert_with(String::new);
         self.agent
     }
+}
+
+#[cfg(windows)]
+#[derive(Debug, Clone, Args)]
+pub struct ServiceArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -375,6 +388,12 @@ pub(crate) fn duration(text: &str) -> Result<Duration, String> {
 }
 
 /// `:PORT`, `IP:PORT` or `[IPv6]:PORT`, as Prometheus exporters write it.
+/// A path, empty allowed (clap's own parser refuses it): the Windows default of
+/// `--state.boot-id-file`.
+fn any_path(text: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(text))
+}
+
 fn listen_address(text: &str) -> Result<SocketAddr, String> {
     let parsed = match text.strip_prefix(':') {
         Some(port) => port

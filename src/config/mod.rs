@@ -35,7 +35,34 @@ pub const EXIT_USAGE: i32 = 64;
 pub const DEFAULT_API_VERSION: &str = "2020-07-01";
 
 /// Where Linux keeps the current boot's id: the default of `--state.boot-id-file`.
+#[cfg(not(windows))]
 pub const DEFAULT_BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
+/// Windows has no boot id file: empty means the boot time Windows reports (see [`crate::boot`]).
+#[cfg(windows)]
+pub const DEFAULT_BOOT_ID_FILE: &str = "";
+
+/// The state file unless `--state.file` says otherwise: [`crate::state::DEFAULT_PATH`] on Linux,
+/// `%ProgramData%\azure-scheduled-events-exporter\state.json` on Windows (`C:\ProgramData` when
+/// the variable is unset, as it never is under the service control manager).
+#[cfg(not(windows))]
+fn default_state_file() -> PathBuf {
+    PathBuf::from(crate::state::DEFAULT_PATH)
+}
+
+#[cfg(windows)]
+fn default_state_file() -> PathBuf {
+    default_data_dir().join("state.json")
+}
+
+/// `%ProgramData%\azure-scheduled-events-exporter`: the state file's and, under the service
+/// control manager, the log file's directory.
+#[cfg(windows)]
+pub fn default_data_dir() -> PathBuf {
+    std::env::var_os("ProgramData")
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(|| PathBuf::from(r"C:\ProgramData"), PathBuf::from)
+        .join("azure-scheduled-events-exporter")
+}
 
 /// The VM that the shipped `scenarios/demo.yaml` treats as "this VM": the simulator's default
 /// `--vm.name`.
@@ -204,7 +231,7 @@ impl AgentArgs {
         };
         log_level(&self.log_level).map_err(|e| invalid("log.level", e))?;
         let state_file = match self.approve.state_file.as_deref() {
-            None => Some(PathBuf::from(crate::state::DEFAULT_PATH)),
+            None => Some(default_state_file()),
             Some(path) if path.trim().is_empty() => None,
             Some(path) => Some(PathBuf::from(path)),
         };

@@ -28,6 +28,7 @@
 //! | `telemetry` | bad `OTEL_*` values never stop the metrics; OTLP over TLS with a client certificate |
 //! | `traces` | traces as a collector receives them, over gRPC and HTTP/protobuf |
 //! | `web` | the listener: gzip, TLS, basic auth, certificate rotation, the scrape limit, idle connections |
+//! | `windows` | the Windows zip's `.exe` under Wine against the simulator: metrics, an event's life, hooks and their Job object, the state file across a restart, a clean stop |
 //!
 //! Shared helpers, used by the modules above:
 //!
@@ -67,3 +68,4 @@ mod systemd;
 mod telemetry;
 mod traces;
 mod web;
+mod windows;

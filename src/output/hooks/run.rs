@@ -6,7 +6,8 @@
 //! `EVENT_*` environment variables. Its output is captured (up to a cap) for the log. A hook that
 //! does not exit 0 within the timeout has failed. Each hook runs in a process group of its own,
 //! and on timeout the whole group is killed, so a drain script that timed out does not go on
-//! draining in the background after the agent has given up on it.
+//! draining in the background after the agent has given up on it. On Windows a Job object plays
+//! the process group's part (see `job` below).
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -65,6 +66,8 @@ pub async fn run(
         }
     };
     let group = child.id();
+    #[cfg(windows)]
+    let job = job::hold(&child);
     let stdin = child.stdin.take();
     let body = serde_json::to_vec(&wire_event(event)).unwrap_or_default();
     let exchange = async move {
@@ -89,10 +92,14 @@ pub async fn run(
     match tokio::time::timeout(timeout, exchange).await {
         Err(_) => {
             kill_group(group);
+            #[cfg(windows)]
+            drop(job);
             finish(Err(HookFailure::Timeout(timeout)), b"", b"")
         }
         Ok(Err(error)) => finish(Err(HookFailure::Spawn(error.to_string())), b"", b""),
         Ok(Ok(output)) => {
+            #[cfg(windows)]
+            job::release(job);
             let result = if output.status.success() {
                 Ok(())
             } else {
@@ -118,6 +125,41 @@ fn kill_group(leader: Option<u32>) {
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
     );
+}
+
+/// Windows has no process groups: a Job object holds the hook, and every process it starts joins
+/// the job. The job kills them all when it is dropped (on timeout, and if the agent itself goes),
+/// unless the hook exited in time: then what it left running goes on, as on Unix. The hook joins
+/// its job just after it starts, so a process it started in that first instant is not held.
+#[cfg(windows)]
+mod job {
+    use win32job::{ExtendedLimitInfo, Job};
+
+    /// A job holding `child`; `None`, after a warning, when Windows refuses one.
+    pub fn hold(child: &tokio::process::Child) -> Option<Job> {
+        let handle = child.raw_handle()?;
+        let mut limits = ExtendedLimitInfo::new();
+        limits.limit_kill_on_job_close();
+        let held = Job::create_with_limit_info(&limits)
+            .and_then(|job| job.assign_process(handle as isize).map(|()| job));
+        match held {
+            Ok(job) => Some(job),
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    "cannot hold the hook in a Job object: a timeout kills the hook, not what it started"
+                );
+                None
+            }
+        }
+    }
+
+    /// The hook exited in time: closing the job no longer kills what it left running.
+    pub fn release(job: Option<Job>) {
+        if let Some(job) = job {
+            let _ = job.set_extended_limit_info(&ExtendedLimitInfo::new());
+        }
+    }
 }
 
 /// The `EVENT_*` variables a hook receives: the event's view, as the log line says it.

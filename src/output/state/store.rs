@@ -194,11 +194,22 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         file.write_all(bytes)?;
         file.sync_all()?;
         fs::rename(&temp, path)?;
-        // The rename is durable only once the directory entry is.
-        fs::File::open(&dir)?.sync_all()
+        sync_directory(&dir)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&temp);
     }
     result
+}
+
+/// The rename is durable only once the directory entry is.
+#[cfg(not(windows))]
+fn sync_directory(dir: &Path) -> std::io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+/// NTFS journals the rename itself, and Windows opens no directory as a file to flush it.
+#[cfg(windows)]
+fn sync_directory(_dir: &Path) -> std::io::Result<()> {
+    Ok(())
 }
