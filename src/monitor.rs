@@ -198,7 +198,7 @@ mod tests {
             [Occurrence::Imds(Imds::Reachable {
                 failed_polls: 3,
                 since: Some(t(1))
-            })]
+            })],
             "no event transition"
         );
         assert_eq!(monitor.tracker().events(), known);
