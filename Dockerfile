@@ -12,9 +12,15 @@
 # IMDS (169.254.169.254) answers only from the host's network namespace: run with --network host on a
 # VM, hostNetwork: true on Kubernetes (docs/install.md).
 
-ARG RUST_VERSION=1
+# Base images by digest, not by tag: every build of a release gets the same bytes, whatever the tags point at
+# later. Each digest is the multi-platform index of the tag named before it (amd64 and arm64). To update,
+# read the index digest each tag points at now, review that image's notes, and replace the whole reference:
+#   docker buildx imagetools inspect rust:1.93-bookworm                        # the "Digest:" line
+#   docker buildx imagetools inspect gcr.io/distroless/cc-debian12:nonroot
+# (or `crane digest IMAGE:TAG`). A newer Rust is a new tag and digest here (rust-version in Cargo.toml is the
+# floor). docs/deploy.md#docker says the same.
 
-FROM rust:${RUST_VERSION}-bookworm AS build
+FROM rust:1.93-bookworm@sha256:7c4ae649a84014c467d79319bbf17ce2632ae8b8be123ac2fb2ea5be46823f31 AS build
 # amd64 or arm64, set by BuildKit for the platform being built: the compiled target directory is cached
 # per architecture, so a multi-platform build never mixes the two.
 ARG TARGETARCH
@@ -31,7 +37,7 @@ RUN --mount=type=cache,id=cargo-registry-${TARGETARCH},target=/usr/local/cargo/r
     && install -d -m 0750 /out/state
 
 # glibc and libgcc, nothing else: no shell, no package manager. The agent uses rustls, not OpenSSL.
-FROM gcr.io/distroless/cc-debian12:nonroot
+FROM gcr.io/distroless/cc-debian12:nonroot@sha256:9dac0a79194e45a7da0158a9c6da57b217585af0786db3845d1f0ec1a0dd182f
 # The release (Cargo.toml's version), the commit, and where the source is published, for the OCI labels:
 #   --build-arg VERSION=0.1.0 --build-arg BUILD_REVISION=$(git rev-parse HEAD) --build-arg SOURCE_URL=https://...
 ARG VERSION=0.1.0
@@ -43,7 +49,8 @@ LABEL org.opencontainers.image.title="azure-scheduled-events-exporter" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${BUILD_REVISION}" \
       org.opencontainers.image.source="${SOURCE_URL}" \
-      org.opencontainers.image.base.name="gcr.io/distroless/cc-debian12:nonroot"
+      org.opencontainers.image.base.name="gcr.io/distroless/cc-debian12:nonroot" \
+      org.opencontainers.image.base.digest="sha256:9dac0a79194e45a7da0158a9c6da57b217585af0786db3845d1f0ec1a0dd182f"
 COPY --from=build /out/azure-scheduled-events-exporter /usr/local/bin/azure-scheduled-events-exporter
 # A directory the agent may write, for --state.file; mount a volume here to keep it across containers.
 COPY --from=build --chown=65532:65532 /out/state /var/lib/azure-scheduled-events-exporter

@@ -120,9 +120,17 @@
       event: 'azure-sched-events-event',
       agent: 'azure-sched-events-agent',
     },
-    dashboardRefresh: '30s',
+    dashboardRefresh: '1m',
     // Two events of one type and description that appear within this window belong to one
     // maintenance wave (Azure gives every host operation its own EventId).
     waveWindow: '10m',
+    // Per-agent panels show the agents worst off, this many at each point, rather than one line
+    // per agent of the fleet.
+    dashboardTopK: 20,
+    // The type of the $datasource variable: 'prometheus' (Grafana's Prometheus data source,
+    // also Azure Managed Grafana's link to an Azure Monitor workspace) or
+    // 'grafana-azureprometheus-datasource' (the Azure Monitor Managed Service for Prometheus
+    // data source plugin).
+    datasourceType: 'prometheus',
   },
 }

@@ -13,3 +13,9 @@ jsonnet -J "$repo/mixin" --tla-code "config=$config" -S -m "$out" "$repo/mixin/r
 # The Helm chart's copy of the rules, with placeholders for the settings its values set.
 jsonnet -J "$repo/mixin" --tla-code "config=$config" --tla-code chart=true -S -m "$out" "$repo/mixin/render-alerts.jsonnet" >/dev/null
 jsonnet -J "$repo/mixin" --tla-code "config=$config" -m "$out" "$repo/mixin/render-dashboards.jsonnet" >/dev/null
+# Azure Monitor managed Prometheus: the rules as prometheusRuleGroups (ARM and Bicep), and the
+# dashboards with a $datasource variable for the Azure Monitor Managed Service for Prometheus
+# data source plugin.
+mkdir -p "$out/deploy/azure-monitor/dashboards"
+jsonnet -J "$repo/mixin" --tla-code "config=$config" -S -m "$out" "$repo/mixin/render-azure-monitor.jsonnet" >/dev/null
+jsonnet -J "$repo/mixin" --tla-code "config={datasourceType: 'grafana-azureprometheus-datasource'} + $config" -m "$out/deploy/azure-monitor" "$repo/mixin/render-dashboards.jsonnet" >/dev/null

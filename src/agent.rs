@@ -66,8 +66,12 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
     )?);
     let health = Arc::new(Health::new());
     // Records its own requests: the poll's GET, instance metadata and approval POSTs.
-    let client = ImdsClient::new(&config.imds_url, &config.api_version)?
-        .recording(Arc::clone(&metrics) as Arc<dyn RecordRequest>);
+    let client = ImdsClient::with_connect_timeout(
+        &config.imds_url,
+        &config.api_version,
+        config.imds_connect_timeout,
+    )?
+    .recording(Arc::clone(&metrics) as Arc<dyn RecordRequest>);
     let listener = TcpListener::bind(config.listen_address)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen_address))?;
@@ -79,6 +83,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         poll_interval = ?config.poll_interval,
         imds_timeout = ?config.imds_timeout,
         imds_first_timeout = ?config.imds_first_timeout,
+        imds_connect_timeout = ?config.imds_connect_timeout,
         imds_max_backoff = ?config.imds_max_backoff,
         listen_address = %address,
         telemetry_path = %config.telemetry_path,

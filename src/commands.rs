@@ -1,5 +1,6 @@
-//! The subcommands around the agent: `demo` (the agent against an in-process simulator) and
-//! `simulator` (the simulated IMDS alone), plus the shutdown signal they all wait for.
+//! The subcommands around the agent: `demo` (the agent against an in-process simulator),
+//! `simulator` (the simulated IMDS alone) and `prepare-state-dir`, plus the shutdown signal they
+//! wait for.
 
 use std::net::SocketAddr;
 
@@ -8,7 +9,7 @@ use reqwest::Url;
 use tokio::net::TcpListener;
 
 use crate::agent;
-use crate::config::{Config, SimulatorArgs};
+use crate::config::{Config, PrepareStateDirArgs, SimulatorArgs};
 use crate::simulator::{
     self, DEMO_OTHER_VM, DEMO_VM, RunningSimulator, Scenario, SimulatorHandle, example_compute,
 };
@@ -97,6 +98,9 @@ pub async fn demo(mut config: Config, telemetry: Telemetry) -> anyhow::Result<()
 /// Serves the simulator alone until SIGTERM or Ctrl-C.
 pub async fn simulator(args: SimulatorArgs) -> anyhow::Result<()> {
     let sim = SimulatorHandle::new(example_compute(&args.vm_name));
+    if let Some(version) = args.api_version {
+        sim.accept_api_version(version);
+    }
     match args.scenario.as_deref() {
         Some(path) if path.as_os_str() == "demo" => {
             sim.load_scenario(Scenario::demo(&args.vm_name, DEMO_OTHER_VM));
@@ -116,6 +120,7 @@ pub async fn simulator(args: SimulatorArgs) -> anyhow::Result<()> {
     tracing::info!(
         %address,
         vm_name = %args.vm_name,
+        api_version = args.api_version.map(|v| v.to_string()),
         scenario = args.scenario.as_ref().map(|p| p.display().to_string()),
         "simulated IMDS listening: point --imds.url at http://{address}; control API at /control/state"
     );
@@ -130,4 +135,42 @@ fn local(address: SocketAddr) -> SocketAddr {
     } else {
         address
     }
+}
+
+/// Creates the state directory if missing (0700) and gives it to `--owner`, unless it is theirs
+/// already: a hostPath directory the kubelet made belongs to root, and the agent does not run as root.
+pub fn prepare_state_dir(args: &PrepareStateDirArgs) -> anyhow::Result<()> {
+    let dir = &args.dir;
+    crate::output::state::store::create_private_dir(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    let Some(owner) = args.owner else {
+        tracing::info!(dir = %dir.display(), "state directory ready");
+        return Ok(());
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let metadata = std::fs::metadata(dir).with_context(|| format!("{}", dir.display()))?;
+        if (metadata.uid(), metadata.gid()) != (owner.uid, owner.gid) {
+            // The mode first: once the directory is the agent's, root without CAP_FOWNER cannot change it.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("cannot make {} private", dir.display()))?;
+            std::os::unix::fs::chown(dir, Some(owner.uid), Some(owner.gid)).with_context(|| {
+                format!(
+                    "cannot give {} to {}:{} (CAP_CHOWN needed)",
+                    dir.display(),
+                    owner.uid,
+                    owner.gid
+                )
+            })?;
+        }
+        tracing::info!(dir = %dir.display(), uid = owner.uid, gid = owner.gid, "state directory ready");
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    anyhow::bail!(
+        "--owner {}:{}: ownership by numeric ids is Unix only",
+        owner.uid,
+        owner.gid
+    )
 }

@@ -98,14 +98,40 @@ macro_rules! azure_enum {
 }
 
 azure_enum!(
-    /// `EventType`: what will happen to the VM.
-    EventType { Freeze, Reboot, Redeploy, Preempt, Terminate }
+    /// `EventType`: what will happen to the VM. `SpotRebalanceRecommendation` (Spot Plus, at an
+    /// api-version newer than 2020-07-01) is an advisory: nothing happens because of it.
+    EventType { Freeze, Reboot, Redeploy, Preempt, Terminate, SpotRebalanceRecommendation }
 );
 
 azure_enum!(
-    /// `EventStatus`. There is no `Completed`: a finished event leaves the document.
-    EventStatus { Scheduled, Started }
+    /// `EventStatus`. There is no `Completed`: a finished event leaves the document. `Advisory`
+    /// (with Spot rebalance recommendations) announces no impact, and acknowledging it has no
+    /// effect.
+    EventStatus { Scheduled, Started, Advisory }
 );
+
+impl EventType {
+    /// Whether events of this type only advise: Azure does nothing to the VM because of them.
+    pub fn is_advisory(&self) -> bool {
+        *self == EventType::SpotRebalanceRecommendation
+    }
+
+    /// The known types that announce an impact on the VM, in the order of Azure's docs.
+    pub fn impacts() -> impl Iterator<Item = &'static EventType> {
+        Self::KNOWN.iter().filter(|t| !t.is_advisory())
+    }
+}
+
+impl EventStatus {
+    /// Whether the status announces an impact: `Scheduled` or `Started`. `Advisory`, and any
+    /// status this agent does not know, never does.
+    pub fn is_impact(&self) -> bool {
+        matches!(self, EventStatus::Scheduled | EventStatus::Started)
+    }
+
+    /// The known statuses that announce an impact.
+    pub const IMPACTS: [EventStatus; 2] = [EventStatus::Scheduled, EventStatus::Started];
+}
 
 azure_enum!(
     /// `EventSource` (api-version 2019-08-01 and later).
@@ -154,6 +180,13 @@ pub struct Event {
 }
 
 impl Event {
+    /// Whether the event only advises: a Spot rebalance recommendation, an `Advisory` status, or
+    /// a status this agent does not know. Such an event is shown, logged and traced, but never a
+    /// pending impact, never approved, and never notified or put on the Node unless asked for.
+    pub fn is_advisory(&self) -> bool {
+        self.event_type.is_advisory() || !self.status.is_impact()
+    }
+
     /// Whether `vm` is in `Resources`. Azure resource names are case-insensitive.
     pub fn affects(&self, vm: Option<&str>) -> Affects {
         match vm {
@@ -236,7 +269,7 @@ mod tests {
         assert_eq!(EventType::parse_known(" reboot "), Ok(EventType::Reboot));
         assert_eq!(
             EventType::parse_known("Hibernate"),
-            Err("\"Hibernate\" is not one of Freeze, Reboot, Redeploy, Preempt, Terminate".into())
+            Err("\"Hibernate\" is not one of Freeze, Reboot, Redeploy, Preempt, Terminate, SpotRebalanceRecommendation".into())
         );
         assert_eq!(
             EventSource::parse_known("Azure"),
@@ -299,6 +332,64 @@ mod tests {
         assert_eq!(EventStatus::parse("STARTED"), EventStatus::Started);
         assert_eq!(EventSource::parse("user"), EventSource::User);
         assert_eq!(EventType::parse("preempt").as_str(), "Preempt");
+    }
+
+    #[test]
+    fn a_spot_rebalance_recommendation_is_a_known_advisory_in_any_case() {
+        let d = doc(
+            r#"{"DocumentIncarnation":5,"Events":[{"EventId":"A","EventStatus":"advisory",
+            "EventType":"spotrebalancerecommendation","Resources":["spot_0"],"NotBefore":""}]}"#,
+        );
+        let e = &d.events[0];
+        assert_eq!(e.event_type, EventType::SpotRebalanceRecommendation);
+        assert_eq!(e.status, EventStatus::Advisory);
+        assert_eq!(e.status.as_str(), "Advisory");
+        assert!(e.is_advisory());
+        assert_eq!(e.not_before.at(), None);
+    }
+
+    #[test]
+    fn a_document_of_a_newer_version_with_fields_it_does_not_know_is_read() {
+        let d = doc(
+            r#"{"DocumentIncarnation":6,"DocumentVersion":"2026-09-01","Events":[{"EventId":"A",
+            "EventStatus":"Advisory","EventType":"SpotRebalanceRecommendation","ResourceType":"VirtualMachine",
+            "Resources":["spot_0"],"NotBefore":"","Description":"","EventSource":"Platform",
+            "DurationInSeconds":-1,"RecommendationScore":0.7,"Details":{"Region":"westeurope"}}]}"#,
+        );
+        assert_eq!(d.incarnation, DocumentIncarnation(6));
+        assert_eq!(
+            d.events[0].event_type,
+            EventType::SpotRebalanceRecommendation
+        );
+        assert_eq!(d.events[0].duration, Some(DurationInSeconds(-1)));
+    }
+
+    #[test]
+    fn only_scheduled_and_started_are_impacts() {
+        let event = |status: &str, event_type: &str| {
+            doc(&format!(
+                r#"{{"DocumentIncarnation":1,"Events":[{{"EventId":"x","EventStatus":"{status}","EventType":"{event_type}"}}]}}"#
+            ))
+            .events[0]
+                .is_advisory()
+        };
+        assert!(!event("Scheduled", "Reboot"));
+        assert!(
+            !event("Started", "Hibernate"),
+            "an unknown type that started is an impact"
+        );
+        assert!(event("Advisory", "Preempt"));
+        assert!(
+            event("Paused", "Reboot"),
+            "an unknown status is never an impact"
+        );
+        assert!(event("Scheduled", "SpotRebalanceRecommendation"));
+        assert_eq!(
+            EventType::impacts()
+                .map(EventType::as_str)
+                .collect::<Vec<_>>(),
+            ["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"]
+        );
     }
 
     #[test]

@@ -24,6 +24,10 @@ use crate::wire;
 /// hundreds of events naming hundreds of VMs.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
+/// Time a TCP connect to IMDS has by default. IMDS is link-local and accepts within a
+/// millisecond; a connect still pending after a second is being dropped on the way.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The instance-metadata api-version: the oldest that has every `compute` field the agent reports.
 pub const INSTANCE_API_VERSION: &str = "2021-02-01";
 
@@ -55,6 +59,13 @@ impl Operation {
 pub enum ImdsError {
     #[error("timed out after {0:?}")]
     Timeout(Duration),
+    /// The TCP connect did not complete in time: something between this process and IMDS drops
+    /// the traffic (not on the host network, AKS's IMDS restriction, a NetworkPolicy), as
+    /// opposed to an IMDS that accepted and answers slowly ([`ImdsError::Timeout`]).
+    #[error(
+        "connect did not complete within {0:?}: IMDS is unreachable from here (a pod outside the host network, AKS's IMDS restriction, a NetworkPolicy or a pod-identity agent dropping the traffic)"
+    )]
+    ConnectTimeout(Duration),
     #[error("cannot connect: {0}")]
     Connect(String),
     #[error("connection failed during the exchange: {0}")]
@@ -74,8 +85,9 @@ pub enum ImdsError {
 
 impl ImdsError {
     /// Every value of [`ImdsError::kind`], for pre-creating series.
-    pub const KINDS: [&'static str; 10] = [
+    pub const KINDS: [&'static str; 11] = [
         "timeout",
+        "connect_timeout",
         "connect",
         "transport",
         "http_4xx",
@@ -91,6 +103,7 @@ impl ImdsError {
     pub fn kind(&self) -> &'static str {
         match self {
             ImdsError::Timeout(_) => "timeout",
+            ImdsError::ConnectTimeout(_) => "connect_timeout",
             ImdsError::Connect(_) => "connect",
             ImdsError::Transport(_) => "transport",
             ImdsError::Status { status, .. } => match status.as_u16() {
@@ -120,7 +133,7 @@ impl ImdsError {
         }
     }
 
-    fn from_reqwest(error: reqwest::Error, timeout: Duration) -> Self {
+    fn from_reqwest(error: reqwest::Error, timeout: Duration, connect_timeout: Duration) -> Self {
         // The chain holds the useful part ("connection refused", "connection closed before
         // message completed"); reqwest's own message is only "error sending request".
         let mut text = error.to_string();
@@ -130,7 +143,9 @@ impl ImdsError {
             text.push_str(&cause.to_string());
             source = cause.source();
         }
-        if error.is_timeout() {
+        if error.is_connect() && error.is_timeout() {
+            ImdsError::ConnectTimeout(connect_timeout)
+        } else if error.is_timeout() {
             ImdsError::Timeout(timeout)
         } else if error.is_connect() {
             ImdsError::Connect(text)
@@ -163,6 +178,7 @@ pub enum Polled {
 #[derive(Debug, Clone)]
 pub struct ImdsClient {
     http: reqwest::Client,
+    connect_timeout: Duration,
     events_url: Url,
     instance_url: Url,
     /// `events_url` without the password or user a proxy in front of IMDS may need, for logs.
@@ -174,6 +190,17 @@ impl ImdsClient {
     /// A client for `base` (`http://169.254.169.254` on Azure) asking for `api_version` of
     /// scheduled events.
     pub fn new(base: &Url, api_version: &str) -> Result<Self, reqwest::Error> {
+        Self::with_connect_timeout(base, api_version, DEFAULT_CONNECT_TIMEOUT)
+    }
+
+    /// As [`ImdsClient::new`], giving a TCP connect `connect_timeout` before it fails as
+    /// [`ImdsError::ConnectTimeout`], whatever the request's own timeout: a blocked pod learns
+    /// it in a second, not after the two minutes the first request may take.
+    pub fn with_connect_timeout(
+        base: &Url,
+        api_version: &str,
+        connect_timeout: Duration,
+    ) -> Result<Self, reqwest::Error> {
         let mut headers = HeaderMap::new();
         headers.insert("Metadata", HeaderValue::from_static("true"));
         let http = reqwest::Client::builder()
@@ -186,6 +213,7 @@ impl ImdsClient {
                 env!("CARGO_PKG_VERSION")
             ))
             .pool_max_idle_per_host(1)
+            .connect_timeout(connect_timeout)
             .build()?;
         // reqwest sends the URL's user and password as basic auth and leaves them out of its
         // errors; the one place the URL is printed shows neither.
@@ -197,6 +225,7 @@ impl ImdsClient {
         }
         Ok(Self {
             http,
+            connect_timeout,
             events_url,
             instance_url: endpoint(base, "metadata/instance", INSTANCE_API_VERSION),
             shown_url,
@@ -345,7 +374,11 @@ impl ImdsClient {
         // hold the single request in flight past the poll timeout.
         match tokio::time::timeout(timeout, exchange).await {
             Err(_) => Err(ImdsError::Timeout(timeout)),
-            Ok(Err(error)) => Err(ImdsError::from_reqwest(error, timeout)),
+            Ok(Err(error)) => Err(ImdsError::from_reqwest(
+                error,
+                timeout,
+                self.connect_timeout,
+            )),
             Ok(Ok(result)) => result,
         }
     }

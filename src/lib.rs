@@ -2,7 +2,7 @@
 //! and logs.
 //!
 //! How the pieces fit (docs/architecture.md draws it): [`imds`] fetches documents over HTTP and
-//! [`wire`] mirrors their JSON; [`event`] and [`not_before`] turn that into domain types. The
+//! [`wire`] mirrors their JSON; [`event`] and [`not_before`] turn that into domain types, [`cause`] reads what `Description` says and [`hardware_failure`] marks a predicted failure. The
 //! functional core, `observer` with `monitor`, [`tracker`] (each event's lifecycle, resumed
 //! after a restart), `view` (one view of each event, its lifecycle span id given once),
 //! `approval` (policy, takeover order, the decision machine) and `notices` (who is notified of
@@ -20,10 +20,12 @@ pub mod agent;
 pub(crate) mod approval;
 pub(crate) mod backoff;
 pub(crate) mod boot;
+pub mod cause;
 pub mod commands;
 pub mod config;
 pub mod event;
 pub mod file_input;
+pub mod hardware_failure;
 pub(crate) mod health;
 pub mod imds;
 pub mod logging;

@@ -68,6 +68,10 @@ fn main() -> ExitCode {
             logging::init(args.log_format, "info", None);
             runtime.block_on(commands::simulator(args))
         }
+        Some(Command::PrepareStateDir(args)) => {
+            logging::init(LogFormat::Json, "info", None);
+            commands::prepare_state_dir(&args)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

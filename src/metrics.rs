@@ -22,8 +22,9 @@ use crate::approval::{Decision, HookFailure, HookKind, Outcome};
 pub use crate::config::EventSeries;
 use crate::config::approval::Mode;
 use crate::event::{Affects, Event, EventStatus, EventType};
+use crate::hardware_failure;
 use crate::imds::{ImdsError, Operation, RecordRequest};
-use crate::tracker::Transition;
+use crate::tracker::{Kind, Tracked, Transition};
 use crate::wire;
 
 /// The prefix of every metric name.
@@ -162,7 +163,8 @@ impl ApprovalMetrics {
         )?;
         if families.approval {
             // AzureScheduledEventApprovalsFailing takes increase() of both counters per type.
-            for event_type in EventType::KNOWN {
+            // Advisories are never approved.
+            for event_type in EventType::impacts() {
                 approvals.with_label_values(&[event_type.as_str()]);
                 for reason in Outcome::failure_reasons() {
                     failures.with_label_values(&[event_type.as_str(), reason]);
@@ -326,11 +328,15 @@ impl Metrics {
         for reason in ImdsError::KINDS {
             failures.with_label_values(&[Operation::Events.as_str(), reason]);
         }
-        for event_type in EventType::KNOWN {
+        for event_type in EventType::impacts() {
             for transition in Transition::KINDS {
                 transitions.with_label_values(&[event_type.as_str(), transition]);
             }
         }
+        transitions.with_label_values(&[
+            EventType::SpotRebalanceRecommendation.as_str(),
+            Kind::Advisory.as_str(),
+        ]);
         build_info
             .with_label_values(&[
                 env!("CARGO_PKG_VERSION"),
@@ -473,7 +479,8 @@ impl Metrics {
             .inc();
     }
 
-    /// Replaces the events the per-event series describe, after a document changed them.
+    /// Replaces the events the per-event series describe, after a document changed them. With
+    /// no first sight known, only a Description marks a predicted hardware failure.
     pub fn set_events(&self, incarnation: u64, events: Vec<Event>) {
         self.incarnation
             .set(i64::try_from(incarnation).unwrap_or(i64::MAX));
@@ -483,7 +490,22 @@ impl Metrics {
             .into_iter()
             .map(|event| {
                 let affects = event.affects(vm.as_deref());
-                (event, affects)
+                (event, affects, None)
+            })
+            .collect();
+    }
+
+    /// As [`Metrics::set_events`], from the tracker's events with their first sight.
+    pub fn set_tracked(&self, incarnation: u64, events: &[Tracked]) {
+        self.incarnation
+            .set(i64::try_from(incarnation).unwrap_or(i64::MAX));
+        let mut view = self.events.view();
+        let vm = view.vm_name.clone();
+        view.events = events
+            .iter()
+            .map(|tracked| {
+                let affects = tracked.event.affects(vm.as_deref());
+                (tracked.event.clone(), affects, Some(tracked.first_seen))
             })
             .collect();
     }
@@ -493,7 +515,7 @@ impl Metrics {
         {
             let mut view = self.events.view();
             view.vm_name = vm_name.map(str::to_owned);
-            for (event, affects) in &mut view.events {
+            for (event, affects, _) in &mut view.events {
                 *affects = event.affects(vm_name);
             }
         }
@@ -570,8 +592,8 @@ fn opts(name: &str, help: &str) -> Opts {
 #[derive(Debug, Default)]
 struct EventsView {
     /// Whether each names this VM is worked out when the events or the name change, not at
-    /// every scrape.
-    events: Vec<(Event, Affects)>,
+    /// every scrape; with the time this agent first saw it, when known.
+    events: Vec<(Event, Affects, Option<DateTime<Utc>>)>,
     vm_name: Option<String>,
 }
 
@@ -582,6 +604,7 @@ struct EventsCollector {
     clock: fn() -> DateTime<Utc>,
     view: Mutex<EventsView>,
     pending: IntGaugeVec,
+    advisories: IntGaugeVec,
     info: IntGaugeVec,
     not_before: GaugeVec,
     until_not_before: GaugeVec,
@@ -598,14 +621,21 @@ impl EventsCollector {
             pending: IntGaugeVec::new(
                 opts(
                     "pending",
-                    "Events in the current scheduled-events document, by EventType, EventStatus and whether Resources names this VM.",
+                    "Events in the current scheduled-events document that announce an impact (EventStatus Scheduled or Started), by EventType, EventStatus and whether Resources names this VM.",
+                ),
+                &["event_type", "event_status", "affects_this_vm"],
+            )?,
+            advisories: IntGaugeVec::new(
+                opts(
+                    "advisories",
+                    "Events in the current scheduled-events document that announce no impact (a Spot rebalance recommendation, EventStatus Advisory, or an EventStatus this agent does not know), by EventType, EventStatus and whether Resources names this VM; never counted in pending.",
                 ),
                 &["event_type", "event_status", "affects_this_vm"],
             )?,
             info: IntGaugeVec::new(
                 opts(
                     "event_info",
-                    "Always 1 while the event is in the scheduled-events document; its fields as labels.",
+                    "Always 1 while the event is in the scheduled-events document; its fields as labels, the cause its Description gives, and whether Azure predicts a hardware failure (a Reboot or Redeploy announced more than a day ahead).",
                 ),
                 &[
                     "event_id",
@@ -614,6 +644,8 @@ impl EventsCollector {
                     "event_source",
                     "resource_type",
                     "affects_this_vm",
+                    "cause",
+                    "hardware_failure_predicted",
                 ],
             )?,
             not_before: GaugeVec::new(
@@ -652,9 +684,10 @@ impl EventsCollector {
         self.view.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn vecs(&self) -> [&dyn Collector; 6] {
+    fn vecs(&self) -> [&dyn Collector; 7] {
         [
             &self.pending,
+            &self.advisories,
             &self.info,
             &self.not_before,
             &self.until_not_before,
@@ -672,15 +705,15 @@ impl EventsCollector {
         // other's half-filled vectors.
         let view = self.view();
         let now = (self.clock)();
-        for vec in [&self.pending, &self.info, &self.resources] {
+        for vec in [&self.pending, &self.advisories, &self.info, &self.resources] {
             vec.reset();
         }
         for vec in [&self.not_before, &self.until_not_before, &self.duration] {
             vec.reset();
         }
-        for event_type in EventType::KNOWN {
-            for status in EventStatus::KNOWN {
-                for affects in [Affects::Yes, Affects::No] {
+        for affects in [Affects::Yes, Affects::No] {
+            for event_type in EventType::impacts() {
+                for status in &EventStatus::IMPACTS {
                     self.pending.with_label_values(&[
                         event_type.as_str(),
                         status.as_str(),
@@ -688,10 +721,20 @@ impl EventsCollector {
                     ]);
                 }
             }
+            self.advisories.with_label_values(&[
+                EventType::SpotRebalanceRecommendation.as_str(),
+                EventStatus::Advisory.as_str(),
+                affects.as_str(),
+            ]);
         }
-        for (event, affects) in &view.events {
+        for (event, affects, first_seen) in &view.events {
             let affects = *affects;
-            self.pending
+            let count = if event.is_advisory() {
+                &self.advisories
+            } else {
+                &self.pending
+            };
+            count
                 .with_label_values(&[
                     event.event_type.as_str(),
                     event.status.as_str(),
@@ -710,6 +753,8 @@ impl EventsCollector {
                     event.source.as_ref().map_or("", |s| s.as_str()),
                     &event.resource_type,
                     affects.as_str(),
+                    event.cause().as_str(),
+                    hardware_failure::label(hardware_failure::predicted(event, *first_seen)),
                 ])
                 .set(1);
             if let Some(at) = event.not_before.at() {

@@ -4,7 +4,7 @@
 //! [`Notices::decide`] reads one batch of occurrences (transitions, events that ended while the
 //! agent was down, approvals) and says, as [`Occurrence::Notify`], which receivers want each
 //! one ([`Filter`]) and which are new to them. The transitions a restart reports again
-//! (`scheduled`, `started`) go to a receiver once per event: what was handed to it is seeded
+//! (`advisory`, `scheduled`, `started`) go to a receiver once per event: what was handed to it is seeded
 //! from the state file, recorded there by the state output before the notification output
 //! queues anything, and forgotten when the event leaves the document. No I/O, no clock.
 
@@ -16,11 +16,12 @@ use crate::config::notify::{Filter, NotifyConfig, is_advisory};
 use crate::event::{Affects, Event};
 use crate::occurrence::{Lifecycle, Notice, Occurrence};
 use crate::state::State;
+use crate::tracker::Transition;
 
 /// The transitions a restart reports again: an event still in the document is resumed as
-/// `scheduled` or `started`. Only these are remembered, so a restart never sends them twice;
-/// every other transition happens once (an event is updated as often as it changes).
-pub const REPLAYABLE: [&str; 2] = ["scheduled", "started"];
+/// `advisory`, `scheduled` or `started`. Only these are remembered, so a restart never sends them
+/// twice; every other transition happens once (an event is updated as often as it changes).
+pub const REPLAYABLE: [&str; 3] = ["advisory", "scheduled", "started"];
 
 /// The receivers' filters and what each was already sent.
 #[derive(Debug, Clone, Default)]
@@ -62,6 +63,17 @@ impl Notices {
             return Vec::new();
         }
         let mut notices = Vec::new();
+        // When each event was first seen, for the mark of a predicted hardware failure on the
+        // notice that first reports it.
+        let first_seen = |id: &crate::event::EventId| {
+            occurrences.iter().find_map(|occurrence| match occurrence {
+                Occurrence::Events(events) => events
+                    .iter()
+                    .find(|tracked| tracked.event.id == *id)
+                    .map(|tracked| tracked.first_seen),
+                _ => None,
+            })
+        };
         for occurrence in occurrences {
             let found = match occurrence.lifecycle() {
                 Some(Lifecycle::Transition(transition)) => Some((
@@ -98,7 +110,17 @@ impl Notices {
             let Some((transition, event, changed, seen_started)) = found else {
                 continue;
             };
-            if let Some(notice) = self.notice(transition, event, changed, seen_started, vm) {
+            let predicted = match occurrence {
+                Occurrence::Transition(Transition::Appeared(event)) => Some(
+                    crate::hardware_failure::predicted(event, first_seen(&event.id)),
+                ),
+                Occurrence::Transition(Transition::Resumed {
+                    event, first_seen, ..
+                }) => Some(crate::hardware_failure::predicted(event, Some(*first_seen))),
+                _ => None,
+            };
+            if let Some(mut notice) = self.notice(transition, event, changed, seen_started, vm) {
+                notice.hardware_failure_predicted = predicted;
                 notices.push(Occurrence::Notify(notice));
             }
         }
@@ -143,6 +165,7 @@ impl Notices {
             event: event.clone(),
             changed,
             seen_started,
+            hardware_failure_predicted: None,
             receivers,
             recorded,
         })
@@ -152,6 +175,8 @@ impl Notices {
 /// Whether a receiver with `filter` wants `transition` of `event`, which `affects` this VM.
 fn wants(filter: &Filter, transition: &str, event: &Event, affects: Affects) -> bool {
     filter.transitions.contains(&transition)
+        // An advisory reaches only receivers that asked for advisories, not even its end.
+        && (!event.is_advisory() || filter.transitions.contains(&"advisory"))
         && (filter.event_types.is_empty() || filter.event_types.contains(&event.event_type))
         && (filter.event_sources.is_empty()
             || event
@@ -366,5 +391,32 @@ mod tests {
             0,
         );
         assert!(notices.decide(&batch, Some("vm_0")).is_empty());
+    }
+
+    #[test]
+    fn an_advisory_reaches_only_receivers_that_list_advisory_not_even_its_end() {
+        let mut notices = Notices::new(
+            &config(vec![
+                receiver(
+                    "default",
+                    &["scheduled", "started", "completed", "cancelled"],
+                    true,
+                ),
+                receiver("spot", &["advisory", "cancelled"], true),
+            ]),
+            &State::default(),
+        );
+        let mut tracker = Tracker::new();
+        let advisory = r#"{"EventId":"A","EventStatus":"Advisory","EventType":"SpotRebalanceRecommendation","Resources":["vm_0"],"NotBefore":""}"#;
+        let batch = observe(&mut tracker, 1, advisory, 0);
+        assert_eq!(
+            said(&notices.decide(&batch, Some("vm_0"))),
+            ["advisory A spot"]
+        );
+        let batch = observe(&mut tracker, 2, "", 10);
+        assert_eq!(
+            said(&notices.decide(&batch, Some("vm_0"))),
+            ["cancelled A spot"]
+        );
     }
 }

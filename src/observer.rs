@@ -166,7 +166,9 @@ impl Observer {
             HookKind::Recover => self.recover_hook,
             HookKind::Approve => false,
         };
-        (configured && event.affects(vm) == Affects::Yes).then(|| hook_started(event, kind))
+        // An advisory announces nothing to prepare for or recover from.
+        (configured && event.affects(vm) == Affects::Yes && !event.is_advisory())
+            .then(|| hook_started(event, kind))
     }
 }
 

@@ -180,6 +180,9 @@ pub struct Notice {
     pub changed: Option<String>,
     /// `completed`: whether a document showed the event `Started`.
     pub seen_started: Option<bool>,
+    /// On the notice that first reports the event (it appeared, or was resumed after a
+    /// restart): whether Azure predicts a hardware failure ([`crate::hardware_failure`]).
+    pub hardware_failure_predicted: Option<bool>,
     /// The receivers it goes to, by name, in the order they are configured.
     pub receivers: Vec<Arc<str>>,
     /// Whether it is a transition a restart reports again ([`crate::notices::REPLAYABLE`]), which the state file records as sent to

@@ -93,9 +93,16 @@ impl Transition {
         }
     }
 
-    /// What kind of transition it is, as the `transition` label says it.
+    /// What kind of transition it is, as the `transition` label says it: `advisory` for an
+    /// event that appeared but announces no impact ([`Event::is_advisory`]), so that nothing that
+    /// acts on `scheduled` acts on an advisory.
     pub fn kind(&self) -> Kind {
         match self {
+            Transition::Appeared(event) | Transition::Resumed { event, .. }
+                if event.is_advisory() =>
+            {
+                Kind::Advisory
+            }
             Transition::Appeared(event) | Transition::Resumed { event, .. }
                 if event.status == EventStatus::Started =>
             {
@@ -131,7 +138,8 @@ impl Transition {
         }
     }
 
-    /// Every `transition` label value, for pre-creating series.
+    /// Every `transition` label value of an event that announces an impact, for pre-creating
+    /// series.
     pub const KINDS: [&'static str; 5] = [
         Kind::Scheduled.as_str(),
         Kind::Started.as_str(),
@@ -152,6 +160,9 @@ pub enum Kind {
     Updated,
     Completed,
     Cancelled,
+    /// Appeared (or resumed) announcing no impact: a Spot rebalance recommendation, EventStatus
+    /// `Advisory`, or an unknown status.
+    Advisory,
 }
 
 impl Kind {
@@ -163,6 +174,7 @@ impl Kind {
             Kind::Updated => "updated",
             Kind::Completed => "completed",
             Kind::Cancelled => "cancelled",
+            Kind::Advisory => "advisory",
         }
     }
 }
@@ -685,6 +697,69 @@ mod tests {
         assert_eq!(kinds(&o), [("scheduled", "a")]);
         assert_eq!(o.duplicates, [EventId::new("a")]);
         assert_eq!(tracker.events().len(), 1);
+    }
+
+    #[test]
+    fn an_advisory_appears_as_an_advisory_and_a_preempt_after_it_as_scheduled() {
+        let mut tracker = Tracker::new();
+        let mut advisory = event("rebalance", EventStatus::Advisory);
+        advisory.event_type = EventType::SpotRebalanceRecommendation;
+        advisory.not_before = NotBefore::parse(Some(""));
+        let o = tracker.observe(document(1, std::slice::from_ref(&advisory)), t(-900));
+        assert_eq!(kinds(&o), [("advisory", "rebalance")]);
+        let mut preempt = event("evict", EventStatus::Scheduled);
+        preempt.event_type = EventType::Preempt;
+        let o = tracker.observe(document(2, &[advisory, preempt]), t(-30));
+        assert_eq!(kinds(&o), [("scheduled", "evict")]);
+        let o = tracker.observe(document(3, &[]), t(5));
+        assert_eq!(
+            kinds(&o),
+            [("cancelled", "rebalance"), ("completed", "evict")]
+        );
+    }
+
+    fn fixture(file: &str) -> Document {
+        let path = format!(
+            "{}/tests/fixtures/imds-documents/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        match std::fs::read(&path).map(|body| Document::from_json(&body)) {
+            Ok(Ok(document)) => document,
+            Ok(Err(e)) => panic!("{path}: {e}"),
+            Err(e) => panic!("{path}: {e}"),
+        }
+    }
+
+    #[test]
+    fn the_real_world_shaped_advisory_then_preempt_documents_are_tracked() {
+        let mut tracker = Tracker::new();
+        let alone = tracker.observe(fixture("30-spot-rebalance-advisory-alone-di4.json"), t(0));
+        assert_eq!(
+            kinds(&alone),
+            [("advisory", "8F2D6A41-3B7C-4E19-9A5D-2C0B7E6F1D83")]
+        );
+        assert!(alone.transitions[0].event().is_advisory());
+        let then = tracker.observe(
+            fixture("31-spot-rebalance-advisory-then-preempt-di5.json"),
+            t(20),
+        );
+        assert_eq!(then.incarnation, IncarnationChange::Next);
+        assert_eq!(
+            kinds(&then),
+            [("scheduled", "D40E9B27-61C5-4F0A-B8E3-97A1C2F5E604")],
+            "the advisory is unchanged; the Preempt is the one new impact"
+        );
+        assert!(!then.transitions[0].event().is_advisory());
+    }
+
+    #[test]
+    fn an_unknown_status_appears_as_an_advisory() {
+        let mut tracker = Tracker::new();
+        let o = tracker.observe(
+            document(1, &[event("a", EventStatus::Other("Paused".into()))]),
+            t(-900),
+        );
+        assert_eq!(kinds(&o), [("advisory", "a")]);
     }
 
     #[test]

@@ -98,12 +98,17 @@ pub struct EventView {
     pub vm_name: Option<String>,
     pub event_type: String,
     pub event_status: String,
+    /// The event announces no impact ([`Event::is_advisory`]): a Spot rebalance recommendation,
+    /// EventStatus `Advisory`, or an unknown status.
+    pub advisory: bool,
     pub event_source: Option<String>,
     pub resource_type: String,
     pub resources: String,
     pub not_before: String,
     pub duration_in_seconds: Option<i64>,
     pub description: Option<String>,
+    /// What `Description` says caused the event ([`crate::cause::Cause`]).
+    pub cause: &'static str,
     /// `true`, `false`, or `unknown` while this VM's name is not known.
     #[serde(serialize_with = "as_str")]
     pub affects_this_vm: Affects,
@@ -131,31 +136,35 @@ impl EventView {
             vm_name: vm_name.map(str::to_owned),
             event_type: event.event_type.as_str().to_owned(),
             event_status: event.status.as_str().to_owned(),
+            advisory: event.is_advisory(),
             event_source: event.source.as_ref().map(|s| s.as_str().to_owned()),
             resource_type: event.resource_type.clone(),
             resources: event.resources.to_string(),
             not_before: event.not_before.raw().to_owned(),
             duration_in_seconds: event.duration.map(|d| d.0),
             description: event.description.clone(),
+            cause: event.cause().as_str(),
             affects_this_vm: event.affects(vm_name),
             document_incarnation: incarnation,
         }
     }
 
     /// The field names a view serialises to, in order: the template fields of notifications.
-    pub const FIELDS: [&'static str; 14] = [
+    pub const FIELDS: [&'static str; 16] = [
         "event_id",
         "trace_id",
         "span_id",
         "vm_name",
         "event_type",
         "event_status",
+        "advisory",
         "event_source",
         "resource_type",
         "resources",
         "not_before",
         "duration_in_seconds",
         "description",
+        "cause",
         "affects_this_vm",
         "document_incarnation",
     ];

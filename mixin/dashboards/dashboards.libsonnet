@@ -18,30 +18,72 @@ local g = import 'grafana.libsonnet';
   // The variables' matchers, on every series of the agent.
   local matchers = (if cl == '' then [] else ['%s=~"$cluster"' % cl]) + ['job=~"$job"', 'instance=~"$instance"'],
   local s(metric, extra=[]) = q.sel(metric, matchers + extra),
-  local lookback = c.vmInfoLookback,
 
-  // The VMs that pass the location, scale-set and zone variables, as last known within the
-  // lookback (a rebooting or stopped agent still counts). Agents that have not read instance
-  // metadata pass, since where they are is unknown.
+  // The recording rules' series (mixin/alerts/rules.libsonnet): what every panel would otherwise
+  // re-read over an hour of samples of every agent.
+  local r = if std.objectHasAll(q, 'records') then q.records else {
+    targetVmInfo: 'azure_scheduled_events:target_vm_info:last',
+    vmInfo: 'azure_scheduled_events:vm_info:last',
+    capacityVms: 'azure_scheduled_events:capacity_vms:count',
+    capacityAtRisk: 'azure_scheduled_events:capacity_vms_at_risk:count',
+  },
+  // The labels the recorded last known vm_info keeps, and the label that is one VM's identity.
+  local recordLabels = if std.objectHas(c, 'vmInfoRecordLabels') then c.vmInfoRecordLabels else ['vm_name', 'location', 'zone', cap, 'resource_group', 'vm_size'],
+  local vmIdLabel = if std.objectHas(c, 'vmIdLabel') then c.vmIdLabel else 'vm_id',
+  local place = ['location=~"$location"', '%s=~"$scale_set"' % cap, 'zone=~"$zone"'],
+  local clusterMatchers = if cl == '' then [] else ['%s=~"$cluster"' % cl],
+  // Recorded series carry the labels they were recorded with: no selector, only the variables.
+  local rec(name, extra=[]) = name + '{' + std.join(', ', extra) + '}',
+  // One series per scrape target that passes every variable: its last known vm_info (kept while
+  // the VM reboots), with its VM's id.
+  local targets = 'max by (%s) (%s)' % [by(q.vm + [vmIdLabel]), rec(r.targetVmInfo, matchers + place)],
+
+  // The targets that pass the location, scale-set and zone variables, as last known (a rebooting
+  // or stopped agent still counts). Agents that have not read instance metadata pass, since where
+  // they are is unknown.
   local vmFilter =
-    '(\n  max by (%(vm)s) (last_over_time(%(info)s[%(lb)s]))\n  or on (%(vm)s)\n  (max by (%(vm)s) (last_over_time(%(build)s[%(lb)s])) unless on (%(vm)s) last_over_time(%(all)s[%(lb)s]))\n)' % {
+    '(\n  %(targets)s\n  or on (%(vm)s)\n  (max by (%(vm)s) (%(build)s) unless on (%(vm)s) %(all)s)\n)' % {
       vm: vm,
-      info: s('azure_scheduled_events_vm_info', ['location=~"$location"', '%s=~"$scale_set"' % cap, 'zone=~"$zone"']),
+      targets: targets,
       build: s('azure_scheduled_events_build_info'),
-      all: s('azure_scheduled_events_vm_info'),
-      lb: lookback,
+      all: rec(r.targetVmInfo, clusterMatchers),
     },
   local filtered(expr) = '(\n  (%s)\n  and on (%s)\n  %s\n)' % [expr, vm, vmFilter],
 
-  // `expr` with `labels` of vm_info added, or unchanged for a VM without instance metadata.
+  // Per VM: `expr` (one series per target, or per target and `labels`) counted once per VM
+  // (vmIdLabel) however many jobs scrape its agent, for the VMs that pass every variable. A
+  // target without instance metadata is not a known VM and is not counted.
+  local perVm(expr, labels=[]) =
+    'count by (%(key)s) (\n  (%(e)s)\n  * on (%(vm)s) group_left (%(id)s)\n  %(targets)s\n)' % {
+      key: by(withCluster([vmIdLabel] + labels)),
+      e: expr,
+      vm: vm,
+      id: vmIdLabel,
+      targets: targets,
+    },
+  // VMs per cluster and `labels` with `expr`.
+  local countVms(expr, labels=[]) = 'count by (%s) (\n%s\n)' % [by(withCluster(labels)), perVm(expr, labels)],
+  // Events in the document (Scheduled or Started; advisories are not events that take a VM down).
+  local inDocument = ['event_status=~"Scheduled|Started"'],
+
+  // `expr` with `labels` of vm_info added, or unchanged for a VM without instance metadata:
+  // from the recorded last known vm_info when it keeps them, else from the current vm_info.
   local join(expr, key, labels) =
+    local recorded = std.length([l for l in labels if !std.member(recordLabels, l)]) == 0;
     '(\n  (%(e)s)\n  * on (%(vm)s) group_left (%(l)s)\n  %(info)s\n)\nor on (%(on)s)\n(%(e)s)' % {
       e: expr,
       vm: vm,
       l: by(labels),
-      info: q.vmInfo(labels, lookback, matchers),
+      info: if recorded then 'max by (%s) (%s)' % [by(q.vm + labels), rec(r.targetVmInfo, matchers)]
+      else 'max by (%s) (%s)' % [by(q.vm + labels), s('azure_scheduled_events_vm_info')],
       on: by(q.vm + key),
     },
+  // A recorded count per cluster and capacity group, for the groups with VMs that pass the variables.
+  local groups(record) = '%s\nand on (%s)\ngroup by (%s) (%s)' % [rec(record, clusterMatchers + ['%s=~"$scale_set"' % cap]), q.groupBy, q.groupBy, rec(r.vmInfo, clusterMatchers + place + ['instance=~"$instance"'])],
+  // The share of each capacity group facing a capacity event soon.
+  local share = '(\n%s\n)\n/\n%s' % [groups(r.capacityAtRisk), rec(r.capacityVms, clusterMatchers + ['%s=~"$scale_set"' % cap])],
+  // The events each VM saw within waveWindow, with its scale set.
+  local wavesSeen = 'max by (%s) (last_over_time(%s[%s]))\n* on (%s) group_left (%s)\n%s' % [by(q.vm + ['event_id', 'event_type', 'event_source']), s('azure_scheduled_events_event_info', ['affects_this_vm="true"']), c.waveWindow, vm, cap, 'max by (%s) (%s)' % [by(q.vm + [cap]), rec(r.targetVmInfo, matchers + place + ['%s!=""' % cap])]],
   local guid = '([0-9A-Fa-f]{8})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{12})',
   // The trace id of the event: its EventId without dashes (docs/traces.md).
   local traced(expr) = 'label_replace(\n%s,\n"trace_id", "$1$2$3$4$5", "event_id", "%s")' % [expr, guid],
@@ -55,18 +97,9 @@ local g = import 'grafana.libsonnet';
       any: s('azure_scheduled_events_event_info', matchers),
     },
   local eventLabels = ['event_id', 'event_type', 'event_source'],
-  // VMs facing `types` with NotBefore within impactSoonSeconds, passed, unknown or Started.
-  local soon(types) =
-    'max by (%(vm)s) (\n  %(info)s\n  unless on (%(vm)s, event_id)\n  (%(until)s > %(secs)d)\n)' % {
-      vm: vm,
-      info: s('azure_scheduled_events_event_info', affects + ['event_type=~"%s"' % q.types(types)]),
-      until: s('azure_scheduled_events_event_seconds_until_not_before'),
-      secs: c.impactSoonSeconds,
-    },
-
   local variables(extra=[]) =
     [
-      g.datasourceVariable('datasource', 'Prometheus', 'prometheus'),
+      g.datasourceVariable('datasource', 'Prometheus', c.datasourceType),
       g.datasourceVariable('tempo', 'Tempo', 'tempo'),
     ]
     + (if cl == '' then [] else [
@@ -81,14 +114,32 @@ local g = import 'grafana.libsonnet';
     ]
     + extra,
 
+  // VMs per cluster, event type and transition within `window` before each point: an event that
+  // appeared in a VM's document Scheduled or Started, or became Started (transition Scheduled or
+  // Started), or left it (transition ended). Reads only the per-event series, which exist for
+  // the few VMs that have events, never a counter of every agent.
+  local transitions(window) =
+    local now = s('azure_scheduled_events_event_info', affects + inDocument);
+    local before = '%s offset %s' % [now, window];
+    local key = by(q.vm + ['event_id']);
+    countVms(
+      'max by (%(vmt)s) (
+  label_replace(%(now)s unless on (%(key)s, event_status) %(before)s, "transition", "$1", "event_status", "(.*)")
+  or
+  label_replace(%(before)s unless on (%(key)s) %(now)s, "transition", "ended", "", "")
+)' % {
+        vmt: by(q.vm + ['event_type', 'transition']),
+        now: now,
+        before: before,
+        key: key,
+      },
+      ['event_type', 'transition'],
+    ),
   // Lifecycle transitions as annotations, on every dashboard.
   local annotations = [
     g.annotation(
       'Scheduled-event transitions',
-      'sum by (%s) (%s) > 0' % [
-        by(withCluster(['event_type', 'transition'])),
-        filtered('increase(%s[2m])' % s('azure_scheduled_events_transitions_total')),
-      ],
+      transitions('2m'),
       '{{event_type}} {{transition}}',
       if cl == '' then 'VMs: {{value}}' else 'cluster {{%s}}, VMs: {{value}}' % cl,
       'orange',
@@ -119,23 +170,23 @@ local g = import 'grafana.libsonnet';
       variables(),
       [
         g.row('Now: which VMs face an event'),
-        g.stat('VMs with a pending event', "VMs whose scheduled-events document holds an event that names them (any type, Scheduled or Started).",
-               'count(%s) or vector(0)' % filtered('max by (%s) (%s) > 0' % [vm, s('azure_scheduled_events_pending', affects)])),
+        g.stat('VMs with a pending event', "VMs whose scheduled-events document holds an event that names them (any type, Scheduled or Started), each VM counted once however many jobs scrape its agent.",
+               'count(%s) or vector(0)' % perVm(s('azure_scheduled_events_event_info', affects + inDocument))),
         g.stat('Reboot or Redeploy', 'VMs facing a Reboot or a Redeploy (memory lost; Redeploy also loses the temporary disk).',
-               'count(%s) or vector(0)' % filtered('max by (%s) (%s) > 0' % [vm, s('azure_scheduled_events_pending', affects + ['event_type=~"Reboot|Redeploy"'])])),
+               'count(%s) or vector(0)' % perVm(s('azure_scheduled_events_event_info', affects + inDocument + ['event_type=~"Reboot|Redeploy"']))),
         g.stat('Spot evictions', 'Spot VMs with a Preempt event: 30 seconds of notice.',
-               'count(%s) or vector(0)' % filtered('max by (%s) (%s) > 0' % [vm, s('azure_scheduled_events_pending', affects + ['event_type="Preempt"'])])),
+               'count(%s) or vector(0)' % perVm(s('azure_scheduled_events_event_info', affects + inDocument + ['event_type="Preempt"']))),
         g.stat('Scale-set deletions', 'VMs with a Terminate event: their scale set deletes them.',
-               'count(%s) or vector(0)' % filtered('max by (%s) (%s) > 0' % [vm, s('azure_scheduled_events_pending', affects + ['event_type="Terminate"'])])),
-        g.stat('VMs reporting', 'Agents exporting azure_scheduled_events_up.', 'count(%s)' % filtered(s('azure_scheduled_events_up')), steps=['text']),
-        g.stat('VMs blind', 'Agents that have no valid scheduled-events document: their events are not seen.',
-               'count(%s) or vector(0)' % filtered('%s == 0' % s('azure_scheduled_events_up')), steps=['green', [1, 'red']]),
+               'count(%s) or vector(0)' % perVm(s('azure_scheduled_events_event_info', affects + inDocument + ['event_type="Terminate"']))),
+        g.stat('VMs reporting', 'VMs whose agent exports azure_scheduled_events_up, counted by VM id (vm_id of azure_scheduled_events_vm_info).', 'count(%s)' % perVm(s('azure_scheduled_events_up')), steps=['text']),
+        g.stat('VMs blind', 'VMs whose agent has no valid scheduled-events document: their events are not seen.',
+               'count(%s) or vector(0)' % perVm('%s == 0' % s('azure_scheduled_events_up')), steps=['green', [1, 'red']]),
         g.timeseries('VMs with pending events, by type and status', 'How many VMs have at least one event naming them, per EventType and EventStatus.',
-                     [g.target('count by (%s) (%s)' % [by(withCluster(['event_type', 'event_status'])), filtered('max by (%s) (%s) > 0' % [by(q.vm + ['event_type', 'event_status']), s('azure_scheduled_events_pending', affects)])],
+                     [g.target(countVms(s('azure_scheduled_events_event_info', affects + inDocument), ['event_type', 'event_status']),
                                legend=legendCluster + '{{event_type}} {{event_status}}')],
                      stack=true, fill=30, w=16),
         g.bargauge('Now, by type and status', 'VMs per EventType and EventStatus at the end of the time range.',
-                   'count by (%s) (%s)' % [by(withCluster(['event_type', 'event_status'])), filtered('max by (%s) (%s) > 0' % [by(q.vm + ['event_type', 'event_status']), s('azure_scheduled_events_pending', affects)])],
+                   countVms(s('azure_scheduled_events_event_info', affects + inDocument), ['event_type', 'event_status']),
                    legendCluster + '{{event_type}} {{event_status}}'),
 
         g.row('Capacity: VMs of one scale set going down at once'),
@@ -149,9 +200,9 @@ local g = import 'grafana.libsonnet';
             n: c.capacity.minVMs,
           },
           [
-            g.target('count by (%s) (%s)' % [q.groupBy, filtered('%s\n* on (%s) group_left (%s)\nmax by (%s) (%s)' % [soon(c.capacity.eventTypes), vm, cap, by(q.vm + [cap]), s('azure_scheduled_events_vm_info', ['%s!=""' % cap])])], 'A', instant=true, table=true),
-            g.target('count by (%s) (%s)' % [q.groupBy, filtered(s('azure_scheduled_events_vm_info', ['%s!=""' % cap]))], 'B', instant=true, table=true),
-            g.target('count by (%s) (%s)\n/\ncount by (%s) (%s)' % [q.groupBy, filtered('%s\n* on (%s) group_left (%s)\nmax by (%s) (%s)' % [soon(c.capacity.eventTypes), vm, cap, by(q.vm + [cap]), s('azure_scheduled_events_vm_info', ['%s!=""' % cap])]), q.groupBy, filtered(s('azure_scheduled_events_vm_info', ['%s!=""' % cap]))], 'C', instant=true, table=true),
+            g.target(groups(r.capacityAtRisk), 'A', instant=true, table=true),
+            g.target(groups(r.capacityVms), 'B', instant=true, table=true),
+            g.target(share, 'C', instant=true, table=true),
           ],
           clusterColumn + [[cap, 'Scale set'], ['Value #A', 'VMs going down'], ['Value #B', 'VMs'], ['Value #C', 'Share']],
           overrides=[['Share', g.unit('percentunit') + [
@@ -163,8 +214,7 @@ local g = import 'grafana.libsonnet';
           h=8,
         ),
         g.timeseries('Share of each scale set going down', 'The share of each %s facing an interrupting event soon, over time.' % c.capacityName,
-                     [g.target('count by (%s) (%s)\n/\ncount by (%s) (%s)' % [q.groupBy, filtered('%s\n* on (%s) group_left (%s)\nmax by (%s) (%s)' % [soon(c.capacity.eventTypes), vm, cap, by(q.vm + [cap]), s('azure_scheduled_events_vm_info', ['%s!=""' % cap])]), q.groupBy, filtered(s('azure_scheduled_events_vm_info', ['%s!=""' % cap]))],
-                               legend=legendCluster + '{{%s}}' % cap)],
+                     [g.target(share, legend=legendCluster + '{{%s}}' % cap)],
                      unit='percentunit', w=14),
 
         g.row('Next: the events to come, soonest first'),
@@ -203,7 +253,7 @@ local g = import 'grafana.libsonnet';
         g.table(
           'Maintenance waves',
           'Azure gives every host operation its own EventId, so one wave of maintenance across a %(name)s is many EventIds of the same type and source seen within %(w)s. Per cluster, %(name)s, type and source: the EventIds and the VMs they name in the last %(w)s.' % { name: c.capacityName, w: c.waveWindow },
-          local wave = filtered('max by (%s) (last_over_time(%s[%s]))\n* on (%s) group_left (%s)\n%s' % [by(q.vm + eventLabels), s('azure_scheduled_events_event_info', affects), c.waveWindow, vm, cap, q.vmInfo([cap], lookback, matchers + ['%s!=""' % cap])]);
+          local wave = wavesSeen;
           [
             g.target('count by (%s) (count by (%s) (%s))' % [by(q.group + ['event_type', 'event_source']), by(q.group + eventLabels), wave], 'A', instant=true, table=true),
             g.target('count by (%s) (count by (%s) (%s))' % [by(q.group + ['event_type', 'event_source']), by(q.vm + [cap, 'event_type', 'event_source']), wave], 'B', instant=true, table=true),
@@ -214,13 +264,13 @@ local g = import 'grafana.libsonnet';
           h=8,
         ),
         g.timeseries('EventIds per scale set and type within %s' % c.waveWindow, 'A rise across many EventIds is a wave of maintenance going through a %s.' % c.capacityName,
-                     [g.target('count by (%s) (count by (%s) (%s))' % [by(q.group + ['event_type']), by(q.group + ['event_id', 'event_type']), filtered('max by (%s) (last_over_time(%s[%s]))\n* on (%s) group_left (%s)\n%s' % [by(q.vm + eventLabels), s('azure_scheduled_events_event_info', affects), c.waveWindow, vm, cap, q.vmInfo([cap], lookback, matchers + ['%s!=""' % cap])])],
+                     [g.target('count by (%s) (count by (%s) (%s))' % [by(q.group + ['event_type']), by(q.group + ['event_id', 'event_type']), wavesSeen],
                                legend=legendCluster + '{{%s}} {{event_type}}' % cap)],
                      w=14),
 
         g.row('Spot evictions and scale-set deletions'),
         g.timeseries('VMs being evicted or deleted', 'Spot evictions (Preempt) and scale-set deletions (Terminate) in progress.',
-                     [g.target('count by (%s) (%s)' % [by(withCluster(['event_type'])), filtered('max by (%s) (%s) > 0' % [by(q.vm + ['event_type']), s('azure_scheduled_events_pending', affects + ['event_type=~"Preempt|Terminate"'])])],
+                     [g.target(countVms(s('azure_scheduled_events_event_info', affects + inDocument + ['event_type=~"Preempt|Terminate"']), ['event_type']),
                                legend=legendCluster + '{{event_type}}')],
                      stack=true, fill=30),
         g.table(
@@ -236,7 +286,7 @@ local g = import 'grafana.libsonnet';
         g.row('Where: fault domains, update domains and zones'),
       ] + [
         g.bargauge('VMs with pending events per %s' % d[1], 'VMs with an event naming them, per %s and event type (from azure_scheduled_events_vm_info).' % d[1],
-                   'count by (%s) (\n%s\n* on (%s) group_left (%s)\n%s\n)' % [by(withCluster([d[0], 'event_type'])), filtered('max by (%s) (%s) > 0' % [by(q.vm + ['event_type']), s('azure_scheduled_events_pending', affects)]), vm, d[0], q.vmInfo([d[0]], lookback, matchers)],
+                   'count by (%s) (\n%s\n* on (%s) group_left (%s)\nmax by (%s) (%s)\n)' % [by(withCluster([d[0], 'event_type'])), perVm(s('azure_scheduled_events_event_info', affects + inDocument), ['event_type']), by(withCluster([vmIdLabel])), d[0], by(withCluster([vmIdLabel, d[0]])), s('azure_scheduled_events_vm_info', place)],
                    legendCluster + '%s {{%s}} · {{event_type}}' % [d[1], d[0]])
         for d in [['platform_fault_domain', 'fault domain'], ['platform_update_domain', 'update domain'], ['zone', 'zone']]
       ],
@@ -277,11 +327,11 @@ local g = import 'grafana.libsonnet';
                'max by (%s) (%s)' % [by(withCluster(['event_type', 'event_source'])), filtered('last_over_time(%s[$__range])' % s('azure_scheduled_events_event_info', eid))],
                steps=['text'], textMode='name', legend=legendCluster + '{{event_type}} ({{event_source}})', w=5, noValue='not seen'),
         g.stat('VMs reporting it', 'Agents that saw this event during the time range.',
-               'count(%s) or vector(0)' % filtered('max by (%s) (last_over_time(%s[$__range]))' % [vm, s('azure_scheduled_events_event_info', eid)]), steps=['text'], w=5),
+               'count(%s) or vector(0)' % perVm('max by (%s) (last_over_time(%s[$__range]))' % [vm, s('azure_scheduled_events_event_info', eid)]), steps=['text'], w=5),
         g.stat('VMs it names', "How many VMs the event's Resources names (approving it lets it proceed for all of them).",
                'max(%s)' % filtered('last_over_time(%s[$__range])' % s('azure_scheduled_events_event_resources', eid)), steps=['text'], w=5),
         g.stat('Started on', 'VMs that saw it Started during the time range.',
-               'count(%s) or vector(0)' % filtered('max by (%s) (last_over_time(%s[$__range]))' % [vm, s('azure_scheduled_events_event_info', eid + ['event_status="Started"'])]), steps=['text'], w=5),
+               'count(%s) or vector(0)' % perVm('max by (%s) (last_over_time(%s[$__range]))' % [vm, s('azure_scheduled_events_event_info', eid + ['event_status="Started"'])]), steps=['text'], w=5),
         g.stat('Starts in', 'NotBefore minus now on the VM where it is soonest; empty once Started or gone.',
                'min(%s)' % filtered(s('azure_scheduled_events_event_seconds_until_not_before', eid)), unit='s', steps=['text'], w=4, noValue='-'),
 
@@ -351,15 +401,15 @@ local g = import 'grafana.libsonnet';
         g.stat('Longest blind', 'The longest time since an agent had a valid document.', 'max(%s)' % filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds')), unit='s', steps=['green', [10, 'orange'], [60, 'red']], w=3),
         g.stat('Longest since a poll', 'The longest time since an agent\'s poll loop last finished a poll (the heartbeat): more than a few seconds is a stuck loop.', 'max(%s)' % filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds')), unit='s', steps=['green', [10, 'orange'], [c.pollStuckSeconds, 'red']], w=3),
         g.stat('Versions', 'Agents per version.', 'count by (%s) (%s)' % [by(withCluster(['version'])), filtered(s('azure_scheduled_events_build_info'))], steps=['green'], textMode='value_and_name', legend=legendCluster + '{{version}}', w=6),
-        g.timeseries('Scrape and IMDS health per VM', '1 when the scrape (up) or the last IMDS poll (azure_scheduled_events_up) succeeded.', [
-          g.target(filtered(s('up')), 'A', legend=legendCluster + 'scrape {{instance}}'),
-          g.target(filtered(s('azure_scheduled_events_up')), 'B', legend=legendCluster + 'IMDS {{instance}}'),
+        g.timeseries('Agents down or blind, by cluster', 'Per cluster, agents whose last scrape failed (up is 0) and agents whose last IMDS poll failed (azure_scheduled_events_up is 0). Select an instance to see one agent.', [
+          g.target('sum by (%s) (1 - %s)' % [by(withCluster([])), filtered(s('up'))], 'A', legend=legendCluster + 'scrape down'),
+          g.target('sum by (%s) (1 - %s)' % [by(withCluster([])), filtered(s('azure_scheduled_events_up'))], 'B', legend=legendCluster + 'IMDS failing'),
         ], w=8),
-        g.timeseries('Time since the last good document', 'How long each agent has been blind.', [
-          g.target(filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds')), legend=legendCluster + '{{instance}}'),
+        g.timeseries('Time since the last good document, the %d longest' % c.dashboardTopK, 'How long the agents blind the longest have been blind (one line per agent among the %d longest at each point).' % c.dashboardTopK, [
+          g.target('topk(%d, %s)' % [c.dashboardTopK, filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
         ], unit='s', w=8),
-        g.timeseries('Time since the last poll', 'The poll loop\'s heartbeat: it ends a poll every --poll.interval, successful or not. A line that keeps rising is a stuck loop (AzureScheduledEventsPollLoopStuck).', [
-          g.target(filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds')), legend=legendCluster + '{{instance}}'),
+        g.timeseries('Time since the last poll, the %d longest' % c.dashboardTopK, 'The poll loop\'s heartbeat: it ends a poll every --poll.interval, successful or not. A line that keeps rising is a stuck loop (AzureScheduledEventsPollLoopStuck). The %d agents with the oldest heartbeat at each point.' % c.dashboardTopK, [
+          g.target('topk(%d, %s)' % [c.dashboardTopK, filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
         ], unit='s', w=8),
 
         g.row('IMDS requests'),
@@ -375,8 +425,8 @@ local g = import 'grafana.libsonnet';
         ], unit='reqps', w=8),
 
         g.row('What the agents saw'),
-        g.timeseries('Lifecycle transitions', 'Transitions seen per event type (scheduled, started, updated, completed, cancelled).', [
-          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['event_type', 'transition'])), filtered('increase(%s[$__rate_interval])' % s('azure_scheduled_events_transitions_total'))], legend=legendCluster + '{{event_type}} {{transition}}'),
+        g.timeseries('Lifecycle transitions', 'VMs per event type whose document gained an event (Scheduled), saw one start (Started) or lost one (ended), within the rate interval before each point.', [
+          g.target(transitions('$__rate_interval'), legend=legendCluster + '{{event_type}} {{transition}}'),
         ]),
         g.table(
           'Agents',

@@ -21,16 +21,25 @@ pub enum Rule {
     UserEvent,
     ShortFreeze,
     EventType,
+    /// A Reboot or Redeploy announced days ahead: Azure predicts a hardware failure and
+    /// recommends acting as soon as possible.
+    PredictedHardwareFailure,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 3] = [Rule::UserEvent, Rule::ShortFreeze, Rule::EventType];
+    pub const ALL: [Rule; 4] = [
+        Rule::UserEvent,
+        Rule::ShortFreeze,
+        Rule::EventType,
+        Rule::PredictedHardwareFailure,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Rule::UserEvent => "user_event",
             Rule::ShortFreeze => "short_freeze",
             Rule::EventType => "event_type",
+            Rule::PredictedHardwareFailure => "predicted_hardware_failure",
         }
     }
 }
@@ -44,8 +53,11 @@ pub enum SkipReason {
     NotThisVm,
     /// The event has started: there is nothing left to approve.
     Started,
-    /// `EventStatus` is neither Scheduled nor Started.
+    /// `EventStatus` is neither Scheduled nor Started nor Advisory.
     UnknownStatus,
+    /// An advisory (a Spot rebalance recommendation, EventStatus `Advisory`): acknowledging it
+    /// has no effect, and no setting approves it.
+    Advisory,
     /// The type is on the deny list.
     DeniedType,
     /// A Freeze whose `DurationInSeconds` is at or above the threshold.
@@ -63,11 +75,12 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
-    pub const ALL: [SkipReason; 11] = [
+    pub const ALL: [SkipReason; 12] = [
         SkipReason::VmUnknown,
         SkipReason::NotThisVm,
         SkipReason::Started,
         SkipReason::UnknownStatus,
+        SkipReason::Advisory,
         SkipReason::DeniedType,
         SkipReason::FreezeTooLong,
         SkipReason::FreezeDurationUnknown,
@@ -83,6 +96,7 @@ impl SkipReason {
             SkipReason::NotThisVm => "not_this_vm",
             SkipReason::Started => "started",
             SkipReason::UnknownStatus => "unknown_status",
+            SkipReason::Advisory => "advisory",
             SkipReason::DeniedType => "denied_type",
             SkipReason::FreezeTooLong => "freeze_too_long",
             SkipReason::FreezeDurationUnknown => "freeze_duration_unknown",
@@ -145,16 +159,26 @@ impl Policy {
         match event.status {
             EventStatus::Scheduled => {}
             EventStatus::Started => return Verdict::Skip(SkipReason::Started),
+            EventStatus::Advisory => return Verdict::Skip(SkipReason::Advisory),
             EventStatus::Other(_) => return Verdict::Skip(SkipReason::UnknownStatus),
+        }
+        if event.event_type.is_advisory() {
+            return Verdict::Skip(SkipReason::Advisory);
         }
         if self.deny_event_types.contains(&event.event_type) {
             return Verdict::Skip(SkipReason::DeniedType);
         }
+        // Early: the hardware may fail before NotBefore, so the policy's "when" does not hold
+        // it back (the takeover order of a shared event still does).
+        let early = self.predicted_hardware_failure
+            && crate::hardware_failure::predicted(event, Some(first_seen));
         let rule = match self.rule(event) {
+            _ if early => Rule::PredictedHardwareFailure,
             Ok(rule) => rule,
             Err(reason) => return Verdict::Skip(reason),
         };
         let policy_at = match self.when {
+            _ if early => None,
             When::Immediately => None,
             When::BeforeNotBefore(lead) => match event.not_before.at() {
                 Some(at) => Some((at - chrono_duration(lead), WaitReason::BeforeNotBefore)),
@@ -244,7 +268,7 @@ mod tests {
 
     #[test]
     fn the_default_policy_approves_user_events_of_any_type() {
-        for event_type in EventType::KNOWN {
+        for event_type in EventType::impacts() {
             let e = event(event_type.clone(), EventSource::User, Some(-1));
             assert_eq!(
                 verdict(&Policy::default(), &e),
@@ -376,6 +400,98 @@ mod tests {
         assert_eq!(
             everything.verdict(&e, Some(VM), t(0), t(0)),
             Verdict::Skip(SkipReason::UnknownStatus)
+        );
+    }
+
+    #[test]
+    fn an_advisory_is_never_approved_whatever_the_policy() {
+        let everything = Policy {
+            event_types: EventType::KNOWN.to_vec(),
+            takeover_delay: Duration::ZERO,
+            ..Policy::default()
+        };
+        let mut e = event(
+            EventType::SpotRebalanceRecommendation,
+            EventSource::User,
+            Some(0),
+        );
+        e.status = EventStatus::Advisory;
+        e.not_before = NotBefore::parse(Some(""));
+        assert_eq!(
+            everything.verdict(&e, Some(VM), t(0), t(10_000)),
+            Verdict::Skip(SkipReason::Advisory)
+        );
+        e.status = EventStatus::Scheduled;
+        assert_eq!(
+            everything.verdict(&e, Some(VM), t(0), t(10_000)),
+            Verdict::Skip(SkipReason::Advisory),
+            "a rebalance recommendation is advisory whatever its status says"
+        );
+        let mut preempt = event(EventType::Preempt, EventSource::Platform, Some(-1));
+        preempt.status = EventStatus::Advisory;
+        assert_eq!(
+            everything.verdict(&preempt, Some(VM), t(0), t(10_000)),
+            Verdict::Skip(SkipReason::Advisory)
+        );
+    }
+
+    /// A platform Redeploy three days ahead, first seen at `t(0)`.
+    fn redeploy_days_ahead() -> Event {
+        let mut e = event(EventType::Redeploy, EventSource::Platform, Some(-1));
+        e.not_before = NotBefore::parse(Some(
+            &(t(0) + chrono::TimeDelta::days(3))
+                .format("%a, %d %b %Y %H:%M:%S GMT")
+                .to_string(),
+        ));
+        e
+    }
+
+    #[test]
+    fn a_predicted_hardware_failure_is_approved_early_only_when_asked() {
+        let waiting = Policy {
+            when: When::BeforeNotBefore(Duration::from_secs(600)),
+            ..Policy::default()
+        };
+        let e = redeploy_days_ahead();
+        assert_eq!(
+            waiting.verdict(&e, Some(VM), t(0), t(5)),
+            Verdict::Skip(SkipReason::NotAllowed),
+            "off by default"
+        );
+        let early = Policy {
+            predicted_hardware_failure: true,
+            ..waiting.clone()
+        };
+        assert_eq!(
+            early.verdict(&e, Some(VM), t(0), t(5)),
+            Verdict::Approve(Rule::PredictedHardwareFailure),
+            "at once, not 10 minutes before NotBefore"
+        );
+        assert_eq!(
+            early.verdict(&e, Some(VM), t(0) + chrono::TimeDelta::days(2), t(5)),
+            Verdict::Skip(SkipReason::NotAllowed),
+            "first seen a day before NotBefore: routine notice, not a prediction"
+        );
+        let denied = Policy {
+            deny_event_types: vec![EventType::Redeploy],
+            ..early.clone()
+        };
+        assert_eq!(
+            denied.verdict(&e, Some(VM), t(0), t(5)),
+            Verdict::Skip(SkipReason::DeniedType)
+        );
+        let mut shared = e.clone();
+        shared.resources = ["vmss_0", VM].into_iter().collect();
+        assert!(
+            matches!(
+                early.verdict(&shared, Some(VM), t(0), t(5)),
+                Verdict::Wait {
+                    rule: Rule::PredictedHardwareFailure,
+                    reason: WaitReason::Takeover { rank: 1 },
+                    ..
+                }
+            ),
+            "the takeover order of a shared event still holds"
         );
     }
 

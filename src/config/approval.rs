@@ -85,6 +85,9 @@ pub enum When {
 pub struct Policy {
     /// Approve events whose `EventSource` is `User` (a restart or redeploy someone asked for).
     pub user_events: bool,
+    /// Approve at once an event marked as a predicted hardware failure
+    /// ([`crate::hardware_failure::predicted`]), whatever `when` says. Off by default.
+    pub predicted_hardware_failure: bool,
     /// Approve Freezes whose `DurationInSeconds` is known and `0 <= d < freeze_max_duration`.
     /// Zero turns the rule off.
     pub freeze_max_duration: Duration,
@@ -108,6 +111,7 @@ impl Default for Policy {
     fn default() -> Self {
         Self {
             user_events: true,
+            predicted_hardware_failure: false,
             freeze_max_duration: DEFAULT_FREEZE_MAX_DURATION,
             event_types: Vec::new(),
             deny_event_types: Vec::new(),
@@ -149,6 +153,7 @@ impl HookCommand {
 #[serde(deny_unknown_fields, default)]
 struct PolicyFile {
     user_events: Option<bool>,
+    predicted_hardware_failure: Option<bool>,
     freeze_max_duration: Option<String>,
     event_types: Option<Vec<String>>,
     deny_event_types: Option<Vec<String>>,
@@ -208,6 +213,10 @@ impl ApproveArgs {
                 .user_events
                 .or(file.user_events)
                 .unwrap_or(defaults.user_events),
+            predicted_hardware_failure: self
+                .predicted_hardware_failure
+                .or(file.predicted_hardware_failure)
+                .unwrap_or(defaults.predicted_hardware_failure),
             freeze_max_duration: match self.freeze_max_duration {
                 Some(d) => d,
                 None => file_duration("approve.freeze-max-duration", file.freeze_max_duration)?

@@ -39,6 +39,42 @@ pub enum Command {
     Demo(DemoArgs),
     /// Serve the simulator alone, as a local IMDS for your own tests.
     Simulator(SimulatorArgs),
+    /// Create the state directory if missing (mode 0700) and, with --owner, give it to that user and
+    /// exit: run as root with only CAP_CHOWN before the agent (the Helm chart's init container).
+    PrepareStateDir(PrepareStateDirArgs),
+}
+
+/// The state directory to prepare, and for whom.
+#[derive(Debug, Clone, Args)]
+pub struct PrepareStateDirArgs {
+    /// The directory (that of the default --state.file unless given).
+    #[arg(default_value = "/var/lib/azure-scheduled-events-exporter")]
+    pub dir: PathBuf,
+    /// UID:GID to give the directory to (needs CAP_CHOWN); without it, it stays the caller's.
+    #[arg(long = "owner", value_name = "UID:GID", value_parser = owner)]
+    pub owner: Option<Owner>,
+}
+
+/// A numeric user and group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// `65532:65532`.
+fn owner(text: &str) -> Result<Owner, String> {
+    let (uid, gid) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?}: not UID:GID"))?;
+    let id = |n: &str| {
+        n.parse::<u32>()
+            .map_err(|e| format!("{text:?}: {n:?}: {e}"))
+    };
+    Ok(Owner {
+        uid: id(uid)?,
+        gid: id(gid)?,
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -67,6 +103,11 @@ pub struct AgentArgs {
     /// request and may take up to two minutes to answer it.
     #[arg(long = "imds.first-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_FIRST_TIMEOUT", default_value = "2m", value_parser = duration)]
     pub imds_first_timeout: Duration,
+    /// Time a TCP connect to IMDS has before it counts as blocked (reason connect_timeout):
+    /// IMDS is link-local, so a connect that takes longer never completes (a pod outside the
+    /// host network, AKS's IMDS restriction, a NetworkPolicy). At most half of --imds.timeout.
+    #[arg(long = "imds.connect-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_CONNECT_TIMEOUT", default_value = "1s", value_parser = duration)]
+    pub imds_connect_timeout: Duration,
     /// Longest wait between polls when IMDS answers 429, 410 or 5xx.
     #[arg(long = "imds.max-backoff", env = "AZURE_SCHEDULED_EVENTS_IMDS_MAX_BACKOFF", default_value = "10s", value_parser = duration)]
     pub imds_max_backoff: Duration,
@@ -113,6 +154,67 @@ pub struct AgentArgs {
     #[cfg(feature = "kubernetes")]
     #[command(flatten)]
     pub kubernetes: super::kubernetes::KubernetesArgs,
+    #[cfg(not(feature = "kubernetes"))]
+    #[command(flatten)]
+    pub kubernetes: WithoutKubernetesArgs,
+}
+
+/// In a build without the cargo feature `kubernetes`: the `--kubernetes.*` flags and variables,
+/// hidden, read only to refuse them (exit 64) rather than ignore a setting that does nothing.
+#[cfg(not(feature = "kubernetes"))]
+#[derive(Debug, Clone, Args)]
+pub struct WithoutKubernetesArgs {
+    #[arg(
+        long = "kubernetes.node-name",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_NODE_NAME",
+        hide = true
+    )]
+    node_name: Option<String>,
+    #[arg(
+        long = "kubernetes.taint-events",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_TAINT_EVENTS",
+        hide = true
+    )]
+    taint_events: Option<String>,
+    #[arg(
+        long = "kubernetes.cordon-events",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_CORDON_EVENTS",
+        hide = true
+    )]
+    cordon_events: Option<String>,
+    #[arg(
+        long = "kubernetes.resync-interval",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL",
+        hide = true
+    )]
+    resync_interval: Option<String>,
+    #[arg(
+        long = "kubernetes.kubeconfig",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_KUBECONFIG",
+        hide = true
+    )]
+    kubeconfig: Option<String>,
+}
+
+#[cfg(not(feature = "kubernetes"))]
+impl WithoutKubernetesArgs {
+    /// The first `--kubernetes.*` setting given, as an error: this build cannot act on it.
+    pub fn refuse(&self) -> Result<(), super::ConfigError> {
+        let given = [
+            ("kubernetes.node-name", &self.node_name),
+            ("kubernetes.taint-events", &self.taint_events),
+            ("kubernetes.cordon-events", &self.cordon_events),
+            ("kubernetes.resync-interval", &self.resync_interval),
+            ("kubernetes.kubeconfig", &self.kubeconfig),
+        ];
+        match given.into_iter().find(|(_, value)| value.is_some()) {
+            Some((flag, _)) => Err(super::invalid(
+                flag,
+                "this build has no Kubernetes output (built without the cargo feature `kubernetes`; the container image has it)".to_owned(),
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Approval, hooks and the state file (docs/approval.md, docs/state.md).
@@ -140,6 +242,17 @@ pub struct ApproveArgs {
         value_name = "BOOL"
     )]
     pub user_events: Option<bool>,
+    /// Approve at once, without waiting for --approve.before-not-before, a Reboot or Redeploy
+    /// that Azure announced more than a day ahead (a predicted hardware failure, which Azure
+    /// recommends acting on as soon as possible) [default: false].
+    #[arg(
+        long = "approve.predicted-hardware-failure",
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_PREDICTED_HARDWARE_FAILURE",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub predicted_hardware_failure: Option<bool>,
     /// Approve Freezes with 0 <= DurationInSeconds < this; 0s turns the rule off [default: 9s].
     #[arg(long = "approve.freeze-max-duration", env = "AZURE_SCHEDULED_EVENTS_APPROVE_FREEZE_MAX_DURATION", value_parser = duration)]
     pub freeze_max_duration: Option<Duration>,
@@ -226,6 +339,15 @@ pub struct SimulatorArgs {
         default_value = DEMO_VM
     )]
     pub vm_name: String,
+    /// Also serve this unpublished scheduled-events api-version (YYYY-MM-DD, later than
+    /// 2020-07-01), as Azure serves Spot Plus rebalance recommendations; only it shows
+    /// SpotRebalanceRecommendation events. The documented versions are always served.
+    #[arg(
+        long = "api-version",
+        env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_API_VERSION",
+        value_parser = crate::simulator::ApiVersion::newer
+    )]
+    pub api_version: Option<crate::simulator::ApiVersion>,
     /// Log format.
     #[arg(
         long = "log.format",

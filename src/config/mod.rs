@@ -23,7 +23,10 @@ use reqwest::Url;
 
 use approval::ApprovalConfig;
 pub(crate) use flags::duration;
-pub use flags::{AgentArgs, ApproveArgs, Cli, Command, DemoArgs, LogFormat, SimulatorArgs};
+pub use flags::{
+    AgentArgs, ApproveArgs, Cli, Command, DemoArgs, LogFormat, Owner, PrepareStateDirArgs,
+    SimulatorArgs,
+};
 
 /// Exit code for an invalid command line or configuration (sysexits.h `EX_USAGE`).
 pub const EXIT_USAGE: i32 = 64;
@@ -57,6 +60,8 @@ pub struct Config {
     pub api_version: String,
     pub imds_timeout: Duration,
     pub imds_first_timeout: Duration,
+    /// `--imds.connect-timeout`, at most half of the shorter request timeout.
+    pub imds_connect_timeout: Duration,
     pub imds_max_backoff: Duration,
     pub poll_interval: Duration,
     pub listen_address: SocketAddr,
@@ -177,6 +182,7 @@ impl AgentArgs {
         for (flag, value, max) in [
             ("imds.timeout", self.imds_timeout, 5 * MINUTE),
             ("imds.first-timeout", self.imds_first_timeout, 10 * MINUTE),
+            ("imds.connect-timeout", self.imds_connect_timeout, MINUTE),
             // A Retry-After is capped by it: one answer must not stop polling for long.
             ("imds.max-backoff", self.imds_max_backoff, 5 * MINUTE),
             ("poll.interval", self.poll_interval, 5 * MINUTE),
@@ -208,11 +214,18 @@ impl AgentArgs {
         let notify = self.notify.validate()?;
         #[cfg(feature = "kubernetes")]
         let kubernetes = self.kubernetes.validate()?;
+        #[cfg(not(feature = "kubernetes"))]
+        self.kubernetes.refuse()?;
         Ok(Config {
             imds_url,
             api_version: self.imds_api_version,
             imds_timeout: self.imds_timeout,
             imds_first_timeout: self.imds_first_timeout,
+            // Shorter than any request's timeout, so that a connect that never completes is
+            // always told from a slow answer.
+            imds_connect_timeout: self
+                .imds_connect_timeout
+                .min(self.imds_timeout.min(self.imds_first_timeout) / 2),
             imds_max_backoff: self.imds_max_backoff,
             poll_interval: self.poll_interval,
             listen_address: self.web_listen_address,
@@ -270,6 +283,21 @@ mod tests {
         assert_eq!(config.event_series, EventSeries::ThisVm);
         assert_eq!(config.log_format, LogFormat::Json);
         assert_eq!(config.imds_first_timeout, Duration::from_secs(120));
+        Ok(())
+    }
+
+    #[test]
+    fn the_connect_timeout_is_one_second_and_never_more_than_half_a_request_timeout()
+    -> Result<(), String> {
+        assert_eq!(parse(&[])?.imds_connect_timeout, Duration::from_secs(1));
+        let capped = parse(&["--imds.connect-timeout=10s", "--imds.timeout=3s"])?;
+        assert_eq!(capped.imds_connect_timeout, Duration::from_millis(1500));
+        let short = parse(&["--imds.connect-timeout=250ms"])?;
+        assert_eq!(short.imds_connect_timeout, Duration::from_millis(250));
+        let error = parse(&["--imds.connect-timeout=0s"])
+            .err()
+            .unwrap_or_default();
+        assert!(error.contains("imds.connect-timeout"), "{error}");
         Ok(())
     }
 
@@ -367,6 +395,7 @@ mod tests {
         let config = parse(&[
             "--approve",
             "--approve.user-events=false",
+            "--approve.predicted-hardware-failure",
             "--approve.freeze-max-duration=0s",
             "--approve.event-types=reboot, Redeploy",
             "--approve.deny-event-types=Preempt",
@@ -378,6 +407,7 @@ mod tests {
         ])?;
         let policy = &config.approval.policy;
         assert!(!policy.user_events);
+        assert!(policy.predicted_hardware_failure);
         assert_eq!(policy.freeze_max_duration, Duration::ZERO);
         assert_eq!(policy.event_types, [EventType::Reboot, EventType::Redeploy]);
         assert_eq!(policy.deny_event_types, [EventType::Preempt]);
@@ -415,6 +445,7 @@ mod tests {
         );
         assert_eq!(policy.when, When::BeforeNotBefore(Duration::from_secs(30)));
         assert_eq!(policy.freeze_max_duration, Duration::from_secs(9));
+        assert!(!policy.predicted_hardware_failure);
         let config = parse(&[
             &format!("--approve.policy-file={file}"),
             "--approve.before-not-before=immediately",

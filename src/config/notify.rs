@@ -35,12 +35,13 @@ pub const DEFAULT_RUNBOOK_URL: &str = "https://github.com/azure-scheduled-events
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The fields of every notification: the event's view, as in the event's log line
-/// ([`EventView::FIELDS`]), with `timestamp` and `transition` before it and `changed` and
-/// `seen_started` after. A template may use these and `receiver`, nothing else.
-pub const FIELDS: [&str; 18] = notification_fields();
+/// ([`EventView::FIELDS`]), with `timestamp` and `transition` before it and `changed`,
+/// `seen_started` and `hardware_failure_predicted` after. A template may use these and
+/// `receiver`, nothing else.
+pub const FIELDS: [&str; 21] = notification_fields();
 
-const fn notification_fields() -> [&'static str; 18] {
-    let mut fields = [""; 18];
+const fn notification_fields() -> [&'static str; 21] {
+    let mut fields = [""; 21];
     fields[0] = "timestamp";
     fields[1] = "transition";
     let mut i = 0;
@@ -48,13 +49,17 @@ const fn notification_fields() -> [&'static str; 18] {
         fields[2 + i] = EventView::FIELDS[i];
         i += 1;
     }
-    fields[16] = "changed";
-    fields[17] = "seen_started";
+    fields[18] = "changed";
+    fields[19] = "seen_started";
+    fields[20] = "hardware_failure_predicted";
     fields
 }
 
-/// What a notification can be about: the lifecycle transitions, and approvals.
-pub const TRANSITIONS: [&str; 6] = [
+/// What a notification can be about: the lifecycle transitions, advisories, and approvals.
+/// `advisory` is never sent unless listed: a receiver that does not list it gets nothing about
+/// an advisory (a Spot rebalance recommendation, an unknown EventStatus), not even its end.
+pub const TRANSITIONS: [&str; 7] = [
+    "advisory",
     "scheduled",
     "started",
     "updated",

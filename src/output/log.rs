@@ -112,12 +112,23 @@ impl Output for Log {
                     trace_id = %trace_id(id.as_str()),
                     "an EventId appears twice in the document; the first is kept"
                 ),
-                Occurrence::Imds(Imds::Unreachable { reason, error }) => tracing::warn!(
-                    vm_name,
-                    reason,
-                    error = error.as_str(),
-                    "IMDS unreachable: the last known events are kept until it answers again"
-                ),
+                Occurrence::Imds(Imds::Unreachable { reason, error }) => {
+                    tracing::warn!(
+                        vm_name,
+                        reason,
+                        error = error.as_str(),
+                        "IMDS unreachable: the last known events are kept until it answers again"
+                    );
+                    if *reason == "connect_timeout" {
+                        tracing::warn!(
+                            vm_name,
+                            reason,
+                            likely_causes = "not on the host network (a Kubernetes pod without hostNetwork: true); AKS's IMDS restriction (--enable-imds-restriction), which lets only host-network pods reach IMDS; a NetworkPolicy or a pod-identity agent dropping traffic to 169.254.169.254",
+                            fix = "run the agent with hostNetwork: true (the Helm chart and deploy/kubernetes do), or allow egress to 169.254.169.254:80",
+                            "the connection to IMDS never completes: its traffic is dropped before it reaches IMDS"
+                        );
+                    }
+                }
                 Occurrence::Imds(Imds::Reachable {
                     failed_polls,
                     since,
@@ -185,6 +196,18 @@ fn log_transition(transition: &Transition, context: &Context) {
     let view = context.view(transition.event());
     let changed = transition.changed_fields();
     let seen_started = transition.seen_started();
+    // Told on the line that reports the event first (or again after a restart), where its
+    // first sight is known.
+    let first_seen = match transition {
+        Transition::Appeared(_) => Some(context.at),
+        Transition::Resumed { first_seen, .. } => Some(*first_seen),
+        Transition::Started(_)
+        | Transition::Updated { .. }
+        | Transition::Completed { .. }
+        | Transition::Cancelled(_) => None,
+    };
+    let hardware_failure_predicted =
+        first_seen.map(|seen| crate::hardware_failure::predicted(transition.event(), Some(seen)));
     tracing::info!(
         vm_name = view.vm_name,
         transition = transition.kind().as_str(),
@@ -193,16 +216,19 @@ fn log_transition(transition: &Transition, context: &Context) {
         span_id = view.span_id,
         event_type = view.event_type,
         event_status = view.event_status,
+        advisory = view.advisory,
         event_source = view.event_source,
         resource_type = view.resource_type,
         resources = view.resources,
         not_before = view.not_before,
         duration_in_seconds = view.duration_in_seconds,
         description = view.description,
+        cause = view.cause,
         affects_this_vm = view.affects_this_vm.as_str(),
         document_incarnation = view.document_incarnation,
         changed,
         seen_started,
+        hardware_failure_predicted,
         "event {}",
         transition.kind()
     );

@@ -35,10 +35,9 @@ impl Output for MetricsOutput {
                     metrics.set_vm(context.vm_name(), Some(compute))
                 }
                 Occurrence::Transition(transition) => metrics.record_transition(transition),
-                Occurrence::Events(events) => metrics.set_events(
-                    context.incarnation.unwrap_or_default(),
-                    events.iter().map(|t| t.event.clone()).collect(),
-                ),
+                Occurrence::Events(events) => {
+                    metrics.set_tracked(context.incarnation.unwrap_or_default(), events)
+                }
                 Occurrence::Decision(decision) => metrics.record_decision(decision),
                 // `up` and the request counters are the poll loop's; the rest is not counted.
                 Occurrence::VmUnidentified { .. }

@@ -4,8 +4,15 @@
 //! Azure keeps old versions working by leaving out what they did not know yet: fields added later
 //! are dropped and events of a type added later are not returned at all. This file is the only
 //! place that knows those dates.
+//!
+//! Azure also serves versions it has not published: Spot Plus delivers rebalance recommendations
+//! "at a different version" of the same endpoint. The simulator accepts one such version when told
+//! to (`simulator --api-version`), as [`ApiVersion::Newer`]: it has every documented field, and it
+//! alone returns `SpotRebalanceRecommendation` events.
 
 use std::fmt;
+
+use chrono::NaiveDate;
 
 /// What IMDS lists in `newest-versions` when the version is missing or invalid. These are
 /// instance-metadata versions, not scheduled-events ones: clients must never switch to them.
@@ -31,6 +38,9 @@ pub enum ApiVersion {
     V2019_08_01,
     /// Adds `DurationInSeconds`.
     V2020_07_01,
+    /// An unpublished version later than every documented one (Spot Plus), accepted only when
+    /// the simulator is told to: adds `SpotRebalanceRecommendation` events.
+    Newer(NaiveDate),
 }
 
 impl ApiVersion {
@@ -45,16 +55,45 @@ impl ApiVersion {
         ApiVersion::V2020_07_01,
     ];
 
-    /// The newest version: what `/control/state` shows.
+    /// The newest documented version: what `/control/state` shows.
     pub const LATEST: ApiVersion = ApiVersion::V2020_07_01;
+
+    /// A version that shows every event and field, newer ones included: for telling whether the
+    /// document changed, whatever version a client asks for.
+    pub const EVERYTHING: ApiVersion = ApiVersion::Newer(NaiveDate::MAX);
 
     /// Reads a version exactly as IMDS does: only the documented dates, spelled exactly.
     pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|v| v.as_str() == text)
+        Self::ALL.into_iter().find(|v| v.documented() == Some(text))
     }
 
-    pub fn as_str(self) -> &'static str {
-        match self {
+    /// As [`ApiVersion::parse`], also accepting `newer`, the one unpublished version the
+    /// simulator was told to serve.
+    pub fn parse_accepting(text: &str, newer: Option<ApiVersion>) -> Option<Self> {
+        Self::parse(text).or_else(|| newer.filter(|v| v.to_string() == text))
+    }
+
+    /// An unpublished version to accept (`simulator --api-version`): a `YYYY-MM-DD` date later
+    /// than every documented version.
+    pub fn newer(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let date = NaiveDate::parse_from_str(text, "%Y-%m-%d")
+            .ok()
+            .filter(|_| text.len() == 10)
+            .ok_or_else(|| format!("{text:?} is not a date like 2026-09-01"))?;
+        // ISO dates of equal length order like strings.
+        if *text <= *Self::LATEST.to_string() || date == NaiveDate::MAX {
+            return Err(format!(
+                "{text} is not later than {}, the newest documented version (always accepted)",
+                Self::LATEST
+            ));
+        }
+        Ok(ApiVersion::Newer(date))
+    }
+
+    /// The documented spelling; `None` for a [`ApiVersion::Newer`] one.
+    fn documented(self) -> Option<&'static str> {
+        Some(match self {
             ApiVersion::V2017_03_01 => "2017-03-01",
             ApiVersion::V2017_08_01 => "2017-08-01",
             ApiVersion::V2017_11_01 => "2017-11-01",
@@ -62,7 +101,8 @@ impl ApiVersion {
             ApiVersion::V2019_04_01 => "2019-04-01",
             ApiVersion::V2019_08_01 => "2019-08-01",
             ApiVersion::V2020_07_01 => "2020-07-01",
-        }
+            ApiVersion::Newer(_) => return None,
+        })
     }
 
     /// Whether events of this `EventType` exist in this version. Types this file does not know
@@ -72,6 +112,8 @@ impl ApiVersion {
             self >= ApiVersion::V2017_11_01
         } else if event_type.eq_ignore_ascii_case("Terminate") {
             self >= ApiVersion::V2019_01_01
+        } else if event_type.eq_ignore_ascii_case("SpotRebalanceRecommendation") {
+            matches!(self, ApiVersion::Newer(_))
         } else {
             true
         }
@@ -97,7 +139,11 @@ impl ApiVersion {
 
 impl fmt::Display for ApiVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        match (self.documented(), self) {
+            (Some(text), _) => f.write_str(text),
+            (None, ApiVersion::Newer(date)) => write!(f, "{}", date.format("%Y-%m-%d")),
+            (None, _) => Ok(()),
+        }
     }
 }
 
@@ -141,6 +187,35 @@ mod tests {
         assert!(!ApiVersion::V2017_11_01.knows_event_type("Terminate"));
         assert!(ApiVersion::V2019_01_01.knows_event_type("Terminate"));
         assert!(ApiVersion::V2017_03_01.knows_event_type("Hibernate"));
+        Ok(())
+    }
+
+    #[test]
+    fn a_newer_version_is_accepted_only_when_told_and_alone_shows_rebalance_recommendations()
+    -> TestResult {
+        let spot_plus = ApiVersion::newer("2026-09-01")?;
+        assert_eq!(spot_plus.to_string(), "2026-09-01");
+        assert_eq!(ApiVersion::parse("2026-09-01"), None);
+        assert_eq!(
+            ApiVersion::parse_accepting("2026-09-01", Some(spot_plus)),
+            Some(spot_plus)
+        );
+        assert_eq!(
+            ApiVersion::parse_accepting("2026-10-01", Some(spot_plus)),
+            None
+        );
+        assert_eq!(
+            ApiVersion::parse_accepting("2019-08-01", Some(spot_plus)),
+            Some(ApiVersion::V2019_08_01)
+        );
+        assert!(spot_plus.knows_event_type("SpotRebalanceRecommendation"));
+        assert!(!ApiVersion::LATEST.knows_event_type("spotrebalancerecommendation"));
+        assert!(spot_plus.has_duration() && spot_plus.has_description());
+        assert!(!spot_plus.prefixes_resource_names());
+        assert!(ApiVersion::newer("2020-07-01").is_err());
+        assert!(ApiVersion::newer("2019-01-01").is_err());
+        assert!(ApiVersion::newer("2026-9-1").is_err());
+        assert!(ApiVersion::newer("latest").is_err());
         Ok(())
     }
 

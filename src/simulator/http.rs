@@ -63,7 +63,7 @@ async fn scheduled_events(sim: SimulatorHandle, req: Request<Incoming>) -> Reply
     } else {
         Endpoint::ScheduledEvents
     };
-    let (number, fault) = match sim.lock() {
+    let (number, fault, newer) = match sim.lock() {
         Ok(mut shared) => {
             shared.requests = shared.requests.saturating_add(1);
             let fault = shared.faults.take(endpoint);
@@ -80,11 +80,12 @@ async fn scheduled_events(sim: SimulatorHandle, req: Request<Incoming>) -> Reply
                 body: None,
             };
             shared.journal.push(seen);
-            (shared.requests, fault)
+            (shared.requests, fault, shared.newer_api_version)
         }
         Err(poisoned) => return Ok(unavailable(poisoned)),
     };
-    let version = query_param(req.uri(), "api-version").and_then(|v| ApiVersion::parse(&v));
+    let version =
+        query_param(req.uri(), "api-version").and_then(|v| ApiVersion::parse_accepting(&v, newer));
     if let Some(fault) = fault {
         match fault {
             FaultAction::Delay(delay) => tokio::time::sleep(delay).await,

@@ -56,6 +56,8 @@ pub(crate) struct Shared {
     pub(crate) requests: u64,
     pub(crate) journal: journal::Journal,
     pub(crate) instance: Compute,
+    /// The unpublished api-version served besides the documented ones, if any.
+    pub(crate) newer_api_version: Option<ApiVersion>,
 }
 
 /// The mutex was poisoned: a thread panicked while holding it.
@@ -79,8 +81,15 @@ impl SimulatorHandle {
                 requests: 0,
                 journal: journal::Journal::default(),
                 instance,
+                newer_api_version: None,
             })),
         }
+    }
+
+    /// Also serves `version`, an unpublished one later than every documented version (see
+    /// [`ApiVersion::newer`]), as Azure serves Spot Plus rebalance recommendations.
+    pub fn accept_api_version(&self, version: ApiVersion) {
+        self.recovered().newer_api_version = Some(version);
     }
 
     /// Replaces the current events with `scenario`, whose timeline starts now.
@@ -140,12 +149,13 @@ impl SimulatorHandle {
         self.recovered().journal.records()
     }
 
-    /// The simulated document as of now, as served for the newest api-version (a verbatim
-    /// document set with [`SimulatorHandle::set_document`] is not consulted).
+    /// The simulated document as of now, as served for the newest api-version it accepts (a
+    /// verbatim document set with [`SimulatorHandle::set_document`] is not consulted).
     pub fn document(&self) -> ScheduledEventsDocument {
         let mut shared = self.recovered();
         shared.sim.advance(Utc::now());
-        shared.sim.document(ApiVersion::LATEST)
+        let version = shared.newer_api_version.unwrap_or(ApiVersion::LATEST);
+        shared.sim.document(version)
     }
 
     /// The shared state for the HTTP layer, which answers 500 when it is poisoned.

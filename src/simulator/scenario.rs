@@ -49,7 +49,9 @@ pub struct ScenarioEvent {
     /// `EventType`, sent as written: unknown types are allowed on purpose.
     #[serde(rename = "type")]
     pub event_type: String,
-    /// `Started` means the event appears already Started (hardware failure), with no notice.
+    /// `Started` means the event appears already Started (hardware failure), with no notice;
+    /// `Advisory` (a Spot rebalance recommendation) that it stays `Advisory`, with an empty
+    /// `NotBefore`, for `runs_for`, and that approving it changes nothing.
     #[serde(default)]
     pub status: InitialStatus,
     /// `Resources`: names of the VMs this event affects.
@@ -89,6 +91,8 @@ pub enum InitialStatus {
     Scheduled,
     #[serde(alias = "started")]
     Started,
+    #[serde(alias = "advisory")]
+    Advisory,
 }
 
 fn default_source() -> String {
@@ -394,14 +398,24 @@ impl ScenarioEvent {
                 check_duration(field, value).map_err(|e| e.to_string())?;
             }
         }
-        if self.status == InitialStatus::Started {
+        if matches!(
+            self.status,
+            InitialStatus::Started | InitialStatus::Advisory
+        ) {
+            let status = if self.status == InitialStatus::Started {
+                "Started"
+            } else {
+                "Advisory"
+            };
             if self.notice.is_some() {
-                return Err("`notice` does not apply to an event that appears Started".into());
+                return Err(format!(
+                    "`notice` does not apply to an event that appears {status}"
+                ));
             }
             if self.cancel_after.is_some() {
-                return Err(
-                    "`cancel_after` does not apply to an event that appears Started".into(),
-                );
+                return Err(format!(
+                    "`cancel_after` does not apply to an event that appears {status}"
+                ));
             }
         }
         if let Some(cancel_after) = self.cancel_after

@@ -51,6 +51,8 @@ pub enum AddEventError {
 enum Status {
     Scheduled,
     Started,
+    /// Stays so until removed; approving it has no effect.
+    Advisory,
 }
 
 /// An event in the document, with the instants that drive its lifecycle.
@@ -67,17 +69,18 @@ struct LiveEvent {
 
 impl LiveEvent {
     fn appear(id: String, spec: ScenarioEvent, at: DateTime<Utc>) -> Self {
-        let started = spec.status == InitialStatus::Started;
+        let status = match spec.status {
+            InitialStatus::Scheduled => Status::Scheduled,
+            InitialStatus::Started => Status::Started,
+            InitialStatus::Advisory => Status::Advisory,
+        };
         LiveEvent {
             id,
-            status: if started {
-                Status::Started
-            } else {
-                Status::Scheduled
-            },
+            status,
             not_before: after(at, spec.notice()),
             approved_at: None,
-            started_at: started.then_some(at),
+            // An advisory's stay is counted like a run, from its appearance.
+            started_at: (status != Status::Scheduled).then_some(at),
             cancel_at: spec.cancel_after.map(|c| after(at, c.0)),
             spec,
         }
@@ -102,7 +105,7 @@ impl LiveEvent {
             }
         }
         match self.started_at {
-            Some(started) if self.status == Status::Started => {
+            Some(started) if self.status != Status::Scheduled => {
                 after(started, self.spec.runs_for()) > now
             }
             _ => true,
@@ -127,6 +130,7 @@ impl LiveEvent {
             event_status: match self.status {
                 Status::Scheduled => "Scheduled",
                 Status::Started => "Started",
+                Status::Advisory => "Advisory",
             }
             .to_owned(),
             event_type: spec.event_type.clone(),
@@ -134,7 +138,7 @@ impl LiveEvent {
             resources: Some(resources),
             not_before: Some(match self.status {
                 Status::Scheduled => self.not_before.format(NOT_BEFORE_FORMAT).to_string(),
-                Status::Started => String::new(),
+                Status::Started | Status::Advisory => String::new(),
             }),
             description: version.has_description().then(|| spec.description.clone()),
             event_source: version.has_event_source().then(|| spec.source.clone()),
@@ -260,11 +264,11 @@ impl Simulator {
     /// Runs `change`, brings everything up to `now`, and bumps the incarnation once if the
     /// events as served changed.
     fn changing(&mut self, now: DateTime<Utc>, change: impl FnOnce(&mut Self)) -> bool {
-        let before = self.served_events(ApiVersion::LATEST);
+        let before = self.served_events(ApiVersion::EVERYTHING);
         change(self);
         self.play_timelines(now);
         self.events.retain_mut(|e| e.advance(now));
-        let changed = self.served_events(ApiVersion::LATEST) != before;
+        let changed = self.served_events(ApiVersion::EVERYTHING) != before;
         if changed {
             self.incarnation = self.incarnation.saturating_add(1);
         }

@@ -119,7 +119,7 @@ impl Timeline {
 /// How long after its cycle starts an event can still be in the document.
 fn lifetime_from_cycle_start(event: &ScenarioEvent) -> Duration {
     let life = match (event.status, event.cancel_after) {
-        (InitialStatus::Started, _) => event.runs_for(),
+        (InitialStatus::Started | InitialStatus::Advisory, _) => event.runs_for(),
         (InitialStatus::Scheduled, Some(cancel_after)) => cancel_after.0,
         (InitialStatus::Scheduled, None) => event.notice().saturating_add(event.runs_for()),
     };

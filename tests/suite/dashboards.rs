@@ -4,7 +4,7 @@
 use crate::common;
 use crate::ops;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Stdio};
 
 use azure_scheduled_events_exporter::simulator::Scenario;
@@ -136,34 +136,60 @@ fn dashboards_import_anywhere_with_stable_uids_and_datasource_variables() -> Tes
             }
         }
 
-        // Every target and annotation uses every filter: cluster, job and instance on the
-        // agent's series, location, scale set and zone through vm_info.
+        // Every target and annotation uses every filter: cluster, location, scale set and zone
+        // (through the recorded vm_info), and job and instance wherever it reads the agent's
+        // own series (the recorded counts per scale set have no target).
         for query in ops::queries(&name, &json) {
-            if !query.variable {
-                for filter in [
-                    "cluster=~\"$cluster\"",
-                    "job=~\"$job\"",
-                    "instance=~\"$instance\"",
-                    "location=~\"$location\"",
-                    "vm_scale_set_name=~\"$scale_set\"",
-                    "zone=~\"$zone\"",
-                ] {
-                    assert!(
-                        query.expr.contains(filter),
-                        "{name} {}: not filtered by {filter}: {}",
-                        query.place,
-                        query.expr
-                    );
-                }
+            if query.variable {
+                continue;
             }
+            let per_target = !ops::metric_names(&query.expr).is_empty();
+            for filter in [
+                "cluster=~\"$cluster\"",
+                "location=~\"$location\"",
+                "vm_scale_set_name=~\"$scale_set\"",
+                "zone=~\"$zone\"",
+            ]
+            .into_iter()
+            .chain(
+                per_target
+                    .then_some(["job=~\"$job\"", "instance=~\"$instance\""])
+                    .into_iter()
+                    .flatten(),
+            ) {
+                assert!(
+                    query.expr.contains(filter),
+                    "{name} {}: not filtered by {filter}: {}",
+                    query.place,
+                    query.expr
+                );
+            }
+            // At fleet size: no range function over an hour of every agent's vm_info at each
+            // step (the recorded last known vm_info replaces it), and per-agent lines only for
+            // the worst few.
+            assert!(
+                !query.expr.contains("azure_scheduled_events_vm_info{")
+                    || !query.expr.contains("[1h]"),
+                "{name} {}: reads an hour of vm_info: {}",
+                query.place,
+                query.expr
+            );
         }
+        assert_eq!(
+            json["refresh"], "1m",
+            "{name}: refresh more often than the rules evaluate"
+        );
         let annotations = json["annotations"]["list"]
             .as_array()
             .ok_or(format!("{name}: no annotations"))?;
+        // Transitions as annotations, from the per-event series (they exist only where there
+        // are events) rather than a counter of every agent.
         assert!(
             annotations.iter().any(|a| a["target"]["expr"]
                 .as_str()
-                .is_some_and(|e| e.contains("transitions_total"))),
+                .is_some_and(|e| e.contains("azure_scheduled_events_event_info{")
+                    && e.contains(" offset ")
+                    && !e.contains("transitions_total"))),
             "{name}: transitions are not annotations"
         );
 
@@ -377,4 +403,304 @@ fn the_metric_name_scan_finds_misspelled_and_suffixed_names() {
     );
     assert!(exported.contains("azure_scheduled_events_d_count"));
     assert!(!exported.contains("azure_scheduled_events_upp"));
+}
+
+#[test]
+fn fleet_panels_count_vms_by_id_and_per_agent_lines_are_the_worst_few() -> TestResult {
+    let mut checked = 0;
+    for (name, json) in ops::dashboards()? {
+        for panel in json["panels"].as_array().into_iter().flatten() {
+            if !matches!(
+                panel["type"].as_str(),
+                Some("timeseries" | "state-timeline")
+            ) {
+                continue;
+            }
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                let expr = target["expr"].as_str().unwrap_or_default().trim_start();
+                // One line per agent of a 10,000-VM fleet is no graph: aggregate, keep the worst
+                // few, read recorded series (per cluster or scale set), or show one event's VMs.
+                let bounded = ["count", "sum", "topk", "histogram_quantile", "max", "min"]
+                    .iter()
+                    .any(|f| expr.starts_with(f))
+                    || ops::metric_names(expr).is_empty()
+                    || expr.contains("event_id=\"$event_id\"");
+                assert!(
+                    bounded,
+                    "{name} panel {:?}: one series per agent: {expr}",
+                    panel["title"]
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} timeseries targets");
+    // VMs are counted by their id: an agent scraped by two jobs is one VM.
+    let dashboards = ops::dashboards()?;
+    let (_, fleet) = dashboards
+        .iter()
+        .find(|(_, d)| d["uid"] == "azure-sched-events-fleet")
+        .ok_or("no fleet dashboard")?;
+    for query in ops::queries("fleet-overview.json", fleet) {
+        if query.place.starts_with("panel \"VMs ") && query.place.contains("target A") {
+            assert!(
+                query.expr.contains("count by (cluster, vm_id"),
+                "{}: not counted by vm_id: {}",
+                query.place,
+                query.expr
+            );
+        }
+    }
+    Ok(())
+}
+
+/// deploy/azure-monitor/ rendered afresh by scripts/render-mixin.sh, and the committed one.
+fn azure_monitor_files(dir: &std::path::Path) -> Result<Vec<(String, String)>, Error> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let name = path
+                    .strip_prefix(dir)
+                    .map_err(|e| e.to_string())?
+                    .to_string_lossy()
+                    .into_owned();
+                files.push((name, std::fs::read_to_string(&path)?));
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+#[test]
+fn the_azure_monitor_rule_groups_are_the_mixins_rendering_one_resource_per_group() -> TestResult {
+    let out = TempDir::new("azure-monitor")?;
+    let rendered = Command::new("bash")
+        .arg(ops::repo().join("scripts/render-mixin.sh"))
+        .arg(&out.0)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("bash and jsonnet are required (.ci/run installs jsonnet): {e}"))?;
+    assert!(
+        rendered.status.success(),
+        "rendering failed: {}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let fresh = azure_monitor_files(&out.0.join("deploy/azure-monitor"))?;
+    let committed = azure_monitor_files(&ops::repo().join("deploy/azure-monitor"))?;
+    let names = |files: &[(String, String)]| files.iter().map(|f| f.0.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        names(&committed),
+        names(&fresh),
+        "deploy/azure-monitor/ holds other files than the mixin renders: run scripts/render-mixin.sh"
+    );
+    for ((name, want), (_, have)) in fresh.iter().zip(&committed) {
+        assert!(
+            want == have,
+            "deploy/azure-monitor/{name} differs from the mixin's rendering: edit mixin/ and run scripts/render-mixin.sh"
+        );
+    }
+
+    // The ARM template: one prometheusRuleGroups resource per group of the rule files, every
+    // rule as written there, alerts with Azure's integer severity and the action group.
+    let arm: Value = serde_json::from_str(&std::fs::read_to_string(
+        ops::repo().join("deploy/azure-monitor/prometheus-rule-groups.json"),
+    )?)?;
+    for parameter in ["azureMonitorWorkspaceId", "actionGroupId", "clusterName"] {
+        assert_eq!(
+            arm["parameters"][parameter]["type"], "string",
+            "no parameter {parameter}"
+        );
+    }
+    assert!(
+        arm["parameters"]["actionGroupId"]["defaultValue"].is_null(),
+        "the action group must be given"
+    );
+    let resources = arm["resources"].as_array().ok_or("no resources")?;
+    let mut groups = Vec::new();
+    for path in ops::rule_files()? {
+        let doc = ops::yaml(&path)?;
+        groups.extend(doc["groups"].as_array().into_iter().flatten().cloned());
+    }
+    assert_eq!(resources.len(), groups.len(), "one resource per rule group");
+    let severities = BTreeMap::from([("critical", 0), ("warning", 2), ("info", 3)]);
+    let mut alerts = 0;
+    for (resource, group) in resources.iter().zip(&groups) {
+        let group_name = group["name"].as_str().ok_or("a group without a name")?;
+        assert_eq!(
+            resource["type"],
+            "Microsoft.AlertsManagement/prometheusRuleGroups"
+        );
+        assert!(
+            resource["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.len() == 10)
+        );
+        assert!(
+            resource["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with(&format!("'{group_name}')]"))),
+            "{}",
+            resource["name"]
+        );
+        let properties = &resource["properties"];
+        assert!(
+            properties["scopes"]
+                .as_str()
+                .is_some_and(|s| s.contains("parameters('azureMonitorWorkspaceId')")),
+            "{group_name}: not scoped to the workspace"
+        );
+        assert!(
+            properties["clusterName"]
+                .as_str()
+                .is_some_and(|s| s.contains("parameters('clusterName')")),
+            "{group_name}: no clusterName"
+        );
+        let rules = properties["rules"].as_array().ok_or("no rules")?;
+        let written = group["rules"].as_array().ok_or("no rules")?;
+        assert_eq!(rules.len(), written.len(), "{group_name}");
+        for (rule, source) in rules.iter().zip(written) {
+            let expr = source["expr"].as_str().unwrap_or_default().trim_end();
+            assert_eq!(rule["expression"].as_str(), Some(expr), "{group_name}");
+            assert_eq!(rule["enabled"], true);
+            if let Some(name) = source["alert"].as_str() {
+                alerts += 1;
+                assert_eq!(rule["alert"].as_str(), Some(name));
+                let label = source["labels"]["severity"].as_str().unwrap_or_default();
+                let want = severities.get(label).copied().unwrap_or(4);
+                assert_eq!(rule["severity"], want, "{name}: severity {label}");
+                assert!(
+                    rule["for"].as_str().is_some_and(|f| f.starts_with("PT")),
+                    "{name}: for {}",
+                    rule["for"]
+                );
+                assert_eq!(
+                    rule["actions"][0]["actionGroupId"], "[parameters('actionGroupId')]",
+                    "{name}"
+                );
+                assert_eq!(rule["annotations"], source["annotations"], "{name}");
+            } else {
+                assert_eq!(rule["record"], source["record"], "{group_name}");
+                assert!(rule.get("severity").is_none() && rule.get("actions").is_none());
+            }
+        }
+    }
+    assert!(alerts >= 10, "only {alerts} alerts");
+
+    // Bicep, from the same data: one resource per group, the same parameters.
+    let bicep = std::fs::read_to_string(
+        ops::repo().join("deploy/azure-monitor/prometheus-rule-groups.bicep"),
+    )?;
+    assert_eq!(
+        bicep
+            .matches("'Microsoft.AlertsManagement/prometheusRuleGroups@")
+            .count(),
+        groups.len()
+    );
+    for group in &groups {
+        let name = group["name"].as_str().unwrap_or_default();
+        assert!(
+            bicep.contains(&format!("name: '${{ruleGroupPrefix}}{name}'")),
+            "bicep lacks {name}"
+        );
+    }
+    for parameter in ["azureMonitorWorkspaceId", "actionGroupId", "clusterName"] {
+        assert!(bicep.contains(&format!("param {parameter} string")));
+    }
+    assert_eq!(
+        bicep.matches("actionGroupId: actionGroupId").count(),
+        alerts,
+        "every alert notifies the action group"
+    );
+    // The Azure dashboards differ from dashboards/ only in the type of $datasource.
+    for (name, json) in ops::dashboards()? {
+        let azure: Value = serde_json::from_str(&std::fs::read_to_string(
+            ops::repo()
+                .join("deploy/azure-monitor/dashboards")
+                .join(&name),
+        )?)?;
+        let mut expected = json.clone();
+        let list = expected["templating"]["list"]
+            .as_array_mut()
+            .ok_or("no variables")?;
+        for v in list.iter_mut() {
+            if v["name"] == "datasource" {
+                v["query"] = "grafana-azureprometheus-datasource".into();
+            }
+        }
+        assert_eq!(azure, expected, "{name}");
+    }
+    Ok(())
+}
+
+#[test]
+fn the_kube_prometheus_stack_quickstart_renders_objects_its_selectors_pick() -> TestResult {
+    let installed = ops::repo().join("target/ci-tools/bin/helm");
+    let helm = if installed.exists() {
+        installed
+    } else {
+        std::path::PathBuf::from("helm")
+    };
+    let output = Command::new(&helm)
+        .args(["template", "ase"])
+        .arg(ops::repo().join("deploy/helm/azure-scheduled-events-exporter"))
+        .arg("-f")
+        .arg(ops::repo().join("examples/helm-kube-prometheus-stack.yaml"))
+        .args(["--namespace", "azure-scheduled-events"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            format!("helm is required (.ci/run installs it into target/ci-tools/bin): {e}")
+        })?;
+    assert!(
+        output.status.success(),
+        "helm template refused the quickstart values: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout)?;
+    let mut kinds = BTreeMap::new();
+    for document in serde_norway::Deserializer::from_str(&text) {
+        let object: Value = serde::Deserialize::deserialize(document)
+            .map_err(|e| format!("helm rendered YAML that does not parse: {e}"))?;
+        let Some(kind) = object["kind"].as_str() else {
+            continue;
+        };
+        *kinds.entry(kind.to_owned()).or_insert(0) += 1;
+        let labels = &object["metadata"]["labels"];
+        match kind {
+            // kube-prometheus-stack's Prometheus selects these by its release label.
+            "PodMonitor" | "PrometheusRule" => {
+                assert_eq!(labels["release"], "kube-prometheus-stack", "{kind}");
+                assert_eq!(object["apiVersion"], "monitoring.coreos.com/v1", "{kind}");
+            }
+            // Its Grafana's sidecar reads ConfigMaps labelled grafana_dashboard in its namespace.
+            "ConfigMap" => {
+                assert_eq!(labels["grafana_dashboard"], "1");
+                assert_eq!(object["metadata"]["namespace"], "monitoring");
+            }
+            // One scrape per agent: the PodMonitor's, no annotation-based job as well.
+            "DaemonSet" => {
+                let annotations = &object["spec"]["template"]["metadata"]["annotations"];
+                assert!(
+                    annotations.get("prometheus.io/scrape").is_none(),
+                    "the pods also carry scrape annotations: {annotations}"
+                );
+            }
+            _ => {}
+        }
+    }
+    for kind in ["DaemonSet", "PodMonitor", "PrometheusRule"] {
+        assert_eq!(kinds.get(kind), Some(&1), "{kind} rendered: {kinds:?}");
+    }
+    assert_eq!(
+        kinds.get("ConfigMap"),
+        Some(&3),
+        "one ConfigMap per dashboard"
+    );
+    Ok(())
 }

@@ -93,6 +93,24 @@ fn the_dockerfile_builds_in_stages_and_runs_the_agent_unprivileged_on_its_port()
         "{}",
         from[1]
     );
+    // Both base images by digest: a tag can point at other bytes tomorrow.
+    let digest = |line: &str| -> Option<String> {
+        let image = line.split_whitespace().nth(1)?;
+        let (_, digest) = image.split_once("@sha256:")?;
+        (digest.len() == 64
+            && digest
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
+        .then(|| format!("sha256:{digest}"))
+    };
+    for line in &from {
+        assert!(digest(line).is_some(), "not pinned by digest: {line}");
+    }
+    let base = digest(from[1]).unwrap_or_default();
+    assert!(
+        dockerfile.contains(&format!("org.opencontainers.image.base.digest=\"{base}\"")),
+        "the base.digest label is not the final stage's digest {base}"
+    );
     let last_user = dockerfile
         .lines()
         .filter_map(|l| l.strip_prefix("USER "))
@@ -348,5 +366,108 @@ async fn the_agent_answers_the_probes_and_reads_the_variables_the_service_files_
             "the agent does not read {variable}"
         );
     }
+    Ok(())
+}
+
+/// The effective user id of this process, from /proc.
+fn effective_uid() -> Result<u32, Error> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let uids = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .ok_or("no Uid: line in /proc/self/status")?;
+    Ok(uids
+        .split_whitespace()
+        .nth(1)
+        .ok_or("no effective uid")?
+        .parse()?)
+}
+
+/// What the chart's init container runs, from the agent's own image: the state directory made,
+/// private, and given to the agent's user; again, it changes nothing.
+#[test]
+fn prepare_state_dir_makes_a_private_directory_and_gives_it_to_the_agents_user() -> TestResult {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = TempDir::new("prepare-state-dir")?;
+    let state = dir.path("var/lib/azure-scheduled-events-exporter");
+    let prepare = |owner: &str| {
+        Command::new(BIN)
+            .args(["prepare-state-dir", owner, &state.to_string_lossy()])
+            .env_clear()
+            .stdin(Stdio::null())
+            .output()
+    };
+    let root = effective_uid()? == 0;
+    let output = prepare("--owner=65532:65532")?;
+    let metadata = std::fs::metadata(&state)?;
+    assert!(metadata.is_dir(), "{}", report(&output));
+    assert_eq!(metadata.permissions().mode() & 0o777, 0o700);
+    if root {
+        assert!(output.status.success(), "{}", report(&output));
+        assert_eq!((metadata.uid(), metadata.gid()), (65532, 65532));
+        assert!(report(&output).contains("state directory ready"));
+        // Run again (every pod start): already the agent's, nothing to do, and no CAP_FOWNER needed.
+        let again = prepare("--owner=65532:65532")?;
+        assert!(again.status.success(), "{}", report(&again));
+    } else {
+        // Without CAP_CHOWN the directory cannot be given away: a failure naming it, never a
+        // directory that only looks ready.
+        assert_eq!(output.status.code(), Some(1), "{}", report(&output));
+        assert!(
+            report(&output).contains(&format!("cannot give {}", state.display())),
+            "{}",
+            report(&output)
+        );
+    }
+    let bad = prepare("--owner=agent")?;
+    assert_eq!(bad.status.code(), Some(64), "{}", report(&bad));
+    Ok(())
+}
+
+/// `--state.file` in a directory that does not exist yet: the agent makes it, for itself alone;
+/// where it cannot, it says so and keeps state in memory, as for any state file it cannot write.
+#[tokio::test]
+async fn the_agent_makes_a_missing_state_directory_or_keeps_state_in_memory_saying_so() -> TestResult
+{
+    use std::os::unix::fs::PermissionsExt;
+    let imds = Imds::start().await?;
+    let dir = TempDir::new("state-dir")?;
+    let file = dir.path("new/state/state.json");
+    let url = format!("--imds.url={}", imds.url());
+    let flag = format!("--state.file={}", file.display());
+    let run = |flag: &str| {
+        common::process::AgentProcess::spawn(common::process::command(&[
+            &url,
+            "--web.listen-address=127.0.0.1:0",
+            "--poll.interval=100ms",
+            flag,
+        ]))
+    };
+    let mut agent = run(&flag)?;
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    while !file.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no state file at {}",
+            file.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    agent.terminate()?;
+    let made = std::fs::metadata(dir.path("new/state"))?
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(made, 0o700, "the state directory is {made:o}");
+
+    // No directory can be made in /proc, whoever runs the test (root included).
+    let mut agent = run("--state.file=/proc/azure-scheduled-events-exporter/state.json")?;
+    let warning = agent.next_line_where(|l| {
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("cannot write the state file: keeping state in memory"))
+    })?;
+    assert_eq!(warning["level"], "WARN", "{warning}");
+    agent.terminate()?;
     Ok(())
 }

@@ -32,7 +32,10 @@ const DOCUMENT: &str = r#"{"DocumentIncarnation": 2, "Events": [
    "Description": "", "EventSource": "Platform", "DurationInSeconds": -1},
   {"EventId": "6E4C1F1A-0000-4000-8000-00000000ABCD", "EventStatus": "Started", "EventType": "Hibernate",
    "ResourceType": "VirtualMachine", "Resources": ["westno_0"], "NotBefore": "",
-   "Description": "", "EventSource": "User", "DurationInSeconds": 0}
+   "Description": "", "EventSource": "User", "DurationInSeconds": 0},
+  {"EventId": "9A0B3C1D-5E6F-4A7B-8C9D-0E1F2A3B4C5D", "EventStatus": "Advisory",
+   "EventType": "SpotRebalanceRecommendation", "ResourceType": "VirtualMachine", "Resources": ["WestNO_0"],
+   "NotBefore": "", "Description": "", "EventSource": "Platform", "DurationInSeconds": -1}
 ]}"#;
 
 /// The default families, without the `process_*` ones whose values change from run to run.
@@ -207,6 +210,13 @@ fn per_event_series_describe_events_of_this_vm_only() -> TestResult {
     );
     assert!(text.contains(r#"azure_scheduled_events_pending{affects_this_vm="false",event_status="Scheduled",event_type="Reboot"} 1"#));
     assert!(text.contains(r#"azure_scheduled_events_pending{affects_this_vm="true",event_status="Started",event_type="Hibernate"} 1"#));
+    assert!(text.contains(r#"azure_scheduled_events_advisories{affects_this_vm="true",event_status="Advisory",event_type="SpotRebalanceRecommendation"} 1"#));
+    assert!(
+        !text.contains(
+            r#"azure_scheduled_events_pending{affects_this_vm="true",event_status="Advisory""#
+        ),
+        "an advisory is never a pending impact"
+    );
     assert!(
         !text.contains(
             r#"azure_scheduled_events_event_seconds_until_not_before{event_id="6E4C1F1A"#
@@ -223,7 +233,7 @@ fn all_events_flag_exports_every_event() -> TestResult {
     let document = Document::from_json(DOCUMENT.as_bytes())?;
     metrics.set_events(2, document.events);
     let text = metrics.encode()?;
-    assert!(text.contains(r#"azure_scheduled_events_event_info{affects_this_vm="false",event_id="28512AF7-C957-4500-9BC4-842D6FB531E4""#));
+    assert!(text.contains(r#"azure_scheduled_events_event_info{affects_this_vm="false",cause="other",event_id="28512AF7-C957-4500-9BC4-842D6FB531E4""#));
     Ok(())
 }
 

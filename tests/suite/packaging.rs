@@ -615,6 +615,129 @@ fn helm_lints_the_chart_with_defaults_and_with_every_optional_value_on() -> Test
     Ok(())
 }
 
+/// Objects of the values schema that are Kubernetes objects passed to the pod as written (checked
+/// against the Kubernetes schemas by `rendered_manifests_are_valid_kubernetes_objects`), or Helm's own.
+const PASSED_THROUGH: &[&str] = &[
+    "/global",
+    "/env/*",
+    "/envFrom/*",
+    "/extraVolumes/*",
+    "/extraVolumeMounts/*",
+    "/tolerations/*",
+    "/affinity/nodeAffinity",
+    "/affinity/podAffinity",
+    "/affinity/podAntiAffinity",
+];
+
+/// Every object schema of values.schema.json with its place in the values (`/state/init`, `/probes/
+/// httpHeaders/*` for the items of an array), `$ref`s followed.
+fn schema_objects(
+    root: &Value,
+    node: &Value,
+    at: &str,
+    found: &mut Vec<(String, Value)>,
+) -> Result<(), Error> {
+    let node = match node["$ref"].as_str() {
+        Some(reference) => {
+            let pointer = reference
+                .strip_prefix('#')
+                .ok_or("a $ref outside the schema")?;
+            root.pointer(pointer)
+                .ok_or_else(|| format!("{at}: no {reference}"))?
+        }
+        None => node,
+    };
+    if node["type"] == "object" {
+        found.push((at.to_owned(), node.clone()));
+    }
+    for (name, property) in node["properties"].as_object().into_iter().flatten() {
+        schema_objects(root, property, &format!("{at}/{name}"), found)?;
+    }
+    if node["items"].is_object() {
+        schema_objects(root, &node["items"], &format!("{at}/*"), found)?;
+    }
+    Ok(())
+}
+
+/// A plausible slip of the finger: the first property's name with its last two letters swapped.
+fn misspelt(properties: &serde_json::Map<String, Value>) -> Option<String> {
+    properties.keys().find_map(|name| {
+        let mut letters: Vec<char> = name.chars().collect();
+        let n = letters.len();
+        (n >= 2).then_some(())?;
+        letters.swap(n - 1, n - 2);
+        let typo: String = letters.into_iter().collect();
+        (!properties.contains_key(&typo)).then_some(typo)
+    })
+}
+
+/// values.schema.json refuses unknown keys at every level, so a mistyped value (`--set
+/// podMonitor.enabeld=true`) fails `helm template` naming it instead of silently rendering nothing.
+#[test]
+fn a_mistyped_value_at_any_level_fails_helm_template_and_is_named() -> TestResult {
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(
+        ops::repo().join(CHART).join("values.schema.json"),
+    )?)?;
+    let mut objects = Vec::new();
+    schema_objects(&schema, &schema, "", &mut objects)?;
+    let mut tried = Vec::new();
+    for (at, object) in &objects {
+        match (
+            object["properties"].as_object(),
+            &object["additionalProperties"],
+        ) {
+            (Some(properties), Value::Bool(false)) => {
+                let typo = misspelt(properties).ok_or_else(|| format!("{at}: no property"))?;
+                // `--set` syntax: a.b.c, and [0] for the first item of an array.
+                let key = format!("{at}/{typo}")
+                    .trim_start_matches('/')
+                    .replace("/*", "[0]")
+                    .replace('/', ".");
+                let set = format!("{key}=x");
+                let output = helm(&["template", NAME, CHART, "--set", &set])?;
+                let text = report(&output);
+                assert!(!output.status.success(), "--set {set} rendered:\n{text}");
+                let place = format!("at '{}'", at.replace("/*", "/0"));
+                assert!(
+                    text.contains(&format!("'{typo}' not allowed")) && text.contains(&place),
+                    "--set {set}: the error does not name {typo} at {place}:\n{text}"
+                );
+                tried.push(key);
+            }
+            (Some(_), other) => panic!("{at}: additionalProperties is {other}, not false"),
+            // Maps of names (labels, flags) say what their values are; Kubernetes objects are
+            // passed through and checked against the Kubernetes schemas.
+            (None, additional) => assert!(
+                additional.is_object() || PASSED_THROUGH.contains(&at.as_str()),
+                "{at}: an object that accepts any key"
+            ),
+        }
+    }
+    eprintln!("refused: {}", tried.join(", "));
+    // Each depth was tried: the top level, a block, and objects two and three levels down.
+    for parent in [
+        "",
+        "podMonitor.",
+        "state.init.",
+        "state.init.resources.",
+        "updateStrategy.rollingUpdate.",
+        "probes.httpHeaders[0].",
+    ] {
+        assert!(
+            tried
+                .iter()
+                .any(|t| t.strip_prefix(parent).is_some_and(|key| !key.contains('.'))),
+            "no key tried directly under {parent:?}: {tried:?}"
+        );
+    }
+    // Correctly spelt, the same values render.
+    render(&[
+        "--set",
+        "podMonitor.enabled=true,state.init.resources.limits.cpu=1",
+    ])?;
+    Ok(())
+}
+
 #[test]
 fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> TestResult {
     let objects = render(&[])?;
@@ -653,7 +776,8 @@ fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> Te
     assert_eq!(agent["ports"][0]["containerPort"], 10188);
 
     // The state directory is the node's, so the state file survives node reboots; only the init
-    // container that hands it to the agent's user runs as root, with no capability but CHOWN.
+    // container that hands it to the agent's user runs as root, with no capability but CHOWN, and
+    // it is the agent's own image: the pod pulls nothing else.
     let volumes = pod["volumes"].as_array().ok_or("no volumes")?;
     let state = volumes
         .iter()
@@ -665,9 +789,11 @@ fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> Te
         .as_array()
         .ok_or("no init container")?;
     assert_eq!(init.len(), 1);
+    assert_eq!(init[0]["image"], agent["image"], "another image is pulled");
+    assert!(init[0].get("command").is_none(), "the image's entrypoint");
     assert_eq!(
-        init[0]["command"],
-        json!(["chown", "65532:65532", STATE_DIR])
+        init[0]["args"],
+        json!(["prepare-state-dir", "--owner=65532:65532", STATE_DIR])
     );
     assert_eq!(
         init[0]["securityContext"]["capabilities"]["drop"],
@@ -756,13 +882,40 @@ fn the_image_users_pull_is_named_once_in_the_chart_and_used_everywhere() -> Test
         "multi-platform builds"
     );
 
-    // The all-on values' digest wins over the tag.
+    // Only the agent's image, in every container of the chart and of the plain manifests: nothing
+    // from Docker Hub or any other registry the cluster may refuse.
+    let images = |objects: &[Value]| -> BTreeSet<String> {
+        objects
+            .iter()
+            .flat_map(|o| {
+                let pod = &o["spec"]["template"]["spec"];
+                ["initContainers", "containers"]
+                    .into_iter()
+                    .flat_map(|list| pod[list].as_array().cloned().unwrap_or_default())
+            })
+            .map(|c| c["image"].as_str().unwrap_or("(none)").to_owned())
+            .collect()
+    };
+    assert_eq!(images(&objects), [image.clone()].into());
+    let mut plain_objects = Vec::new();
+    for document in serde_norway::Deserializer::from_str(&plain) {
+        plain_objects.push(Value::deserialize(document)?);
+    }
+    assert_eq!(
+        images(&plain_objects),
+        [image.clone()].into(),
+        "deploy/kubernetes"
+    );
+
+    // The all-on values' digest wins over the tag, in every container.
     let objects = render(ALL_ON)?;
-    let image = one(&objects, "DaemonSet")?["spec"]["template"]["spec"]["containers"][0]["image"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(image.contains("@sha256:"), "{image}");
+    let all_on = images(&objects);
+    assert_eq!(all_on.len(), 1, "{all_on:?}");
+    let image = all_on.first().cloned().unwrap_or_default();
+    assert!(
+        image.starts_with("myregistry.azurecr.io/azure-scheduled-events-exporter@sha256:"),
+        "{image}"
+    );
     Ok(())
 }
 
@@ -875,6 +1028,67 @@ fn the_chart_passes_flags_and_variables_the_agent_reads() -> TestResult {
     Ok(())
 }
 
+/// With TLS and basic auth in `--web.config.file`, the probes as the chart renders them (`probes.scheme`
+/// and `probes.httpHeaders`) are answered 200 by the agent, where the same requests without the header
+/// get 401: the kubelet would restart the pod forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_probes_pass_an_agent_with_tls_and_basic_auth() -> TestResult {
+    let objects = render(ALL_ON)?;
+    let container = &one(&objects, "DaemonSet")?["spec"]["template"]["spec"]["containers"][0];
+    let dir = TempDir::new("probes")?;
+    let ca = common::pki::Ca::new("probe-ca")?;
+    ca.server("agent", &["127.0.0.1"])?
+        .write(&dir.0, "server")?;
+    // The password of the all-on values' Authorization header (probe:probe-password).
+    let hash = bcrypt::hash("probe-password", 4)?;
+    std::fs::write(
+        dir.path("web.yml"),
+        format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  probe: {hash}\n"
+        ),
+    )?;
+    let flag = format!("--web.config.file={}", dir.path("web.yml").display());
+    let imds = Imds::start().await?;
+    let agent = common::Agent::start(&imds, &[&flag]).await?;
+    let address = agent.base.trim_start_matches("http://").to_owned();
+    // As the kubelet probes: HTTPS without verifying the certificate.
+    let kubelet = reqwest::Client::builder()
+        .no_proxy()
+        .use_rustls_tls()
+        .danger_accept_invalid_certs(true)
+        .build()?;
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let get = &container[probe]["httpGet"];
+        let scheme = get["scheme"].as_str().ok_or("no scheme")?;
+        assert_eq!(scheme, "HTTPS", "{probe}");
+        let path = get["path"].as_str().ok_or("no path")?;
+        let url = format!("https://{address}{path}");
+        let bare = kubelet.get(&url).send().await?.status().as_u16();
+        assert_eq!(bare, 401, "{probe} without its header");
+        let headers = get["httpHeaders"].as_array().ok_or("no httpHeaders")?;
+        let deadline = tokio::time::Instant::now() + common::PATIENCE;
+        loop {
+            let mut request = kubelet.get(&url);
+            for header in headers {
+                let name = header["name"].as_str().ok_or("a header without a name")?;
+                let value = header["value"].as_str().ok_or("a header without a value")?;
+                request = request.header(name, value);
+            }
+            let status = request.send().await?.status().as_u16();
+            if status == 200 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{probe} {url}: {status}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    agent.stop().await?;
+    Ok(())
+}
+
 #[test]
 fn the_kubernetes_output_gets_exactly_its_rights_and_only_when_enabled() -> TestResult {
     let off = render(&[])?;
@@ -946,6 +1160,17 @@ fn the_chart_scrapes_with_the_prometheus_operator_or_azure_managed_prometheus() 
         pod_monitor["metadata"]["labels"]["release"],
         "kube-prometheus-stack"
     );
+    // An agent with TLS and basic auth is scraped over HTTPS with the Secret's credentials.
+    let credentials = json!({
+        "username": {"name": "exporter-scrape", "key": "username"},
+        "password": {"name": "exporter-scrape", "key": "password"},
+    });
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(
+        endpoint["tlsConfig"],
+        json!({"ca": {"secret": {"name": "exporter-scrape", "key": "ca.crt"}}, "serverName": NAME})
+    );
+    assert_eq!(endpoint["basicAuth"], credentials);
 
     let service = one(&objects, "Service")?;
     assert!(selected(&service["spec"]["selector"]));
@@ -957,7 +1182,25 @@ fn the_chart_scrapes_with_the_prometheus_operator_or_azure_managed_prometheus() 
         .as_object()
         .ok_or("no ServiceMonitor selector")?;
     assert!(matches.iter().all(|(k, v)| &service_labels[k] == v));
-    assert_eq!(service_monitor["spec"]["endpoints"][0]["port"], "metrics");
+    let endpoint = &service_monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["port"], "metrics");
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(endpoint["tlsConfig"], json!({"insecureSkipVerify": true}));
+    assert_eq!(endpoint["basicAuth"], credentials);
+    // By default plain HTTP, as the agent serves without --web.config.file.
+    let defaults = render(&[
+        "--set",
+        "podMonitor.enabled=true,serviceMonitor.enabled=true",
+    ])?;
+    for (kind, endpoints) in [
+        ("PodMonitor", "podMetricsEndpoints"),
+        ("ServiceMonitor", "endpoints"),
+    ] {
+        let endpoint = &one(&defaults, kind)?["spec"][endpoints][0];
+        for key in ["scheme", "tlsConfig", "basicAuth"] {
+            assert!(endpoint.get(key).is_none(), "{kind}: {key} by default");
+        }
+    }
 
     let namespace = one(&objects, "Namespace")?;
     assert_eq!(namespace["metadata"]["name"], "azure-scheduled-events");
@@ -1167,5 +1410,199 @@ fn the_packaged_chart_carries_the_rules_and_dashboards_themselves() -> TestResul
         render_chart(&archive.to_string_lossy(), ALL_ON)?,
         render(ALL_ON)?
     );
+    Ok(())
+}
+
+// ---- Kubernetes schemas ----
+
+/// Custom resources of the Prometheus Operator, which the Kubernetes OpenAPI schemas do not
+/// describe: not validated here (their CRDs are the operator's; the tests above check their fields).
+const CUSTOM_KINDS: &[&str] = &["PodMonitor", "ServiceMonitor", "PrometheusRule"];
+
+/// kubernetes-validate (PyPI) from the directory .ci/run installs it in, else from PATH.
+fn kubernetes_validate(args: &[&str]) -> Result<Output, Error> {
+    let installed = ops::repo().join("target/ci-tools/bin/kubernetes-validate");
+    let program = if installed.exists() {
+        installed
+    } else {
+        PathBuf::from("kubernetes-validate")
+    };
+    run(&program, args).map_err(|e| {
+        format!(
+            "kubernetes-validate is required (`pip install kubernetes-validate`; .ci/run installs it into target/ci-tools): {e}"
+        )
+        .into()
+    })
+}
+
+/// The oldest Kubernetes the chart supports (Chart.yaml's kubeVersion, `>=1.25.0-0`) and the
+/// newest kubernetes-validate has schemas for (its default version).
+fn supported_kubernetes_versions() -> Result<(String, String), Error> {
+    let constraint = chart_yaml()?["kubeVersion"]
+        .as_str()
+        .ok_or("no kubeVersion in Chart.yaml")?
+        .to_owned();
+    let oldest = constraint
+        .strip_prefix(">=")
+        .map(|v| v.trim_end_matches("-0").to_owned())
+        .filter(|v| v.split('.').count() == 3 && !v.contains([',', ' ']))
+        .ok_or_else(|| format!("kubeVersion {constraint:?} is not a single lower bound"))?;
+    let help = report(&kubernetes_validate(&["--help"])?);
+    let newest = help
+        .split("Defaults to")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(|v| v.trim_end_matches('.').to_owned())
+        .ok_or_else(|| format!("no default version in kubernetes-validate --help:\n{help}"))?;
+    Ok((oldest, newest))
+}
+
+/// `objects` (built-in kinds only) as one YAML file, checked by `kubernetes-validate --strict`
+/// (unknown fields are errors) against Kubernetes `version`; the objects it passed.
+fn validate_objects(objects: &[&Value], version: &str, what: &str) -> Result<usize, Error> {
+    let dir = TempDir::new("kubernetes-validate")?;
+    let file = dir.path("objects.yaml");
+    let mut text = String::new();
+    for object in objects {
+        text.push_str("---\n");
+        text.push_str(&serde_norway::to_string(object)?);
+    }
+    std::fs::write(&file, text)?;
+    let output = kubernetes_validate(&["--strict", "-k", version, &file.to_string_lossy()])?;
+    let out = report(&output);
+    assert!(
+        output.status.success(),
+        "{what} against Kubernetes {version}:\n{out}"
+    );
+    Ok(out
+        .lines()
+        .filter(|l| l.contains(" passed for resource "))
+        .count())
+}
+
+/// The objects of a rendering, split into built-in kinds (to validate) and the operator's custom
+/// resources (skipped, named).
+fn built_in<'a>(objects: &'a [Value], what: &str) -> Vec<&'a Value> {
+    let (custom, built_in): (Vec<&Value>, Vec<&Value>) = objects
+        .iter()
+        .partition(|o| CUSTOM_KINDS.contains(&o["kind"].as_str().unwrap_or_default()));
+    for object in custom {
+        eprintln!(
+            "{what}: {} {} skipped (a custom resource; not in the Kubernetes schemas)",
+            object["apiVersion"].as_str().unwrap_or_default(),
+            object["kind"].as_str().unwrap_or_default()
+        );
+    }
+    built_in
+}
+
+/// Every built-in object of the chart (defaults, and every option on) and of deploy/kubernetes
+/// is valid against the OpenAPI schemas of the oldest and the newest Kubernetes the chart
+/// supports, offline, with unknown fields refused.
+#[test]
+fn rendered_manifests_are_valid_kubernetes_objects() -> TestResult {
+    let (oldest, newest) = supported_kubernetes_versions()?;
+    let defaults = render(&[])?;
+    let all_on = render(ALL_ON)?;
+    let mut plain = Vec::new();
+    for file in ["daemonset.yaml", "podmonitor.yaml"] {
+        let text = std::fs::read_to_string(ops::repo().join("deploy/kubernetes").join(file))?;
+        for document in serde_norway::Deserializer::from_str(&text) {
+            plain.push(Value::deserialize(document)?);
+        }
+    }
+    let renderings = [
+        ("chart defaults", &defaults),
+        ("chart, every option on", &all_on),
+        ("deploy/kubernetes", &plain),
+    ];
+    for version in [&oldest, &newest] {
+        for (what, objects) in renderings {
+            let objects = built_in(objects, what);
+            assert!(
+                objects.iter().any(|o| o["kind"] == "DaemonSet"),
+                "{what}: no DaemonSet"
+            );
+            let passed = validate_objects(&objects, version, what)?;
+            eprintln!("{what}: {passed} objects valid against Kubernetes {version}");
+            assert_eq!(
+                passed,
+                objects.len(),
+                "{what}: not every object was checked"
+            );
+        }
+    }
+    // Every custom resource the chart can render was skipped by name, nothing else.
+    let kinds: BTreeSet<&str> = all_on.iter().filter_map(|o| o["kind"].as_str()).collect();
+    for kind in CUSTOM_KINDS {
+        assert!(kinds.contains(kind), "the all-on values render no {kind}");
+    }
+
+    // The same check refuses a DaemonSet with a mistyped field: it really validates.
+    let mut broken = one(&defaults, "DaemonSet")?.clone();
+    broken["spec"]["template"]["spec"]["hostNetwrok"] = json!(true);
+    let dir = TempDir::new("kubernetes-validate-broken")?;
+    let file = dir.path("broken.yaml");
+    std::fs::write(&file, serde_norway::to_string(&broken)?)?;
+    let output = kubernetes_validate(&["--strict", "-k", &oldest, &file.to_string_lossy()])?;
+    assert!(
+        !output.status.success() && report(&output).contains("hostNetwrok"),
+        "{}",
+        report(&output)
+    );
+    Ok(())
+}
+
+/// The VM packages are built without the Kubernetes output: the tarball's binary names no
+/// `--kubernetes.*` flag and refuses them, flag or variable, with one line and exit 64 instead of
+/// ignoring a setting that could do nothing.
+#[test]
+fn the_vm_packages_binary_has_no_kubernetes_output_and_refuses_its_settings() -> TestResult {
+    let (_dir, top) = unpacked_tarball()?;
+    let binary = top.join(NAME);
+    let help = ok(&binary, &["--help"])?;
+    assert!(!help.contains("kubernetes"), "{help}");
+    let size = std::fs::metadata(&binary)?.len();
+    eprintln!("VM package binary: {size} bytes");
+    let refused = |flag: Option<&str>, variable: Option<(&str, &str)>| -> Result<Output, Error> {
+        let mut command = Command::new(&binary);
+        command.env_clear().stdin(Stdio::null()).args([
+            "--imds.url=http://127.0.0.1:9",
+            "--web.listen-address=127.0.0.1:0",
+        ]);
+        command.args(flag);
+        command.envs(variable);
+        Ok(command.output()?)
+    };
+    for (flag, variable) in [
+        (
+            Some("--kubernetes.node-name=aks-pool-12345678-vmss000000"),
+            None,
+        ),
+        (Some("--kubernetes.taint-events=Reboot"), None),
+        (
+            None,
+            Some((
+                "AZURE_SCHEDULED_EVENTS_KUBERNETES_NODE_NAME",
+                "aks-pool-12345678-vmss000000",
+            )),
+        ),
+    ] {
+        let output = refused(flag, variable)?;
+        let text = report(&output);
+        assert_eq!(
+            output.status.code(),
+            Some(64),
+            "{flag:?} {variable:?}: {text}"
+        );
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            text.contains("--kubernetes.") && text.contains("cargo feature `kubernetes`"),
+            "{text}"
+        );
+    }
+    // The build the test suite runs (default features) has the output and its flags.
+    let full = String::from_utf8(Command::new(BIN).arg("--help").output()?.stdout)?;
+    assert!(full.contains("--kubernetes.node-name"));
     Ok(())
 }

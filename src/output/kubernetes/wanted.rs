@@ -27,7 +27,8 @@ pub struct Wanted {
 
 impl Wanted {
     /// From the document's events, for the VM called `vm`: the soonest event names the reason,
-    /// message and taint value.
+    /// message and taint value. An advisory never sets the condition; it taints or cordons only
+    /// when its type is listed.
     pub fn from_events(
         events: &[Tracked],
         vm: Option<&str>,
@@ -50,7 +51,7 @@ impl Wanted {
                 event.id.clone(),
             )
         });
-        let condition = match ours.first() {
+        let condition = match ours.iter().find(|event| !event.is_advisory()) {
             None => Condition {
                 status: false,
                 reason: "NoScheduledEvents".into(),
@@ -69,8 +70,8 @@ impl Wanted {
                     soonest.id,
                     soonest.status,
                     not_before(soonest),
-                    match ours.len() {
-                        1 => String::new(),
+                    match ours.iter().filter(|event| !event.is_advisory()).count() {
+                        0 | 1 => String::new(),
                         2 => " (and 1 more event)".into(),
                         n => format!(" (and {} more events)", n - 1),
                     }
@@ -116,6 +117,8 @@ impl Note {
         // An event is updated as often as it changes: each update's Event has a name of its own.
         let (warning, suffix) = match transition {
             Transition::Resumed { .. } => return None,
+            // An advisory announces nothing about to happen: a Normal Event.
+            Transition::Appeared(event) if event.is_advisory() => (false, what.to_owned()),
             Transition::Appeared(_) | Transition::Started(_) => (true, what.to_owned()),
             Transition::Updated { .. } => {
                 (true, format!("{what}-{}", incarnation.unwrap_or_default()))
@@ -261,6 +264,29 @@ mod tests {
         assert_eq!(wanted.condition.reason, "NoScheduledEvents");
         assert_eq!(wanted.taint, None);
         assert!(!wanted.cordon);
+    }
+
+    #[test]
+    fn an_advisory_never_sets_the_condition_and_taints_only_when_listed() {
+        let events = [event(
+            "REBALANCE",
+            EventType::SpotRebalanceRecommendation,
+            EventStatus::Advisory,
+            "",
+            VM,
+        )];
+        let wanted = Wanted::from_events(&events, Some(VM), &[EventType::Preempt], &[]);
+        assert!(!wanted.condition.status);
+        assert_eq!(wanted.condition.reason, "NoScheduledEvents");
+        assert_eq!((wanted.taint, wanted.cordon), (None, false));
+        let asked = Wanted::from_events(
+            &events,
+            Some(VM),
+            &[EventType::SpotRebalanceRecommendation],
+            &[],
+        );
+        assert!(!asked.condition.status, "listing it taints, never pages");
+        assert_eq!(asked.taint.as_deref(), Some("SpotRebalanceRecommendation"));
     }
 
     #[test]

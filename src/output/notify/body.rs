@@ -22,6 +22,9 @@ pub struct Notification {
     pub event: EventView,
     pub changed: Option<String>,
     pub seen_started: Option<bool>,
+    /// Whether Azure predicts a hardware failure ([`crate::hardware_failure`]), on the
+    /// notification that first reports the event (as on its log line); `None` on the others.
+    pub hardware_failure_predicted: Option<bool>,
 }
 
 impl Notification {
@@ -40,6 +43,7 @@ impl Notification {
             event: view,
             changed,
             seen_started,
+            hardware_failure_predicted: None,
         }
     }
 
@@ -182,7 +186,7 @@ fn teams(
 /// event is `warning` (a Spot eviction and an advisory `info`); an end is `info`.
 fn event_severity(receiver: &Receiver, notification: &Notification) -> &'static str {
     match notification.transition {
-        "completed" | "cancelled" => "info",
+        "completed" | "cancelled" | "advisory" => "info",
         _ => severity(
             &receiver.severities,
             &notification.event.event_type,

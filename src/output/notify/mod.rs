@@ -93,13 +93,16 @@ impl Output for Notify {
             let Occurrence::Notify(notice) = occurrence else {
                 continue;
             };
-            let notification = Notification::new(
-                notice.transition,
-                context.view(&notice.event),
-                notice.changed.clone(),
-                notice.seen_started,
-                context.at,
-            );
+            let notification = Notification {
+                hardware_failure_predicted: notice.hardware_failure_predicted,
+                ..Notification::new(
+                    notice.transition,
+                    context.view(&notice.event),
+                    notice.changed.clone(),
+                    notice.seen_started,
+                    context.at,
+                )
+            };
             for name in &notice.receivers {
                 let Some(route) = self.routes.iter().find(|r| *r.name == **name) else {
                     continue;

@@ -21,6 +21,7 @@ use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SpanData, SpanEve
 
 use crate::approval::{Decision, Outcome};
 use crate::event::Event;
+use crate::hardware_failure;
 use crate::occurrence::Context;
 use crate::telemetry::SCOPE;
 use crate::trace_id::trace_id_u128;
@@ -84,8 +85,10 @@ impl EventSpans {
         open.seen_started |= started;
         open.event = event.clone();
         let parent = open.span_id;
+        let first_seen = open.first_seen;
 
         let mut attributes = event_attributes(event, seen);
+        attributes.push(predicted_attribute(event, first_seen));
         attributes.push(KeyValue::new(
             format!("{NAMESPACE}.transition"),
             transition.kind().as_str(),
@@ -259,6 +262,7 @@ impl EventSpans {
 
 fn lifecycle(trace_id: TraceId, open: Open, outcome: &'static str, seen: &Context) -> SpanData {
     let mut attributes = event_attributes(&open.event, seen);
+    attributes.push(predicted_attribute(&open.event, open.first_seen));
     attributes.push(KeyValue::new(format!("{NAMESPACE}.outcome"), outcome));
     attributes.push(KeyValue::new(
         format!("{NAMESPACE}.seen_started"),
@@ -285,6 +289,14 @@ fn lifecycle(trace_id: TraceId, open: Open, outcome: &'static str, seen: &Contex
     )
 }
 
+/// Whether Azure predicts a hardware failure, judged from this VM's first sight of the event.
+fn predicted_attribute(event: &Event, first_seen: DateTime<Utc>) -> KeyValue {
+    KeyValue::new(
+        format!("{NAMESPACE}.hardware_failure_predicted"),
+        hardware_failure::predicted(event, Some(first_seen)),
+    )
+}
+
 /// The event's fields, as this VM saw them: its [`crate::view::EventView`], with `Resources` as a list and
 /// NotBefore also as a Unix time.
 fn event_attributes(event: &Event, seen: &Context) -> Vec<KeyValue> {
@@ -294,6 +306,8 @@ fn event_attributes(event: &Event, seen: &Context) -> Vec<KeyValue> {
         KeyValue::new(key("id"), view.event_id),
         KeyValue::new(key("type"), view.event_type),
         KeyValue::new(key("status"), view.event_status),
+        KeyValue::new(key("advisory"), view.advisory),
+        KeyValue::new(key("cause"), view.cause),
         KeyValue::new(key("resource_type"), view.resource_type),
         KeyValue::new(
             key("resources"),
@@ -424,6 +438,62 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn spans_carry_the_advisory_the_cause_and_a_predicted_hardware_failure() {
+        let body = |not_before: &str, status: &str, event_type: &str| {
+            Document::from_json(
+                format!(
+                    r#"{{"DocumentIncarnation":1,"Events":[{{"EventId":"{ID}","EventStatus":"{status}",
+                    "EventType":"{event_type}","Resources":["vmss_0"],"NotBefore":"{not_before}",
+                    "Description":"Host server is undergoing maintenance."}}]}}"#
+                )
+                .as_bytes(),
+            )
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let three_days = (t(0) + chrono::TimeDelta::days(3))
+            .format("%a, %d %b %Y %H:%M:%S GMT")
+            .to_string();
+        let spans = play(
+            "vmss_0",
+            &[
+                (0, body(&three_days, "Scheduled", "Redeploy")),
+                (
+                    10,
+                    Document {
+                        incarnation: crate::event::DocumentIncarnation(2),
+                        events: vec![],
+                    },
+                ),
+            ],
+        );
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+        assert_eq!(
+            names,
+            ["Redeploy scheduled", "Redeploy cancelled", "Redeploy"]
+        );
+        for span in &spans {
+            assert_eq!(
+                attr(span, "hardware_failure_predicted"),
+                Some(&Value::Bool(true)),
+                "{}",
+                span.name
+            );
+            assert_eq!(attr(span, "cause"), Some(&Value::from("host_maintenance")));
+            assert_eq!(attr(span, "advisory"), Some(&Value::Bool(false)));
+        }
+        let advisory = play(
+            "vmss_0",
+            &[(0, body("", "Advisory", "SpotRebalanceRecommendation"))],
+        );
+        assert_eq!(advisory[0].name, "SpotRebalanceRecommendation advisory");
+        assert_eq!(attr(&advisory[0], "advisory"), Some(&Value::Bool(true)));
+        assert_eq!(
+            attr(&advisory[0], "hardware_failure_predicted"),
+            Some(&Value::Bool(false))
+        );
     }
 
     #[test]

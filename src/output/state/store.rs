@@ -42,6 +42,11 @@ impl StateStore {
         let Some(path) = path else {
             return (Self::in_memory(), Opened::Fresh);
         };
+        // A missing directory is made for the agent alone; one it cannot make leaves the first write
+        // to fail and say so, and state in memory.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            let _ = create_private_dir(dir);
+        }
         let store = |state: State, written: Option<State>| Self {
             path: Some(path.to_owned()),
             state,
@@ -154,6 +159,15 @@ impl StateStore {
             }
         }
     }
+}
+
+/// Creates `dir` and its missing parents, readable and writable by their owner only (0700 on Unix).
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
 }
 
 /// `<file>.<suffix>` next to `path`.

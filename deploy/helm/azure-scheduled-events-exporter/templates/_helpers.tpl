@@ -58,3 +58,13 @@ otelResourceAttributes, percent-encoded as the variable's syntax asks. */}}
 {{- end }}
 {{- join "," $pairs }}
 {{- end }}
+
+{{/* scheme and httpHeaders of the probes' httpGet: HTTPS with tls_server_config, an Authorization
+header with basic_auth_users (--web.config.file). */}}
+{{- define "ase.probeHttp" -}}
+scheme: {{ .Values.probes.scheme }}
+{{- with .Values.probes.httpHeaders }}
+httpHeaders:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,538 @@
+// Generated from mixin/ by scripts/render-mixin.sh: edit the mixin, not this file.
+// The rules of alerts/ as Azure Monitor managed Prometheus rule groups, one resource per group.
+
+@description('Resource ID of the action group every alert notifies (the pager route).')
+param actionGroupId string
+
+@description('Resource ID of the Azure Monitor workspace that holds the metrics.')
+param azureMonitorWorkspaceId string
+
+@description('Evaluate the rules on this cluster only (the cluster label Azure Monitor adds); empty: every cluster of the workspace, kept apart by the rules themselves.')
+param clusterName string = ''
+
+@description('Resource ID of the AKS cluster, added to the scopes (optional).')
+param clusterResourceId string = ''
+
+@description('How often the rule groups are evaluated (ISO 8601, PT1M to PT15M).')
+param interval string = 'PT1M'
+
+@description('Region of the rule groups: the Azure Monitor workspace\'s.')
+param location string = resourceGroup().location
+
+@description('Prefix of the rule group names, e.g. the cluster name when each cluster has its own groups.')
+param ruleGroupPrefix string = ''
+
+resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+  name: '${ruleGroupPrefix}azure-scheduled-events.targets'
+  location: location
+  properties: {
+    clusterName: empty(clusterName) ? null : clusterName
+    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.targets (generated from the monitoring mixin).'
+    enabled: true
+    interval: interval
+    rules: [
+      {
+        enabled: true
+        expression: '(\n  max by (cluster, job, instance) (timestamp(azure_scheduled_events_build_info))\n  or on (cluster, job, instance)\n  max by (cluster, job, instance) (timestamp(azure_scheduled_events_vm_info))\n)\nor on (cluster, job, instance)\n(\n  last_over_time(azure_scheduled_events:target_last_seen:timestamp_seconds[10m])\n  > time() - 86400\n)'
+        record: 'azure_scheduled_events:target_last_seen:timestamp_seconds'
+      }
+      {
+        enabled: true
+        expression: 'max by (cluster, job, instance, vm_id, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (\n  azure_scheduled_events_vm_info{vm_id!=""}\n  or\n  label_join(azure_scheduled_events_vm_info{vm_id=""}, "vm_id", "/", "cluster", "job", "instance")\n)\nor on (cluster, job, instance)\n(\n  last_over_time(azure_scheduled_events:target_vm_info:last[10m])\n  and on (cluster, job, instance)\n  (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 3600)\n)'
+        record: 'azure_scheduled_events:target_vm_info:last'
+      }
+      {
+        enabled: true
+        expression: 'topk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (azure_scheduled_events:target_vm_info:last{node!=""})\n)\nor on (cluster, vm_id)\ntopk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (azure_scheduled_events:target_vm_info:last)\n)'
+        record: 'azure_scheduled_events:vm_info:last'
+      }
+      {
+        enabled: true
+        expression: 'count by (cluster) (\n  count by (cluster, vm_id) (\n    azure_scheduled_events:target_vm_info:last\n    and on (cluster, job, instance)\n    azure_scheduled_events_vm_info\n  )\n)'
+        record: 'azure_scheduled_events:vms_reporting:count'
+      }
+      {
+        enabled: true
+        expression: 'count by (cluster) (azure_scheduled_events:vm_info:last)'
+        record: 'azure_scheduled_events:vms_known:count'
+      }
+    ]
+    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
+  }
+}
+
+resource ruleGroup1 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+  name: '${ruleGroupPrefix}azure-scheduled-events.impact'
+  location: location
+  properties: {
+    clusterName: empty(clusterName) ? null : clusterName
+    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.impact (generated from the monitoring mixin).'
+    enabled: true
+    interval: interval
+    rules: [
+      {
+        enabled: true
+        expression: 'max by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate"}\n)\nunless on (cluster, job, instance, event_id)\n  (azure_scheduled_events_event_seconds_until_not_before > 900)'
+        record: 'azure_scheduled_events:target_event_impact:soon'
+      }
+      {
+        enabled: true
+        expression: 'azure_scheduled_events:target_event_impact:soon\nor on (cluster, job, instance, event_id)\n(\n  max_over_time(azure_scheduled_events:target_event_impact:soon[15m])\n  unless on (cluster, job, instance) (up == 1)\n)'
+        record: 'azure_scheduled_events:target_event_impact:held'
+      }
+      {
+        enabled: true
+        expression: 'max by (cluster, job, instance) (timestamp(azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Terminate"}))\nor on (cluster, job, instance)\n(\n  last_over_time(azure_scheduled_events:target_gone:timestamp_seconds[10m]) > time() - 86400\n  unless on (cluster, job, instance) (up == 1)\n)'
+        record: 'azure_scheduled_events:target_gone:timestamp_seconds'
+      }
+      {
+        enabled: true
+        expression: 'max by (cluster, vm_id, vm_scale_set_name, event_id, event_type, event_source) (\n  azure_scheduled_events:target_event_impact:held\n  * on (cluster, job, instance) group_left (vm_id, vm_scale_set_name)\n  azure_scheduled_events:target_vm_info:last\n)'
+        record: 'azure_scheduled_events:vm_event_impact:held'
+      }
+      {
+        enabled: true
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:target_vm_info:last{vm_scale_set_name!=""}\n    and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 900)\n  )\n)'
+        record: 'azure_scheduled_events:capacity_vms:count'
+      }
+      {
+        enabled: true
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy"}\n  )\n)'
+        record: 'azure_scheduled_events:capacity_vms_at_risk:count'
+      }
+      {
+        enabled: true
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Preempt"}\n  )\n)'
+        record: 'azure_scheduled_events:capacity_vms_evicted:count'
+      }
+    ]
+    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
+  }
+}
+
+resource ruleGroup2 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+  name: '${ruleGroupPrefix}azure-scheduled-events.coverage'
+  location: location
+  properties: {
+    clusterName: empty(clusterName) ? null : clusterName
+    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.coverage (generated from the monitoring mixin).'
+    enabled: true
+    interval: interval
+    rules: [
+      {
+        enabled: true
+        expression: 'count by (cluster) (kube_node_info{os_image!~"Windows.*"})'
+        record: 'azure_scheduled_events:nodes:count'
+      }
+      {
+        enabled: true
+        expression: '(\n  count by (cluster) (\n    max by (cluster, node) (kube_node_info{os_image!~"Windows.*"})\n    unless on (cluster, node)\n    azure_scheduled_events_build_info{node!=""}\n  )\n  and on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  or on (cluster)\n  (\n  (\n    azure_scheduled_events:nodes:count\n    - (azure_scheduled_events:vms_reporting:count or on (cluster) azure_scheduled_events:nodes:count * 0)\n  ) > 0\n  unless on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  )\n)\nor on (cluster)\n(\n  count by (cluster) (\n    (up == 0)\n    and on (cluster, job) count by (cluster, job) (azure_scheduled_events_build_info)\n    unless on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds\n  )\n  unless on (cluster) azure_scheduled_events:nodes:count\n)'
+        record: 'azure_scheduled_events:nodes_without_agent:count'
+      }
+    ]
+    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
+  }
+}
+
+resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+  name: '${ruleGroupPrefix}azure-scheduled-events.capacity'
+  location: location
+  properties: {
+    clusterName: empty(clusterName) ? null : clusterName
+    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.capacity (generated from the monitoring mixin).'
+    enabled: true
+    interval: interval
+    rules: [
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureScheduledEventsCapacityAtRisk'
+        annotations: {
+          description: '{{ \$value }} VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} face a Reboot or Redeploy event whose NotBefore is less than 15 minutes away, passed, or already Started: more than 25 % of its VMs at once. (VM, event: {{ range printf "max by (instance, vm_name, event_type, event_id) (azure_scheduled_events_event_info{affects_this_vm=\\"true\\",event_type=~\\"Reboot|Redeploy\\",cluster=%q} * on (cluster, job, instance) group_left (vm_name) azure_scheduled_events_vm_info{vm_scale_set_name=%q,cluster=%q})" \$labels.cluster \$labels.vm_scale_set_name \$labels.cluster | query | sortByLabel "vm_name" }}{{ .Labels.vm_name }} ({{ .Labels.instance }}) {{ .Labels.event_type }} {{ .Labels.event_id }}; {{ end }})'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventscapacityatrisk'
+          summary: '{{ \$value }} VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} go down at once'
+        }
+        enabled: true
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy"}\n  )\n) >= 2\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_at_risk:count\n  / azure_scheduled_events:capacity_vms:count\n) > 0.25'
+        'for': 'PT1M'
+        labels: {
+          severity: 'critical'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 0
+      }
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureSpotEvictionWave'
+        annotations: {
+          description: '{{ \$value }} VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} are being evicted (Preempt): more than 25 % of its VMs at once. Not paged: a Spot pool is built for evictions; check that its workload found room elsewhere. (VM, event: {{ range printf "max by (instance, vm_name, event_type, event_id) (azure_scheduled_events_event_info{affects_this_vm=\\"true\\",event_type=~\\"Preempt\\",cluster=%q} * on (cluster, job, instance) group_left (vm_name) azure_scheduled_events_vm_info{vm_scale_set_name=%q,cluster=%q})" \$labels.cluster \$labels.vm_scale_set_name \$labels.cluster | query | sortByLabel "vm_name" }}{{ .Labels.vm_name }} ({{ .Labels.instance }}) {{ .Labels.event_type }} {{ .Labels.event_id }}; {{ end }})'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurespotevictionwave'
+          summary: '{{ \$value }} Spot VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} evicted at once'
+        }
+        enabled: true
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Preempt"}\n  )\n) >= 2\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_evicted:count\n  / azure_scheduled_events:capacity_vms:count\n) > 0.25'
+        'for': 'PT1M'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
+    ]
+    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
+  }
+}
+
+resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+  name: '${ruleGroupPrefix}azure-scheduled-events.events'
+  location: location
+  properties: {
+    clusterName: empty(clusterName) ? null : clusterName
+    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.events (generated from the monitoring mixin).'
+    enabled: true
+    interval: interval
+    rules: [
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureScheduledEventImpactSoon'
+        annotations: {
+          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}): {{ \$labels.event_source }} {{ \$labels.event_type }} event {{ \$labels.event_id }} {{ with printf "azure_scheduled_events_event_seconds_until_not_before{cluster=%q,job=%q,instance=%q,event_id=%q} > 0" \$labels.cluster \$labels.job \$labels.instance \$labels.event_id | query }}starts in {{ . | first | value | humanizeDuration }}{{ else }}has started or starts any moment{{ end }}.'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventimpactsoon'
+          summary: '{{ \$labels.event_type }} of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} within 15 minutes'
+        }
+        enabled: true
+        expression: '(\n  (\nazure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"}\n  )\n  * on (cluster, job, instance) group_left (vm_name, vm_scale_set_name, node)\n  azure_scheduled_events:target_vm_info:last\n)\nor on (cluster, job, instance, event_id)\n(\nazure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"}\n)'
+        'for': 'PT1M'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureSpotEviction'
+        annotations: {
+          description: 'Spot VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) is being evicted: Preempt event {{ \$labels.event_id }} {{ with printf "azure_scheduled_events_event_seconds_until_not_before{cluster=%q,job=%q,instance=%q,event_id=%q} > 0" \$labels.cluster \$labels.job \$labels.instance \$labels.event_id | query }}in {{ . | first | value | humanizeDuration }}{{ else }}now{{ end }}. Informational: Azure gives 30 seconds, less than scrape, rule evaluation and notification take.'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurespoteviction'
+          summary: 'Spot eviction of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}'
+        }
+        enabled: true
+        expression: '(\n  (\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type="Preempt"}\n)\n  )\n  * on (cluster, job, instance) group_left (vm_name, vm_scale_set_name, node)\n  azure_scheduled_events:target_vm_info:last\n)\nor on (cluster, job, instance, event_id)\n(\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type="Preempt"}\n)\n)'
+        'for': 'PT0S'
+        labels: {
+          severity: 'info'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 3
+      }
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureScaleSetDelete'
+        annotations: {
+          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) is being deleted by its scale set: Terminate event {{ \$labels.event_id }} {{ with printf "azure_scheduled_events_event_seconds_until_not_before{cluster=%q,job=%q,instance=%q,event_id=%q} > 0" \$labels.cluster \$labels.job \$labels.instance \$labels.event_id | query }}in {{ . | first | value | humanizeDuration }}{{ else }}now{{ end }}.'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescalesetdelete'
+          summary: 'Scale set deletes VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}'
+        }
+        enabled: true
+        expression: '(\n  (\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type="Terminate"}\n)\n  )\n  * on (cluster, job, instance) group_left (vm_name, vm_scale_set_name, node)\n  azure_scheduled_events:target_vm_info:last\n)\nor on (cluster, job, instance, event_id)\n(\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type="Terminate"}\n)\n)'
+        'for': 'PT0S'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureScheduledEventStuckStarted'
+        annotations: {
+          description: '{{ if \$labels.instance }}VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) has shown {{ \$labels.event_type }} event {{ \$labels.event_id }} as Started for more than 30m.{{ else }}{{ \$labels.event_type }} event {{ \$labels.event_id }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} has been Started for more than 30m, on a VM no agent reports as its own (seen by: {{ range printf "max by (instance) (azure_scheduled_events_event_info{event_id=%q,cluster=%q})" \$labels.event_id \$labels.cluster | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ end }}).{{ end }}'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventstuckstarted'
+          summary: '{{ if \$labels.instance }}{{ \$labels.event_type }} of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} Started for over 30m{{ else }}{{ \$labels.event_type }} event {{ \$labels.event_id }} Started for over 30m{{ end }}'
+        }
+        enabled: true
+        expression: '(\n  (\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_status="Started"}\n)\n  )\n  * on (cluster, job, instance) group_left (vm_name, vm_scale_set_name, node)\n  azure_scheduled_events:target_vm_info:last\n)\nor on (cluster, job, instance, event_id)\n(\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_status="Started"}\n)\n)\nor on (cluster, event_id)\nmax by (cluster, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{event_status="Started"}\n)'
+        'for': 'PT30M'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureRedeployAnnouncedDaysAhead'
+        annotations: {
+          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) will be redeployed by Azure in {{ \$value | humanizeDuration }} (Redeploy event {{ \$labels.event_id }}): its host is degraded. Redeploy it yourself at a quiet time.'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azureredeployannounceddaysahead'
+          summary: 'Redeploy of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} announced days ahead (degraded hardware)'
+        }
+        enabled: true
+        expression: '(\n  (\n(azure_scheduled_events_event_seconds_until_not_before > 86400)\n* on (cluster, job, instance, event_id) group_left (event_type, event_source)\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type="Redeploy"}\n)\n  )\n  * on (cluster, job, instance) group_left (vm_name, vm_scale_set_name, node)\n  azure_scheduled_events:target_vm_info:last\n)\nor on (cluster, job, instance, event_id)\n(\n(azure_scheduled_events_event_seconds_until_not_before > 86400)\n* on (cluster, job, instance, event_id) group_left (event_type, event_source)\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type="Redeploy"}\n)\n)'
+        'for': 'PT5M'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
+    ]
+    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
+  }
+}
+
+resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+  name: '${ruleGroupPrefix}azure-scheduled-events.agent'
+  location: location
+  properties: {
+    clusterName: empty(clusterName) ? null : clusterName
+    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.agent (generated from the monitoring mixin).'
+    enabled: true
+    interval: interval
+    rules: [
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureScheduledEventsAgentDown'
+        annotations: {
+          description: 'Prometheus cannot scrape the agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}, job {{ \$labels.job }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}): scheduled events of this VM go unseen.'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventsagentdown'
+          summary: 'Scheduled-events agent down on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}'
+        }
+        enabled: true
+        expression: '(\n  (\n(up == 0)\nand on (cluster, job, instance)\n  (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 86400)\nunless on (cluster, job, instance)\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\nunless on (cluster, job, instance)\n  azure_scheduled_events:target_gone:timestamp_seconds\n  )\n  * on (cluster, job, instance) group_left (vm_name, vm_scale_set_name, node)\n  azure_scheduled_events:target_vm_info:last\n)\nor on (cluster, job, instance)\n(\n(up == 0)\nand on (cluster, job, instance)\n  (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 86400)\nunless on (cluster, job, instance)\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\nunless on (cluster, job, instance)\n  azure_scheduled_events:target_gone:timestamp_seconds\n)'
+        'for': 'PT2M'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureScheduledEventsPollLoopStuck'
+        annotations: {
+          description: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) answers scrapes but its last poll ended {{ \$value | humanizeDuration }} ago: its poll loop is stuck and new events of this VM go unseen, while the last known ones stay exported.'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventspollloopstuck'
+          summary: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} no longer polls IMDS'
+        }
+        enabled: true
+        expression: '(\n  (\ntime() - azure_scheduled_events_last_poll_timestamp_seconds > 180\n  )\n  * on (cluster, job, instance) group_left (vm_name, vm_scale_set_name, node)\n  azure_scheduled_events:target_vm_info:last\n)\nor on (cluster, job, instance)\n(\ntime() - azure_scheduled_events_last_poll_timestamp_seconds > 180\n)'
+        'for': 'PT5M'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureImdsUnreachable'
+        annotations: {
+          description: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) has had no valid scheduled-events document for 5m{{- with printf "topk(1, increase(azure_scheduled_events_imds_request_failures_total{cluster=%q,job=%q,instance=%q,operation=\\"events\\"}[5m]) > 0)" \$labels.cluster \$labels.job \$labels.instance | query }} (most failures: {{ . | first | label "reason" }}){{ end }}: no events of this VM are seen; the last known ones stay exported.'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azureimdsunreachable'
+          summary: 'IMDS scheduled events unreachable from VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}'
+        }
+        enabled: true
+        expression: '(\n  (\nazure_scheduled_events_up == 0\n  )\n  * on (cluster, job, instance) group_left (vm_name, vm_scale_set_name, node)\n  azure_scheduled_events:target_vm_info:last\n)\nor on (cluster, job, instance)\n(\nazure_scheduled_events_up == 0\n)'
+        'for': 'PT5M'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureScheduledEventApprovalsFailing'
+        annotations: {
+          description: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) failed to approve {{ \$labels.event_type }} events {{ printf "%.0f" \$value }} times in 10 minutes ({{ \$labels.reason }}) and approved none (Scheduled {{ \$labels.event_type }} events now: {{ range printf "azure_scheduled_events_event_info{cluster=%q,job=%q,instance=%q,event_type=%q,event_status=\\"Scheduled\\"}" \$labels.cluster \$labels.job \$labels.instance \$labels.event_type | query | sortByLabel "event_id" }}{{ .Labels.event_id }} {{ else }}none {{ end }}). They will start at NotBefore instead, ready or not.'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventapprovalsfailing'
+          summary: 'Approvals of {{ \$labels.event_type }} events fail on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.reason }})'
+        }
+        enabled: true
+        expression: '(\n  (\nsum by (cluster, job, instance, event_type, reason) (\n  increase(azure_scheduled_events_approval_failures_total[10m])\n) > 0\nunless on (cluster, job, instance, event_type)\n  sum by (cluster, job, instance, event_type) (increase(azure_scheduled_events_approvals_total[10m])) > 0\n  )\n  * on (cluster, job, instance) group_left (vm_name, vm_scale_set_name, node)\n  azure_scheduled_events:target_vm_info:last\n)\nor on (cluster, job, instance, event_type, reason)\n(\nsum by (cluster, job, instance, event_type, reason) (\n  increase(azure_scheduled_events_approval_failures_total[10m])\n) > 0\nunless on (cluster, job, instance, event_type)\n  sum by (cluster, job, instance, event_type) (increase(azure_scheduled_events_approvals_total[10m])) > 0\n)'
+        'for': 'PT1M'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureScheduledEventNotificationsFailing'
+        annotations: {
+          description: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) could not deliver {{ printf "%.0f" \$value }} notifications to receiver {{ \$labels.receiver }} in 10 minutes (refused, retries exhausted, or dropped from a full queue). Whoever relies on that receiver is not told of this VM\'s events.'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventnotificationsfailing'
+          summary: 'Notifications from VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} to receiver {{ \$labels.receiver }} are lost'
+        }
+        enabled: true
+        expression: '(\n  (\nsum by (cluster, job, instance, receiver) (\n  increase(azure_scheduled_events_notifications_total{result!="delivered"}[10m])\n  or\n  increase(azure_scheduled_events_notifications_dropped_total[10m])\n) > 0\n  )\n  * on (cluster, job, instance) group_left (vm_name, vm_scale_set_name, node)\n  azure_scheduled_events:target_vm_info:last\n)\nor on (cluster, job, instance, receiver)\n(\nsum by (cluster, job, instance, receiver) (\n  increase(azure_scheduled_events_notifications_total{result!="delivered"}[10m])\n  or\n  increase(azure_scheduled_events_notifications_dropped_total[10m])\n) > 0\n)'
+        'for': 'PT1M'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureScheduledEventsKubernetesRequestsFailing'
+        annotations: {
+          description: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) failed {{ printf "%.0f" \$value }} {{ \$labels.operation }} requests to the Kubernetes API server in 10 minutes ({{ \$labels.result }}) and none succeeded. Its Node may lack the AzureScheduledEvent condition, Events, or the taint and cordon of a pending event.'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventskubernetesrequestsfailing'
+          summary: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} cannot {{ \$labels.operation }} ({{ \$labels.result }})'
+        }
+        enabled: true
+        expression: '(\n  (\nsum by (cluster, job, instance, operation, result) (\n  increase(azure_scheduled_events_kubernetes_requests_total{result!~"ok|conflict|already_exists"}[10m])\n) > 0\nunless on (cluster, job, instance, operation)\n  sum by (cluster, job, instance, operation) (increase(azure_scheduled_events_kubernetes_requests_total{result="ok"}[10m])) > 0\n  )\n  * on (cluster, job, instance) group_left (vm_name, vm_scale_set_name, node)\n  azure_scheduled_events:target_vm_info:last\n)\nor on (cluster, job, instance, operation, result)\n(\nsum by (cluster, job, instance, operation, result) (\n  increase(azure_scheduled_events_kubernetes_requests_total{result!~"ok|conflict|already_exists"}[10m])\n) > 0\nunless on (cluster, job, instance, operation)\n  sum by (cluster, job, instance, operation) (increase(azure_scheduled_events_kubernetes_requests_total{result="ok"}[10m])) > 0\n)'
+        'for': 'PT5M'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureVMRebootedUnexpectedly'
+        annotations: {
+          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) rebooted, and no Reboot, Redeploy, Freeze or Preempt event of its own was seen Started before: a crash, a manual restart, or an event missed while the agent was down.'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurevmrebootedunexpectedly'
+          summary: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} rebooted without a scheduled event'
+        }
+        enabled: true
+        expression: '(\n  (\nincrease(azure_scheduled_events_reboots_total{expected="false", clean!="true"}[30m]) > 0\n  )\n  * on (cluster, job, instance) group_left (vm_name, vm_scale_set_name, node)\n  azure_scheduled_events:target_vm_info:last\n)\nor on (cluster, job, instance)\n(\nincrease(azure_scheduled_events_reboots_total{expected="false", clean!="true"}[30m]) > 0\n)'
+        'for': 'PT0S'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureScheduledEventsNodesWithoutAgent'
+        annotations: {
+          description: '{{ \$value }} nodes{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} have no working agent: their scheduled events go unseen, and the capacity page does not count them. (Nodes without an agent: {{ range printf "kube_node_info{os_image!~\\"Windows.*\\",cluster=%q} unless on (cluster, node) azure_scheduled_events_build_info and on (cluster) azure_scheduled_events_build_info{node!=\\"\\"}" \$labels.cluster | query | sortByLabel "node" }}{{ .Labels.node }} {{ else }}not named (the agents\' series carry no node label) {{ end }}; targets never up: {{ range printf "up{cluster=%q} == 0 and on (cluster, job) azure_scheduled_events_build_info unless on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds" \$labels.cluster | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventsnodeswithoutagent'
+          summary: '{{ \$value }} nodes{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} without a working scheduled-events agent'
+        }
+        enabled: true
+        expression: 'azure_scheduled_events:nodes_without_agent:count > 0'
+        'for': 'PT15M'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
+    ]
+    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
+  }
+}
+
