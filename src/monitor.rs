@@ -9,7 +9,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use crate::imds::{ImdsError, Polled};
-use crate::occurrence::Occurrence;
+use crate::occurrence::{Imds, Occurrence};
 use crate::tracker::{IncarnationChange, Tracked, Tracker};
 
 /// Whether the last poll succeeded, with what is needed to report the next change of it.
@@ -78,18 +78,18 @@ impl Monitor {
                 let mut changes = Vec::new();
                 match self.reachability {
                     Reachability::Reachable => {}
-                    Reachability::Unknown => changes.push(Occurrence::Reachable {
+                    Reachability::Unknown => changes.push(Occurrence::Imds(Imds::Reachable {
                         failed_polls: 0,
                         since: None,
-                    }),
+                    })),
                     Reachability::Unreachable {
                         since,
                         failed_polls,
                     } => {
-                        changes.push(Occurrence::Reachable {
+                        changes.push(Occurrence::Imds(Imds::Reachable {
                             failed_polls,
                             since: Some(since),
-                        });
+                        }));
                     }
                 }
                 self.reachability = Reachability::Reachable;
@@ -106,13 +106,13 @@ impl Monitor {
                     observation.incarnation,
                     IncarnationChange::Jumped { .. } | IncarnationChange::Restarted { .. }
                 ) {
-                    changes.push(Occurrence::Incarnation(observation.incarnation));
+                    changes.push(Occurrence::Imds(Imds::Incarnation(observation.incarnation)));
                 }
                 changes.extend(
                     observation
                         .duplicates
                         .into_iter()
-                        .map(Occurrence::DuplicateEventId),
+                        .map(|id| Occurrence::Imds(Imds::DuplicateEventId(id))),
                 );
                 changes.extend(
                     observation
@@ -145,10 +145,10 @@ impl Monitor {
                     since: now,
                     failed_polls: 1,
                 };
-                Some(Occurrence::Unreachable {
+                Some(Occurrence::Imds(Imds::Unreachable {
                     reason: error.kind(),
                     error: error.to_string(),
-                })
+                }))
             }
         }
     }
@@ -195,10 +195,10 @@ mod tests {
         let back = monitor.observe(Ok(doc(SCHEDULED)), t(4));
         assert_eq!(
             back,
-            [Occurrence::Reachable {
+            [Occurrence::Imds(Imds::Reachable {
                 failed_polls: 3,
                 since: Some(t(1))
-            }],
+            })],
             "no event transition"
         );
         assert_eq!(monitor.tracker().events(), known);
@@ -214,10 +214,10 @@ mod tests {
         monitor.observe(Err(&error), t(2));
         assert_eq!(
             monitor.observe(Ok(Polled::Unchanged), t(3)),
-            [Occurrence::Reachable {
+            [Occurrence::Imds(Imds::Reachable {
                 failed_polls: 1,
                 since: Some(t(2))
-            }]
+            })]
         );
         assert_eq!(monitor.tracker().events(), known);
         assert_eq!(monitor.last_success(), Some(t(3)));
@@ -235,10 +235,10 @@ mod tests {
         let first = monitor.observe(Err(&error), t(1));
         assert!(matches!(
             first[..],
-            [Occurrence::Unreachable {
+            [Occurrence::Imds(Imds::Unreachable {
                 reason: "http_5xx",
                 ..
-            }]
+            })]
         ));
         assert!(!monitor.is_up());
         assert!(monitor.observe(Err(&error), t(2)).is_empty());
@@ -252,10 +252,10 @@ mod tests {
         assert_eq!(changes.len(), 3);
         assert_eq!(
             changes[0],
-            Occurrence::Reachable {
+            Occurrence::Imds(Imds::Reachable {
                 failed_polls: 0,
                 since: None
-            }
+            })
         );
         assert!(
             matches!(&changes[1], Occurrence::Transition(Transition::Appeared(e)) if e.id.as_str() == "A")
@@ -273,10 +273,10 @@ mod tests {
         let changes = monitor.observe(Ok(doc(r#"{"DocumentIncarnation":4,"Events":[]}"#)), t(60));
         assert_eq!(
             changes[0],
-            Occurrence::Incarnation(IncarnationChange::Jumped {
+            Occurrence::Imds(Imds::Incarnation(IncarnationChange::Jumped {
                 from: DocumentIncarnation(2),
                 to: DocumentIncarnation(4)
-            })
+            }))
         );
     }
 }

@@ -4,8 +4,9 @@
 //! reachable or not, an event moved in its lifecycle, the document's events changed, an approval
 //! was decided or a hook finished. Each output ([`crate::output`]) turns the same list into its
 //! own signal (a log line, counters, spans, the state file, a POST). [`Context`] says which VM saw
-//! it, in which document, when. Every `match` over occurrences is exhaustive, so a new kind of
-//! occurrence is a compile error wherever it is not handled.
+//! it, in which document, when. An output that tells occurrences apart matches every variant, so
+//! a new kind of occurrence is a compile error in each; what only the log tells apart (news of
+//! IMDS itself, [`Imds`]) is one variant the others pass over in one arm.
 
 use std::sync::Arc;
 
@@ -73,17 +74,8 @@ pub enum Occurrence {
         error: String,
         retry_every: std::time::Duration,
     },
-    /// IMDS gave a valid document after failing, or for the first time.
-    Reachable {
-        failed_polls: u64,
-        since: Option<DateTime<Utc>>,
-    },
-    /// IMDS stopped giving valid documents (or never gave one yet).
-    Unreachable { reason: &'static str, error: String },
-    /// The incarnation jumped or went down: documents were missed or the service was reset.
-    Incarnation(IncarnationChange),
-    /// An EventId appeared twice in one document; the first was kept.
-    DuplicateEventId(EventId),
+    /// What the agent learned of IMDS itself and of its documents, apart from their events.
+    Imds(Imds),
     /// An event's lifecycle moved.
     Transition(Transition),
     /// An event the previous run knew left the document while the agent was down (reported with
@@ -102,6 +94,23 @@ pub enum Occurrence {
     /// A notification is to be sent to some receivers: recorded in the state file, when it is
     /// one a restart would report again, before it is queued.
     Notify(Notice),
+}
+
+/// What the agent learned of IMDS itself and of its documents, apart from their events: told by
+/// the log alone, so the other outputs pass over the whole group with one arm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Imds {
+    /// IMDS gave a valid document after failing, or for the first time.
+    Reachable {
+        failed_polls: u64,
+        since: Option<DateTime<Utc>>,
+    },
+    /// IMDS stopped giving valid documents (or never gave one yet).
+    Unreachable { reason: &'static str, error: String },
+    /// The incarnation jumped or went down: documents were missed or the service was reset.
+    Incarnation(IncarnationChange),
+    /// An EventId appeared twice in one document; the first was kept.
+    DuplicateEventId(EventId),
 }
 
 /// What one occurrence says of an event's lifecycle on this VM: the one place that tells which
@@ -152,10 +161,7 @@ impl Occurrence {
             Occurrence::Restarted(_)
             | Occurrence::VmIdentified { .. }
             | Occurrence::VmUnidentified { .. }
-            | Occurrence::Reachable { .. }
-            | Occurrence::Unreachable { .. }
-            | Occurrence::Incarnation(_)
-            | Occurrence::DuplicateEventId(_)
+            | Occurrence::Imds(_)
             | Occurrence::Events(_)
             | Occurrence::Decision(_)
             | Occurrence::ApprovalSending { .. }

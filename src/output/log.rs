@@ -7,7 +7,7 @@
 use crate::approval::{Decision, HookKind, Outcome, SkipReason};
 use crate::boot::Restart;
 use crate::config::approval::Mode;
-use crate::occurrence::{Context, Occurrence};
+use crate::occurrence::{Context, Imds, Occurrence};
 use crate::trace_id::trace_id;
 use crate::tracker::{IncarnationChange, Transition};
 use crate::wire;
@@ -85,13 +85,15 @@ impl Output for Log {
                     "cannot read instance metadata; vm_info is missing until it can"
                 ),
                 Occurrence::Transition(transition) => log_transition(transition, context),
-                Occurrence::Incarnation(IncarnationChange::Jumped { from, to }) => tracing::info!(
-                    vm_name,
-                    from = from.0,
-                    to = to.0,
-                    "document incarnation jumped: some documents were never seen by this agent"
-                ),
-                Occurrence::Incarnation(IncarnationChange::Restarted { from, to }) => {
+                Occurrence::Imds(Imds::Incarnation(IncarnationChange::Jumped { from, to })) => {
+                    tracing::info!(
+                        vm_name,
+                        from = from.0,
+                        to = to.0,
+                        "document incarnation jumped: some documents were never seen by this agent"
+                    )
+                }
+                Occurrence::Imds(Imds::Incarnation(IncarnationChange::Restarted { from, to })) => {
                     tracing::warn!(
                         vm_name,
                         from = from.0,
@@ -99,18 +101,18 @@ impl Output for Log {
                         "document incarnation went down: the service was reset or re-enabled"
                     )
                 }
-                Occurrence::Incarnation(
+                Occurrence::Imds(Imds::Incarnation(
                     IncarnationChange::First(_)
                     | IncarnationChange::Unchanged
                     | IncarnationChange::Next,
-                ) => {}
-                Occurrence::DuplicateEventId(id) => tracing::warn!(
+                )) => {}
+                Occurrence::Imds(Imds::DuplicateEventId(id)) => tracing::warn!(
                     vm_name,
                     event_id = %id,
                     trace_id = %trace_id(id.as_str()),
                     "an EventId appears twice in the document; the first is kept"
                 ),
-                Occurrence::Unreachable { reason, error } => {
+                Occurrence::Imds(Imds::Unreachable { reason, error }) => {
                     tracing::warn!(
                         vm_name,
                         reason,
@@ -127,10 +129,10 @@ impl Output for Log {
                         );
                     }
                 }
-                Occurrence::Reachable {
+                Occurrence::Imds(Imds::Reachable {
                     failed_polls,
                     since,
-                } => tracing::info!(
+                }) => tracing::info!(
                     vm_name,
                     failed_polls,
                     unreachable_seconds =

@@ -41,10 +41,7 @@ impl Output for MetricsOutput {
                 Occurrence::Decision(decision) => metrics.record_decision(decision),
                 // `up` and the request counters are the poll loop's; the rest is not counted.
                 Occurrence::VmUnidentified { .. }
-                | Occurrence::Reachable { .. }
-                | Occurrence::Unreachable { .. }
-                | Occurrence::Incarnation(_)
-                | Occurrence::DuplicateEventId(_)
+                | Occurrence::Imds(_)
                 | Occurrence::EndedWhileDown(_)
                 | Occurrence::ApprovalSending { .. }
                 | Occurrence::Notify(_) => {}

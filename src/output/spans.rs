@@ -54,10 +54,7 @@ impl Output for Spans {
                 // poll is noise.
                 Occurrence::Restarted(_)
                 | Occurrence::VmUnidentified { .. }
-                | Occurrence::Reachable { .. }
-                | Occurrence::Unreachable { .. }
-                | Occurrence::Incarnation(_)
-                | Occurrence::DuplicateEventId(_)
+                | Occurrence::Imds(_)
                 | Occurrence::Events(_)
                 | Occurrence::ApprovalSending { .. }
                 | Occurrence::Notify(_) => {}

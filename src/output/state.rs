@@ -111,10 +111,7 @@ impl Output for StateFile {
                 | Occurrence::Notify(_)
                 | Occurrence::VmIdentified { .. }
                 | Occurrence::VmUnidentified { .. }
-                | Occurrence::Reachable { .. }
-                | Occurrence::Unreachable { .. }
-                | Occurrence::Incarnation(_)
-                | Occurrence::DuplicateEventId(_)
+                | Occurrence::Imds(_)
                 | Occurrence::Transition(_)
                 | Occurrence::EndedWhileDown(_) => {}
             }

@@ -132,10 +132,7 @@ impl Output for Kubernetes {
                 }
                 Occurrence::Restarted(_)
                 | Occurrence::VmUnidentified { .. }
-                | Occurrence::Reachable { .. }
-                | Occurrence::Unreachable { .. }
-                | Occurrence::Incarnation(_)
-                | Occurrence::DuplicateEventId(_)
+                | Occurrence::Imds(_)
                 | Occurrence::Decision(_)
                 | Occurrence::ApprovalSending { .. }
                 | Occurrence::Notify(_) => {}
