@@ -13,10 +13,12 @@
 //! (webhooks, Slack, Teams, PagerDuty) and the Kubernetes Node, the last four off the loop. `server`
 //! serves `/metrics` and health; [`config`] turns the command line, the approval policy file,
 //! the receivers file and the `OTEL_*` variables into resolved settings;
-//! [`simulator`] is a faithful local IMDS used by `demo`, by users' tests and by ours.
+//! [`simulator`] is a faithful local IMDS used by `demo`, by users' tests and by ours;
+//! [`api_version`] knows what each scheduled-events api-version shows, for it and for the flags.
 //! [`web`] is the agent's listener (TLS and basic auth from `config/web.rs`, gzip, limits).
 
 pub mod agent;
+pub mod api_version;
 pub(crate) mod approval;
 pub(crate) mod backoff;
 pub(crate) mod boot;

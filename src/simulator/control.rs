@@ -9,13 +9,13 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::api_version::ApiVersion;
 use super::fault::Fault;
 use super::reply::{Body, Refused, error, json_response, no_content, unavailable};
 use super::request::{percent_decode, read_body};
 use super::scenario::{Scenario, ScenarioEvent, from_json_or_yaml};
 use super::state::{AddEventError, Approval};
 use super::{Shared, SimulatorHandle};
+use crate::api_version::ApiVersion;
 use crate::wire::ScheduledEventsDocument;
 
 /// Body of `GET /control/state`.

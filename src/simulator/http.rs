@@ -15,13 +15,13 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 
-use super::api_version::{self, ApiVersion, NEWEST_VERSIONS};
 use super::fault::{Endpoint, FaultAction};
 use super::instance;
 use super::journal::SeenRequest;
 use super::reply::{Body, Refused, error, json, json_response, unavailable};
 use super::request::{query_param, read_body};
 use super::{SimulatorHandle, control};
+use crate::api_version::{self, ApiVersion, NEWEST_VERSIONS};
 use crate::response::respond;
 
 /// What a handler produces: a response, or [`Dropped`] to close the connection unanswered.

@@ -2,13 +2,12 @@
 //!
 //! Functional core, imperative shell. [`state::Simulator`] is the pure core (events, lifecycle,
 //! incarnation, approvals; `now` is always passed in), played from a [`Scenario`] by
-//! [`timeline`], with [`api_version`] deciding what each version shows and [`event_id`] minting
+//! [`timeline`], with [`crate::api_version`] deciding what each version shows and [`event_id`] minting
 //! GUIDs. [`fault`] queues injected faults; [`journal`] records the
 //! scheduled-events requests received. The shell is [`SimulatorHandle`] (the shared state
 //! behind a mutex, reading the clock), `http` (the IMDS endpoints over hyper) and `control` (the
 //! `/control/` API). `docs/simulator.md` is the user's guide.
 
-pub mod api_version;
 mod control;
 pub mod event_id;
 pub mod fault;
@@ -33,7 +32,7 @@ use tokio::task::JoinHandle;
 
 use crate::wire::{Compute, ScheduledEventsDocument};
 
-pub use api_version::ApiVersion;
+pub use crate::api_version::ApiVersion;
 pub use fault::{Fault, FaultAction, FaultCount, FaultTarget};
 pub use http::serve;
 pub use instance::example_compute;

@@ -9,10 +9,10 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::api_version::ApiVersion;
 use super::event_id::EventIds;
 use super::scenario::{InitialStatus, Scenario, ScenarioEvent};
 use super::timeline::{Timeline, after};
+use crate::api_version::ApiVersion;
 use crate::wire::{Incarnation, ScheduledEvent, ScheduledEventsDocument, StartRequests};
 
 /// `NotBefore` as Azure writes it (RFC 1123, always GMT).

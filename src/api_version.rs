@@ -1,4 +1,4 @@
-//! The `api-version` query parameter as IMDS checks it: which scheduled-events versions exist, what
+//! The scheduled-events `api-version` as IMDS checks it: which scheduled-events versions exist, what
 //! each one added to the document, and which instance-metadata versions are accepted.
 //!
 //! Azure keeps old versions working by leaving out what they did not know yet: fields added later
