@@ -20,8 +20,11 @@ local promql = import '../lib/promql.libsonnet';
     (if c.nodeLabel == '' then '' else '{{ with $labels.%s }} on node {{ . }}{{ end }}' % c.nodeLabel)
     + (if cl == '' then '' else '{{ with $labels.%s }} in cluster {{ . }}{{ end }}' % cl),
   // printf arguments that select this alert's VM in a template query: matchers and values.
-  local vmMatchers = std.join(',', ['%s=%%q' % l for l in q.vm]),
-  local vmValues = std.join(' ', ['$labels.%s' % l for l in q.vm]),
+  // Per-VM alerts carry the cluster and the VM's instance, not a job: the agent's series are
+  // selected by those (every scrape job of one agent exports the same values).
+  local templateVm = std.filter(function(l) l != 'job', q.vm),
+  local vmMatchers = std.join(',', ['%s=%%q' % l for l in templateVm]),
+  local vmValues = std.join(' ', ['$labels.%s' % l for l in templateVm]),
   local vmQuery(metric, extra='', compare='') =
     'printf "%s{%s%s}%s" %s' % [metric, vmMatchers, extra, compare, vmValues],
 
@@ -144,7 +147,7 @@ local promql = import '../lib/promql.libsonnet';
             'AzureScheduledEventImpactSoon',
             // While the agent cannot be scraped (the VM is rebooting), its last events hold the
             // alert, so Alertmanager can keep inhibiting node-down alerts of this VM.
-            q.withVmInfo(impact(c.impactSoonTypes), ['event_id']),
+            q.withVmInfo(impact(c.impactSoonTypes), eventKey),
             '1m',
             c.severities.vm,
             '%s of VM %s within %d minutes' % [label('event_type'), vmName, c.impactSoonSeconds / 60],
@@ -161,7 +164,7 @@ local promql = import '../lib/promql.libsonnet';
           ),
           alert(
             'AzureSpotEviction',
-            q.withVmInfo(events(['event_type="Preempt"']), ['event_id']),
+            q.withVmInfo(events(['event_type="Preempt"']), eventKey),
             '0s',
             c.severities.info,
             'Spot eviction of VM %s' % vmName,
@@ -177,7 +180,7 @@ local promql = import '../lib/promql.libsonnet';
           ),
           alert(
             'AzureScaleSetDelete',
-            q.withVmInfo(events(['event_type="Terminate"']), ['event_id']),
+            q.withVmInfo(events(['event_type="Terminate"']), eventKey),
             '0s',
             c.severities.vm,
             'Scale set deletes VM %s' % vmName,
@@ -196,7 +199,7 @@ local promql = import '../lib/promql.libsonnet';
             // once, without a VM (every VM of an availability set or scale set sees its
             // neighbours' events).
             '%s\nor on (%s)\nmax by (%s) (\n  %s\n)' % [
-              q.withVmInfo(events(['event_status="Started"']), ['event_id']),
+              q.withVmInfo(events(['event_status="Started"']), eventKey),
               q.list([cl, 'event_id']),
               q.list([cl] + eventKey),
               q.sel('azure_scheduled_events_event_info', ['event_status="Started"']),
@@ -233,7 +236,7 @@ local promql = import '../lib/promql.libsonnet';
                 q.list(q.vm + ['event_id']),
                 events(['event_type="Redeploy"']),
               ],
-              ['event_id'],
+              eventKey,
             ),
             '5m',
             c.severities.vm,
@@ -268,8 +271,8 @@ local promql = import '../lib/promql.libsonnet';
             '2m',
             c.severities.vm,
             'Scheduled-events agent down on VM %s' % vmName,
-            ('Prometheus cannot scrape the agent on VM %s (%s, job %s%s): ' +
-             'scheduled events of this VM go unseen.') % [vmName, label('instance'), label('job'), inCluster],
+            ('Prometheus cannot scrape the agent on VM %s (%s{{ with $labels.job }}, job {{ . }}{{ end }}%s): ' +
+             'scheduled events of this VM go unseen.') % [vmName, label('instance'), inCluster],
           ),
           alert(
             'AzureScheduledEventsPollLoopStuck',
