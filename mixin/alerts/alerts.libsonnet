@@ -49,12 +49,13 @@ local promql = import '../lib/promql.libsonnet';
   },
 
   // One series per VM and event: event_info with the given matchers, the same series whether
-  // the event is Scheduled or Started.
+  // the event is Scheduled or Started; never an advisory (another EventStatus).
+  local statuses = 'event_status=~"%s"' % q.types(c.impactStatuses),
   local eventKey = ['event_id', 'event_type', 'event_source'],
   local events(matchers) =
     'max by (%s) (\n  %s\n)' % [
       q.list(q.vm + eventKey),
-      q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"'] + matchers),
+      q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', statuses] + matchers),
     ],
   local up = q.sel('up'),
   local r = q.records,
@@ -91,9 +92,10 @@ local promql = import '../lib/promql.libsonnet';
     },
   // The description's list of the group's VMs and their events of `types`.
   local groupList(types) =
-    '(VM, event: {{ range printf "max by (instance, vm_name, event_type, event_id) (azure_scheduled_events_event_info{affects_this_vm=\\"true\\",event_type=~\\"%(typesRe)s\\"%(clusterMatch)s} * on (%(vm)s) group_left (vm_name) azure_scheduled_events_vm_info{%(capacity)s=%%q%(clusterMatch)s})"%(clusterArg)s $labels.%(capacity)s%(clusterArg)s | query | sortByLabel "vm_name" }}' % {
+    '(VM, event: {{ range printf "max by (instance, vm_name, event_type, event_id) (azure_scheduled_events_event_info{affects_this_vm=\\"true\\",event_type=~\\"%(typesRe)s\\",event_status=~\\"%(statusRe)s\\"%(clusterMatch)s} * on (%(vm)s) group_left (vm_name) azure_scheduled_events_vm_info{%(capacity)s=%%q%(clusterMatch)s})"%(clusterArg)s $labels.%(capacity)s%(clusterArg)s | query | sortByLabel "vm_name" }}' % {
       capacity: c.capacityLabel,
       typesRe: q.types(types),
+      statusRe: q.types(c.impactStatuses),
       vm: q.vmBy,
       clusterMatch: if cl == '' then '' else ',%s=%%q' % cl,
       clusterArg: if cl == '' then '' else ' $labels.%s' % cl,

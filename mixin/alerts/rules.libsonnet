@@ -31,6 +31,8 @@ local promql = import '../lib/promql.libsonnet';
     function(t) !std.startsWith(t, '@@'),
     c.interruptingTypes + c.goneTypes + c.capacity.eventTypes + c.spotWave.eventTypes + c.impactSoonTypes
   ))),
+  // Only events that will happen or are happening (not an advisory) are impacts.
+  local statuses = 'event_status=~"%s"' % q.types(c.impactStatuses),
   local record(name, expr) = { record: name, expr: expr + '\n' },
 
   // VMs of each capacity group with a held event of `types`, counted by VM.
@@ -115,7 +117,7 @@ local promql = import '../lib/promql.libsonnet';
             r.targetImpactSoon,
             'max by (%(key)s) (\n  %(events)s\n)\nunless on (%(on)s)\n  (%(until)s > %(soon)d)' % {
               key: q.list(q.vm + ['event_id', 'event_type', 'event_source']),
-              events: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes)]),
+              events: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes), statuses]),
               on: q.list(q.vm + ['event_id']),
               until: q.sel('azure_scheduled_events_event_seconds_until_not_before'),
               soon: c.impactSoonSeconds,
@@ -140,7 +142,7 @@ local promql = import '../lib/promql.libsonnet';
             r.targetGone,
             'max by (%(t)s) (timestamp(%(gone)s))\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[10m]) > time() - %(lookback)d\n  unless on (%(t)s) (%(up)s == 1)\n)' % {
               t: target,
-              gone: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(c.goneTypes)]),
+              gone: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(c.goneTypes), statuses]),
               prev: r.targetGone,
               lookback: seconds(c.agentSeenLookback),
               up: q.sel('up'),
