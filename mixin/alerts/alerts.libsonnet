@@ -22,7 +22,7 @@ local promql = import '../lib/promql.libsonnet';
   // printf arguments that select this alert's VM in a template query: matchers and values.
   // Per-VM alerts carry the cluster and the VM's instance, not a job: the agent's series are
   // selected by those (every scrape job of one agent exports the same values).
-  local templateVm = std.filter(function(l) l != 'job', q.vm),
+  local templateVm = q.without(q.vm, 'job'),
   local vmMatchers = std.join(',', ['%s=%%q' % l for l in templateVm]),
   local vmValues = std.join(' ', ['$labels.%s' % l for l in templateVm]),
   local vmQuery(metric, extra='', compare='') =
@@ -423,15 +423,22 @@ unless on (%(on)s)
              '(Nodes without an agent: {{ range printf "%(kube)s unless on (%(on)s) azure_scheduled_events_build_info and on (%(clusterOn)s) azure_scheduled_events_build_info{%(node)s!=\\"\\"}" %(args)s | query | sortByLabel "%(node)s" }}{{ .Labels.%(node)s }} {{ else }}not named (the agents\' series carry no %(node)s label) {{ end }}; ' +
              'targets never up: {{ range printf "up%(upMatch)s == 0 and on (%(job)s) azure_scheduled_events_build_info unless on (%(t)s) %(seen)s" %(args)s | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)') % {
               cluster: inClusterOnly,
-              kube: 'kube_node_info{%s}' % std.join(',', [
-                std.strReplace(m, '"', '\\"')
+              // kube_node_info's node names under nodeLabel. The chart's placeholders for
+              // matchers stand here for matchers with escaped quotes.
+              local kube = 'kube_node_info{%s}' % std.join(',', [
+                if std.startsWith(m, '@@') && std.endsWith(m, '@@') then '@@escaped.' + std.substr(m, 2, std.length(m) - 2)
+                else std.strReplace(m, '"', '\\"')
                 for m in std.filter(function(m) m != '', [c.coverage.kubeStateMetricsSelector] + c.coverage.nodeMatchers + (if cl == '' then [] else ['%s=%%q' % cl]))
               ]),
-              on: q.list([cl, 'node']),
-              node: 'node',
+              local node = if c.nodeLabel == '' then 'node' else c.nodeLabel,
+              kube: if node == 'node' then kube
+              else if std.startsWith(node, '@@') then '@@nodeRelabel.open@@%s@@escaped.nodeRelabel.close@@' % kube
+              else 'label_replace(%s, \\"%s\\", \\"$1\\", \\"node\\", \\"(.*)\\")' % [kube, node],
+              on: q.list([cl, node]),
+              node: node,
               clusterOn: q.list([cl]),
               upMatch: if cl == '' then '' else '{%s=%%q}' % cl,
-              job: q.list([cl] + std.filter(function(l) l != 'instance', c.vmLabels)),
+              job: q.list([cl] + q.without(c.vmLabels, 'instance')),
               t: q.vmBy,
               seen: r.targetLastSeen,
               args: if cl == '' then '' else '$labels.%s' % cl,

@@ -48,6 +48,8 @@ local promql = import '../lib/promql.libsonnet';
     local sel = if c.coverage.kubeStateMetricsSelector == '' && c.coverage.nodeMatchers == [] then 'kube_node_info'
     else 'kube_node_info{%s}' % std.join(', ', nonEmpty([c.coverage.kubeStateMetricsSelector] + c.coverage.nodeMatchers));
     if c.nodeLabel == 'node' || c.nodeLabel == '' then sel
+    // The Helm chart's placeholder: label_replace unless its nodeLabel is node.
+    else if std.startsWith(c.nodeLabel, '@@') then '@@nodeRelabel.open@@%s@@nodeRelabel.close@@' % sel
     else 'label_replace(%s, "%s", "$1", "node", "(.*)")' % [sel, c.nodeLabel],
 
   prometheusRules+:: {
@@ -206,7 +208,7 @@ local promql = import '../lib/promql.libsonnet';
               kube: kube,
               cluster: q.list([cl]),
               up: q.sel('up'),
-              job: q.list([cl] + std.filter(function(l) l != 'instance', c.vmLabels)),
+              job: q.list([cl] + q.without(c.vmLabels, 'instance')),
               build: q.sel('azure_scheduled_events_build_info'),
               t: target,
               seen: r.targetLastSeen,

@@ -22,6 +22,15 @@
       local all = nonEmpty([c.selector] + matchers);
       if all == [] then metric else metric + '{' + std.join(', ', all) + '}',
 
+    // `list` without the label `name`. The Helm chart's placeholder for vmLabels stands for a
+    // list the chart knows only when it fills it in: it becomes the placeholder of that list
+    // without `name` (mixin/chart-placeholders.libsonnet).
+    without(list, name):: [
+      if l == '@@vmLabels@@' then '@@vmLabels.without.%s@@' % name else l
+      for l in list
+      if l != name
+    ],
+
     // An alternation regex of event types.
     types(list):: std.join('|', list),
 
