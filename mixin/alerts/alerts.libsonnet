@@ -420,8 +420,8 @@ unless on (%(on)s)
             c.severities.vm,
             '{{ $value }} nodes%s without a working scheduled-events agent' % inClusterOnly,
             ('{{ $value }} nodes%(cluster)s have no working agent: their scheduled events go unseen, and the capacity page does not count them. ' +
-             '(Nodes without an agent: {{ range printf "%(kube)s unless on (%(on)s) azure_scheduled_events_build_info and on (%(clusterOn)s) azure_scheduled_events_build_info{%(node)s!=\\"\\"}" %(args)s | query | sortByLabel "%(node)s" }}{{ .Labels.%(node)s }} {{ else }}not named (the agents\' series carry no %(node)s label) {{ end }}; ' +
-             'targets never up: {{ range printf "up%(upMatch)s == 0 and on (%(job)s) azure_scheduled_events_build_info unless on (%(t)s) %(seen)s" %(args)s | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)') % {
+             '(Nodes without an agent: {{ range printf "%(kube)s unless on (%(on)s) azure_scheduled_events_build_info%(upMatch)s and on (%(clusterOn)s) azure_scheduled_events_build_info{%(node)s!=\\"\\"%(clusterMatch)s}" %(args3)s | query | sortByLabel "%(node)s" }}{{ .Labels.%(node)s }} {{ else }}not named (the agents\' series carry no %(node)s label) {{ end }}; ' +
+             'targets never up: {{ range printf "up%(upMatch)s == 0 and on (%(job)s) azure_scheduled_events_build_info%(upMatch)s unless on (%(t)s) %(seen)s%(upMatch)s" %(args3)s | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)') % {
               cluster: inClusterOnly,
               // kube_node_info's node names under nodeLabel. The chart's placeholders for
               // matchers stand here for matchers with escaped quotes.
@@ -441,7 +441,10 @@ unless on (%(on)s)
               job: q.list([cl] + q.without(c.vmLabels, 'instance')),
               t: q.vmBy,
               seen: r.targetLastSeen,
-              args: if cl == '' then '' else '$labels.%s' % cl,
+              // Each of the cluster's selectors names it: a firing alert's text is rendered at every
+              // evaluation, and reads one cluster's series, not the fleet's.
+              clusterMatch: if cl == '' then '' else ',%s=%%q' % cl,
+              args3: if cl == '' then '' else std.join(' ', std.repeat(['$labels.%s' % cl], 3)),
             },
           ),
         ],
