@@ -57,6 +57,10 @@
     // Event types after which a VM is gone (deleted by its scale set, evicted): its target may
     // linger at up=0, and AzureScheduledEventsAgentDown stays quiet for agentSeenLookback.
     goneTypes: ['Preempt', 'Terminate'],
+    // The EventStatus values of an event that will happen or is happening. Any other (a Spot
+    // rebalance recommendation's Advisory, a status Azure adds later) is never an impact: no
+    // rule counts it, holds for it or alerts on it.
+    impactStatuses: ['Scheduled', 'Started'],
     // Event types that AzureScheduledEventImpactSoon reports (Preempt and Terminate have their
     // own alerts).
     impactSoonTypes: ['Reboot', 'Redeploy'],

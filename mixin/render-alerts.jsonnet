@@ -3,9 +3,12 @@
 // The YAML is written here rather than by std.manifestYamlDoc, which is slow on long strings and
 // sorts keys: rules read alert, expr, for, labels, annotations.
 // With chart=true, the Helm chart's copy instead: the settings of chart-placeholders.libsonnet
-// left as placeholders for templates/prometheusrule.yaml.
-function(config={}, chart=false)
-  local settings = if chart then (import 'chart-placeholders.libsonnet') + config else config;
+// left as placeholders for templates/prometheusrule.yaml; with singleCluster=true too, the
+// same without a cluster label (the chart's clusterLabel: "").
+function(config={}, chart=false, singleCluster=false)
+  local settings =
+    if chart then (import 'chart-placeholders.libsonnet') + config + (if singleCluster then { clusterLabel: '' } else {})
+    else config;
   local mixin = (import 'mixin.libsonnet') + { _config+:: settings };
   // A scalar: a block for expressions (they end with a newline), a JSON string otherwise
   // (JSON strings are YAML).
@@ -42,7 +45,9 @@ function(config={}, chart=false)
       '# Recording and alert rules for azure-scheduled-events-exporter, tested by azure-scheduled-events.test.yml\n' +
       '# (`promtool test rules`) and end to end by tests/prometheus.rs; docs/runbook.md has one\n' +
       '# section per alert and the paging policy.\n';
-  local file = if chart then 'deploy/helm/azure-scheduled-events-exporter/files/prometheus-rules.yml'
+  local file =
+    if chart && singleCluster then 'deploy/helm/azure-scheduled-events-exporter/files/prometheus-rules-single-cluster.yml'
+    else if chart then 'deploy/helm/azure-scheduled-events-exporter/files/prometheus-rules.yml'
   else 'alerts/azure-scheduled-events.yml';
   {
     [file]:

@@ -12,6 +12,7 @@ mkdir -p "$out/alerts" "$out/dashboards" "$out/deploy/helm/azure-scheduled-event
 jsonnet -J "$repo/mixin" --tla-code "config=$config" -S -m "$out" "$repo/mixin/render-alerts.jsonnet" >/dev/null
 # The Helm chart's copy of the rules, with placeholders for the settings its values set.
 jsonnet -J "$repo/mixin" --tla-code "config=$config" --tla-code chart=true -S -m "$out" "$repo/mixin/render-alerts.jsonnet" >/dev/null
+jsonnet -J "$repo/mixin" --tla-code "config=$config" --tla-code chart=true --tla-code singleCluster=true -S -m "$out" "$repo/mixin/render-alerts.jsonnet" >/dev/null
 jsonnet -J "$repo/mixin" --tla-code "config=$config" -m "$out" "$repo/mixin/render-dashboards.jsonnet" >/dev/null
 # Azure Monitor managed Prometheus: the rules as prometheusRuleGroups (ARM and Bicep), and the
 # dashboards with a $datasource variable for the Azure Monitor Managed Service for Prometheus

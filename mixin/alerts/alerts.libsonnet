@@ -20,8 +20,11 @@ local promql = import '../lib/promql.libsonnet';
     (if c.nodeLabel == '' then '' else '{{ with $labels.%s }} on node {{ . }}{{ end }}' % c.nodeLabel)
     + (if cl == '' then '' else '{{ with $labels.%s }} in cluster {{ . }}{{ end }}' % cl),
   // printf arguments that select this alert's VM in a template query: matchers and values.
-  local vmMatchers = std.join(',', ['%s=%%q' % l for l in q.vm]),
-  local vmValues = std.join(' ', ['$labels.%s' % l for l in q.vm]),
+  // Per-VM alerts carry the cluster and the VM's instance, not a job: the agent's series are
+  // selected by those (every scrape job of one agent exports the same values).
+  local templateVm = q.without(q.vm, 'job'),
+  local vmMatchers = std.join(',', ['%s=%%q' % l for l in templateVm]),
+  local vmValues = std.join(' ', ['$labels.%s' % l for l in templateVm]),
   local vmQuery(metric, extra='', compare='') =
     'printf "%s{%s%s}%s" %s' % [metric, vmMatchers, extra, compare, vmValues],
 
@@ -46,12 +49,13 @@ local promql = import '../lib/promql.libsonnet';
   },
 
   // One series per VM and event: event_info with the given matchers, the same series whether
-  // the event is Scheduled or Started.
+  // the event is Scheduled or Started; never an advisory (another EventStatus).
+  local statuses = 'event_status=~"%s"' % q.types(c.impactStatuses),
   local eventKey = ['event_id', 'event_type', 'event_source'],
   local events(matchers) =
     'max by (%s) (\n  %s\n)' % [
       q.list(q.vm + eventKey),
-      q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"'] + matchers),
+      q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', statuses] + matchers),
     ],
   local up = q.sel('up'),
   local r = q.records,
@@ -88,9 +92,10 @@ local promql = import '../lib/promql.libsonnet';
     },
   // The description's list of the group's VMs and their events of `types`.
   local groupList(types) =
-    '(VM, event: {{ range printf "max by (instance, vm_name, event_type, event_id) (azure_scheduled_events_event_info{affects_this_vm=\\"true\\",event_type=~\\"%(typesRe)s\\"%(clusterMatch)s} * on (%(vm)s) group_left (vm_name) azure_scheduled_events_vm_info{%(capacity)s=%%q%(clusterMatch)s})"%(clusterArg)s $labels.%(capacity)s%(clusterArg)s | query | sortByLabel "vm_name" }}' % {
+    '(VM, event: {{ range printf "max by (instance, vm_name, event_type, event_id) (azure_scheduled_events_event_info{affects_this_vm=\\"true\\",event_type=~\\"%(typesRe)s\\",event_status=~\\"%(statusRe)s\\"%(clusterMatch)s} * on (%(vm)s) group_left (vm_name) azure_scheduled_events_vm_info{%(capacity)s=%%q%(clusterMatch)s})"%(clusterArg)s $labels.%(capacity)s%(clusterArg)s | query | sortByLabel "vm_name" }}' % {
       capacity: c.capacityLabel,
       typesRe: q.types(types),
+      statusRe: q.types(c.impactStatuses),
       vm: q.vmBy,
       clusterMatch: if cl == '' then '' else ',%s=%%q' % cl,
       clusterArg: if cl == '' then '' else ' $labels.%s' % cl,
@@ -144,7 +149,7 @@ local promql = import '../lib/promql.libsonnet';
             'AzureScheduledEventImpactSoon',
             // While the agent cannot be scraped (the VM is rebooting), its last events hold the
             // alert, so Alertmanager can keep inhibiting node-down alerts of this VM.
-            q.withVmInfo(impact(c.impactSoonTypes), ['event_id']),
+            q.withVmInfo(impact(c.impactSoonTypes), eventKey),
             '1m',
             c.severities.vm,
             '%s of VM %s within %d minutes' % [label('event_type'), vmName, c.impactSoonSeconds / 60],
@@ -161,7 +166,7 @@ local promql = import '../lib/promql.libsonnet';
           ),
           alert(
             'AzureSpotEviction',
-            q.withVmInfo(events(['event_type="Preempt"']), ['event_id']),
+            q.withVmInfo(events(['event_type="Preempt"']), eventKey),
             '0s',
             c.severities.info,
             'Spot eviction of VM %s' % vmName,
@@ -177,7 +182,7 @@ local promql = import '../lib/promql.libsonnet';
           ),
           alert(
             'AzureScaleSetDelete',
-            q.withVmInfo(events(['event_type="Terminate"']), ['event_id']),
+            q.withVmInfo(events(['event_type="Terminate"']), eventKey),
             '0s',
             c.severities.vm,
             'Scale set deletes VM %s' % vmName,
@@ -196,7 +201,7 @@ local promql = import '../lib/promql.libsonnet';
             // once, without a VM (every VM of an availability set or scale set sees its
             // neighbours' events).
             '%s\nor on (%s)\nmax by (%s) (\n  %s\n)' % [
-              q.withVmInfo(events(['event_status="Started"']), ['event_id']),
+              q.withVmInfo(events(['event_status="Started"']), eventKey),
               q.list([cl, 'event_id']),
               q.list([cl] + eventKey),
               q.sel('azure_scheduled_events_event_info', ['event_status="Started"']),
@@ -233,7 +238,7 @@ local promql = import '../lib/promql.libsonnet';
                 q.list(q.vm + ['event_id']),
                 events(['event_type="Redeploy"']),
               ],
-              ['event_id'],
+              eventKey,
             ),
             '5m',
             c.severities.vm,
@@ -268,8 +273,8 @@ local promql = import '../lib/promql.libsonnet';
             '2m',
             c.severities.vm,
             'Scheduled-events agent down on VM %s' % vmName,
-            ('Prometheus cannot scrape the agent on VM %s (%s, job %s%s): ' +
-             'scheduled events of this VM go unseen.') % [vmName, label('instance'), label('job'), inCluster],
+            ('Prometheus cannot scrape the agent on VM %s (%s{{ with $labels.job }}, job {{ . }}{{ end }}%s): ' +
+             'scheduled events of this VM go unseen.') % [vmName, label('instance'), inCluster],
           ),
           alert(
             'AzureScheduledEventsPollLoopStuck',
@@ -415,21 +420,31 @@ unless on (%(on)s)
             c.severities.vm,
             '{{ $value }} nodes%s without a working scheduled-events agent' % inClusterOnly,
             ('{{ $value }} nodes%(cluster)s have no working agent: their scheduled events go unseen, and the capacity page does not count them. ' +
-             '(Nodes without an agent: {{ range printf "%(kube)s unless on (%(on)s) azure_scheduled_events_build_info and on (%(clusterOn)s) azure_scheduled_events_build_info{%(node)s!=\\"\\"}" %(args)s | query | sortByLabel "%(node)s" }}{{ .Labels.%(node)s }} {{ else }}not named (the agents\' series carry no %(node)s label) {{ end }}; ' +
-             'targets never up: {{ range printf "up%(upMatch)s == 0 and on (%(job)s) azure_scheduled_events_build_info unless on (%(t)s) %(seen)s" %(args)s | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)') % {
+             '(Nodes without an agent: {{ range printf "%(kube)s unless on (%(on)s) azure_scheduled_events_build_info%(upMatch)s and on (%(clusterOn)s) azure_scheduled_events_build_info{%(node)s!=\\"\\"%(clusterMatch)s}" %(args3)s | query | sortByLabel "%(node)s" }}{{ .Labels.%(node)s }} {{ else }}not named (the agents\' series carry no %(node)s label) {{ end }}; ' +
+             'targets never up: {{ range printf "up%(upMatch)s == 0 and on (%(job)s) azure_scheduled_events_build_info%(upMatch)s unless on (%(t)s) %(seen)s%(upMatch)s" %(args3)s | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)') % {
               cluster: inClusterOnly,
-              kube: 'kube_node_info{%s}' % std.join(',', [
-                std.strReplace(m, '"', '\\"')
+              // kube_node_info's node names under nodeLabel. The chart's placeholders for
+              // matchers stand here for matchers with escaped quotes.
+              local kube = 'kube_node_info{%s}' % std.join(',', [
+                if std.startsWith(m, '@@') && std.endsWith(m, '@@') then '@@escaped.' + std.substr(m, 2, std.length(m) - 2)
+                else std.strReplace(m, '"', '\\"')
                 for m in std.filter(function(m) m != '', [c.coverage.kubeStateMetricsSelector] + c.coverage.nodeMatchers + (if cl == '' then [] else ['%s=%%q' % cl]))
               ]),
-              on: q.list([cl, 'node']),
-              node: 'node',
+              local node = if c.nodeLabel == '' then 'node' else c.nodeLabel,
+              kube: if node == 'node' then kube
+              else if std.startsWith(node, '@@') then '@@nodeRelabel.open@@%s@@escaped.nodeRelabel.close@@' % kube
+              else 'label_replace(%s, \\"%s\\", \\"$1\\", \\"node\\", \\"(.*)\\")' % [kube, node],
+              on: q.list([cl, node]),
+              node: node,
               clusterOn: q.list([cl]),
               upMatch: if cl == '' then '' else '{%s=%%q}' % cl,
-              job: q.list([cl] + std.filter(function(l) l != 'instance', c.vmLabels)),
+              job: q.list([cl] + q.without(c.vmLabels, 'instance')),
               t: q.vmBy,
               seen: r.targetLastSeen,
-              args: if cl == '' then '' else '$labels.%s' % cl,
+              // Each of the cluster's selectors names it: a firing alert's text is rendered at every
+              // evaluation, and reads one cluster's series, not the fleet's.
+              clusterMatch: if cl == '' then '' else ',%s=%%q' % cl,
+              args3: if cl == '' then '' else std.join(' ', std.repeat(['$labels.%s' % cl], 3)),
             },
           ),
         ],

@@ -31,6 +31,8 @@ local promql = import '../lib/promql.libsonnet';
     function(t) !std.startsWith(t, '@@'),
     c.interruptingTypes + c.goneTypes + c.capacity.eventTypes + c.spotWave.eventTypes + c.impactSoonTypes
   ))),
+  // Only events that will happen or are happening (not an advisory) are impacts.
+  local statuses = 'event_status=~"%s"' % q.types(c.impactStatuses),
   local record(name, expr) = { record: name, expr: expr + '\n' },
 
   // VMs of each capacity group with a held event of `types`, counted by VM.
@@ -46,6 +48,8 @@ local promql = import '../lib/promql.libsonnet';
     local sel = if c.coverage.kubeStateMetricsSelector == '' && c.coverage.nodeMatchers == [] then 'kube_node_info'
     else 'kube_node_info{%s}' % std.join(', ', nonEmpty([c.coverage.kubeStateMetricsSelector] + c.coverage.nodeMatchers));
     if c.nodeLabel == 'node' || c.nodeLabel == '' then sel
+    // The Helm chart's placeholder: label_replace unless its nodeLabel is node.
+    else if std.startsWith(c.nodeLabel, '@@') then '@@nodeRelabel.open@@%s@@nodeRelabel.close@@' % sel
     else 'label_replace(%s, "%s", "$1", "node", "(.*)")' % [sel, c.nodeLabel],
 
   prometheusRules+:: {
@@ -115,7 +119,7 @@ local promql = import '../lib/promql.libsonnet';
             r.targetImpactSoon,
             'max by (%(key)s) (\n  %(events)s\n)\nunless on (%(on)s)\n  (%(until)s > %(soon)d)' % {
               key: q.list(q.vm + ['event_id', 'event_type', 'event_source']),
-              events: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes)]),
+              events: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes), statuses]),
               on: q.list(q.vm + ['event_id']),
               until: q.sel('azure_scheduled_events_event_seconds_until_not_before'),
               soon: c.impactSoonSeconds,
@@ -140,7 +144,7 @@ local promql = import '../lib/promql.libsonnet';
             r.targetGone,
             'max by (%(t)s) (timestamp(%(gone)s))\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[10m]) > time() - %(lookback)d\n  unless on (%(t)s) (%(up)s == 1)\n)' % {
               t: target,
-              gone: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(c.goneTypes)]),
+              gone: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(c.goneTypes), statuses]),
               prev: r.targetGone,
               lookback: seconds(c.agentSeenLookback),
               up: q.sel('up'),
@@ -204,7 +208,7 @@ local promql = import '../lib/promql.libsonnet';
               kube: kube,
               cluster: q.list([cl]),
               up: q.sel('up'),
-              job: q.list([cl] + std.filter(function(l) l != 'instance', c.vmLabels)),
+              job: q.list([cl] + q.without(c.vmLabels, 'instance')),
               build: q.sel('azure_scheduled_events_build_info'),
               t: target,
               seen: r.targetLastSeen,

@@ -22,6 +22,15 @@
       local all = nonEmpty([c.selector] + matchers);
       if all == [] then metric else metric + '{' + std.join(', ', all) + '}',
 
+    // `list` without the label `name`. The Helm chart's placeholder for vmLabels stands for a
+    // list the chart knows only when it fills it in: it becomes the placeholder of that list
+    // without `name` (mixin/chart-placeholders.libsonnet).
+    without(list, name):: [
+      if l == '@@vmLabels@@' then '@@vmLabels.without.%s@@' % name else l
+      for l in list
+      if l != name
+    ],
+
     // An alternation regex of event types.
     types(list):: std.join('|', list),
 
@@ -62,17 +71,27 @@
       local all = nonEmpty(matchers);
       if all == [] then name else name + '{' + std.join(', ', all) + '}',
 
-    // `expr` (one series per scrape target, or per target and `key` labels) with the
-    // vmInfoLabels of its VM added when known (from the recorded last known vm_info, kept for
-    // vmInfoLookback), and unchanged when the agent has not read instance metadata.
+    // `expr` (one series per scrape target, or per target and `key` labels) as ONE series per
+    // VM and `key`, however many scrape jobs scrape its agent: by clusterLabel and vmIdLabel
+    // (the max of the targets' values), with the VM's instance and vmInfoLabels from the
+    // recorded per-VM vm_info (azure_scheduled_events:vm_info:last), and the target's
+    // own labels otherwise, unchanged, when its agent has not read instance metadata. `key`
+    // names every label of `expr` besides the target's that the alert keeps.
     withVmInfo(expr, key=[])::
-      local on = $.new(c).list($.new(c).vm + key);
-      '(\n  (\n%(expr)s\n  )\n  * on (%(vm)s) group_left (%(labels)s)\n  %(info)s\n)\nor on (%(on)s)\n(\n%(expr)s\n)' % {
+      '%(byVm)s\n* on (%(vmId)s) group_left (%(labels)s)\n%(vmInfo)s\nor\n(\n%(expr)s\n)\nunless on (%(t)s) %(targetInfo)s' % {
+        byVm: 'max by (%(by)s) (\n  (\n%(expr)s\n  )\n  * on (%(t)s) group_left (%(id)s)\n  %(targetInfo)s\n)' % {
+          by: $.new(c).list($.new(c).vmId + key),
+          expr: expr,
+          t: $.new(c).vmBy,
+          id: c.vmIdLabel,
+          targetInfo: $.new(c).records.targetVmInfo,
+        },
         expr: expr,
-        vm: $.new(c).vmBy,
-        labels: $.new(c).list(c.vmInfoLabels),
-        info: $.new(c).records.targetVmInfo,
-        on: on,
+        vmId: $.new(c).vmIdBy,
+        labels: $.new(c).list(['instance'] + c.vmInfoLabels),
+        vmInfo: $.new(c).records.vmInfo,
+        t: $.new(c).vmBy,
+        targetInfo: $.new(c).records.targetVmInfo,
       },
   },
 }

@@ -94,12 +94,16 @@ fn the_committed_alerts_and_dashboards_are_exactly_the_mixins_rendering() -> Tes
             );
         }
     }
-    let chart_rules = "deploy/helm/azure-scheduled-events-exporter/files/prometheus-rules.yml";
-    assert!(
-        std::fs::read_to_string(out.0.join(chart_rules))?
-            == std::fs::read_to_string(ops::repo().join(chart_rules))?,
-        "{chart_rules} differs from the mixin's rendering: edit mixin/ and run scripts/render-mixin.sh"
-    );
+    for chart_rules in [
+        "deploy/helm/azure-scheduled-events-exporter/files/prometheus-rules.yml",
+        "deploy/helm/azure-scheduled-events-exporter/files/prometheus-rules-single-cluster.yml",
+    ] {
+        assert!(
+            std::fs::read_to_string(out.0.join(chart_rules))?
+                == std::fs::read_to_string(ops::repo().join(chart_rules))?,
+            "{chart_rules} differs from the mixin's rendering: edit mixin/ and run scripts/render-mixin.sh"
+        );
+    }
     Ok(())
 }
 
@@ -162,7 +166,9 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
   runbookUrlBase: https://wiki.example.com/runbook#
   selector: 'job="ase"'
   clusterLabel: k8s_cluster
+  vmLabels: [job, instance, pod]
   vmInfoLabels: [vm_name, zone]
+  nodeLabel: kubernetes_node
   capacity:
     eventTypes: [Reboot, Redeploy, Preempt]
     minVMs: 3
@@ -174,6 +180,10 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
     fraction: 0.5
     for: 2m
     severity: info
+  coverage:
+    nodeMatchers: ['os_image!~"Windows.*"', 'node!~"virtual-node.*"']
+    kubeStateMetricsSelector: 'job="kube-state-metrics"'
+    for: 30m
 "#,
     )?;
     let groups = chart_rule_groups(&changed)?;
@@ -182,7 +192,9 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
         &out,
         Some(
             r#"{runbookUrlBase: "https://wiki.example.com/runbook#", selector: 'job="ase"', clusterLabel: "k8s_cluster",
-                vmInfoLabels: ["vm_name", "zone"],
+                vmLabels: ["job", "instance", "pod"], vmInfoLabels: ["vm_name", "zone"], nodeLabel: "kubernetes_node",
+                coverage+: {nodeMatchers: ['os_image!~"Windows.*"', 'node!~"virtual-node.*"'],
+                            kubeStateMetricsSelector: 'job="kube-state-metrics"', "for": "30m"},
                 capacity+: {eventTypes: ["Reboot", "Redeploy", "Preempt"], minVMs: 3, fraction: 0.3, "for": "5m"},
                 spotWave+: {eventTypes: ["Preempt"], minVMs: 4, fraction: 0.5, "for": "2m", severity: "info"}}"#,
         ),
@@ -270,7 +282,8 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
         .find(|a| a.name == "AzureScheduledEventImpactSoon")
         .ok_or("no impact alert")?;
     assert!(
-        impact.expr.contains("group_left (vm_name, zone)"),
+        impact.expr.contains("group_left (instance, vm_name, zone)")
+            && impact.expr.contains("on (k8s_cluster, job, instance, pod)"),
         "{}",
         impact.expr
     );
@@ -283,6 +296,114 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
         "{}",
         down.expr
     );
+    // Coverage: kube-state-metrics' nodes, as selected, under the agent's node label.
+    let coverage = alerts
+        .iter()
+        .find(|a| a.name == "AzureScheduledEventsNodesWithoutAgent")
+        .ok_or("no coverage alert")?;
+    assert_eq!(coverage.rule["for"], "30m");
+    let description = coverage.rule["annotations"]["description"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        description.contains(r#"kube_node_info{job=\"kube-state-metrics\",os_image!~\"Windows.*\",node!~\"virtual-node.*\",k8s_cluster=%q}, \"kubernetes_node\""#)
+            && description.contains("{{ .Labels.kubernetes_node }}"),
+        "{description}"
+    );
+    let nodes = record_expr(&groups, "azure_scheduled_events:nodes:count")?;
+    assert!(
+        nodes.contains(r#"label_replace(kube_node_info{job="kube-state-metrics", os_image!~"Windows.*", node!~"virtual-node.*"}, "kubernetes_node", "$1", "node", "(.*)")"#),
+        "{nodes}"
+    );
+    Ok(())
+}
+
+/// The expression of the recording rule `name` among rule `groups`.
+fn record_expr(groups: &serde_json::Value, name: &str) -> Result<String, Error> {
+    groups
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|group| group["rules"].as_array().into_iter().flatten())
+        .find(|rule| rule["record"] == name)
+        .and_then(|rule| rule["expr"].as_str())
+        .map(str::to_owned)
+        .ok_or_else(|| format!("no recording rule {name}").into())
+}
+
+#[test]
+fn the_charts_prometheus_rule_for_one_cluster_has_no_cluster_label() -> TestResult {
+    // One cluster, a scrape target known by its instance alone, VMs grouped by zone, every node
+    // expected to run the agent, and kube-state-metrics wherever it is.
+    let dir = TempDir::new("chart-rules-one-cluster")?;
+    let values = dir.0.join("one-cluster.yaml");
+    std::fs::write(
+        &values,
+        r#"prometheusRule:
+  enabled: true
+  clusterLabel: ""
+  vmLabels: [instance]
+  capacityLabel: zone
+  vmInfoLabels: [vm_name, zone, node]
+  coverage:
+    nodeMatchers: []
+    kubeStateMetricsSelector: ""
+    for: 1h
+"#,
+    )?;
+    let groups = chart_rule_groups(&values)?;
+    let out = dir.0.join("mixin");
+    render(
+        &out,
+        Some(
+            r#"{clusterLabel: "", vmLabels: ["instance"], capacityLabel: "zone", vmInfoLabels: ["vm_name", "zone", "node"],
+                coverage+: {nodeMatchers: [], kubeStateMetricsSelector: "", "for": "1h"}}"#,
+        ),
+    )?;
+    let mixin = ops::yaml(&out.join("alerts/azure-scheduled-events.yml"))?;
+    assert!(
+        groups == mixin["groups"],
+        "with clusterLabel \"\", the chart's PrometheusRule is not the mixin rendered for one cluster"
+    );
+    let rules = dir.0.join("chart-rules.yml");
+    std::fs::write(
+        &rules,
+        serde_json::to_string(&serde_json::json!({ "groups": groups }))?,
+    )?;
+    let (ok, report) = run(
+        "promtool",
+        &["check", "rules", &rules.to_string_lossy()],
+        "prometheus",
+    )?;
+    assert!(ok, "promtool check rules on the chart's rules:\n{report}");
+    let alerts = ops::alerts_in(&rules)?;
+    assert!(alerts.len() >= 8);
+    for alert in &alerts {
+        let text = serde_json::to_string(&alert.rule)?;
+        assert!(!text.contains("cluster="), "{}: {text}", alert.name);
+        assert!(
+            !alert.expr.contains("job"),
+            "{}: {}",
+            alert.name,
+            alert.expr
+        );
+    }
+    let capacity = alerts
+        .iter()
+        .find(|a| a.name == "AzureScheduledEventsCapacityAtRisk")
+        .ok_or("no capacity alert")?;
+    assert!(
+        capacity.expr.starts_with("count by (zone)"),
+        "{}",
+        capacity.expr
+    );
+    let coverage = alerts
+        .iter()
+        .find(|a| a.name == "AzureScheduledEventsNodesWithoutAgent")
+        .ok_or("no coverage alert")?;
+    assert_eq!(coverage.rule["for"], "1h");
+    let nodes = record_expr(&groups, "azure_scheduled_events:nodes:count")?;
+    assert_eq!(nodes.trim_end(), "count by () (kube_node_info)");
     Ok(())
 }
 
