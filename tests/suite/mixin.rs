@@ -34,6 +34,28 @@ fn run(program: &str, args: &[&str], package: &str) -> Result<(bool, String), Er
     ))
 }
 
+/// The rules file `path` passed through `promtool check rules` (`what` names it in the failure), and
+/// read back as its alerts.
+fn checked_alerts(path: &Path, what: &str) -> Result<Vec<ops::Alert>, Error> {
+    let (ok, report) = run(
+        "promtool",
+        &["check", "rules", &path.to_string_lossy()],
+        "prometheus",
+    )?;
+    assert!(ok, "promtool check rules on {what}:\n{report}");
+    ops::alerts_in(path)
+}
+
+/// The chart's rule `groups` written to `dir`, checked by promtool and read back as alerts.
+fn chart_alerts(groups: &serde_json::Value, dir: &Path) -> Result<Vec<ops::Alert>, Error> {
+    let rules = dir.join("chart-rules.yml");
+    std::fs::write(
+        &rules,
+        serde_json::to_string(&serde_json::json!({ "groups": groups }))?,
+    )?;
+    checked_alerts(&rules, "the chart's rules")
+}
+
 /// Renders the mixin into `dir`, with `config` (Jsonnet) merged into its config when given.
 fn render(dir: &Path, config: Option<&str>) -> TestResult {
     let (ok, report) = match config {
@@ -205,18 +227,7 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
         "with changed values, the chart's PrometheusRule is not the mixin rendered with them"
     );
     // What a user would look for, and what promtool says of it.
-    let rules = dir.0.join("chart-rules.yml");
-    std::fs::write(
-        &rules,
-        serde_json::to_string(&serde_json::json!({ "groups": groups }))?,
-    )?;
-    let (ok, report) = run(
-        "promtool",
-        &["check", "rules", &rules.to_string_lossy()],
-        "prometheus",
-    )?;
-    assert!(ok, "promtool check rules on the chart's rules:\n{report}");
-    let alerts = ops::alerts_in(&rules)?;
+    let alerts = chart_alerts(&groups, &dir.0)?;
     assert!(alerts.len() >= 8);
     for alert in &alerts {
         let url = alert.rule["annotations"]["runbook_url"]
@@ -365,18 +376,7 @@ fn the_charts_prometheus_rule_for_one_cluster_has_no_cluster_label() -> TestResu
         groups == mixin["groups"],
         "with clusterLabel \"\", the chart's PrometheusRule is not the mixin rendered for one cluster"
     );
-    let rules = dir.0.join("chart-rules.yml");
-    std::fs::write(
-        &rules,
-        serde_json::to_string(&serde_json::json!({ "groups": groups }))?,
-    )?;
-    let (ok, report) = run(
-        "promtool",
-        &["check", "rules", &rules.to_string_lossy()],
-        "prometheus",
-    )?;
-    assert!(ok, "promtool check rules on the chart's rules:\n{report}");
-    let alerts = ops::alerts_in(&rules)?;
+    let alerts = chart_alerts(&groups, &dir.0)?;
     assert!(alerts.len() >= 8);
     for alert in &alerts {
         let text = serde_json::to_string(&alert.rule)?;
@@ -417,16 +417,7 @@ fn the_mixin_renders_for_one_cluster_and_a_selector_of_your_own() -> TestResult 
         ),
     )?;
     let rules = out.0.join("alerts/azure-scheduled-events.yml");
-    let (ok, report) = run(
-        "promtool",
-        &["check", "rules", &rules.to_string_lossy()],
-        "prometheus",
-    )?;
-    assert!(
-        ok,
-        "promtool check rules on the single-cluster rendering:\n{report}"
-    );
-    let alerts = ops::alerts_in(&rules)?;
+    let alerts = checked_alerts(&rules, "the single-cluster rendering")?;
     let mut texts: Vec<(String, String)> = alerts
         .iter()
         .map(|a| (format!("alert {}", a.name), a.expr.clone()))
