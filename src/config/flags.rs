@@ -221,6 +221,13 @@ impl WithoutKubernetesArgs {
     }
 }
 
+/// `--state.file`'s help, with the default of the system the agent was built for (the flag has no
+/// clap default: `demo` keeps state in memory unless given).
+#[cfg(not(windows))]
+const STATE_FILE_HELP: &str = "State file (approvals sent, first-seen times, expected impact); empty keeps state in memory, as `demo` does unless given [default: /var/lib/azure-scheduled-events-exporter/state.json]";
+#[cfg(windows)]
+const STATE_FILE_HELP: &str = "State file (approvals sent, first-seen times, expected impact); empty keeps state in memory, as `demo` does unless given [default: %ProgramData%\\azure-scheduled-events-exporter\\state.json]";
+
 /// Approval, hooks and the state file (docs/approval.md, docs/state.md).
 #[derive(Debug, Clone, Args)]
 pub struct ApproveArgs {
@@ -300,9 +307,8 @@ pub struct ApproveArgs {
     #[arg(long = "approve.hook-timeout", env = "AZURE_SCHEDULED_EVENTS_APPROVE_HOOK_TIMEOUT", default_value = "2m", value_parser = duration)]
     pub hook_timeout: Duration,
     /// State file (approvals sent, first-seen times, expected impact); empty keeps state in memory,
-    /// as `demo` does unless given [default: /var/lib/azure-scheduled-events-exporter/state.json;
-    /// on Windows %ProgramData%\azure-scheduled-events-exporter\state.json]
-    #[arg(long = "state.file", env = "AZURE_SCHEDULED_EVENTS_STATE_FILE")]
+    /// as `demo` does unless given. Its default depends on the system: [`STATE_FILE_HELP`].
+    #[arg(long = "state.file", env = "AZURE_SCHEDULED_EVENTS_STATE_FILE", help = STATE_FILE_HELP)]
     pub state_file: Option<String>,
     /// File holding the current boot's id, compared with the state file to classify reboots; on
     /// Windows empty by default: the boot time Windows reports.
