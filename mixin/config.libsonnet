@@ -103,7 +103,8 @@
 
     // A Started event older than this is stuck.
     stuckStarted: '30m',
-    // A Redeploy announced further ahead than this is a degraded-hardware migration.
+    // A Redeploy announced further ahead than this is a degraded-hardware migration, for agents
+    // that do not mark events hardware_failure_predicted themselves.
     redeployDaysAheadSeconds: 86400,
     // The poll loop's heartbeat (azure_scheduled_events_last_poll_timestamp_seconds) older than
     // this: the loop is stuck. A poll lasts at most the IMDS timeout (2 minutes for the first).

@@ -231,23 +231,28 @@ local promql = import '../lib/promql.libsonnet';
           ),
           alert(
             'AzureRedeployAnnouncedDaysAhead',
+            // The agent's own mark (hardware_failure_predicted: a Reboot or Redeploy first seen more
+            // than a day ahead, or a Description of degraded hardware), or, from agents that do not
+            // export it, a Redeploy due further ahead than redeployDaysAheadSeconds.
             q.withVmInfo(
-              '(%s > %d)\n* on (%s) group_left (event_type, event_source)\n%s' % [
-                q.sel('azure_scheduled_events_event_seconds_until_not_before'),
-                c.redeployDaysAheadSeconds,
-                q.list(q.vm + ['event_id']),
-                events(['event_type="Redeploy"']),
-              ],
+              '%(until)s\n* on (%(on)s) group_left (event_type, event_source)\n%(marked)s\nor\n(%(until)s > %(ahead)d)\n* on (%(on)s) group_left (event_type, event_source)\n%(redeploy)s' % {
+                until: q.sel('azure_scheduled_events_event_seconds_until_not_before'),
+                on: q.list(q.vm + ['event_id']),
+                marked: events(['hardware_failure_predicted="true"']),
+                ahead: c.redeployDaysAheadSeconds,
+                redeploy: events(['event_type="Redeploy"']),
+              },
               eventKey,
             ),
             '5m',
             c.severities.vm,
-            'Redeploy of VM %s announced days ahead (degraded hardware)' % vmName,
-            ('VM %s (%s%s) will be redeployed by Azure in {{ $value | humanizeDuration }} ' +
-             '(Redeploy event %s): its host is degraded. Redeploy it yourself at a quiet time.') % [
+            '%s of VM %s announced days ahead (degraded hardware)' % [label('event_type'), vmName],
+            ('VM %s (%s%s) will be taken down by Azure in {{ $value | humanizeDuration }} ' +
+             '(%s event %s): its host is degraded. Redeploy it yourself at a quiet time.') % [
               vmName,
               label('instance'),
               inCluster,
+              label('event_type'),
               label('event_id'),
             ],
           ),
