@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::approval::Outcome;
-use crate::config::notify::{Filter, NotifyConfig, is_advisory};
+use crate::config::notify::{Filter, NotifyConfig};
 use crate::event::{Affects, Event};
 use crate::occurrence::{Lifecycle, Notice, Occurrence};
 use crate::state::State;
@@ -185,7 +185,6 @@ fn wants(filter: &Filter, transition: &str, event: &Event, affects: Affects) -> 
                 .is_some_and(|s| filter.event_sources.contains(s)))
         // While this VM's name is unknown, every event may be this VM's.
         && (!filter.this_vm_only || affects != Affects::No)
-        && (filter.advisories || !is_advisory(event.event_type.as_str(), event.status.as_str()))
 }
 
 #[cfg(test)]

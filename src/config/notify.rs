@@ -142,37 +142,25 @@ pub struct Filter {
     pub event_sources: Vec<EventSource>,
     /// Only events whose `Resources` name this VM (the default).
     pub this_vm_only: bool,
-    /// Advisories (a Spot rebalance recommendation, an EventStatus other than Scheduled or
-    /// Started) too: every format but `pagerduty`, which gets them only when `event_types`
-    /// lists their type (an advisory never opens an incident by default).
-    pub advisories: bool,
     /// The replayable transitions are sent again after a restart: for `alertmanager`, whose
     /// alerts are idempotent (the same labels are the same alert) and must be re-sent to stay
     /// active.
     pub replay: bool,
 }
 
-/// Whether an event of `event_type` in `event_status` is an advisory: nothing happens to the
-/// VM because of it (a Spot rebalance recommendation, or a status other than Scheduled/Started).
-pub fn is_advisory(event_type: &str, event_status: &str) -> bool {
-    event_type.eq_ignore_ascii_case("SpotRebalanceRecommendation")
-        || !(event_status.eq_ignore_ascii_case("Scheduled")
-            || event_status.eq_ignore_ascii_case("Started"))
-}
-
 /// PagerDuty's and Alertmanager's severities, in their order.
 pub const SEVERITIES: [&str; 4] = ["critical", "error", "warning", "info"];
 
-/// The severity of an event of `event_type` (in `event_status`) for a receiver whose
-/// `severities` override the paging policy (docs/runbook.md): one VM's event is never
-/// `critical`; a Spot eviction (Preempt) is `info`, as is an advisory whatever is configured;
+/// The severity of an event of `event_type` for a receiver whose `severities` override the
+/// paging policy (docs/runbook.md): one VM's event is never `critical`; a Spot eviction (Preempt)
+/// is `info`, as is an `advisory` ([`crate::event::Event::is_advisory`]) whatever is configured;
 /// every other type is `warning`.
 pub fn severity(
     severities: &BTreeMap<String, &'static str>,
     event_type: &str,
-    event_status: &str,
+    advisory: bool,
 ) -> &'static str {
-    if is_advisory(event_type, event_status) {
+    if advisory {
         return "info";
     }
     if let Some(severity) = severities
@@ -251,7 +239,6 @@ impl Receiver {
                 event_types: Vec::new(),
                 event_sources: Vec::new(),
                 this_vm_only: true,
-                advisories: format != Format::Pagerduty,
                 replay: format == Format::Alertmanager,
             },
             resend_interval: DEFAULT_RESEND_INTERVAL,
@@ -567,11 +554,6 @@ impl FileReceiver {
             .iter()
             .map(|name| EventType::parse_known(name).map_err(|e| format!("event type {e}")))
             .collect::<Result<_, _>>()?;
-        // PagerDuty gets an advisory only when its type is listed.
-        let advisories = self.format != Format::Pagerduty
-            || event_types
-                .iter()
-                .any(|t| is_advisory(t.as_str(), "Scheduled"));
         let event_sources = self
             .event_sources
             .iter()
@@ -591,7 +573,6 @@ impl FileReceiver {
                 event_types,
                 event_sources,
                 this_vm_only: self.this_vm_only,
-                advisories,
                 replay: alertmanager,
             },
             urls,
@@ -742,7 +723,7 @@ mod tests {
         );
         assert_eq!(am.severities.get("Reboot"), Some(&"critical"));
         assert_eq!(am.resend_interval, DEFAULT_RESEND_INTERVAL);
-        assert!(am.filter.replay && am.filter.advisories);
+        assert!(am.filter.replay);
         assert!(am.filter.transitions.contains(&"updated"));
         for (yaml, problem) in [
             (
@@ -774,7 +755,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(pd.dedup_key, Dedup::Event);
         assert!(
-            !pd.filter.advisories,
+            !pd.filter.transitions.contains(&"advisory"),
             "an advisory never opens an incident by default"
         );
     }

@@ -85,7 +85,7 @@ pub fn labels(
     }
     labels.insert(
         "severity".into(),
-        severity(&receiver.severities, &event.event_type, &event.event_status).into(),
+        severity(&receiver.severities, &event.event_type, event.advisory).into(),
     );
     if let Some(vm) = event.vm_name.as_deref().filter(|vm| !vm.is_empty()) {
         labels.insert("vm_name".into(), vm.into());

@@ -190,7 +190,7 @@ fn event_severity(receiver: &Receiver, notification: &Notification) -> &'static 
         _ => severity(
             &receiver.severities,
             &notification.event.event_type,
-            &notification.event.event_status,
+            notification.event.advisory,
         ),
     }
 }
