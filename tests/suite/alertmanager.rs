@@ -8,7 +8,9 @@ use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
+
+use azure_scheduled_events_exporter::simulator::example_compute;
 
 use crate::common::{Agent, Imds, PATIENCE, TempDir, TestResult, document};
 use crate::notify::receiver::{Answer, Hit, Receiver};
@@ -178,10 +180,9 @@ fn write(dir: &TempDir, name: &str, text: &str) -> Result<String, std::io::Error
 async fn fleet(config: &str) -> Result<Vec<(Imds, Agent)>, Box<dyn std::error::Error>> {
     let mut fleet = Vec::new();
     for vm in VMS {
-        let imds = Imds::start().await?;
+        let imds = Imds::start_as(example_compute(vm)).await?;
         imds.sim.set_document(document(1, &[reboot("Scheduled")]));
-        let name = format!("--vm.name={vm}");
-        let agent = Agent::start(&imds, &[&name, "--notify.config-file", config]).await?;
+        let agent = Agent::start(&imds, &["--notify.config-file", config]).await?;
         fleet.push((imds, agent));
     }
     Ok(fleet)
@@ -284,6 +285,47 @@ async fn three_vms_sharing_an_event_make_one_notification_and_one_resolved_notif
     for (_, agent) in fleet {
         agent.stop().await?;
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_scale_set_label_is_the_one_instance_metadata_names() -> TestResult {
+    // A Flexible scale set's VM names carry no `_<instance id>`: only instance metadata says
+    // which scale set the VM is in.
+    let webhook = Receiver::start().await?;
+    let dir = TempDir::new("am-scale-set")?;
+    let am = Alertmanager::start(&dir, "am", free_port()?, &webhook.url("/am")).await?;
+    let config = write(
+        &dir,
+        "receivers.yaml",
+        &format!(
+            "receivers:\n  - name: fleet-am\n    format: alertmanager\n    url: {}\n",
+            am.url()
+        ),
+    )?;
+    let mut compute = example_compute("web-flex-3f2a1b");
+    compute.vm_scale_set_name = "web-flex".into();
+    let imds = Imds::start_as(compute).await?;
+    let event = json!({
+        "EventId": EVENT,
+        "EventType": "Reboot",
+        "ResourceType": "VirtualMachine",
+        "Resources": ["web-flex-3f2a1b"],
+        "EventStatus": "Scheduled",
+        "NotBefore": "Mon, 19 Sep 2033 18:29:47 GMT",
+        "Description": "",
+        "EventSource": "Platform",
+        "DurationInSeconds": 9
+    });
+    imds.sim.set_document(document(1, &[event]));
+    let agent = Agent::start(&imds, &["--notify.config-file", &config]).await?;
+    let alerts = am.wait_for_alerts(&["web-flex-3f2a1b"]).await?;
+    let alert = alerts
+        .iter()
+        .find(|a| a["labels"]["vm_name"] == "web-flex-3f2a1b")
+        .ok_or("no alert")?;
+    assert_eq!(alert["labels"]["vm_scale_set_name"], "web-flex", "{alert}");
+    agent.stop().await?;
     Ok(())
 }
 

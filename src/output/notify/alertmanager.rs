@@ -61,11 +61,20 @@ impl Alert {
 }
 
 /// The scale set of a VM whose name in `Resources` is a scale-set instance's,
-/// `<scale set>_<instance id>`.
+/// `<scale set>_<instance id>`: this VM's scale set until instance metadata says it.
 pub fn scale_set(vm_name: &str) -> Option<&str> {
     let (set, instance) = vm_name.rsplit_once('_')?;
     (!set.is_empty() && !instance.is_empty() && instance.bytes().all(|b| b.is_ascii_digit()))
         .then_some(set)
+}
+
+/// This VM's identity on its alerts, besides its name.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Identity<'a> {
+    /// The scale set instance metadata names (absent when the VM is in none).
+    pub vm_scale_set_name: Option<&'a str>,
+    /// The Kubernetes Node, with `--kubernetes.node-name`.
+    pub node: Option<&'a str>,
 }
 
 /// The labels of `notification`'s alert: the same for every VM of the event but this VM's
@@ -73,7 +82,7 @@ pub fn scale_set(vm_name: &str) -> Option<&str> {
 pub fn labels(
     receiver: &Receiver,
     notification: &Notification,
-    node: Option<&str>,
+    identity: Identity,
 ) -> Map<String, Value> {
     let event = &notification.event;
     let mut labels = Map::new();
@@ -89,11 +98,11 @@ pub fn labels(
     );
     if let Some(vm) = event.vm_name.as_deref().filter(|vm| !vm.is_empty()) {
         labels.insert("vm_name".into(), vm.into());
-        if let Some(set) = scale_set(vm) {
-            labels.insert("vm_scale_set_name".into(), set.into());
-        }
     }
-    if let Some(node) = node.filter(|node| !node.is_empty()) {
+    if let Some(set) = identity.vm_scale_set_name.filter(|set| !set.is_empty()) {
+        labels.insert("vm_scale_set_name".into(), set.into());
+    }
+    if let Some(node) = identity.node.filter(|node| !node.is_empty()) {
         labels.insert("node".into(), node.into());
     }
     labels
@@ -136,14 +145,14 @@ impl Alerts {
     fn apply(
         &mut self,
         receiver: &Receiver,
-        node: Option<&str>,
+        identity: Identity,
         notification: &Notification,
         at: DateTime<Utc>,
     ) {
         let all: Vec<usize> = (0..receiver.urls.len()).collect();
         let id = notification.event.event_id.clone();
         let ended = matches!(notification.transition, "completed" | "cancelled");
-        let labels = labels(receiver, notification, node);
+        let labels = labels(receiver, notification, identity);
         let annotations = annotations(receiver, notification);
         match self.by_event.get_mut(&id) {
             // The same alert, if this VM's identity did not change meanwhile.
@@ -248,13 +257,18 @@ pub async fn run(
     loop {
         let (all, seen) = tokio::select! {
             job = jobs.recv() => match job {
-                Some(Job { notification, seen }) => {
-                    alerts.apply(&receiver, node.as_deref(), &notification, Utc::now());
+                Some(first) => {
                     // Whatever else is queued goes in the same POST.
-                    let mut seen_first = seen;
-                    while let Ok(Job { notification, seen }) = jobs.try_recv() {
-                        alerts.apply(&receiver, node.as_deref(), &notification, Utc::now());
-                        seen_first = seen_first.min(seen);
+                    let mut seen_first = first.seen;
+                    let mut next = Some(first);
+                    while let Some(job) = next {
+                        let identity = Identity {
+                            vm_scale_set_name: job.vm_scale_set_name.as_deref(),
+                            node: node.as_deref(),
+                        };
+                        alerts.apply(&receiver, identity, &job.notification, Utc::now());
+                        seen_first = seen_first.min(job.seen);
+                        next = jobs.try_recv().ok();
                     }
                     (false, Some(seen_first))
                 }
@@ -421,12 +435,18 @@ mod tests {
         let mut one = labels(
             &r,
             &notification("scheduled", "pool_1", "Reboot", "Scheduled"),
-            Some("node-a"),
+            Identity {
+                vm_scale_set_name: Some("pool"),
+                node: Some("node-a"),
+            },
         );
         let mut two = labels(
             &r,
             &notification("scheduled", "pool_2", "Reboot", "Scheduled"),
-            None,
+            Identity {
+                vm_scale_set_name: Some("pool"),
+                node: None,
+            },
         );
         assert_eq!(one["vm_scale_set_name"], "pool");
         assert_eq!(one["severity"], "warning", "one VM's reboot does not page");
@@ -445,7 +465,7 @@ mod tests {
             labels(
                 r,
                 &notification("scheduled", "pool_1", event_type, status),
-                None,
+                Identity::default(),
             )["severity"]
                 .clone()
         };
@@ -467,13 +487,13 @@ mod tests {
         let resend = Duration::from_secs(60);
         alerts.apply(
             &r,
-            None,
+            Identity::default(),
             &notification("scheduled", "pool_1", "Reboot", "Scheduled"),
             t0,
         );
         alerts.apply(
             &r,
-            None,
+            Identity::default(),
             &notification("started", "pool_1", "Reboot", "Started"),
             t1,
         );
@@ -506,7 +526,7 @@ mod tests {
         let t2 = t1 + chrono::TimeDelta::seconds(30);
         alerts.apply(
             &r,
-            None,
+            Identity::default(),
             &notification("completed", "pool_1", "Reboot", "Started"),
             t2,
         );

@@ -8,6 +8,7 @@
 //! receiver's own and, unlike the IMDS client, honours `HTTPS_PROXY`/`NO_PROXY`: receivers are
 //! outside the VM.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -38,6 +39,8 @@ const MAX_ANSWER: usize = 512;
 pub struct Job {
     pub notification: Notification,
     pub seen: Instant,
+    /// This VM's scale set, from instance metadata once read (a label of Alertmanager alerts).
+    pub vm_scale_set_name: Option<Arc<str>>,
 }
 
 /// Why an attempt failed.
@@ -95,7 +98,10 @@ pub async fn run(
             .and_then(|()| environment.get_template("template").ok())
     });
     let name = receiver.name.as_str();
-    while let Some(Job { notification, seen }) = jobs.recv().await {
+    while let Some(Job {
+        notification, seen, ..
+    }) = jobs.recv().await
+    {
         let payload = render(&receiver, template.as_ref(), &notification);
         let mut attempt = 1;
         let outcome = loop {

@@ -14,6 +14,7 @@ pub mod body;
 pub mod delivery;
 pub mod metrics;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -46,6 +47,8 @@ struct Route {
 pub struct Notify {
     routes: Vec<Route>,
     metrics: NotifyMetrics,
+    /// This VM's scale set as instance metadata names it (`Some(None)`: in none), once read.
+    vm_scale_set_name: Option<Option<Arc<str>>>,
 }
 
 impl Notify {
@@ -81,7 +84,11 @@ impl Notify {
                 task: Some(task),
             });
         }
-        Ok(Self { routes, metrics })
+        Ok(Self {
+            routes,
+            metrics,
+            vm_scale_set_name: None,
+        })
     }
 }
 
@@ -90,8 +97,22 @@ impl Output for Notify {
     fn consume(&mut self, context: &Context, occurrences: &[Occurrence]) {
         let seen = Instant::now();
         for occurrence in occurrences {
-            let Occurrence::Notify(notice) = occurrence else {
-                continue;
+            let notice = match occurrence {
+                Occurrence::Notify(notice) => notice,
+                Occurrence::VmIdentified { compute, .. } => {
+                    let set = compute.vm_scale_set_name.as_str();
+                    self.vm_scale_set_name = Some((!set.is_empty()).then(|| Arc::from(set)));
+                    continue;
+                }
+                _ => continue,
+            };
+            // Until instance metadata is read, a scale-set instance's name says its scale set.
+            let vm_scale_set_name = match &self.vm_scale_set_name {
+                Some(known) => known.clone(),
+                None => context
+                    .vm_name()
+                    .and_then(alertmanager::scale_set)
+                    .map(Arc::from),
             };
             let notification = Notification {
                 hardware_failure_predicted: notice.hardware_failure_predicted,
@@ -113,6 +134,7 @@ impl Output for Notify {
                 let job = Job {
                     notification: notification.clone(),
                     seen,
+                    vm_scale_set_name: vm_scale_set_name.clone(),
                 };
                 if let Err(error) = queue.try_send(job) {
                     let Job { notification, .. } = error.into_inner();

@@ -34,7 +34,14 @@ pub struct Imds {
 
 impl Imds {
     pub async fn start() -> Result<Self, Box<dyn std::error::Error>> {
-        let sim = SimulatorHandle::new(example_compute(THIS_VM));
+        Self::start_as(example_compute(THIS_VM)).await
+    }
+
+    /// A simulated IMDS playing the VM `compute` describes.
+    pub async fn start_as(
+        compute: azure_scheduled_events_exporter::wire::Compute,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        let sim = SimulatorHandle::new(compute);
         let running = RunningSimulator::start(sim.clone()).await?;
         Ok(Self { sim, running })
     }
