@@ -80,11 +80,24 @@ impl Alertmanager {
         port: u16,
         webhook: &str,
     ) -> Result<Self, Box<dyn std::error::Error>> {
+        let receiver =
+            format!("webhook_configs:\n      - url: {webhook}\n        send_resolved: true");
+        Self::start_with(dir, name, port, &receiver).await
+    }
+
+    /// As [`Alertmanager::start`], notifying the one receiver whose configuration is `receiver`
+    /// (e.g. `slack_configs: ...`, indented for its place under `receivers: - name: hook`).
+    async fn start_with(
+        dir: &TempDir,
+        name: &str,
+        port: u16,
+        receiver: &str,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
         let config = dir.path(&format!("{name}.yml"));
         std::fs::write(
             &config,
             format!(
-                "route:\n  receiver: hook\n  group_by: [event_id]\n  group_wait: 5s\n  group_interval: 2s\n  repeat_interval: 1h\nreceivers:\n  - name: hook\n    webhook_configs:\n      - url: {webhook}\n        send_resolved: true\n"
+                "route:\n  receiver: hook\n  group_by: [event_id]\n  group_wait: 5s\n  group_interval: 2s\n  repeat_interval: 1h\nreceivers:\n  - name: hook\n    {receiver}\n"
             ),
         )?;
         let storage = dir.path(&format!("{name}-data"));
@@ -283,6 +296,53 @@ async fn three_vms_sharing_an_event_make_one_notification_and_one_resolved_notif
         "one notification, one resolved notification"
     );
     for (_, agent) in fleet {
+        agent.stop().await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn chat_through_alertmanager_is_one_message_per_event_even_when_the_first_vms_agent_is_down()
+-> TestResult {
+    // Slack as Alertmanager's receiver (its slack_configs post to the stand-in), the agents
+    // posting alerts: the first VM of `Resources` has no agent, the two others report the event.
+    let slack = Receiver::start().await?;
+    let dir = TempDir::new("am-slack")?;
+    let receiver = format!(
+        "slack_configs:\n      - api_url: {}\n        channel: '#ops'\n        send_resolved: true",
+        slack.url("/slack")
+    );
+    let am = Alertmanager::start_with(&dir, "am", free_port()?, &receiver).await?;
+    let config = write(
+        &dir,
+        "receivers.yaml",
+        &format!(
+            "receivers:\n  - name: fleet-am\n    format: alertmanager\n    url: {}\n",
+            am.url()
+        ),
+    )?;
+    let mut agents = Vec::new();
+    for vm in &VMS[1..] {
+        let imds = Imds::start_as(example_compute(vm)).await?;
+        imds.sim.set_document(document(1, &[reboot("Scheduled")]));
+        let agent = Agent::start(&imds, &["--notify.config-file", &config]).await?;
+        agents.push((imds, agent));
+    }
+    am.wait_for_alerts(&VMS[1..]).await?;
+    let first = slack.wait_for("/slack", 1).await?;
+    let text = &first[0].body;
+    assert!(text.contains(EVENT), "the message names the event: {text}");
+    // Both alerts were in Alertmanager before its group_wait (5 s) ended; after two more
+    // group_interval periods (2 s each), still one message.
+    am.wait_for_alerts(&VMS[1..]).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let messages = slack.hits_on("/slack");
+    assert_eq!(
+        messages.len(),
+        1,
+        "one Slack message for the event, not one per VM: {messages:?}"
+    );
+    for (_, agent) in agents {
         agent.stop().await?;
     }
     Ok(())
