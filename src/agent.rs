@@ -56,7 +56,6 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
     let families = Families {
         approval: policy.mode != Mode::Off,
         hooks: policy.runs_hooks(),
-        traces: telemetry.config().is_some(),
         process: true,
     };
     let metrics = Arc::new(Metrics::new(
@@ -105,7 +104,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         );
     }
     let traces = telemetry.start(
-        metrics.otlp_counters(),
+        metrics.registry(),
         VmIdentity {
             vm_name: config.vm_name.as_deref(),
             compute: None,
@@ -213,7 +212,7 @@ async fn outputs(
     if let Some(traces) = traces {
         outputs = outputs.with(Spans::new(traces));
     }
-    outputs = outputs.with(StateFile::new(store, Arc::clone(metrics)));
+    outputs = outputs.with(StateFile::new(store, metrics.registry())?);
     if approval.runs_hooks() {
         outputs = outputs.with(Hooks::new(
             approval.hook.clone(),

@@ -41,6 +41,8 @@ pub(crate) mod output;
 pub(crate) mod poll_loop;
 /// The notification metrics, for tests that check the exposition with receivers configured.
 pub use output::notify::metrics::NotifyMetrics;
+/// The state output's `..._state_up`, for tests that check the exposition.
+pub use output::state::up::StateUp;
 pub mod resources;
 pub(crate) mod response;
 pub(crate) mod server;

@@ -1,6 +1,9 @@
-//! The agent's own metric families: names, HELP, labels and buckets of the IMDS, event, approval,
-//! state, OTLP and build series. The notification and Kubernetes outputs define and register
-//! theirs in their own rooms (`output/notify/metrics.rs`, `output/kubernetes/`).
+//! The metrics output's families: names, HELP, labels and buckets of the IMDS, event, approval,
+//! reboot and build series, counted from the stream of occurrences (`output/metrics.rs`) and by
+//! the IMDS client. Outputs that do work of their own count it in families they define and
+//! register in their own rooms: OTLP export (`telemetry/export.rs`), the state file
+//! (`output/state/up.rs`), notifications
+//! (`output/notify/metrics.rs`), Kubernetes (`output/kubernetes/`).
 //!
 //! Counters and health gauges are updated by the poll loop. Everything derived from the current
 //! document (`pending` and the per-event series) is computed at scrape time from the last
@@ -14,8 +17,8 @@ use chrono::{DateTime, Utc};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 use crate::approval::{Decision, HookFailure, HookKind, Outcome};
@@ -50,8 +53,6 @@ pub struct Families {
     pub approval: bool,
     /// Any hook configured (approve, prepare or recover): `..._hook_runs_total`.
     pub hooks: bool,
-    /// Traces exported over OTLP: `..._otlp_spans_*_total`.
-    pub traces: bool,
     /// The standard `process_*` metrics (CPU, memory, file descriptors, start time) from
     /// `/proc/self`, on Linux. Off only where values must not vary, as in the golden files.
     pub process: bool,
@@ -62,7 +63,6 @@ impl Families {
     pub const DEFAULT: Families = Families {
         approval: false,
         hooks: false,
-        traces: false,
         process: true,
     };
 
@@ -70,7 +70,6 @@ impl Families {
     pub const ALL: Families = Families {
         approval: true,
         hooks: true,
-        traces: true,
         process: true,
     };
 }
@@ -95,11 +94,10 @@ pub struct Metrics {
     transitions: IntCounterVec,
     vm_info: IntGaugeVec,
     events: Arc<EventsCollector>,
-    otlp: crate::telemetry::ExportCounters,
     approval: ApprovalMetrics,
 }
 
-/// The approval, hook, state and reboot metrics.
+/// The approval, hook and reboot metrics.
 #[derive(Debug)]
 struct ApprovalMetrics {
     approvals: IntCounterVec,
@@ -107,7 +105,6 @@ struct ApprovalMetrics {
     decisions: IntCounterVec,
     hook_runs: IntCounterVec,
     mode: IntGaugeVec,
-    state_up: IntGauge,
     reboots: IntCounterVec,
 }
 
@@ -150,10 +147,6 @@ impl ApprovalMetrics {
             ),
             &["mode"],
         )?;
-        let state_up = IntGauge::with_opts(opts(
-            "state_up",
-            "1 if the state file was read and the last write of it succeeded (or state is in memory by choice), 0 if the agent keeps state in memory because the file cannot be written.",
-        ))?;
         let reboots = IntCounterVec::new(
             opts(
                 "reboots_total",
@@ -191,9 +184,7 @@ impl ApprovalMetrics {
         for clean in ["true", "false"] {
             reboots.with_label_values(&["false", clean]);
         }
-        state_up.set(1);
         registry.register(Box::new(mode.clone()))?;
-        registry.register(Box::new(state_up.clone()))?;
         registry.register(Box::new(reboots.clone()))?;
         Ok(Self {
             approvals,
@@ -201,7 +192,6 @@ impl ApprovalMetrics {
             decisions,
             hook_runs,
             mode,
-            state_up,
             reboots,
         })
     }
@@ -304,17 +294,6 @@ impl Metrics {
             ],
         )?;
         let events = Arc::new(EventsCollector::new(series, clock)?);
-        let otlp_exported = IntCounter::with_opts(opts(
-            "otlp_spans_exported_total",
-            "Spans the OTLP collector accepted (0 while traces are off).",
-        ))?;
-        let otlp_dropped = IntCounterVec::new(
-            opts(
-                "otlp_spans_dropped_total",
-                "Spans never exported, by reason: queue_full (the bounded export queue was full), export_failed (the collector refused or did not answer, retries included).",
-            ),
-            &["reason"],
-        )?;
 
         for op in Operation::ALL {
             if op == Operation::Approve && !families.approval {
@@ -356,15 +335,6 @@ impl Metrics {
         registry.register(Box::new(build_info))?;
         registry.register(Box::new(vm_info.clone()))?;
         registry.register(Box::new(SharedCollector(Arc::clone(&events))))?;
-        let otlp = crate::telemetry::ExportCounters {
-            exported: otlp_exported.clone(),
-            dropped_queue_full: otlp_dropped.with_label_values(&["queue_full"]),
-            dropped_export_failed: otlp_dropped.with_label_values(&["export_failed"]),
-        };
-        if families.traces {
-            registry.register(Box::new(otlp_exported))?;
-            registry.register(Box::new(otlp_dropped))?;
-        }
         let approval = ApprovalMetrics::new(&registry, families)?;
         if families.process {
             register_process_metrics(&registry)?;
@@ -382,14 +352,8 @@ impl Metrics {
             transitions,
             vm_info,
             events,
-            otlp,
             approval,
         })
-    }
-
-    /// The counters of OTLP export, for the export queue.
-    pub fn otlp_counters(&self) -> crate::telemetry::ExportCounters {
-        self.otlp.clone()
     }
 
     /// Counts one approval decision or hook run.
@@ -425,11 +389,6 @@ impl Metrics {
             .mode
             .with_label_values(&[mode.as_str()])
             .set(1);
-    }
-
-    /// Sets `..._state_up`.
-    pub fn set_state_up(&self, up: bool) {
-        self.approval.state_up.set(i64::from(up));
     }
 
     /// Counts a reboot found at start; `expected` and `clean` are `"true"` or `"false"`.

@@ -9,34 +9,40 @@
 
 use std::sync::Arc;
 
+use prometheus::Registry;
+
 use crate::approval::Outcome;
 use crate::event::EventId;
-use crate::metrics::Metrics;
 use crate::occurrence::{Context, Occurrence};
 use crate::state::{ApprovalRecord, ApprovalStatus};
 use crate::tracker::Tracked;
 
 use self::store::StateStore;
+use self::up::StateUp;
 use super::Output;
 
 pub mod store;
+pub mod up;
 
 #[derive(Debug)]
 pub struct StateFile {
     store: StateStore,
-    metrics: Arc<Metrics>,
+    up: StateUp,
     /// The document's events as last seen, to work out again which affect this VM once its
     /// name is known.
     events: Arc<[Tracked]>,
 }
 
 impl StateFile {
-    pub fn new(store: StateStore, metrics: Arc<Metrics>) -> Self {
-        Self {
+    /// The output writing `store`, with `..._state_up` registered in `registry`.
+    pub fn new(store: StateStore, registry: &Registry) -> Result<Self, prometheus::Error> {
+        let up = StateUp::register(registry)?;
+        up.set(store.is_healthy());
+        Ok(Self {
             store,
-            metrics,
+            up,
             events: Arc::from([]),
-        }
+        })
     }
 
     fn observe(&mut self, context: &Context) {
@@ -117,7 +123,7 @@ impl Output for StateFile {
             }
         }
         self.store.flush();
-        self.metrics.set_state_up(self.store.is_healthy());
+        self.up.set(self.store.is_healthy());
     }
 
     /// The agent stops cleanly (SIGTERM, Ctrl-C): says so in the file, so that a reboot found at
@@ -125,6 +131,6 @@ impl Output for StateFile {
     async fn stop(&mut self, context: &Context) {
         self.store.state_mut().clean_stop = Some(context.at);
         self.store.flush();
-        self.metrics.set_state_up(self.store.is_healthy());
+        self.up.set(self.store.is_healthy());
     }
 }

@@ -15,9 +15,11 @@ use opentelemetry::Context;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
-use prometheus::IntCounter;
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+
+use crate::metrics::NAMESPACE;
 
 /// Longest time spans wait for instance metadata before they are exported without it.
 pub const RESOURCE_WAIT: Duration = Duration::from_secs(60);
@@ -31,6 +33,36 @@ pub struct ExportCounters {
     pub exported: IntCounter,
     pub dropped_queue_full: IntCounter,
     pub dropped_export_failed: IntCounter,
+}
+
+impl ExportCounters {
+    /// Registers the OTLP export families in `registry`, every series at 0. Only when traces
+    /// are on: a fleet pays for every series.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let exported = IntCounter::with_opts(
+            Opts::new(
+                "otlp_spans_exported_total",
+                "Spans the OTLP collector accepted (0 while traces are off).",
+            )
+            .namespace(NAMESPACE),
+        )?;
+        let dropped = IntCounterVec::new(
+            Opts::new(
+                "otlp_spans_dropped_total",
+                "Spans never exported, by reason: queue_full (the bounded export queue was full), export_failed (the collector refused or did not answer, retries included).",
+            )
+            .namespace(NAMESPACE),
+            &["reason"],
+        )?;
+        let counters = Self {
+            exported: exported.clone(),
+            dropped_queue_full: dropped.with_label_values(&["queue_full"]),
+            dropped_export_failed: dropped.with_label_values(&["export_failed"]),
+        };
+        registry.register(Box::new(exported))?;
+        registry.register(Box::new(dropped))?;
+        Ok(counters)
+    }
 }
 
 /// The sending side: cheap to clone, never blocks.

@@ -17,6 +17,7 @@ use anyhow::Context as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, SpanData, Tracer};
+use prometheus::Registry;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -82,14 +83,21 @@ impl Telemetry {
         self.provider.as_ref().map(|p| p.tracer(SCOPE))
     }
 
-    /// Builds the exporter and starts the export task on the current runtime. An exporter that
-    /// cannot be built (an unreadable certificate, say) is a warning and no traces: the agent
-    /// runs on without them.
-    pub fn start(self, counters: ExportCounters, vm: VmIdentity<'_>) -> Option<Traces> {
+    /// Registers the export counters in `registry`, builds the exporter and starts the export
+    /// task on the current runtime. An exporter that cannot be built (an unreadable
+    /// certificate, say) is a warning and no traces: the agent runs on without them.
+    pub fn start(self, registry: &Registry, vm: VmIdentity<'_>) -> Option<Traces> {
         for warning in &self.warnings {
             tracing::warn!(warning = %warning, "ignoring an OTEL_* setting");
         }
         let config = self.config?;
+        let counters = match ExportCounters::register(registry) {
+            Ok(counters) => counters,
+            Err(error) => {
+                tracing::warn!(error = %error, "traces are off: their metrics cannot be registered");
+                return None;
+            }
+        };
         let exporter = match exporter(&config)
             .with_context(|| format!("cannot set up OTLP export to {}", config.endpoint))
         {

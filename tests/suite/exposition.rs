@@ -5,10 +5,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use azure_scheduled_events_exporter::NotifyMetrics;
+use azure_scheduled_events_exporter::StateUp;
 use azure_scheduled_events_exporter::config::approval::Mode;
 use azure_scheduled_events_exporter::event::Document;
 use azure_scheduled_events_exporter::imds::{ImdsError, Operation};
 use azure_scheduled_events_exporter::metrics::{EventSeries, Families, Metrics};
+use azure_scheduled_events_exporter::telemetry::ExportCounters;
 use azure_scheduled_events_exporter::tracker::Tracker;
 use azure_scheduled_events_exporter::wire::Compute;
 use chrono::{DateTime, TimeZone, Utc};
@@ -57,6 +59,8 @@ fn populated() -> Result<Metrics, Box<dyn std::error::Error>> {
 
 fn populated_with(families: Families) -> Result<Metrics, Box<dyn std::error::Error>> {
     let metrics = Metrics::with_clock("2020-07-01", EventSeries::ThisVm, families, scrape_time)?;
+    // The state output's family, registered by it in the same registry.
+    StateUp::register(metrics.registry())?;
     metrics.set_approval_mode(if families.approval {
         Mode::On
     } else {
@@ -103,6 +107,7 @@ fn populated_with(families: Families) -> Result<Metrics, Box<dyn std::error::Err
 fn populated_with_notifications() -> Result<Metrics, Box<dyn std::error::Error>> {
     let metrics = populated_with(Families::ALL)?;
     NotifyMetrics::register(metrics.registry(), &["ops-slack", "pagerduty"])?;
+    ExportCounters::register(metrics.registry())?;
     Ok(metrics)
 }
 
