@@ -93,7 +93,6 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
     if config.poll_interval < Duration::from_millis(200) {
         tracing::warn!(poll_interval = ?config.poll_interval, "polling faster than 5 requests per second: Azure IMDS answers 429 beyond that");
     }
-    metrics.set_vm(config.vm_name.as_deref(), None);
     metrics.set_approval_mode(config.approval.mode);
     if let Some(otlp) = telemetry.config() {
         tracing::info!(

@@ -27,7 +27,7 @@ use crate::config::approval::Mode;
 use crate::event::{Affects, Event, EventStatus, EventType};
 use crate::hardware_failure;
 use crate::imds::{ImdsError, Operation, RecordRequest};
-use crate::tracker::{Kind, Tracked, Transition};
+use crate::tracker::{Kind, Transition};
 use crate::wire;
 
 /// The prefix of every metric name.
@@ -438,62 +438,35 @@ impl Metrics {
             .inc();
     }
 
-    /// Replaces the events the per-event series describe, after a document changed them. With
-    /// no first sight known, only a Description marks a predicted hardware failure.
-    pub fn set_events(&self, incarnation: u64, events: Vec<Event>) {
+    /// Replaces the events the per-event series describe: each with whether it affects this VM
+    /// (as the batch's event view says) and when it was first seen, when known (with no first
+    /// sight, only a Description marks a predicted hardware failure).
+    pub fn set_events(
+        &self,
+        incarnation: u64,
+        events: impl IntoIterator<Item = (Event, Affects, Option<DateTime<Utc>>)>,
+    ) {
         self.incarnation
             .set(i64::try_from(incarnation).unwrap_or(i64::MAX));
-        let mut view = self.events.view();
-        let vm = view.vm_name.clone();
-        view.events = events
-            .into_iter()
-            .map(|event| {
-                let affects = event.affects(vm.as_deref());
-                (event, affects, None)
-            })
-            .collect();
+        self.events.view().events = events.into_iter().collect();
     }
 
-    /// As [`Metrics::set_events`], from the tracker's events with their first sight.
-    pub fn set_tracked(&self, incarnation: u64, events: &[Tracked]) {
-        self.incarnation
-            .set(i64::try_from(incarnation).unwrap_or(i64::MAX));
-        let mut view = self.events.view();
-        let vm = view.vm_name.clone();
-        view.events = events
-            .iter()
-            .map(|tracked| {
-                let affects = tracked.event.affects(vm.as_deref());
-                (tracked.event.clone(), affects, Some(tracked.first_seen))
-            })
-            .collect();
-    }
-
-    /// Sets this VM's identity: the name that decides `affects_this_vm`, and `..._vm_info`.
-    pub fn set_vm(&self, vm_name: Option<&str>, compute: Option<&wire::Compute>) {
-        {
-            let mut view = self.events.view();
-            view.vm_name = vm_name.map(str::to_owned);
-            for (event, affects, _) in &mut view.events {
-                *affects = event.affects(vm_name);
-            }
-        }
-        if let Some(c) = compute {
-            self.vm_info.reset();
-            self.vm_info
-                .with_label_values(&[
-                    vm_name.unwrap_or(&c.name),
-                    &c.vm_id,
-                    &c.location,
-                    &c.zone,
-                    &c.vm_scale_set_name,
-                    &c.resource_group_name,
-                    &c.platform_fault_domain,
-                    &c.platform_update_domain,
-                    &c.vm_size,
-                ])
-                .set(1);
-        }
+    /// Sets `..._vm_info` from instance metadata; `vm_name` is this VM's name in `Resources`.
+    pub fn set_vm(&self, vm_name: Option<&str>, c: &wire::Compute) {
+        self.vm_info.reset();
+        self.vm_info
+            .with_label_values(&[
+                vm_name.unwrap_or(&c.name),
+                &c.vm_id,
+                &c.location,
+                &c.zone,
+                &c.vm_scale_set_name,
+                &c.resource_group_name,
+                &c.platform_fault_domain,
+                &c.platform_update_domain,
+                &c.vm_size,
+            ])
+            .set(1);
     }
 
     /// The registry, for outputs that register families of their own only when enabled.
@@ -550,10 +523,9 @@ fn opts(name: &str, help: &str) -> Opts {
 /// What the per-event series are computed from.
 #[derive(Debug, Default)]
 struct EventsView {
-    /// Whether each names this VM is worked out when the events or the name change, not at
-    /// every scrape; with the time this agent first saw it, when known.
+    /// Each event with whether it names this VM (the batch's event view, not worked out again
+    /// at every scrape) and the time this agent first saw it, when known.
     events: Vec<(Event, Affects, Option<DateTime<Utc>>)>,
-    vm_name: Option<String>,
 }
 
 /// Builds `pending` and the per-event series from the current events at each scrape.

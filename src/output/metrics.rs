@@ -7,21 +7,41 @@ use std::sync::Arc;
 
 use crate::metrics::Metrics;
 use crate::occurrence::{Context, Occurrence};
+use crate::tracker::Tracked;
 
 use super::Output;
 
 #[derive(Debug)]
-pub struct MetricsOutput(Arc<Metrics>);
+pub struct MetricsOutput {
+    metrics: Arc<Metrics>,
+    /// The document's events as last seen: whether each affects this VM changes when its
+    /// name becomes known.
+    events: Arc<[Tracked]>,
+}
 
 impl MetricsOutput {
     pub fn new(metrics: Arc<Metrics>) -> Self {
-        Self(metrics)
+        Self {
+            metrics,
+            events: Arc::from([]),
+        }
+    }
+
+    /// The per-event series of the last events, as this batch's event views say.
+    fn set_events(&self, context: &Context) {
+        self.metrics.set_events(
+            context.incarnation.unwrap_or_default(),
+            self.events.iter().map(|tracked| {
+                let affects = context.view(&tracked.event).affects_this_vm;
+                (tracked.event.clone(), affects, Some(tracked.first_seen))
+            }),
+        );
     }
 }
 
 impl Output for MetricsOutput {
     fn consume(&mut self, context: &Context, occurrences: &[Occurrence]) {
-        let metrics = &self.0;
+        let metrics = Arc::clone(&self.metrics);
         for occurrence in occurrences {
             match occurrence {
                 Occurrence::Restarted(restart) => {
@@ -32,11 +52,13 @@ impl Output for MetricsOutput {
                     }
                 }
                 Occurrence::VmIdentified { compute, .. } => {
-                    metrics.set_vm(context.vm_name(), Some(compute))
+                    metrics.set_vm(context.vm_name(), compute);
+                    self.set_events(context);
                 }
                 Occurrence::Transition(transition) => metrics.record_transition(transition),
                 Occurrence::Events(events) => {
-                    metrics.set_tracked(context.incarnation.unwrap_or_default(), events)
+                    self.events = Arc::clone(events);
+                    self.set_events(context);
                 }
                 Occurrence::Decision(decision) => metrics.record_decision(decision),
                 // `up` and the request counters are the poll loop's; the rest is not counted.

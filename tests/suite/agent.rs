@@ -306,7 +306,7 @@ async fn vm_name_flag_overrides_instance_metadata() -> TestResult {
 }
 
 #[tokio::test]
-async fn unreachable_instance_metadata_leaves_affects_unknown_and_events_visible() -> TestResult {
+async fn unreachable_instance_metadata_leaves_affects_unknown_until_it_answers() -> TestResult {
     let imds = Imds::start().await?;
     imds.sim.inject_fault(
         Fault::status(500)
@@ -330,6 +330,18 @@ async fn unreachable_instance_metadata_leaves_affects_unknown_and_events_visible
     assert!(m.get(r#"azure_scheduled_events_imds_request_failures_total{operation="instance",reason="http_5xx"}"#) >= 1.0);
     assert!(!m.has("azure_scheduled_events_vm_info{"));
     assert_eq!(m.up(), Some(1.0), "instance metadata does not decide up");
+
+    // Instance metadata answers again: the same document's event is now known not to be
+    // this VM's, without a new document (and, not this VM's, it has no per-event series).
+    imds.sim.clear_faults();
+    let m = agent
+        .wait_for("the VM's name, from instance metadata", |m| {
+            m.has("azure_scheduled_events_vm_info{")
+        })
+        .await?;
+    assert_eq!(m.event_info(NEIGHBOUR), None, "{}", m.0);
+    assert_eq!(m.pending("Reboot", "Scheduled", "false"), 1.0);
+    assert_eq!(m.pending("Reboot", "Scheduled", "unknown"), 0.0);
     agent.stop().await
 }
 

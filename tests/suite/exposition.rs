@@ -7,7 +7,7 @@ use std::time::Duration;
 use azure_scheduled_events_exporter::NotifyMetrics;
 use azure_scheduled_events_exporter::StateUp;
 use azure_scheduled_events_exporter::config::approval::Mode;
-use azure_scheduled_events_exporter::event::Document;
+use azure_scheduled_events_exporter::event::{Affects, Document, Event};
 use azure_scheduled_events_exporter::imds::{ImdsError, Operation};
 use azure_scheduled_events_exporter::metrics::{EventSeries, Families, Metrics};
 use azure_scheduled_events_exporter::telemetry::ExportCounters;
@@ -78,7 +78,7 @@ fn populated_with(families: Families) -> Result<Metrics, Box<dyn std::error::Err
         platform_update_domain: "3".into(),
         vm_size: "Standard_D4s_v5".into(),
     };
-    metrics.set_vm(Some("WestNO_0"), Some(&compute));
+    metrics.set_vm(Some("WestNO_0"), &compute);
     metrics.record_request(Operation::Instance, Duration::from_millis(4), None);
     metrics.record_request(Operation::Events, Duration::from_millis(3), None);
     metrics.record_request(
@@ -93,10 +93,7 @@ fn populated_with(families: Families) -> Result<Metrics, Box<dyn std::error::Err
     for transition in &observation.transitions {
         metrics.record_transition(transition);
     }
-    metrics.set_events(
-        2,
-        tracker.events().iter().map(|t| t.event.clone()).collect(),
-    );
+    metrics.set_events(2, this_vm(tracker.events().iter().map(|t| t.event.clone())));
     metrics.record_poll(scrape_time(), true);
     Ok(metrics)
 }
@@ -234,12 +231,24 @@ fn per_event_series_describe_events_of_this_vm_only() -> TestResult {
 #[test]
 fn all_events_flag_exports_every_event() -> TestResult {
     let metrics = Metrics::with_clock("2020-07-01", EventSeries::All, DEFAULT, scrape_time)?;
-    metrics.set_vm(Some("WestNO_0"), None);
     let document = Document::from_json(DOCUMENT.as_bytes())?;
-    metrics.set_events(2, document.events);
+    metrics.set_events(2, this_vm(document.events));
     let text = metrics.encode()?;
     assert!(text.contains(r#"azure_scheduled_events_event_info{affects_this_vm="false",cause="other",event_id="28512AF7-C957-4500-9BC4-842D6FB531E4""#));
     Ok(())
+}
+
+/// `events` as the event views of VM `WestNO_0` say them, first sight unknown.
+fn this_vm(
+    events: impl IntoIterator<Item = Event>,
+) -> Vec<(Event, Affects, Option<DateTime<Utc>>)> {
+    events
+        .into_iter()
+        .map(|event| {
+            let affects = event.affects(Some("WestNO_0"));
+            (event, affects, None)
+        })
+        .collect()
 }
 
 /// `name -> type` from the tables of docs/metrics.md.
