@@ -188,11 +188,31 @@ fn write(dir: &TempDir, name: &str, text: &str) -> Result<String, std::io::Error
     Ok(path.display().to_string())
 }
 
+/// A receivers file in `dir` with one `alertmanager` receiver, `fleet-am`, posting to `url`;
+/// `extra` adds settings (lines of the receiver, e.g. `"    resend_interval: 1s\n"`).
+fn alertmanager_receiver(dir: &TempDir, url: &str, extra: &str) -> Result<String, std::io::Error> {
+    write(
+        dir,
+        "receivers.yaml",
+        &format!(
+            "receivers:\n  - name: fleet-am\n    format: alertmanager\n    url: {url}\n{extra}"
+        ),
+    )
+}
+
 /// One simulated IMDS and one in-process agent per VM of [`VMS`], each agent with the receivers
 /// file `config`.
 async fn fleet(config: &str) -> Result<Vec<(Imds, Agent)>, Box<dyn std::error::Error>> {
+    fleet_of(&VMS, config).await
+}
+
+/// As [`fleet`], for the VMs `vms` (of the event, which names all of [`VMS`]).
+async fn fleet_of(
+    vms: &[&str],
+    config: &str,
+) -> Result<Vec<(Imds, Agent)>, Box<dyn std::error::Error>> {
     let mut fleet = Vec::new();
-    for vm in VMS {
+    for vm in vms {
         let imds = Imds::start_as(example_compute(vm)).await?;
         imds.sim.set_document(document(1, &[reboot("Scheduled")]));
         let agent = Agent::start(&imds, &["--notify.config-file", config]).await?;
@@ -218,14 +238,7 @@ async fn three_vms_sharing_an_event_make_one_notification_and_one_resolved_notif
     let webhook = Receiver::start().await?;
     let dir = TempDir::new("am-group")?;
     let am = Alertmanager::start(&dir, "am", free_port()?, &webhook.url("/am")).await?;
-    let config = write(
-        &dir,
-        "receivers.yaml",
-        &format!(
-            "receivers:\n  - name: fleet-am\n    format: alertmanager\n    url: {}\n    resend_interval: 1s\n",
-            am.url()
-        ),
-    )?;
+    let config = alertmanager_receiver(&dir, &am.url(), "    resend_interval: 1s\n")?;
     let fleet = fleet(&config).await?;
 
     let first = webhook.wait_for("/am", 1).await?.remove(0);
@@ -313,21 +326,8 @@ async fn chat_through_alertmanager_is_one_message_per_event_even_when_the_first_
         slack.url("/slack")
     );
     let am = Alertmanager::start_with(&dir, "am", free_port()?, &receiver).await?;
-    let config = write(
-        &dir,
-        "receivers.yaml",
-        &format!(
-            "receivers:\n  - name: fleet-am\n    format: alertmanager\n    url: {}\n",
-            am.url()
-        ),
-    )?;
-    let mut agents = Vec::new();
-    for vm in &VMS[1..] {
-        let imds = Imds::start_as(example_compute(vm)).await?;
-        imds.sim.set_document(document(1, &[reboot("Scheduled")]));
-        let agent = Agent::start(&imds, &["--notify.config-file", &config]).await?;
-        agents.push((imds, agent));
-    }
+    let config = alertmanager_receiver(&dir, &am.url(), "")?;
+    let agents = fleet_of(&VMS[1..], &config).await?;
     am.wait_for_alerts(&VMS[1..]).await?;
     let first = slack.wait_for("/slack", 1).await?;
     let text = &first[0].body;
@@ -355,14 +355,7 @@ async fn the_scale_set_label_is_the_one_instance_metadata_names() -> TestResult 
     let webhook = Receiver::start().await?;
     let dir = TempDir::new("am-scale-set")?;
     let am = Alertmanager::start(&dir, "am", free_port()?, &webhook.url("/am")).await?;
-    let config = write(
-        &dir,
-        "receivers.yaml",
-        &format!(
-            "receivers:\n  - name: fleet-am\n    format: alertmanager\n    url: {}\n",
-            am.url()
-        ),
-    )?;
+    let config = alertmanager_receiver(&dir, &am.url(), "")?;
     let mut compute = example_compute("web-flex-3f2a1b");
     compute.vm_scale_set_name = "web-flex".into();
     let imds = Imds::start_as(compute).await?;
