@@ -17,32 +17,41 @@ use crate::telemetry::Telemetry;
 
 /// Completes on SIGTERM, SIGINT (Ctrl-C) or SIGQUIT (SIGHUP and SIGUSR1 are logged and ignored); on
 /// Windows on Ctrl-C, Ctrl-Break, the console closing or the system shutting down (a service's
-/// stop comes from `service.rs` instead).
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
+/// stop comes from `service.rs` instead). On Unix the signals are taken over when this is
+/// called, not when the future is first polled: call it before starting anything, so that a
+/// signal during startup is handled too (a SIGHUP's default would kill the agent).
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    let stop = unix_signals();
+    #[cfg(windows)]
+    let stop = async {
+        tokio::select! {
+            () = ctrl_c() => {}
+            () = windows_console_close() => {}
         }
     };
-    #[cfg(unix)]
-    let terminate = unix_signals();
-    #[cfg(windows)]
-    let terminate = windows_console_close();
     #[cfg(not(any(unix, windows)))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
+    let stop = ctrl_c();
+    async move {
+        stop.await;
+        tracing::info!("shutting down");
     }
-    tracing::info!("shutting down");
 }
 
-/// Completes on SIGTERM or SIGQUIT (whose default would dump core and skip the span flush).
-/// SIGHUP (a closed terminal, or an operator expecting a reload) and SIGUSR1 would kill the agent
-/// by default; there is nothing to reload (the web config is read at every request), so each is
-/// logged and ignored.
+/// Completes on Ctrl-C; never if it cannot be listened for.
+#[cfg(not(unix))]
+async fn ctrl_c() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Listens, from now on, for SIGTERM, SIGINT and SIGQUIT (whose default would dump core and skip
+/// the span flush), and completes on the first. SIGHUP (a closed terminal, or an operator
+/// expecting a reload) and SIGUSR1 would kill the agent by default; there is nothing to reload
+/// (the web config is read at every request), so each is logged and ignored.
 #[cfg(unix)]
-async fn unix_signals() {
+fn unix_signals() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
     let listen = |kind: SignalKind| signal(kind).ok();
     async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
@@ -54,20 +63,27 @@ async fn unix_signals() {
             std::future::pending::<()>().await;
         }
     }
-    let (mut terminate, mut quit) = (listen(SignalKind::terminate()), listen(SignalKind::quit()));
+    let (mut terminate, mut interrupt, mut quit) = (
+        listen(SignalKind::terminate()),
+        listen(SignalKind::interrupt()),
+        listen(SignalKind::quit()),
+    );
     let (mut hangup, mut user1) = (
         listen(SignalKind::hangup()),
         listen(SignalKind::user_defined1()),
     );
-    loop {
-        tokio::select! {
-            _ = recv(&mut terminate) => return,
-            _ = recv(&mut quit) => return,
-            _ = recv(&mut hangup) => {
-                tracing::info!(signal = "SIGHUP", "ignoring the signal: nothing to reload, the web config is read at every request");
-            }
-            _ = recv(&mut user1) => {
-                tracing::info!(signal = "SIGUSR1", "ignoring the signal");
+    async move {
+        loop {
+            tokio::select! {
+                _ = recv(&mut terminate) => return,
+                _ = recv(&mut interrupt) => return,
+                _ = recv(&mut quit) => return,
+                _ = recv(&mut hangup) => {
+                    tracing::info!(signal = "SIGHUP", "ignoring the signal: nothing to reload, the web config is read at every request");
+                }
+                _ = recv(&mut user1) => {
+                    tracing::info!(signal = "SIGUSR1", "ignoring the signal");
+                }
             }
         }
     }
@@ -94,6 +110,7 @@ async fn windows_console_close() {
 /// Runs the agent against the built-in simulator playing the demo scenario on a loop.
 /// Traces go wherever `telemetry` says (the `OTEL_*` variables or `--otlp.*` flags).
 pub async fn demo(mut config: Config, telemetry: Telemetry) -> anyhow::Result<()> {
+    let shutdown = shutdown_signal();
     let sim = SimulatorHandle::new(example_compute(DEMO_VM));
     sim.load_scenario(Scenario::demo(DEMO_VM, DEMO_OTHER_VM));
     let imds = RunningSimulator::start(sim)
@@ -112,7 +129,7 @@ pub async fn demo(mut config: Config, telemetry: Telemetry) -> anyhow::Result<()
          simulator state: curl -s {sim_url}/control/state\n  \
          Ctrl-C to stop.\n"
     );
-    let result = agent.run_until(shutdown_signal()).await;
+    let result = agent.run_until(shutdown).await;
     imds.stop().await?;
     result
 }

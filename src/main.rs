@@ -49,9 +49,10 @@ fn main() -> ExitCode {
             Ok((config, telemetry)) => {
                 logging::init(config.log_format, &config.log_level, telemetry.tracer());
                 runtime.block_on(async {
+                    let shutdown = commands::shutdown_signal();
                     agent::start_with(config, telemetry)
                         .await?
-                        .run_until(commands::shutdown_signal())
+                        .run_until(shutdown)
                         .await
                 })
             }
