@@ -8,6 +8,8 @@
 use crate::apiserver;
 use crate::common;
 
+mod drain;
+
 use std::future::Future;
 use std::time::Duration;
 
@@ -100,13 +102,18 @@ impl Cluster {
                 "--kubernetes.kubeconfig={}",
                 self.dir.path("kubeconfig").display()
             ),
-            "--kubernetes.resync-interval=1s".to_owned(),
             format!("--state.file={}", self.dir.path("state.json").display()),
             format!(
                 "--state.boot-id-file={}",
                 self.dir.path("boot_id").display()
             ),
         ];
+        if !extra
+            .iter()
+            .any(|f| f.starts_with("--kubernetes.resync-interval"))
+        {
+            flags.push("--kubernetes.resync-interval=1s".to_owned());
+        }
         flags.extend(extra.iter().map(|s| (*s).to_owned()));
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         Agent::start(imds, &flags).await
