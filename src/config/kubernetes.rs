@@ -71,7 +71,7 @@ pub struct KubernetesArgs {
     pub dry_run: bool,
     /// How often the Node is read again in full and put back as the events want it; between
     /// reads, a watch on the Node delivers every change (a taint removed by hand comes back at once).
-    #[arg(long = "kubernetes.resync-interval", env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL", default_value = "10m", value_parser = super::duration)]
+    #[arg(long = "kubernetes.resync-interval", env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL", default_value = "1h", value_parser = super::duration)]
     pub resync_interval: Duration,
     /// Kubeconfig file; when given it wins over the pod's service account [default: the service
     /// account in a pod, else KUBECONFIG].
