@@ -8,6 +8,7 @@
 use crate::apiserver;
 use crate::common;
 
+mod chart;
 mod drain;
 
 use std::future::Future;

@@ -115,9 +115,6 @@ impl KubernetesMetrics {
         for result in ["already_exists", "dropped"] {
             requests.with_label_values(&["create_event", result]);
         }
-        if drain {
-            requests.with_label_values(&["evict_pod", "refused"]);
-        }
         registry.register(Box::new(requests.clone()))?;
         let dry_run_writes = if dry_run {
             let writes = IntCounterVec::new(

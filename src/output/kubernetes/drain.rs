@@ -356,8 +356,9 @@ impl Drainer {
                 tracing::info!(node = %self.api.node_name, pod = %name(pod), grace_period_seconds = grace, "pod evicted");
                 Evicted::Yes
             }
+            // A budget doing its job, not a failing request: counted apart, so that the alert on
+            // failing requests does not fire while a drain waits for a budget.
             Err(RequestError::Status { code: 429, message }) => {
-                self.api.metrics.record("evict_pod", "refused");
                 if let Some(metrics) = &self.api.metrics.drain {
                     metrics.refused.inc();
                 }

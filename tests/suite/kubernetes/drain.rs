@@ -577,3 +577,35 @@ async fn idle_for_a_minute_the_node_is_read_at_most_twice() -> TestResult {
     assert_eq!(cluster.api.unversioned_patches(), 0);
     agent.stop().await
 }
+
+#[tokio::test]
+async fn an_event_already_under_way_drains_what_it_can_within_one_margin() -> TestResult {
+    let cluster = Cluster::start(kubelet_node()).await?;
+    typical_pods(&cluster);
+    let imds = Imds::start().await?;
+    // Appeared Started, NotBefore empty: a hardware failure, or an event approved at once.
+    imds.sim
+        .set_document(document(1, &[reboot("Started", THIS_VM)]));
+    let agent = cluster
+        .agent(
+            &imds,
+            &[
+                "--kubernetes.drain-events=Reboot",
+                "--kubernetes.drain-margin=10s",
+            ],
+        )
+        .await?;
+    eventually("the drain's end", || {
+        event_note(&cluster, "DrainCompleted").is_some()
+    })
+    .await?;
+    assert_eq!(evicted(&cluster), ["default/db", "default/web"]);
+    for (pod, grace) in cluster.api.evictions() {
+        let grace = grace.unwrap_or_default();
+        assert!(
+            (1..=10).contains(&grace),
+            "{pod}: its grace period cut to the margin: {grace}"
+        );
+    }
+    agent.stop().await
+}
