@@ -181,8 +181,8 @@ impl KubernetesArgs {
             actions: Actions {
                 taint_events: event_types("kubernetes.taint-events", self.taint_events)?,
                 cordon_events: event_types("kubernetes.cordon-events", self.cordon_events)?,
-                drain_events: event_types("kubernetes.drain-events", self.drain_events)?,
-                exclude_from_load_balancers_events: event_types(
+                drain_events: impact_types("kubernetes.drain-events", self.drain_events)?,
+                exclude_from_load_balancers_events: impact_types(
                     "kubernetes.exclude-from-load-balancers-events",
                     self.exclude_from_load_balancers_events,
                 )?,
@@ -224,6 +224,21 @@ fn event_types(flag: &'static str, text: Option<String>) -> Result<Vec<EventType
     Ok(types)
 }
 
+/// A comma-separated list of known event types that announce an impact: an advisory never drains
+/// nor takes a node out of load balancers.
+fn impact_types(flag: &'static str, text: Option<String>) -> Result<Vec<EventType>, ConfigError> {
+    let types = event_types(flag, text)?;
+    match types.iter().find(|t| t.is_advisory()) {
+        Some(advisory) => Err(invalid(
+            flag,
+            format!(
+                "{advisory} is an advisory, which announces no impact (--kubernetes.advisory-taint acts on it)"
+            ),
+        )),
+        None => Ok(types),
+    }
+}
+
 /// A DNS subdomain, as Kubernetes requires of node names.
 fn is_node_name(name: &str) -> bool {
     !name.is_empty()
@@ -259,6 +274,11 @@ mod tests {
         );
         assert_eq!(event_types("f", None)?, []);
         assert!(event_types("f", Some("Reboot,Hibernate".into())).is_err());
+        assert!(impact_types("f", Some("Preempt,SpotRebalanceRecommendation".into())).is_err());
+        assert_eq!(
+            impact_types("f", Some("Preempt".into()))?,
+            [EventType::Preempt]
+        );
         Ok(())
     }
 }

@@ -872,6 +872,35 @@ fn bad_kubernetes_settings_name_their_flag() -> TestResult {
             ],
             "--kubernetes.cordon-events",
         ),
+        (
+            vec!["--kubernetes.drain-events=Reboot"],
+            "--kubernetes.drain-events",
+        ),
+        (vec!["--kubernetes.dry-run"], "--kubernetes.dry-run"),
+        (
+            vec![
+                &format!("--kubernetes.node-name={NODE}"),
+                valid.as_str(),
+                "--kubernetes.drain-events=Reboot,SpotRebalanceRecommendation",
+            ],
+            "--kubernetes.drain-events",
+        ),
+        (
+            vec![
+                &format!("--kubernetes.node-name={NODE}"),
+                valid.as_str(),
+                "--kubernetes.drain-margin=0s",
+            ],
+            "--kubernetes.drain-margin",
+        ),
+        (
+            vec![
+                &format!("--kubernetes.node-name={NODE}"),
+                valid.as_str(),
+                "--kubernetes.exclude-from-load-balancers-events=Reboot,Hibernate",
+            ],
+            "--kubernetes.exclude-from-load-balancers-events",
+        ),
     ] {
         let cli = Cli::try_parse_from(
             std::iter::once("azure-scheduled-events-exporter").chain(args.iter().map(|s| &**s)),

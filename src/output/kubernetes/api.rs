@@ -51,9 +51,9 @@ pub(super) const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 pub(super) const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(16);
 
-/// resourceVersions of the writer's own patches remembered: a reconcile sends two at most, unless
-/// conflicts make it read the Node again.
-const WRITTEN_KEPT: usize = 16;
+/// resourceVersions the writer remembers: a reconcile sends two patches at most, unless conflicts
+/// make it read the Node again, and the watch catches up within a few versions.
+const KNOWN_KEPT: usize = 32;
 
 /// The `operation` label values, and those of the drain.
 const OPERATIONS: [&str; 5] = [
@@ -413,9 +413,10 @@ pub struct NodeWriter {
     events: kube::core::Request,
     /// The Node's uid once seen, for the Events' `regarding`.
     uid: Option<String>,
-    /// resourceVersions the writer's own patches produced: the watch delivers them after the
-    /// writer knows the Node past them, and they are not the Node as it is.
-    written: VecDeque<String>,
+    /// resourceVersions of the Node the writer has known (its patches' answers, its reads, what
+    /// the watch delivered): one delivered again (the watch catching up with the writer's own
+    /// patches, a full read that crossed one) is older than what the writer knows, not news.
+    known: VecDeque<String>,
     /// The last dry-run plan logged, so that the same writes are logged once.
     dry_run_logged: Option<node::Plan>,
     failures: FailureLog,
@@ -428,7 +429,7 @@ impl NodeWriter {
             api,
             events: kube::core::Request::new(KubeEvent::url_path(&(), Some(EVENTS_NAMESPACE))),
             uid: None,
-            written: VecDeque::new(),
+            known: VecDeque::new(),
             dry_run_logged: None,
             failures,
         }
@@ -468,12 +469,11 @@ impl NodeWriter {
                     if changed.is_err() {
                         return;
                     }
-                    if let Some(node) = seen.borrow_and_update().clone() {
-                        let version = node.metadata.resource_version.clone().unwrap_or_default();
-                        if !self.written.contains(&version) {
-                            current = Some(node);
-                            dirty = true;
-                        }
+                    if let Some(node) = seen.borrow_and_update().clone()
+                        && self.learn(&node)
+                    {
+                        current = Some(node);
+                        dirty = true;
                     }
                     continue;
                 }
@@ -557,18 +557,16 @@ impl NodeWriter {
             let sent: Result<Node, _> = self.api.send(request).await;
             match self.api.count(operation, sent) {
                 Ok(node) => {
-                    if let Some(version) = &node.metadata.resource_version {
-                        if self.written.len() >= WRITTEN_KEPT {
-                            self.written.pop_front();
-                        }
-                        self.written.push_back(version.clone());
-                    }
+                    self.learn(&node);
                     current = node;
                 }
                 Err(failure) if failure.result == "conflict" && conflicts < CONFLICT_RETRIES => {
                     conflicts += 1;
                     match self.api.get_node().await {
-                        Ok(node) => current = node,
+                        Ok(node) => {
+                            self.learn(&node);
+                            current = node;
+                        }
                         Err(failure) => return (current, Err(failure)),
                     }
                 }
@@ -583,6 +581,21 @@ impl NodeWriter {
                 error: "the Node kept changing under every patch".into(),
             }),
         )
+    }
+
+    /// Records `node`'s resourceVersion; whether it is one the writer did not know.
+    fn learn(&mut self, node: &Node) -> bool {
+        let Some(version) = &node.metadata.resource_version else {
+            return true;
+        };
+        if self.known.contains(version) {
+            return false;
+        }
+        if self.known.len() >= KNOWN_KEPT {
+            self.known.pop_front();
+        }
+        self.known.push_back(version.clone());
+        true
     }
 
     /// Logs the writes of `plan` once: the Node does not change in a dry run, so the same plan

@@ -86,6 +86,8 @@ enum Outcome {
     Completed,
     /// Time ran out: these pods (`namespace/name`) are still there.
     Incomplete(Vec<String>),
+    /// Time ran out before any eviction could be sent, for this reason.
+    Stuck(&'static str),
     /// The event went away (or another one took its place).
     Cancelled,
 }
@@ -183,6 +185,14 @@ impl Drainer {
                     left.join(", ")
                 ),
             ),
+            Outcome::Stuck(why) => (
+                "DrainIncomplete",
+                true,
+                format!(
+                    "Drain for scheduled event {} stopped at its deadline without evicting: {why}.",
+                    target.event_id
+                ),
+            ),
             Outcome::Cancelled => (
                 "DrainCancelled",
                 false,
@@ -218,6 +228,7 @@ impl Drainer {
         // The pods not evicted yet, by `namespace/name`: what stayed if time runs out.
         let mut left: BTreeMap<String, ()> = BTreeMap::new();
         let mut cordoned = self.api.dry_run;
+        let mut listed = false;
         loop {
             match current(wanted) {
                 Some(now) if now.event_id == target.event_id => *target = now,
@@ -235,6 +246,7 @@ impl Drainer {
             if cordoned {
                 match self.list_pods().await {
                     Ok(pods) => {
+                        listed = true;
                         let pods: Vec<Pod> = pods.into_iter().filter(evictable).collect();
                         left = pods.iter().map(|p| (name(p), ())).collect();
                         if pods.is_empty() {
@@ -268,11 +280,15 @@ impl Drainer {
                 return Outcome::Completed;
             }
             if Utc::now() >= stop_at {
-                let mut stayed: Vec<String> = left.into_keys().collect();
-                if !cordoned {
-                    stayed = vec!["(none evicted: the node is not cordoned)".to_owned()];
-                }
-                return Outcome::Incomplete(stayed);
+                return if !cordoned {
+                    Outcome::Stuck("the node is not cordoned (see the failed patch_node requests)")
+                } else if !listed {
+                    Outcome::Stuck(
+                        "the node's pods could not be listed (see the failed list_pods requests)",
+                    )
+                } else {
+                    Outcome::Incomplete(left.into_keys().collect())
+                };
             }
             // Evicted pods take their grace period to go: list again soon, and back off while
             // budgets refuse or requests fail.

@@ -54,7 +54,14 @@ pub async fn run(api: Api, resync: Duration, seen: watch::Sender<Option<Node>>) 
                 break;
             }
             let seconds = left.as_secs().clamp(1, WATCH_SECONDS);
-            match watch_node(&api, &version, seconds, &seen).await {
+            let began = Instant::now();
+            let ended = watch_node(&api, &version, seconds, &seen).await;
+            // A watch that ends at once (a proxy that closes streams, a 410 after every read) is
+            // not renewed in a tight loop.
+            if began.elapsed() < FIRST_BACKOFF {
+                tokio::time::sleep(FIRST_BACKOFF).await;
+            }
+            match ended {
                 Ok(Ended::Closed(last)) => {
                     log.succeeded();
                     failures = 0;

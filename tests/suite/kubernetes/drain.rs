@@ -609,3 +609,36 @@ async fn an_event_already_under_way_drains_what_it_can_within_one_margin() -> Te
     }
     agent.stop().await
 }
+
+#[tokio::test]
+async fn no_pod_is_evicted_from_a_node_the_agent_could_not_cordon() -> TestResult {
+    let cluster = Cluster::start(kubelet_node()).await?;
+    typical_pods(&cluster);
+    cluster.api.forbid("patch_node");
+    let imds = Imds::start().await?;
+    imds.sim
+        .set_document(document(1, &[reboot_at(&in_seconds(8))]));
+    let agent = cluster
+        .agent(
+            &imds,
+            &[
+                "--kubernetes.drain-events=Reboot",
+                "--kubernetes.drain-margin=5s",
+            ],
+        )
+        .await?;
+    eventually("the drain's end", || {
+        event_note(&cluster, "DrainIncomplete").is_some()
+    })
+    .await?;
+    let note = event_note(&cluster, "DrainIncomplete").unwrap_or_default();
+    assert!(note.contains("not cordoned"), "{note}");
+    assert!(
+        cluster.api.evictions().is_empty(),
+        "evicted pods would come back"
+    );
+    assert_eq!(cluster.api.answered("list_pods", 200), 0);
+    let m = agent.metrics().await?;
+    assert!(kube_requests(&m, "patch_node", "forbidden") >= 1.0);
+    agent.stop().await
+}
