@@ -198,9 +198,9 @@ async fn a_budget_that_refuses_until_the_deadline_leaves_its_pod_running_and_say
     typical_pods(&cluster);
     cluster.api.refuse_evictions("default/db");
     let imds = Imds::start().await?;
-    // Retries stop 5 s before NotBefore: 4 s from now.
+    // Retries stop 5 s before NotBefore: about 10 s from now, time enough to cordon on a busy machine.
     imds.sim
-        .set_document(document(1, &[reboot_at(&in_seconds(9))]));
+        .set_document(document(1, &[reboot_at(&in_seconds(15))]));
     let agent = cluster
         .agent(
             &imds,
