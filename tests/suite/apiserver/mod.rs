@@ -6,7 +6,8 @@
 //!
 //! A watch streams one JSON `WatchEvent` a line: `MODIFIED` with the Node at every change after
 //! the resourceVersion asked from (changes made while no one watched arrive as one event), until
-//! its `timeoutSeconds`. An eviction is answered 201 (the pod gets its `deletionTimestamp` and
+//! its `timeoutSeconds` (or the limit a test sets); one whose resourceVersion a test expired gets an
+//! `ERROR` event with a 410 Status. An eviction is answered 201 (the pod gets its `deletionTimestamp` and
 //! stays listed, terminating, as the kubelet has not stopped it yet), 429 while a budget refuses
 //! it (`refuse_evictions`), 404 for a pod that is not there, 409 when its `preconditions.uid` is
 //! not the pod's.
@@ -45,6 +46,12 @@ struct State {
     /// Answers a proxy in front gives instead of the API server: `(operation, count, code, body)`.
     proxy_answers: Vec<(&'static str, u32, u16, &'static [u8])>,
     hang: bool,
+    /// Watches end after this many seconds whatever they asked for, as an API server's own
+    /// request timeout or a load balancer in front ends them.
+    watch_limit: Option<u64>,
+    /// The next watch finds its resourceVersion compacted away: an `ERROR` event with a 410
+    /// `Expired` Status, then the end of the stream, as the API server does.
+    expire_next_watch: bool,
     /// `(operation, status)` of every request answered.
     log: Vec<(&'static str, u16)>,
     /// Node patches that carried no `metadata.resourceVersion`.
@@ -244,6 +251,17 @@ impl ApiServer {
             .push((operation, count, code, body));
     }
 
+    /// Watches end after `seconds`, whatever timeout they asked for.
+    pub fn limit_watches(&self, seconds: u64) {
+        self.lock().watch_limit = Some(seconds);
+    }
+
+    /// The next watch finds the resourceVersion it asks from compacted away (410 Gone, in an
+    /// `ERROR` event of a 200 answer; [`Self::answered`] counts it as 410).
+    pub fn expire_next_watch(&self) {
+        self.lock().expire_next_watch = true;
+    }
+
     /// Every request from now on is read and never answered.
     pub fn hang(&self) {
         self.lock().hang = true;
@@ -330,10 +348,15 @@ impl ApiServer {
                             .get("resourceVersion")
                             .and_then(|v| v.parse::<u64>().ok())
                             .unwrap_or(0);
-                        let seconds = query
+                        let asked = query
                             .get("timeoutSeconds")
                             .and_then(|v| v.parse::<u64>().ok())
                             .unwrap_or(1800);
+                        let seconds = state.watch_limit.map_or(asked, |limit| asked.min(limit));
+                        if std::mem::take(&mut state.expire_next_watch) {
+                            state.log.push((operation, 410));
+                            return Ok(expired());
+                        }
                         state.log.push((operation, 200));
                         drop(state);
                         return Ok(self.watch(since, seconds));
@@ -540,6 +563,17 @@ fn create_event(state: &mut State, body: &[u8]) -> Response<Body> {
     let answer = ok(201, &event);
     state.events.insert(name, event);
     answer
+}
+
+/// A watch whose resourceVersion is too old: 200, one `ERROR` event, the end.
+fn expired() -> Response<Body> {
+    let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "too old resource version", "reason": "Expired", "code": 410,
+    }}))
+    .unwrap_or_default();
+    line.push(b'\n');
+    respond(200, line)
 }
 
 fn pod_key(pod: &Pod) -> String {

@@ -642,3 +642,63 @@ async fn no_pod_is_evicted_from_a_node_the_agent_could_not_cordon() -> TestResul
     assert!(kube_requests(&m, "patch_node", "forbidden") >= 1.0);
     agent.stop().await
 }
+
+#[tokio::test]
+async fn a_watch_that_ends_is_resumed_without_reading_the_node_and_a_compacted_one_reads_it_again()
+-> TestResult {
+    let cluster = Cluster::start(kubelet_node()).await?;
+    cluster.api.limit_watches(1);
+    let imds = Imds::start().await?;
+    imds.sim
+        .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
+    let agent = cluster
+        .agent(
+            &imds,
+            &[
+                "--kubernetes.resync-interval=1h",
+                "--kubernetes.taint-events=Reboot",
+            ],
+        )
+        .await?;
+    eventually("the taint", || cluster.our_taint().is_some()).await?;
+    eventually("three watches", || {
+        cluster.api.answered("watch_node", 200) >= 3
+    })
+    .await?;
+    assert_eq!(
+        cluster.api.answered("get_node", 200),
+        1,
+        "resumed from its resourceVersion"
+    );
+
+    // A change made between two watches arrives with the next one.
+    cluster.api.edit(|node| {
+        if let Some(spec) = node.spec.as_mut() {
+            spec.taints = Some(vec![super::gpu_taint()]);
+        }
+    });
+    eventually("the taint back", || cluster.our_taint().is_some()).await?;
+    assert_eq!(cluster.api.answered("get_node", 200), 1);
+
+    cluster.api.expire_next_watch();
+    eventually("a watch refused as too old", || {
+        cluster.api.answered("watch_node", 410) >= 1
+    })
+    .await?;
+    eventually("the Node read again", || {
+        cluster.api.answered("get_node", 200) >= 2
+    })
+    .await?;
+    let watches = cluster.api.answered("watch_node", 200);
+    eventually("watching again", || {
+        cluster.api.answered("watch_node", 200) > watches
+    })
+    .await?;
+    assert_eq!(
+        cluster.api.answered("watch_node", 410),
+        1,
+        "once, not in a loop"
+    );
+    assert_eq!(cluster.api.unversioned_patches(), 0);
+    agent.stop().await
+}
