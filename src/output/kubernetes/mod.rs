@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::config::kubernetes::KubernetesConfig;
-use crate::event::Affects;
+use crate::event::{Affects, Event};
 use crate::metrics::Metrics;
 use crate::occurrence::{Context, Occurrence};
 use crate::tracker::Tracked;
@@ -124,7 +124,7 @@ impl Kubernetes {
 #[async_trait::async_trait]
 impl Output for Kubernetes {
     fn consume(&mut self, context: &Context, occurrences: &[Occurrence]) {
-        let vm = context.vm_name();
+        let known_vm = context.vm_name().is_some();
         let node = self.config.node_name.as_str();
         let mut changed = false;
         for occurrence in occurrences {
@@ -136,7 +136,7 @@ impl Output for Kubernetes {
                 // The VM's name may become known after the document that names it.
                 Occurrence::VmIdentified { .. } => changed = true,
                 Occurrence::Transition(transition) => {
-                    if transition.event().affects(vm) == Affects::Yes {
+                    if context.view(transition.event()).affects_this_vm == Affects::Yes {
                         self.note(Note::of_transition(
                             node,
                             transition,
@@ -146,7 +146,7 @@ impl Output for Kubernetes {
                     }
                 }
                 Occurrence::EndedWhileDown(tracked) => {
-                    if tracked.event.affects(vm) == Affects::Yes {
+                    if context.view(&tracked.event).affects_this_vm == Affects::Yes {
                         self.note(Some(Note::ended_while_down(
                             node,
                             &tracked.event,
@@ -165,10 +165,15 @@ impl Output for Kubernetes {
         // Until this VM's name is known no event can be told to name it: wanting nothing then
         // would lift, after a restart, a taint or cordon that a pending event still wants.
         if changed
-            && vm.is_some()
+            && known_vm
             && let Some(events) = &self.events
         {
-            let wanted = Wanted::from_events(events, vm, &self.config.actions);
+            let ours: Vec<&Event> = events
+                .iter()
+                .map(|tracked| &tracked.event)
+                .filter(|event| context.view(event).affects_this_vm == Affects::Yes)
+                .collect();
+            let wanted = Wanted::from_events(&ours, &self.config.actions);
             self.wanted.send_if_modified(|current| {
                 let modified = current.as_ref() != Some(&wanted);
                 *current = Some(wanted);

@@ -6,8 +6,8 @@
 use chrono::{DateTime, Utc};
 
 use crate::config::kubernetes::Actions;
-use crate::event::{Affects, Event, EventStatus};
-use crate::tracker::{Tracked, Transition};
+use crate::event::{Event, EventStatus};
+use crate::tracker::Transition;
 
 /// The `AzureScheduledEvent` condition as it should be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,15 +57,12 @@ pub struct DrainTarget {
 }
 
 impl Wanted {
-    /// From the document's events, for the VM called `vm`: the soonest event names the reason,
-    /// message and taint value. An advisory never sets the condition, the labels nor a drain; it
-    /// taints or cordons only when its type is listed, and sets the advisory taint when asked.
-    pub fn from_events(events: &[Tracked], vm: Option<&str>, actions: &Actions) -> Self {
-        let mut ours: Vec<&Event> = events
-            .iter()
-            .map(|tracked| &tracked.event)
-            .filter(|event| event.affects(vm) == Affects::Yes)
-            .collect();
+    /// From the document's events that name this VM (as the core's view of each says): the
+    /// soonest event names the reason, message and taint value. An advisory never sets the
+    /// condition, the labels nor a drain; it taints or cordons only when its type is listed, and
+    /// sets the advisory taint when asked.
+    pub fn from_events(ours: &[&Event], actions: &Actions) -> Self {
+        let mut ours = ours.to_vec();
         // Under way first, then by NotBefore, unknown NotBefore last; EventId breaks ties so the
         // message does not flap between polls.
         ours.sort_by_key(|event| {
@@ -282,7 +279,19 @@ pub fn event_name(node: &str, id: &str, suffix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{DurationInSeconds, EventId, EventType};
+    use crate::event::{Affects, DurationInSeconds, EventId, EventType};
+    use crate::tracker::Tracked;
+    use crate::view::EventView;
+
+    /// [`Wanted::from_events`] of the events whose view says they name `vm`, as the output does.
+    fn wanted_for(events: &[Tracked], vm: Option<&str>, actions: &Actions) -> Wanted {
+        let ours: Vec<&Event> = events
+            .iter()
+            .map(|tracked| &tracked.event)
+            .filter(|event| EventView::new(event, vm, None, 0).affects_this_vm == Affects::Yes)
+            .collect();
+        Wanted::from_events(&ours, actions)
+    }
     use crate::not_before::NotBefore;
 
     const VM: &str = "aks-pool-12345678-vmss_0";
@@ -328,7 +337,7 @@ mod tests {
             "Mon, 11 Apr 2022 23:00:00 GMT",
             "other_1",
         )];
-        let wanted = Wanted::from_events(
+        let wanted = wanted_for(
             &events,
             Some(VM),
             &acts(&[EventType::Reboot], &[EventType::Reboot]),
@@ -348,11 +357,11 @@ mod tests {
             "",
             VM,
         )];
-        let wanted = Wanted::from_events(&events, Some(VM), &acts(&[EventType::Preempt], &[]));
+        let wanted = wanted_for(&events, Some(VM), &acts(&[EventType::Preempt], &[]));
         assert!(!wanted.condition.status);
         assert_eq!(wanted.condition.reason, "NoScheduledEvents");
         assert_eq!((wanted.taint, wanted.cordon), (None, false));
-        let asked = Wanted::from_events(
+        let asked = wanted_for(
             &events,
             Some(VM),
             &acts(&[EventType::SpotRebalanceRecommendation], &[]),
@@ -386,7 +395,7 @@ mod tests {
                 "other_1",
             ),
         ];
-        let wanted = Wanted::from_events(
+        let wanted = wanted_for(
             &events,
             Some(VM),
             &acts(
@@ -416,7 +425,7 @@ mod tests {
             ),
             event("NOW", EventType::Freeze, EventStatus::Started, "", VM),
         ];
-        let wanted = Wanted::from_events(&events, Some(VM), &Actions::default());
+        let wanted = wanted_for(&events, Some(VM), &Actions::default());
         assert_eq!(wanted.condition.reason, "FreezeStarted");
         assert_eq!(wanted.taint, None);
     }
@@ -431,7 +440,7 @@ mod tests {
             VM,
         )];
         assert!(
-            !Wanted::from_events(&events, None, &Actions::default())
+            !wanted_for(&events, None, &Actions::default())
                 .condition
                 .status
         );
@@ -460,7 +469,7 @@ mod tests {
             exclude_from_load_balancers_events: vec![EventType::Reboot],
             ..Actions::default()
         };
-        let wanted = Wanted::from_events(&events, Some(VM), &actions);
+        let wanted = wanted_for(&events, Some(VM), &actions);
         assert_eq!(
             wanted.deadline,
             Some(Deadline {
@@ -501,7 +510,7 @@ mod tests {
             advisory_taint: true,
             ..Actions::default()
         };
-        let wanted = Wanted::from_events(&events, Some(VM), &everything);
+        let wanted = wanted_for(&events, Some(VM), &everything);
         assert_eq!(
             wanted.advisory_taint.as_deref(),
             Some("SpotRebalanceRecommendation")
@@ -514,7 +523,7 @@ mod tests {
             ..everything
         };
         assert_eq!(
-            Wanted::from_events(&events, Some(VM), &not_asked).advisory_taint,
+            wanted_for(&events, Some(VM), &not_asked).advisory_taint,
             None
         );
     }
