@@ -12,7 +12,7 @@
 //! It runs in a task of its own and reads the wanted state the output publishes, so neither the
 //! poll loop nor the Node's writer ever waits for it.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -226,7 +226,7 @@ impl Drainer {
     ) -> Outcome {
         let mut failures: u32 = 0;
         // The pods not evicted yet, by `namespace/name`: what stayed if time runs out.
-        let mut left: BTreeMap<String, ()> = BTreeMap::new();
+        let mut left: BTreeSet<String> = BTreeSet::new();
         let mut cordoned = self.api.dry_run;
         let mut listed = false;
         loop {
@@ -248,7 +248,7 @@ impl Drainer {
                     Ok(pods) => {
                         listed = true;
                         let pods: Vec<Pod> = pods.into_iter().filter(evictable).collect();
-                        left = pods.iter().map(|p| (name(p), ())).collect();
+                        left = pods.iter().map(name).collect();
                         if pods.is_empty() {
                             return Outcome::Completed;
                         }
@@ -269,7 +269,7 @@ impl Drainer {
                             return if left.is_empty() {
                                 Outcome::Completed
                             } else {
-                                Outcome::Incomplete(left.into_keys().collect())
+                                Outcome::Incomplete(left.into_iter().collect())
                             };
                         }
                     }
@@ -287,7 +287,7 @@ impl Drainer {
                         "the node's pods could not be listed (see the failed list_pods requests)",
                     )
                 } else {
-                    Outcome::Incomplete(left.into_keys().collect())
+                    Outcome::Incomplete(left.into_iter().collect())
                 };
             }
             // Evicted pods take their grace period to go: list again soon, and back off while
