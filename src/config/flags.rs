@@ -198,6 +198,38 @@ pub struct WithoutKubernetesArgs {
         hide = true
     )]
     kubeconfig: Option<String>,
+    #[arg(
+        long = "kubernetes.drain-events",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_EVENTS",
+        hide = true
+    )]
+    drain_events: Option<String>,
+    #[arg(
+        long = "kubernetes.drain-margin",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_MARGIN",
+        hide = true
+    )]
+    drain_margin: Option<String>,
+    #[arg(
+        long = "kubernetes.exclude-from-load-balancers-events",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_EXCLUDE_FROM_LOAD_BALANCERS_EVENTS",
+        hide = true
+    )]
+    exclude_from_load_balancers_events: Option<String>,
+    #[arg(
+        id = "kubernetes_advisory_taint",
+        long = "kubernetes.advisory-taint",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_ADVISORY_TAINT",
+        hide = true
+    )]
+    advisory_taint: bool,
+    #[arg(
+        id = "kubernetes_dry_run",
+        long = "kubernetes.dry-run",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRY_RUN",
+        hide = true
+    )]
+    dry_run: bool,
 }
 
 #[cfg(not(feature = "kubernetes"))]
@@ -210,9 +242,29 @@ impl WithoutKubernetesArgs {
             ("kubernetes.cordon-events", &self.cordon_events),
             ("kubernetes.resync-interval", &self.resync_interval),
             ("kubernetes.kubeconfig", &self.kubeconfig),
+            ("kubernetes.drain-events", &self.drain_events),
+            ("kubernetes.drain-margin", &self.drain_margin),
+            (
+                "kubernetes.exclude-from-load-balancers-events",
+                &self.exclude_from_load_balancers_events,
+            ),
         ];
-        match given.into_iter().find(|(_, value)| value.is_some()) {
-            Some((flag, _)) => Err(super::invalid(
+        let switches = [
+            ("kubernetes.advisory-taint", self.advisory_taint),
+            ("kubernetes.dry-run", self.dry_run),
+        ];
+        let first = given
+            .into_iter()
+            .find(|(_, value)| value.is_some())
+            .map(|(flag, _)| flag)
+            .or_else(|| {
+                switches
+                    .into_iter()
+                    .find(|(_, on)| *on)
+                    .map(|(flag, _)| flag)
+            });
+        match first {
+            Some(flag) => Err(super::invalid(
                 flag,
                 "this build has no Kubernetes output (built without the cargo feature `kubernetes`; the container image has it)".to_owned(),
             )),

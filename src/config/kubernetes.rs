@@ -1,5 +1,5 @@
-//! The Kubernetes node output's settings: which Node is this machine, which event types taint or
-//! cordon it, and how the agent reaches the API server (`--kubernetes.kubeconfig` when given, else
+//! The Kubernetes node output's settings: which Node is this machine, which event types taint,
+//! cordon, drain it or take it out of load balancers ([`Actions`]), and how the agent reaches the API server (`--kubernetes.kubeconfig` when given, else
 //! the pod's service account, else the kubeconfig file named by `KUBECONFIG`). Resolved once at startup; anything unusable is a
 //! [`ConfigError`] (one line, exit 64).
 
@@ -34,9 +34,44 @@ pub struct KubernetesArgs {
         env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_CORDON_EVENTS"
     )]
     pub cordon_events: Option<String>,
-    /// How often the node is read again and put back as the events want it (a taint removed by
-    /// hand while its event is pending comes back within this).
-    #[arg(long = "kubernetes.resync-interval", env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL", default_value = "5s", value_parser = super::duration)]
+    /// Drain the node (cordon, then evict its pods through the Eviction API, honouring
+    /// PodDisruptionBudgets and NotBefore) when an event of these types (comma-separated) names
+    /// this VM [default: none].
+    #[arg(
+        long = "kubernetes.drain-events",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_EVENTS"
+    )]
+    pub drain_events: Option<String>,
+    /// How long before NotBefore a drain stops retrying evictions that a PodDisruptionBudget
+    /// refuses, and says which pods stayed.
+    #[arg(long = "kubernetes.drain-margin", env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_MARGIN", default_value = "15s", value_parser = super::duration)]
+    pub drain_margin: Duration,
+    /// Label the node node.kubernetes.io/exclude-from-external-load-balancers=true while an
+    /// event of these types (comma-separated) names this VM [default: none].
+    #[arg(
+        long = "kubernetes.exclude-from-load-balancers-events",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_EXCLUDE_FROM_LOAD_BALANCERS_EVENTS"
+    )]
+    pub exclude_from_load_balancers_events: Option<String>,
+    /// Taint the node azure-scheduled-events/advisory=<EventType>:PreferNoSchedule while an
+    /// advisory (a Spot rebalance recommendation) names this VM.
+    #[arg(
+        id = "kubernetes_advisory_taint",
+        long = "kubernetes.advisory-taint",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_ADVISORY_TAINT"
+    )]
+    pub advisory_taint: bool,
+    /// Log and count every write to the API server (patches, Events, evictions) without sending
+    /// it; reads are still sent.
+    #[arg(
+        id = "kubernetes_dry_run",
+        long = "kubernetes.dry-run",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRY_RUN"
+    )]
+    pub dry_run: bool,
+    /// How often the Node is read again in full and put back as the events want it; between
+    /// reads, a watch on the Node delivers every change (a taint removed by hand comes back at once).
+    #[arg(long = "kubernetes.resync-interval", env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL", default_value = "1h", value_parser = super::duration)]
     pub resync_interval: Duration,
     /// Kubeconfig file; when given it wins over the pod's service account [default: the service
     /// account in a pod, else KUBECONFIG].
@@ -62,12 +97,24 @@ pub enum ApiServer {
     },
 }
 
+/// What the output does to the Node beyond the condition, the Events and the deadline labels,
+/// each for the event types listed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Actions {
+    pub taint_events: Vec<EventType>,
+    pub cordon_events: Vec<EventType>,
+    pub drain_events: Vec<EventType>,
+    pub exclude_from_load_balancers_events: Vec<EventType>,
+    pub advisory_taint: bool,
+}
+
 /// The Kubernetes output's resolved settings; absent unless `--kubernetes.node-name` is set.
 #[derive(Debug, Clone)]
 pub struct KubernetesConfig {
     pub node_name: String,
-    pub taint_events: Vec<EventType>,
-    pub cordon_events: Vec<EventType>,
+    pub actions: Actions,
+    pub drain_margin: Duration,
+    pub dry_run: bool,
     pub resync_interval: Duration,
     pub api_server: ApiServer,
 }
@@ -78,6 +125,13 @@ impl KubernetesArgs {
             for (flag, given) in [
                 ("kubernetes.taint-events", self.taint_events.is_some()),
                 ("kubernetes.cordon-events", self.cordon_events.is_some()),
+                ("kubernetes.drain-events", self.drain_events.is_some()),
+                (
+                    "kubernetes.exclude-from-load-balancers-events",
+                    self.exclude_from_load_balancers_events.is_some(),
+                ),
+                ("kubernetes.advisory-taint", self.advisory_taint),
+                ("kubernetes.dry-run", self.dry_run),
             ] {
                 if given {
                     return Err(invalid(flag, "needs --kubernetes.node-name"));
@@ -102,6 +156,11 @@ impl KubernetesArgs {
             self.resync_interval,
             Duration::from_secs(3600),
         )?;
+        super::bounded(
+            "kubernetes.drain-margin",
+            self.drain_margin,
+            Duration::from_secs(3600),
+        )?;
         let api_server = match (self.kubeconfig, kube::Config::incluster()) {
             (Some(path), _) => kubeconfig(path)?,
             (None, Ok(config)) => ApiServer::InCluster(Box::new(config)),
@@ -119,8 +178,18 @@ impl KubernetesArgs {
         };
         Ok(Some(KubernetesConfig {
             node_name,
-            taint_events: event_types("kubernetes.taint-events", self.taint_events)?,
-            cordon_events: event_types("kubernetes.cordon-events", self.cordon_events)?,
+            actions: Actions {
+                taint_events: event_types("kubernetes.taint-events", self.taint_events)?,
+                cordon_events: event_types("kubernetes.cordon-events", self.cordon_events)?,
+                drain_events: impact_types("kubernetes.drain-events", self.drain_events)?,
+                exclude_from_load_balancers_events: impact_types(
+                    "kubernetes.exclude-from-load-balancers-events",
+                    self.exclude_from_load_balancers_events,
+                )?,
+                advisory_taint: self.advisory_taint,
+            },
+            drain_margin: self.drain_margin,
+            dry_run: self.dry_run,
             resync_interval: self.resync_interval,
             api_server,
         }))
@@ -153,6 +222,21 @@ fn event_types(flag: &'static str, text: Option<String>) -> Result<Vec<EventType
         }
     }
     Ok(types)
+}
+
+/// A comma-separated list of known event types that announce an impact: an advisory never drains
+/// nor takes a node out of load balancers.
+fn impact_types(flag: &'static str, text: Option<String>) -> Result<Vec<EventType>, ConfigError> {
+    let types = event_types(flag, text)?;
+    match types.iter().find(|t| t.is_advisory()) {
+        Some(advisory) => Err(invalid(
+            flag,
+            format!(
+                "{advisory} is an advisory, which announces no impact (--kubernetes.advisory-taint acts on it)"
+            ),
+        )),
+        None => Ok(types),
+    }
 }
 
 /// A DNS subdomain, as Kubernetes requires of node names.
@@ -190,6 +274,11 @@ mod tests {
         );
         assert_eq!(event_types("f", None)?, []);
         assert!(event_types("f", Some("Reboot,Hibernate".into())).is_err());
+        assert!(impact_types("f", Some("Preempt,SpotRebalanceRecommendation".into())).is_err());
+        assert_eq!(
+            impact_types("f", Some("Preempt".into()))?,
+            [EventType::Preempt]
+        );
         Ok(())
     }
 }

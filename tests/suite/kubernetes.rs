@@ -8,6 +8,9 @@
 use crate::apiserver;
 use crate::common;
 
+mod chart;
+mod drain;
+
 use std::future::Future;
 use std::time::Duration;
 
@@ -100,13 +103,18 @@ impl Cluster {
                 "--kubernetes.kubeconfig={}",
                 self.dir.path("kubeconfig").display()
             ),
-            "--kubernetes.resync-interval=1s".to_owned(),
             format!("--state.file={}", self.dir.path("state.json").display()),
             format!(
                 "--state.boot-id-file={}",
                 self.dir.path("boot_id").display()
             ),
         ];
+        if !extra
+            .iter()
+            .any(|f| f.starts_with("--kubernetes.resync-interval"))
+        {
+            flags.push("--kubernetes.resync-interval=1s".to_owned());
+        }
         flags.extend(extra.iter().map(|s| (*s).to_owned()));
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         Agent::start(imds, &flags).await
@@ -863,6 +871,35 @@ fn bad_kubernetes_settings_name_their_flag() -> TestResult {
                 "--kubernetes.cordon-events=Hibernate",
             ],
             "--kubernetes.cordon-events",
+        ),
+        (
+            vec!["--kubernetes.drain-events=Reboot"],
+            "--kubernetes.drain-events",
+        ),
+        (vec!["--kubernetes.dry-run"], "--kubernetes.dry-run"),
+        (
+            vec![
+                &format!("--kubernetes.node-name={NODE}"),
+                valid.as_str(),
+                "--kubernetes.drain-events=Reboot,SpotRebalanceRecommendation",
+            ],
+            "--kubernetes.drain-events",
+        ),
+        (
+            vec![
+                &format!("--kubernetes.node-name={NODE}"),
+                valid.as_str(),
+                "--kubernetes.drain-margin=0s",
+            ],
+            "--kubernetes.drain-margin",
+        ),
+        (
+            vec![
+                &format!("--kubernetes.node-name={NODE}"),
+                valid.as_str(),
+                "--kubernetes.exclude-from-load-balancers-events=Reboot,Hibernate",
+            ],
+            "--kubernetes.exclude-from-load-balancers-events",
         ),
     ] {
         let cli = Cli::try_parse_from(

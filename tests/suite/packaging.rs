@@ -1103,11 +1103,11 @@ fn the_kubernetes_output_gets_exactly_its_rights_and_only_when_enabled() -> Test
     assert_eq!(
         role["rules"],
         json!([
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "watch", "patch"]},
             {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
             {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
         ]),
-        "nodes get/patch, nodes/status patch, events create: nothing more"
+        "nodes get/watch/patch, nodes/status patch, events create: nothing more without a drain"
     );
     let binding = one(&objects, "ClusterRoleBinding")?;
     let account = one(&objects, "ServiceAccount")?;

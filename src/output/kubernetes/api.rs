@@ -1,12 +1,15 @@
-//! The Kubernetes output's task: the one place that talks to the API server. It reads the Node,
-//! sends the patches [`super::node::plan`] asks for, creates the Events, and retries what failed
-//! with backoff. Each request is counted
+//! The Kubernetes output's client ([`Api`], shared by its tasks: the writer here, the Node's watch
+//! in [`super::watch`], the drain in [`super::drain`]) and its writer task ([`NodeWriter`]): the
+//! writer brings the Node, as the watch last saw it, to the wanted state with the patches
+//! [`super::node::plan`] asks for, creates the Events, and retries what failed with backoff.
+//! With `--kubernetes.dry-run` every write is logged and counted instead of sent. Each request is
+//! counted
 //! (`azure_scheduled_events_kubernetes_requests_total{operation,result}`) by the HTTP status of
 //! its answer, whatever the body: a proxy's error page in front of the API server is a
 //! `server_error` or a `conflict` as its status says. A failure is logged once per kind
 //! (operation and result) until requests succeed again.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,8 +22,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{GetParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource as _};
-use prometheus::{IntCounterVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -35,25 +39,33 @@ use crate::metrics::NAMESPACE;
 pub const MANAGER: &str = "azure-scheduled-events-exporter";
 
 /// Where Events about cluster-scoped objects such as Nodes go, as the kubelet does.
-const EVENTS_NAMESPACE: &str = "default";
+pub(super) const EVENTS_NAMESPACE: &str = "default";
 
 /// Conflicting patches retried at once, reading the Node again each time, before backing off.
 const CONFLICT_RETRIES: u32 = 5;
 
 /// The most of an answer that is read: a Node with many images is tens of kilobytes, a proxy's
 /// page need not be read whole.
-const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+pub(super) const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
-const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-const MAX_BACKOFF: Duration = Duration::from_secs(16);
+pub(super) const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(16);
 
-/// The `operation` label values.
-const OPERATIONS: [&str; 4] = [
+/// resourceVersions the writer remembers: a reconcile sends two patches at most, unless conflicts
+/// make it read the Node again, and the watch catches up within a few versions.
+const KNOWN_KEPT: usize = 32;
+
+/// The `operation` label values, and those of the drain.
+const OPERATIONS: [&str; 5] = [
     "get_node",
+    "watch_node",
     "patch_node",
     "patch_node_status",
     "create_event",
 ];
+const DRAIN_OPERATIONS: [&str; 2] = ["list_pods", "evict_pod"];
+/// The writes a dry run logs and counts instead of sending.
+const WRITES: [&str; 3] = ["patch_node", "patch_node_status", "create_event"];
 /// The `result` label values every operation can have.
 const RESULTS: [&str; 7] = [
     "ok",
@@ -65,14 +77,25 @@ const RESULTS: [&str; 7] = [
     "unreachable",
 ];
 
-/// `azure_scheduled_events_kubernetes_requests_total`, registered only when the output is on.
+/// The output's metric families, registered only when the output is on; the drain's only with
+/// `--kubernetes.drain-events`, the dry run's only with `--kubernetes.dry-run`.
 #[derive(Debug)]
 pub struct KubernetesMetrics {
     requests: IntCounterVec,
+    dry_run_writes: Option<IntCounterVec>,
+    pub(super) drain: Option<DrainMetrics>,
+}
+
+/// `azure_scheduled_events_kubernetes_drain_*_total`.
+#[derive(Debug)]
+pub(super) struct DrainMetrics {
+    pub evicted: IntCounter,
+    pub refused: IntCounter,
+    pub remaining: IntCounter,
 }
 
 impl KubernetesMetrics {
-    pub fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
+    pub fn new(registry: &Registry, drain: bool, dry_run: bool) -> Result<Self, prometheus::Error> {
         let requests = IntCounterVec::new(
             Opts::new(
                 "kubernetes_requests_total",
@@ -81,7 +104,10 @@ impl KubernetesMetrics {
             .namespace(NAMESPACE),
             &["operation", "result"],
         )?;
-        for operation in OPERATIONS {
+        let operations = OPERATIONS
+            .iter()
+            .chain(DRAIN_OPERATIONS.iter().filter(|_| drain));
+        for operation in operations {
             for result in RESULTS {
                 requests.with_label_values(&[operation, result]);
             }
@@ -90,10 +116,54 @@ impl KubernetesMetrics {
             requests.with_label_values(&["create_event", result]);
         }
         registry.register(Box::new(requests.clone()))?;
-        Ok(Self { requests })
+        let dry_run_writes = if dry_run {
+            let writes = IntCounterVec::new(
+                Opts::new(
+                    "kubernetes_dry_run_writes_total",
+                    "Writes to the Kubernetes API server that --kubernetes.dry-run logged and did not send, by operation.",
+                )
+                .namespace(NAMESPACE),
+                &["operation"],
+            )?;
+            for operation in WRITES.iter().chain(["evict_pod"].iter().filter(|_| drain)) {
+                writes.with_label_values(&[operation]);
+            }
+            registry.register(Box::new(writes.clone()))?;
+            Some(writes)
+        } else {
+            None
+        };
+        let drain = if drain {
+            let counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
+                let counter = IntCounter::with_opts(Opts::new(name, help).namespace(NAMESPACE))?;
+                registry.register(Box::new(counter.clone()))?;
+                Ok(counter)
+            };
+            Some(DrainMetrics {
+                evicted: counter(
+                    "kubernetes_drain_pods_evicted_total",
+                    "Pods the drain (--kubernetes.drain-events) evicted through the Eviction API (answered 201).",
+                )?,
+                refused: counter(
+                    "kubernetes_drain_evictions_refused_total",
+                    "Evictions a PodDisruptionBudget refused (answered 429); the drain retries them until --kubernetes.drain-margin before NotBefore.",
+                )?,
+                remaining: counter(
+                    "kubernetes_drain_pods_remaining_total",
+                    "Pods still running on the node when a drain stopped at its deadline (NotBefore minus --kubernetes.drain-margin) without evicting them.",
+                )?,
+            })
+        } else {
+            None
+        };
+        Ok(Self {
+            requests,
+            dry_run_writes,
+            drain,
+        })
     }
 
-    fn record(&self, operation: &str, result: &str) {
+    pub(super) fn record(&self, operation: &str, result: &str) {
         self.requests.with_label_values(&[operation, result]).inc();
     }
 
@@ -104,34 +174,76 @@ impl KubernetesMetrics {
 
 /// A request that failed.
 #[derive(Debug)]
-struct Failure {
-    operation: &'static str,
-    result: &'static str,
-    error: String,
+pub(super) struct Failure {
+    pub operation: &'static str,
+    pub result: &'static str,
+    pub error: String,
 }
 
-/// Writes this machine's Node and creates Events about it.
-pub struct NodeWriter {
-    node_name: String,
-    client: Client,
-    nodes: kube::core::Request,
-    events: kube::core::Request,
-    metrics: Arc<KubernetesMetrics>,
-    /// The Node's uid once read, for the Events' `regarding`.
-    uid: Option<String>,
-    /// Kinds of failure logged since requests last succeeded.
+/// Logs each kind of failure (operation and result) once until requests succeed again.
+#[derive(Debug)]
+pub(super) struct FailureLog {
+    node: String,
+    what: &'static str,
     logged: HashSet<(&'static str, &'static str)>,
 }
 
-impl std::fmt::Debug for NodeWriter {
+impl FailureLog {
+    pub fn new(node: &str, what: &'static str) -> Self {
+        Self {
+            node: node.to_owned(),
+            what,
+            logged: HashSet::new(),
+        }
+    }
+
+    pub fn failed(&mut self, failure: &Failure, retry_in: Duration) {
+        if self.logged.insert((failure.operation, failure.result)) {
+            tracing::warn!(
+                node = %self.node,
+                operation = failure.operation,
+                result = failure.result,
+                error = %failure.error,
+                retry_in = ?retry_in,
+                "Kubernetes API request failed ({}); retrying with backoff (logged once until requests succeed)",
+                self.what
+            );
+        }
+    }
+
+    pub fn succeeded(&mut self) {
+        if !self.logged.is_empty() {
+            tracing::info!(node = %self.node, "Kubernetes API requests succeed again ({})", self.what);
+            self.logged.clear();
+        }
+    }
+}
+
+/// The output's client: one per output, cloned into each of its tasks.
+#[derive(Clone)]
+pub struct Api {
+    pub(super) node_name: String,
+    client: Client,
+    /// For the Node's watch, which stays open for minutes: no read timeout, the watch bounds it.
+    watch_client: Client,
+    /// For the drain: without the client library's own retries of a 429 (up to fifteen, for
+    /// minutes), as a budget's refusal is retried by the drain against its deadline.
+    drain_client: Client,
+    pub(super) nodes: Arc<kube::core::Request>,
+    pub(super) metrics: Arc<KubernetesMetrics>,
+    pub(super) dry_run: bool,
+}
+
+impl std::fmt::Debug for Api {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeWriter")
+        f.debug_struct("Api")
             .field("node_name", &self.node_name)
+            .field("dry_run", &self.dry_run)
             .finish_non_exhaustive()
     }
 }
 
-impl NodeWriter {
+impl Api {
     /// A client for the API server `config` names; fails only on an unusable kubeconfig.
     pub async fn connect(
         config: &KubernetesConfig,
@@ -148,222 +260,105 @@ impl NodeWriter {
         };
         // Bounded, so a hanging API server is a failure retried with backoff, not a stuck task.
         client_config.connect_timeout = Some(Duration::from_secs(5));
-        client_config.read_timeout = Some(Duration::from_secs(10));
         client_config.write_timeout = Some(Duration::from_secs(10));
+        let mut watch_config = client_config.clone();
+        watch_config.read_timeout = None;
+        client_config.read_timeout = Some(Duration::from_secs(10));
+        let mut drain_config = client_config.clone();
+        drain_config.default_retry = false;
+        let names = |types: &[crate::event::EventType]| {
+            types
+                .iter()
+                .map(|t| t.as_str().to_owned())
+                .collect::<Vec<_>>()
+        };
+        let actions = &config.actions;
         tracing::info!(
             node = %config.node_name,
             api_server = %client_config.cluster_url,
-            taint_events = ?config.taint_events.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
-            cordon_events = ?config.cordon_events.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
+            taint_events = ?names(&actions.taint_events),
+            cordon_events = ?names(&actions.cordon_events),
+            drain_events = ?names(&actions.drain_events),
+            drain_margin = ?config.drain_margin,
+            exclude_from_load_balancers_events = ?names(&actions.exclude_from_load_balancers_events),
+            advisory_taint = actions.advisory_taint,
+            dry_run = config.dry_run,
             resync_interval = ?config.resync_interval,
             "writing scheduled events to the Kubernetes node"
         );
         let client = Client::try_from(client_config).context("cannot build a Kubernetes client")?;
+        let watch_client =
+            Client::try_from(watch_config).context("cannot build a Kubernetes client")?;
+        let drain_client =
+            Client::try_from(drain_config).context("cannot build a Kubernetes client")?;
         Ok(Self {
             node_name: config.node_name.clone(),
             client,
-            nodes: kube::core::Request::new(Node::url_path(&(), None)),
-            events: kube::core::Request::new(KubeEvent::url_path(&(), Some(EVENTS_NAMESPACE))),
+            watch_client,
+            drain_client,
+            nodes: Arc::new(kube::core::Request::new(Node::url_path(&(), None))),
             metrics,
-            uid: None,
-            logged: HashSet::new(),
+            dry_run: config.dry_run,
         })
     }
 
-    /// Until the output is dropped: brings the Node to the latest wanted state on every change
-    /// and every `resync`, creates the queued Events, and backs off while requests fail. Events
-    /// wait in the channel, whose bound is the queue's: only the one being sent is taken out.
-    pub async fn run(
-        mut self,
-        mut wanted: watch::Receiver<Option<Wanted>>,
-        mut notes: mpsc::Receiver<Note>,
-        resync: Duration,
-    ) {
-        let mut head: Option<Note> = None;
-        let mut dirty = false;
-        let mut next_resync = Instant::now() + resync;
-        let mut retry_at: Option<Instant> = None;
-        let mut failures: u32 = 0;
-        loop {
-            let due = match retry_at {
-                Some(at) => at,
-                None if dirty || head.is_some() => Instant::now(),
-                None => next_resync,
-            };
-            tokio::select! {
-                biased;
-                changed = wanted.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    dirty = true;
-                    continue;
-                }
-                note = notes.recv(), if head.is_none() => {
-                    match note {
-                        Some(note) => head = Some(note),
-                        None => return,
-                    }
-                    continue;
-                }
-                () = tokio::time::sleep_until(due) => {}
-            }
-            // An Event alone does not read the Node: a change, a retry or the resync does.
-            let mut result = Ok(());
-            if dirty || retry_at.is_some() || Instant::now() >= next_resync {
-                let current = wanted.borrow_and_update().clone();
-                if let Some(current) = &current {
-                    result = self.reconcile(current).await;
-                }
-                if result.is_ok() {
-                    dirty = false;
-                    next_resync = Instant::now() + resync;
-                }
-            }
-            // Events go out even when the Node cannot be written (and the other way round).
-            let events = self.create_events(&mut head, &mut notes).await;
-            match result.and(events) {
-                Ok(()) => {
-                    if !self.logged.is_empty() {
-                        tracing::info!(node = %self.node_name, "Kubernetes API requests succeed again");
-                        self.logged.clear();
-                    }
-                    retry_at = None;
-                    failures = 0;
-                }
-                Err(failure) => {
-                    let backoff = backoff::delay(FIRST_BACKOFF, MAX_BACKOFF, failures, None);
-                    failures = failures.saturating_add(1);
-                    if self.logged.insert((failure.operation, failure.result)) {
-                        tracing::warn!(
-                            node = %self.node_name,
-                            operation = failure.operation,
-                            result = failure.result,
-                            error = %failure.error,
-                            retry_in = ?backoff,
-                            "Kubernetes API request failed; retrying with backoff (logged once until requests succeed)"
-                        );
-                    }
-                    retry_at = Some(Instant::now() + backoff);
-                }
-            }
-        }
+    /// The watch's client, for [`super::watch`].
+    pub(super) fn watch_client(&self) -> &Client {
+        &self.watch_client
     }
 
-    /// Reads the Node and patches it until it is as `wanted`; a conflict reads it again.
-    async fn reconcile(&mut self, wanted: &Wanted) -> Result<(), Failure> {
-        let name = self.node_name.clone();
-        let params = PatchParams {
-            field_manager: Some(MANAGER.into()),
-            ..PatchParams::default()
-        };
-        let mut current = self.get_node(&name).await?;
-        let mut conflicts = 0;
-        // Each round sends one patch; two suffice unless someone else writes the Node meanwhile.
-        for _ in 0..2 * (CONFLICT_RETRIES + 1) {
-            let plan = node::plan(&current, wanted, Utc::now());
-            let (operation, request) = if let Some(status) = plan.status {
-                let patch = Patch::Strategic(status);
-                (
-                    "patch_node_status",
-                    self.nodes
-                        .patch_subresource("status", &name, &params, &patch),
-                )
-            } else if let Some(spec) = plan.spec {
-                let patch = Patch::Strategic(spec);
-                ("patch_node", self.nodes.patch(&name, &params, &patch))
-            } else {
-                return Ok(());
-            };
-            let sent = self.send(request).await;
-            match self.count(operation, sent) {
-                Ok(node) => current = node,
-                Err(failure) if failure.result == "conflict" && conflicts < CONFLICT_RETRIES => {
-                    conflicts += 1;
-                    current = self.get_node(&name).await?;
-                }
-                Err(failure) => return Err(failure),
-            }
-        }
-        Err(Failure {
-            operation: "patch_node",
-            result: "conflict",
-            error: "the Node kept changing under every patch".into(),
-        })
+    /// Reads this Node.
+    pub(super) async fn get_node(&self) -> Result<Node, Failure> {
+        let node = self
+            .send(self.nodes.get(&self.node_name, &GetParams::default()))
+            .await;
+        self.count("get_node", node)
     }
 
-    async fn get_node(&mut self, name: &str) -> Result<Node, Failure> {
-        let node = self.send(self.nodes.get(name, &GetParams::default())).await;
-        let node: Node = self.count("get_node", node)?;
-        self.uid.clone_from(&node.metadata.uid);
-        Ok(node)
-    }
-
-    /// Creates the queued Events in order, `head` first; one that exists already was created
-    /// before. The Event that fails stays in `head`.
-    async fn create_events(
-        &mut self,
-        head: &mut Option<Note>,
-        notes: &mut mpsc::Receiver<Note>,
-    ) -> Result<(), Failure> {
-        while let Some(note) = head.take().or_else(|| notes.try_recv().ok()) {
-            let body = serde_json::to_vec(&self.event(&note)).unwrap_or_default();
-            let created: Result<KubeEvent, _> = self
-                .send(self.events.create(&PostParams::default(), body))
-                .await;
-            let counted = match created {
-                Err(RequestError::Status { code: 409, .. }) => {
-                    self.metrics.record("create_event", "already_exists");
-                    Ok(())
-                }
-                other => self.count("create_event", other).map(drop),
-            };
-            if let Err(failure) = counted {
-                *head = Some(note);
-                return Err(failure);
-            }
+    /// With `--kubernetes.dry-run`: logs and counts the write `operation` would send, and says
+    /// so (the caller then does not send it).
+    pub(super) fn dry_run(&self, operation: &'static str, what: &str, body: &Value) -> bool {
+        if !self.dry_run {
+            return false;
         }
-        Ok(())
-    }
-
-    fn event(&self, note: &Note) -> KubeEvent {
-        KubeEvent {
-            metadata: ObjectMeta {
-                name: Some(note.name.clone()),
-                namespace: Some(EVENTS_NAMESPACE.into()),
-                ..ObjectMeta::default()
-            },
-            event_time: Some(MicroTime(
-                Timestamp::from_microsecond(note.at.timestamp_micros())
-                    .unwrap_or(Timestamp::UNIX_EPOCH),
-            )),
-            action: Some("ScheduledEvent".into()),
-            reason: Some(truncated(&note.reason, 128)),
-            note: Some(truncated(&note.note, 1024)),
-            type_: Some(if note.warning { "Warning" } else { "Normal" }.into()),
-            regarding: Some(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(self.node_name.clone()),
-                uid: self.uid.clone(),
-                ..ObjectReference::default()
-            }),
-            reporting_controller: Some(MANAGER.into()),
-            reporting_instance: Some(truncated(&format!("{MANAGER}-{}", self.node_name), 128)),
-            ..KubeEvent::default()
+        if let Some(writes) = &self.metrics.dry_run_writes {
+            writes.with_label_values(&[operation]).inc();
         }
+        tracing::info!(
+            node = %self.node_name,
+            operation,
+            target = what,
+            body = %body,
+            "dry run: Kubernetes API write not sent"
+        );
+        true
     }
 
     /// Sends a request and reads the object it answers; a failure is classified by the HTTP
     /// status alone, as the body may be anything a proxy sends (HTML, JSON of its own, bytes).
-    async fn send<T: DeserializeOwned>(
+    pub(super) async fn send<T: DeserializeOwned>(
         &self,
+        request: Result<hyper::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<T, RequestError> {
+        self.send_on(&self.client, request).await
+    }
+
+    /// [`Self::send`] for the drain: a 429 comes back at once.
+    pub(super) async fn send_drain<T: DeserializeOwned>(
+        &self,
+        request: Result<hyper::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<T, RequestError> {
+        self.send_on(&self.drain_client, request).await
+    }
+
+    async fn send_on<T: DeserializeOwned>(
+        &self,
+        client: &Client,
         request: Result<hyper::Request<Vec<u8>>, kube::core::request::Error>,
     ) -> Result<T, RequestError> {
         let transport = |e: &dyn std::fmt::Display| RequestError::Transport(e.to_string());
         let request = request.map_err(|e| transport(&e))?;
-        let response = self
-            .client
+        let response = client
             .send(request.map(kube::client::Body::from))
             .await
             .map_err(|e| transport(&e))?;
@@ -374,15 +369,7 @@ impl NodeWriter {
             .map_err(|e| transport(&e))?
             .to_bytes();
         if code.is_client_error() || code.is_server_error() {
-            let message = serde_json::from_slice::<kube::core::Status>(&body)
-                .ok()
-                .map(|status| status.message)
-                .filter(|message| !message.is_empty())
-                .unwrap_or_else(|| excerpt(&body));
-            return Err(RequestError::Status {
-                code: code.as_u16(),
-                message,
-            });
+            return Err(status_error(code.as_u16(), &body));
         }
         serde_json::from_slice(&body).map_err(|e| {
             RequestError::Transport(format!("HTTP {code}: not the object asked for: {e}"))
@@ -390,7 +377,7 @@ impl NodeWriter {
     }
 
     /// Counts one request and classifies its failure.
-    fn count<T>(
+    pub(super) fn count<T>(
         &self,
         operation: &'static str,
         result: Result<T, RequestError>,
@@ -408,6 +395,310 @@ impl NodeWriter {
     }
 }
 
+/// The error of an answer with status `code`: the Status object's message, else the start of
+/// the body.
+pub(super) fn status_error(code: u16, body: &[u8]) -> RequestError {
+    let message = serde_json::from_slice::<kube::core::Status>(body)
+        .ok()
+        .map(|status| status.message)
+        .filter(|message| !message.is_empty())
+        .unwrap_or_else(|| excerpt(body));
+    RequestError::Status { code, message }
+}
+
+/// Writes this machine's Node and creates Events about it.
+#[derive(Debug)]
+pub struct NodeWriter {
+    api: Api,
+    events: kube::core::Request,
+    /// The Node's uid once seen, for the Events' `regarding`.
+    uid: Option<String>,
+    /// resourceVersions of the Node the writer has known (its patches' answers, its reads, what
+    /// the watch delivered): one delivered again (the watch catching up with the writer's own
+    /// patches, a full read that crossed one) is older than what the writer knows, not news.
+    known: VecDeque<String>,
+    /// The last dry-run plan logged, so that the same writes are logged once.
+    dry_run_logged: Option<node::Plan>,
+    failures: FailureLog,
+}
+
+impl NodeWriter {
+    pub fn new(api: Api) -> Self {
+        let failures = FailureLog::new(&api.node_name, "writing the Node");
+        Self {
+            api,
+            events: kube::core::Request::new(KubeEvent::url_path(&(), Some(EVENTS_NAMESPACE))),
+            uid: None,
+            known: VecDeque::new(),
+            dry_run_logged: None,
+            failures,
+        }
+    }
+
+    /// Until the output is dropped: brings the Node, as the watch last delivered it, to the
+    /// latest wanted state on every change of either, creates the queued Events, and backs off
+    /// while requests fail. Events wait in the channel, whose bound is the queue's: only the one
+    /// being sent is taken out.
+    pub async fn run(
+        mut self,
+        mut wanted: watch::Receiver<Option<Wanted>>,
+        mut notes: mpsc::Receiver<Note>,
+        mut seen: watch::Receiver<Option<Node>>,
+    ) {
+        let mut head: Option<Note> = None;
+        let mut dirty = false;
+        let mut current: Option<Node> = None;
+        let mut retry_at: Option<Instant> = None;
+        let mut failures: u32 = 0;
+        loop {
+            let due = match retry_at {
+                Some(at) => at,
+                None if dirty || head.is_some() => Instant::now(),
+                None => Instant::now() + Duration::from_secs(86_400),
+            };
+            tokio::select! {
+                biased;
+                changed = wanted.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    dirty = true;
+                    continue;
+                }
+                changed = seen.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    if let Some(node) = seen.borrow_and_update().clone()
+                        && self.learn(&node)
+                    {
+                        current = Some(node);
+                        dirty = true;
+                    }
+                    continue;
+                }
+                note = notes.recv(), if head.is_none() => {
+                    match note {
+                        Some(note) => head = Some(note),
+                        None => return,
+                    }
+                    continue;
+                }
+                () = tokio::time::sleep_until(due) => {}
+            }
+            let mut result = Ok(());
+            if (dirty || retry_at.is_some())
+                && let Some(node) = current.take()
+            {
+                self.uid.clone_from(&node.metadata.uid);
+                let target = wanted.borrow_and_update().clone();
+                let (node, reconciled) = match &target {
+                    Some(target) => self.reconcile(node, target).await,
+                    None => (node, Ok(())),
+                };
+                current = Some(node);
+                result = reconciled;
+                if result.is_ok() {
+                    dirty = false;
+                }
+            }
+            // Events go out even when the Node cannot be written (and the other way round).
+            let events = self.create_events(&mut head, &mut notes).await;
+            match result.and(events) {
+                Ok(()) => {
+                    self.failures.succeeded();
+                    retry_at = None;
+                    failures = 0;
+                }
+                Err(failure) => {
+                    let backoff = backoff::delay(FIRST_BACKOFF, MAX_BACKOFF, failures, None);
+                    failures = failures.saturating_add(1);
+                    self.failures.failed(&failure, backoff);
+                    retry_at = Some(Instant::now() + backoff);
+                }
+            }
+        }
+    }
+
+    /// Patches `current` until it is as `wanted`; a conflict reads the Node again. Gives back
+    /// the Node as last known.
+    async fn reconcile(
+        &mut self,
+        mut current: Node,
+        wanted: &Wanted,
+    ) -> (Node, Result<(), Failure>) {
+        let name = self.api.node_name.clone();
+        let params = PatchParams {
+            field_manager: Some(MANAGER.into()),
+            ..PatchParams::default()
+        };
+        if self.api.dry_run {
+            self.log_dry_run(node::plan(&current, wanted, Utc::now()));
+            return (current, Ok(()));
+        }
+        let mut conflicts = 0;
+        // Each round sends one patch; two suffice unless someone else writes the Node meanwhile.
+        for _ in 0..2 * (CONFLICT_RETRIES + 1) {
+            let plan = node::plan(&current, wanted, Utc::now());
+            let (operation, request) = if let Some(status) = plan.status {
+                let patch = Patch::Strategic(status);
+                (
+                    "patch_node_status",
+                    self.api
+                        .nodes
+                        .patch_subresource("status", &name, &params, &patch),
+                )
+            } else if let Some(spec) = plan.spec {
+                let patch = Patch::Strategic(spec);
+                ("patch_node", self.api.nodes.patch(&name, &params, &patch))
+            } else {
+                return (current, Ok(()));
+            };
+            let sent: Result<Node, _> = self.api.send(request).await;
+            match self.api.count(operation, sent) {
+                Ok(node) => {
+                    self.learn(&node);
+                    current = node;
+                }
+                Err(failure) if failure.result == "conflict" && conflicts < CONFLICT_RETRIES => {
+                    conflicts += 1;
+                    match self.api.get_node().await {
+                        Ok(node) => {
+                            self.learn(&node);
+                            current = node;
+                        }
+                        Err(failure) => return (current, Err(failure)),
+                    }
+                }
+                Err(failure) => return (current, Err(failure)),
+            }
+        }
+        (
+            current,
+            Err(Failure {
+                operation: "patch_node",
+                result: "conflict",
+                error: "the Node kept changing under every patch".into(),
+            }),
+        )
+    }
+
+    /// Records `node`'s resourceVersion; whether it is one the writer did not know.
+    fn learn(&mut self, node: &Node) -> bool {
+        let Some(version) = &node.metadata.resource_version else {
+            return true;
+        };
+        if self.known.contains(version) {
+            return false;
+        }
+        if self.known.len() >= KNOWN_KEPT {
+            self.known.pop_front();
+        }
+        self.known.push_back(version.clone());
+        true
+    }
+
+    /// Logs the writes of `plan` once: the Node does not change in a dry run, so the same plan
+    /// comes back at every change of the watched Node.
+    fn log_dry_run(&mut self, plan: node::Plan) {
+        let stable = node::Plan {
+            status: plan.status.clone().map(|mut status| {
+                if let Some(condition) = status
+                    .pointer_mut("/status/conditions/0")
+                    .and_then(Value::as_object_mut)
+                {
+                    condition.remove("lastHeartbeatTime");
+                    condition.remove("lastTransitionTime");
+                }
+                status.as_object_mut().map(|o| o.remove("metadata"));
+                status
+            }),
+            spec: plan.spec.clone().map(|mut spec| {
+                if let Some(metadata) = spec.get_mut("metadata").and_then(Value::as_object_mut) {
+                    metadata.remove("resourceVersion");
+                }
+                spec
+            }),
+        };
+        if self.dry_run_logged.as_ref() == Some(&stable) {
+            return;
+        }
+        let node = format!("nodes/{}", self.api.node_name);
+        if let Some(status) = &plan.status {
+            self.api
+                .dry_run("patch_node_status", &format!("{node}/status"), status);
+        }
+        if let Some(spec) = &plan.spec {
+            self.api.dry_run("patch_node", &node, spec);
+        }
+        self.dry_run_logged = Some(stable);
+    }
+
+    /// Creates the queued Events in order, `head` first; one that exists already was created
+    /// before. The Event that fails stays in `head`.
+    async fn create_events(
+        &mut self,
+        head: &mut Option<Note>,
+        notes: &mut mpsc::Receiver<Note>,
+    ) -> Result<(), Failure> {
+        while let Some(note) = head.take().or_else(|| notes.try_recv().ok()) {
+            let event = self.event(&note);
+            if self.api.dry_run {
+                let body = serde_json::to_value(&event).unwrap_or_default();
+                self.api
+                    .dry_run("create_event", &format!("events/{}", note.name), &body);
+                continue;
+            }
+            let body = serde_json::to_vec(&event).unwrap_or_default();
+            let created: Result<KubeEvent, _> = self
+                .api
+                .send(self.events.create(&PostParams::default(), body))
+                .await;
+            let counted = match created {
+                Err(RequestError::Status { code: 409, .. }) => {
+                    self.api.metrics.record("create_event", "already_exists");
+                    Ok(())
+                }
+                other => self.api.count("create_event", other).map(drop),
+            };
+            if let Err(failure) = counted {
+                *head = Some(note);
+                return Err(failure);
+            }
+        }
+        Ok(())
+    }
+
+    fn event(&self, note: &Note) -> KubeEvent {
+        let node = &self.api.node_name;
+        KubeEvent {
+            metadata: ObjectMeta {
+                name: Some(note.name.clone()),
+                namespace: Some(EVENTS_NAMESPACE.into()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(
+                Timestamp::from_microsecond(note.at.timestamp_micros())
+                    .unwrap_or(Timestamp::UNIX_EPOCH),
+            )),
+            action: Some(note.action.into()),
+            reason: Some(truncated(&note.reason, 128)),
+            note: Some(truncated(&note.note, 1024)),
+            type_: Some(if note.warning { "Warning" } else { "Normal" }.into()),
+            regarding: Some(ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.clone()),
+                uid: self.uid.clone(),
+                ..ObjectReference::default()
+            }),
+            reporting_controller: Some(MANAGER.into()),
+            reporting_instance: Some(truncated(&format!("{MANAGER}-{node}"), 128)),
+            ..KubeEvent::default()
+        }
+    }
+}
+
 /// `text` cut to the `max` bytes the API server accepts for the field, at a character boundary.
 fn truncated(text: &str, max: usize) -> String {
     let mut end = text.len().min(max);
@@ -419,7 +710,7 @@ fn truncated(text: &str, max: usize) -> String {
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
-enum RequestError {
+pub(super) enum RequestError {
     /// An answer with an error status; the message is the Status object's, else the start of
     /// the body.
     #[error("HTTP {code}: {message}")]
@@ -441,7 +732,7 @@ fn excerpt(body: &[u8]) -> String {
 }
 
 /// The `result` label of a failed request, by its HTTP status.
-fn classify(error: &RequestError) -> &'static str {
+pub(super) fn classify(error: &RequestError) -> &'static str {
     match error {
         RequestError::Status { code, .. } => match code {
             401 | 403 => "forbidden",

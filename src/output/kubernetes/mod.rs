@@ -2,31 +2,35 @@
 //! the VM (off unless `--kubernetes.node-name` is set; docs/kubernetes.md).
 //!
 //! `consume` only works out the wanted state ([`wanted::Wanted`], from the events naming this VM)
-//! and the Kubernetes Events to create ([`wanted::Note`]); a task of its own ([`api`]) talks to
-//! the API server. The wanted state is a single value the task reads when it is ready (a newer
-//! one replaces an older one unread), the Events wait in a bounded queue whose overflow is
-//! dropped and counted, so an API server that is down, refuses or hangs never delays a poll. The
-//! task brings the Node to the wanted state on every change, after a start, and every
-//! `--kubernetes.resync-interval` ([`node::plan`]).
+//! and the Kubernetes Events to create ([`wanted::Note`]); tasks of its own talk to the API
+//! server: [`watch`] keeps the Node as the API server has it, [`api`] writes it and creates the
+//! Events, [`drain`] evicts pods when asked to. The wanted state is a single value each task
+//! reads when it is ready (a newer one replaces an older one unread), the Events wait in a
+//! bounded queue whose overflow is dropped and counted, so an API server that is down, refuses
+//! or hangs never delays a poll. The writer brings the Node to the wanted state on every change
+//! of either ([`node::plan`]).
 
 mod api;
+pub mod drain;
 pub mod node;
 pub mod wanted;
+mod watch;
 
 use std::cell::Cell;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::config::kubernetes::KubernetesConfig;
-use crate::event::Affects;
+use crate::event::{Affects, Event};
 use crate::metrics::Metrics;
 use crate::occurrence::{Context, Occurrence};
 use crate::tracker::Tracked;
 
 use super::Output;
-use api::{KubernetesMetrics, NodeWriter};
+use api::{Api, KubernetesMetrics, NodeWriter};
+use drain::Drainer;
 use wanted::{Note, Wanted};
 
 /// Events waiting to be created at most; a document holds a handful of events, each with a few
@@ -43,10 +47,11 @@ pub struct Kubernetes {
     /// The last document's events; `None` until the first, so a start touches nothing on the
     /// Node before the agent knows what is pending (nor before it knows this VM's name).
     events: Option<Arc<[Tracked]>>,
-    wanted: watch::Sender<Option<Wanted>>,
+    wanted: tokio::sync::watch::Sender<Option<Wanted>>,
     notes: mpsc::Sender<Note>,
     metrics: Arc<KubernetesMetrics>,
-    task: JoinHandle<()>,
+    /// The Node's watch, its writer, and the drain when asked for.
+    tasks: Vec<JoinHandle<()>>,
     /// When a drop was last logged, and the drops since.
     drop_logged_at: Cell<Option<tokio::time::Instant>>,
     dropped_since_log: Cell<u64>,
@@ -55,18 +60,37 @@ pub struct Kubernetes {
 impl Kubernetes {
     /// Connects to the API server as `config` says and starts the task that writes the Node.
     pub async fn start(config: KubernetesConfig, metrics: &Metrics) -> anyhow::Result<Self> {
-        let metrics = Arc::new(KubernetesMetrics::new(metrics.registry())?);
-        let writer = NodeWriter::connect(&config, Arc::clone(&metrics)).await?;
-        let (wanted, wanted_rx) = watch::channel(None);
+        let drains = !config.actions.drain_events.is_empty();
+        let metrics = Arc::new(KubernetesMetrics::new(
+            metrics.registry(),
+            drains,
+            config.dry_run,
+        )?);
+        let api = Api::connect(&config, Arc::clone(&metrics)).await?;
+        let (wanted, wanted_rx) = tokio::sync::watch::channel(None);
+        let (seen, seen_rx) = tokio::sync::watch::channel(None);
         let (notes, notes_rx) = mpsc::channel(QUEUE);
-        let task = tokio::spawn(writer.run(wanted_rx, notes_rx, config.resync_interval));
+        let mut tasks = vec![tokio::spawn(watch::run(
+            api.clone(),
+            config.resync_interval,
+            seen,
+        ))];
+        if drains {
+            let drainer = Drainer::new(api.clone(), config.drain_margin, notes.clone());
+            tasks.push(tokio::spawn(
+                drainer.run(wanted_rx.clone(), seen_rx.clone()),
+            ));
+        }
+        tasks.push(tokio::spawn(
+            NodeWriter::new(api).run(wanted_rx, notes_rx, seen_rx),
+        ));
         Ok(Self {
             config,
             events: None,
             wanted,
             notes,
             metrics,
-            task,
+            tasks,
             drop_logged_at: Cell::new(None),
             dropped_since_log: Cell::new(0),
         })
@@ -100,7 +124,7 @@ impl Kubernetes {
 #[async_trait::async_trait]
 impl Output for Kubernetes {
     fn consume(&mut self, context: &Context, occurrences: &[Occurrence]) {
-        let vm = context.vm_name();
+        let known_vm = context.vm_name().is_some();
         let node = self.config.node_name.as_str();
         let mut changed = false;
         for occurrence in occurrences {
@@ -112,7 +136,7 @@ impl Output for Kubernetes {
                 // The VM's name may become known after the document that names it.
                 Occurrence::VmIdentified { .. } => changed = true,
                 Occurrence::Transition(transition) => {
-                    if transition.event().affects(vm) == Affects::Yes {
+                    if context.view(transition.event()).affects_this_vm == Affects::Yes {
                         self.note(Note::of_transition(
                             node,
                             transition,
@@ -122,7 +146,7 @@ impl Output for Kubernetes {
                     }
                 }
                 Occurrence::EndedWhileDown(tracked) => {
-                    if tracked.event.affects(vm) == Affects::Yes {
+                    if context.view(&tracked.event).affects_this_vm == Affects::Yes {
                         self.note(Some(Note::ended_while_down(
                             node,
                             &tracked.event,
@@ -141,15 +165,15 @@ impl Output for Kubernetes {
         // Until this VM's name is known no event can be told to name it: wanting nothing then
         // would lift, after a restart, a taint or cordon that a pending event still wants.
         if changed
-            && vm.is_some()
+            && known_vm
             && let Some(events) = &self.events
         {
-            let wanted = Wanted::from_events(
-                events,
-                vm,
-                &self.config.taint_events,
-                &self.config.cordon_events,
-            );
+            let ours: Vec<&Event> = events
+                .iter()
+                .map(|tracked| &tracked.event)
+                .filter(|event| context.view(event).affects_this_vm == Affects::Yes)
+                .collect();
+            let wanted = Wanted::from_events(&ours, &self.config.actions);
             self.wanted.send_if_modified(|current| {
                 let modified = current.as_ref() != Some(&wanted);
                 *current = Some(wanted);
@@ -159,7 +183,10 @@ impl Output for Kubernetes {
     }
 
     async fn stop(&mut self, _context: &Context) {
-        // What the Node says stays: a restarted agent takes over from the annotation.
-        self.task.abort();
+        // What the Node says stays: a restarted agent takes over from the annotation (and drains
+        // again what an event still pending asks for).
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }

@@ -1,11 +1,12 @@
 //! The changes that bring a Node to what the events want ([`plan`]): the condition on the status
-//! subresource, and the taint and cordon on the Node itself, with the annotation that records
-//! what the agent added. Pure: the Node as last read and the time come in as arguments.
+//! subresource, and the taints, cordon and labels on the Node itself, with the annotation that
+//! records what the agent added. Pure: the Node as last read and the time come in as arguments.
 //!
 //! The agent removes only what it added. The annotation `azure-scheduled-events/applied` says
-//! which of the taint and the cordon it put there, in the same write as them, so a restarted
-//! agent knows; a node cordoned before the agent wanted it cordoned is left as found and never
-//! uncordoned by it. Every patch carries the resourceVersion it was planned from, so the API
+//! which of the taints, the cordon and the load-balancer exclusion it put there, in the same
+//! write as them, so a restarted agent knows; a node cordoned (or excluded from load balancers)
+//! before the agent wanted it is left as found and never undone by it. The keys under
+//! `azure-scheduled-events/` are the agent's alone. Every patch carries the resourceVersion it was planned from, so the API
 //! server refuses (409) a patch planned from a Node someone changed since.
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -20,16 +21,35 @@ pub const CONDITION: &str = "AzureScheduledEvent";
 /// The key of the agent's taint; its value is the event type.
 pub const TAINT_KEY: &str = "azure-scheduled-events/impact";
 pub const TAINT_EFFECT: &str = "NoSchedule";
+/// The key of the taint kept while an advisory (a Spot rebalance recommendation) names this VM;
+/// its value is the event type.
+pub const ADVISORY_TAINT_KEY: &str = "azure-scheduled-events/advisory";
+pub const ADVISORY_TAINT_EFFECT: &str = "PreferNoSchedule";
 /// The annotation recording what the agent added to the Node.
 pub const APPLIED: &str = "azure-scheduled-events/applied";
+/// The soonest Scheduled event's NotBefore, Unix seconds, for node affinity (`Gt`, `DoesNotExist`).
+pub const NOT_BEFORE_LABEL: &str = "azure-scheduled-events/not-before";
+/// The soonest Scheduled event's type.
+pub const EVENT_TYPE_LABEL: &str = "azure-scheduled-events/event-type";
+/// The label Azure's cloud controller manager (and Kubernetes' service controller) honour.
+pub const EXCLUDE_LB_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 
-/// What the agent added to the Node, as the annotation records it.
+/// What the agent added to the Node, as the annotation records it. The later fields are written
+/// only when set, so an annotation of an earlier version reads the same.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied {
     #[serde(default)]
     pub taint: bool,
     #[serde(default)]
     pub cordon: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub advisory_taint: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub exclude_from_load_balancers: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 impl Applied {
@@ -49,7 +69,8 @@ impl Applied {
 pub struct Plan {
     /// A strategic-merge patch of `nodes/status`: conditions merge by type.
     pub status: Option<Value>,
-    /// A strategic-merge patch of the Node: `spec.taints` is replaced whole.
+    /// A strategic-merge patch of the Node: `spec.taints` is replaced whole, labels and the
+    /// annotation merge by key (`null` removes one).
     pub spec: Option<Value>,
 }
 
@@ -118,41 +139,34 @@ fn spec_patch(node: &Node, wanted: &Wanted) -> Option<Value> {
     let spec = node.spec.as_ref();
     let taints: Vec<Taint> = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
     let cordoned = spec.and_then(|s| s.unschedulable).unwrap_or(false);
+    let labels = node.metadata.labels.clone().unwrap_or_default();
 
     let mut new_applied = applied;
-    let new_taints: Vec<Taint> = match (&wanted.taint, applied.taint) {
-        (Some(value), _) => {
-            new_applied.taint = true;
-            let mut kept: Vec<Taint> = taints.iter().filter(|t| !is_ours(t)).cloned().collect();
-            kept.push(Taint {
-                key: TAINT_KEY.into(),
-                value: Some(value.clone()),
-                effect: TAINT_EFFECT.into(),
-                time_added: None,
-            });
-            kept
-        }
-        (None, true) => {
-            new_applied.taint = false;
-            taints.iter().filter(|t| !is_ours(t)).cloned().collect()
-        }
-        (None, false) => taints.clone(),
-    };
-    let new_cordoned = match (wanted.cordon, applied.cordon) {
-        // Ours: put back if someone uncordoned while the event is pending.
-        (true, true) => true,
-        // An operator's cordon: left as found, and not recorded as ours.
-        (true, false) if cordoned => true,
-        (true, false) => {
-            new_applied.cordon = true;
-            true
-        }
-        (false, true) => {
-            new_applied.cordon = false;
-            false
-        }
-        (false, false) => cordoned,
-    };
+    let new_taints = taint(
+        &taints,
+        TAINT_KEY,
+        TAINT_EFFECT,
+        wanted.taint.as_deref(),
+        applied.taint,
+    );
+    new_applied.taint = wanted.taint.is_some();
+    let new_taints = taint(
+        &new_taints,
+        ADVISORY_TAINT_KEY,
+        ADVISORY_TAINT_EFFECT,
+        wanted.advisory_taint.as_deref(),
+        applied.advisory_taint,
+    );
+    new_applied.advisory_taint = wanted.advisory_taint.is_some();
+    let (new_cordoned, ours) = owned(wanted.cordon, applied.cordon, cordoned);
+    new_applied.cordon = ours;
+    let excluded = labels.get(EXCLUDE_LB_LABEL).is_some_and(|v| v == "true");
+    let (new_excluded, ours) = owned(
+        wanted.exclude_from_load_balancers,
+        applied.exclude_from_load_balancers,
+        labels.contains_key(EXCLUDE_LB_LABEL),
+    );
+    new_applied.exclude_from_load_balancers = ours;
 
     let mut spec_changes = serde_json::Map::new();
     if !same_taints(&taints, &new_taints) {
@@ -160,6 +174,26 @@ fn spec_patch(node: &Node, wanted: &Wanted) -> Option<Value> {
     }
     if new_cordoned != cordoned {
         spec_changes.insert("unschedulable".into(), json!(new_cordoned));
+    }
+    let mut label_changes = serde_json::Map::new();
+    let mut label = |key: &str, value: Option<String>| {
+        if labels.get(key) != value.as_ref() {
+            label_changes.insert(key.into(), value.map_or(Value::Null, Value::String));
+        }
+    };
+    let deadline = wanted.deadline.as_ref();
+    label(
+        NOT_BEFORE_LABEL,
+        deadline.and_then(|d| d.not_before).map(|t| t.to_string()),
+    );
+    label(
+        EVENT_TYPE_LABEL,
+        deadline.map(|d| label_value(&d.event_type)),
+    );
+    if new_applied.exclude_from_load_balancers && !excluded {
+        label(EXCLUDE_LB_LABEL, Some("true".into()));
+    } else if applied.exclude_from_load_balancers && !new_excluded {
+        label(EXCLUDE_LB_LABEL, None);
     }
     let annotated = node
         .metadata
@@ -175,12 +209,15 @@ fn spec_patch(node: &Node, wanted: &Wanted) -> Option<Value> {
     } else {
         None
     };
-    if spec_changes.is_empty() && annotation.is_none() {
+    if spec_changes.is_empty() && label_changes.is_empty() && annotation.is_none() {
         return None;
     }
     let mut patch = json!({ "metadata": {} });
     if let Some(annotation) = annotation {
         patch["metadata"]["annotations"] = json!({ APPLIED: annotation });
+    }
+    if !label_changes.is_empty() {
+        patch["metadata"]["labels"] = Value::Object(label_changes);
     }
     if !spec_changes.is_empty() {
         patch["spec"] = Value::Object(spec_changes);
@@ -188,8 +225,60 @@ fn spec_patch(node: &Node, wanted: &Wanted) -> Option<Value> {
     Some(patch)
 }
 
-fn is_ours(taint: &Taint) -> bool {
-    taint.key == TAINT_KEY && taint.effect == TAINT_EFFECT
+/// `taints` with the agent's taint of `key` and `effect` set to `value`, or removed when no value
+/// is wanted and the annotation says the agent added it.
+fn taint(
+    taints: &[Taint],
+    key: &str,
+    effect: &str,
+    value: Option<&str>,
+    applied: bool,
+) -> Vec<Taint> {
+    let others = || {
+        taints
+            .iter()
+            .filter(|t| !(t.key == key && t.effect == effect))
+            .cloned()
+    };
+    match (value, applied) {
+        (Some(value), _) => others()
+            .chain(std::iter::once(Taint {
+                key: key.into(),
+                value: Some(value.into()),
+                effect: effect.into(),
+                time_added: None,
+            }))
+            .collect(),
+        (None, true) => others().collect(),
+        (None, false) => taints.to_vec(),
+    }
+}
+
+/// Whether a switch the agent shares with others (the cordon, the load-balancer exclusion) should
+/// be on, and whether it is then the agent's: `wanted` now, `ours` as the annotation says, `on`
+/// as the Node is.
+fn owned(wanted: bool, ours: bool, on: bool) -> (bool, bool) {
+    match (wanted, ours) {
+        // Ours: put back if someone took it away while the event is pending.
+        (true, true) => (true, true),
+        // Someone else's: left as found, and not recorded as ours.
+        (true, false) if on => (true, false),
+        (true, false) => (true, true),
+        (false, true) => (false, false),
+        (false, false) => (on, false),
+    }
+}
+
+/// A label value (at most 63 of letters, digits, `-`, `_`, `.`, alphanumeric at both ends) from
+/// an event type, which Azure may send in any form.
+fn label_value(text: &str) -> String {
+    let kept: String = text
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(63)
+        .collect();
+    kept.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_owned()
 }
 
 /// Equal as sets of (key, value, effect): the order the API server keeps is not a change.
@@ -204,7 +293,7 @@ fn same_taints(a: &[Taint], b: &[Taint]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::wanted::Condition;
+    use super::super::wanted::{Condition, Deadline};
     use super::*;
 
     fn node(value: Value) -> Node {
@@ -225,6 +314,10 @@ mod tests {
             },
             taint: taint.map(str::to_owned),
             cordon,
+            advisory_taint: None,
+            exclude_from_load_balancers: false,
+            deadline: None,
+            drain: None,
         }
     }
 
@@ -340,5 +433,109 @@ mod tests {
             "only the record goes"
         );
         assert!(spec.get("spec").is_none());
+    }
+
+    #[test]
+    fn deadline_labels_come_and_go_and_other_labels_stay() {
+        let n = node(json!({"metadata": {"name": "n", "resourceVersion": "1",
+            "labels": {"kubernetes.io/hostname": "n"}}}));
+        let mut w = wanted(None, false);
+        w.deadline = Some(Deadline {
+            not_before: Some(2_000_000_000),
+            event_type: "Reboot".into(),
+        });
+        let Some(spec) = plan(&n, &w, now()).spec else {
+            panic!("labelled")
+        };
+        assert_eq!(
+            spec["metadata"]["labels"],
+            json!({NOT_BEFORE_LABEL: "2000000000", EVENT_TYPE_LABEL: "Reboot"})
+        );
+        assert_eq!(spec["metadata"]["resourceVersion"], "1");
+        assert!(
+            spec["metadata"].get("annotations").is_none(),
+            "our own keys"
+        );
+        let labelled = node(json!({"metadata": {"name": "n", "resourceVersion": "2",
+            "labels": {"kubernetes.io/hostname": "n", NOT_BEFORE_LABEL: "2000000000", EVENT_TYPE_LABEL: "Reboot"}}}));
+        assert_eq!(plan(&labelled, &w, now()).spec, None);
+        let Some(spec) = plan(&labelled, &wanted(None, false), now()).spec else {
+            panic!("unlabelled")
+        };
+        assert_eq!(
+            spec["metadata"]["labels"],
+            json!({NOT_BEFORE_LABEL: null, EVENT_TYPE_LABEL: null})
+        );
+    }
+
+    #[test]
+    fn the_load_balancer_exclusion_is_lifted_only_when_the_agent_set_it() {
+        let mut w = wanted(None, false);
+        w.exclude_from_load_balancers = true;
+        let bare = node(json!({"metadata": {"name": "n", "resourceVersion": "1"}}));
+        let Some(spec) = plan(&bare, &w, now()).spec else {
+            panic!("excluded")
+        };
+        assert_eq!(spec["metadata"]["labels"][EXCLUDE_LB_LABEL], "true");
+        assert_eq!(
+            spec["metadata"]["annotations"][APPLIED],
+            r#"{"taint":false,"cordon":false,"exclude_from_load_balancers":true}"#
+        );
+        let ours = node(json!({"metadata": {"name": "n", "resourceVersion": "2",
+            "labels": {EXCLUDE_LB_LABEL: "true"},
+            "annotations": {APPLIED: r#"{"exclude_from_load_balancers":true}"#}}}));
+        let Some(spec) = plan(&ours, &wanted(None, false), now()).spec else {
+            panic!("lifted")
+        };
+        assert_eq!(spec["metadata"]["labels"][EXCLUDE_LB_LABEL], Value::Null);
+        assert_eq!(spec["metadata"]["annotations"][APPLIED], Value::Null);
+
+        let operators = node(json!({"metadata": {"name": "n", "resourceVersion": "1",
+            "labels": {EXCLUDE_LB_LABEL: "true"}}}));
+        assert_eq!(
+            plan(&operators, &w, now()).spec,
+            None,
+            "not recorded as ours"
+        );
+        assert_eq!(plan(&operators, &wanted(None, false), now()).spec, None);
+    }
+
+    #[test]
+    fn the_advisory_taint_prefers_no_schedule_and_leaves_the_impact_taint_alone() {
+        let mut w = wanted(Some("Reboot"), false);
+        w.advisory_taint = Some("SpotRebalanceRecommendation".into());
+        let bare = node(json!({"metadata": {"name": "n", "resourceVersion": "1"}}));
+        let Some(spec) = plan(&bare, &w, now()).spec else {
+            panic!("tainted")
+        };
+        assert_eq!(
+            spec["spec"]["taints"],
+            json!([
+                {"key": TAINT_KEY, "value": "Reboot", "effect": "NoSchedule"},
+                {"key": ADVISORY_TAINT_KEY, "value": "SpotRebalanceRecommendation", "effect": "PreferNoSchedule"}
+            ])
+        );
+        let tainted = node(json!({
+            "metadata": {"name": "n", "resourceVersion": "2", "annotations": {APPLIED: r#"{"taint":true,"cordon":false,"advisory_taint":true}"#}},
+            "spec": {"taints": [
+                {"key": TAINT_KEY, "value": "Reboot", "effect": "NoSchedule"},
+                {"key": ADVISORY_TAINT_KEY, "value": "SpotRebalanceRecommendation", "effect": "PreferNoSchedule"}
+            ]}
+        }));
+        assert_eq!(plan(&tainted, &w, now()).spec, None);
+        let Some(spec) = plan(&tainted, &wanted(Some("Reboot"), false), now()).spec else {
+            panic!("lifted")
+        };
+        assert_eq!(
+            spec["spec"]["taints"],
+            json!([{"key": TAINT_KEY, "value": "Reboot", "effect": "NoSchedule"}])
+        );
+    }
+
+    #[test]
+    fn label_values_are_what_kubernetes_accepts() {
+        assert_eq!(label_value("Reboot"), "Reboot");
+        assert_eq!(label_value("-Hot Patch!-"), "HotPatch");
+        assert_eq!(label_value(&"x".repeat(100)).len(), 63);
     }
 }

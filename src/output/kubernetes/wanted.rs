@@ -1,11 +1,13 @@
-//! What the Node should say, worked out from the events naming this VM: the condition, the taint
-//! and the cordon ([`Wanted`]), and the Kubernetes Event that tells of one transition ([`Note`]).
+//! What the Node should say, worked out from the events naming this VM: the condition, the
+//! deadline labels, the taints, the cordon, the load-balancer exclusion and the drain
+//! ([`Wanted`]), and the Kubernetes Event that tells of one transition ([`Note`]).
 //! Pure: the events and the time come in as arguments.
 
 use chrono::{DateTime, Utc};
 
-use crate::event::{Affects, Event, EventStatus, EventType};
-use crate::tracker::{Tracked, Transition};
+use crate::config::kubernetes::Actions;
+use crate::event::{Event, EventStatus};
+use crate::tracker::Transition;
 
 /// The `AzureScheduledEvent` condition as it should be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,23 +25,44 @@ pub struct Wanted {
     /// The value (an event type) of the `azure-scheduled-events/impact` taint, if one is wanted.
     pub taint: Option<String>,
     pub cordon: bool,
+    /// The value (an event type) of the `azure-scheduled-events/advisory` taint, if one is wanted.
+    pub advisory_taint: Option<String>,
+    /// `node.kubernetes.io/exclude-from-external-load-balancers=true` wanted.
+    pub exclude_from_load_balancers: bool,
+    /// The deadline labels, while an event naming this VM is Scheduled.
+    pub deadline: Option<Deadline>,
+    /// The drain asked for, if any.
+    pub drain: Option<DrainTarget>,
+}
+
+/// The soonest Scheduled event naming this VM, as the labels `azure-scheduled-events/not-before`
+/// and `azure-scheduled-events/event-type` say it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deadline {
+    /// NotBefore as Unix seconds; `None` when it is not a date.
+    pub not_before: Option<i64>,
+    pub event_type: String,
+}
+
+/// The event a drain hands the node over for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainTarget {
+    pub event_id: String,
+    pub event_type: String,
+    /// NotBefore, when it names a time: evictions that a budget refuses are retried until a
+    /// margin before it, and no pod is given longer than it to stop.
+    pub not_before: Option<DateTime<Utc>>,
+    /// The event is under way: there is no time left to wait for.
+    pub started: bool,
 }
 
 impl Wanted {
-    /// From the document's events, for the VM called `vm`: the soonest event names the reason,
-    /// message and taint value. An advisory never sets the condition; it taints or cordons only
-    /// when its type is listed.
-    pub fn from_events(
-        events: &[Tracked],
-        vm: Option<&str>,
-        taint_events: &[EventType],
-        cordon_events: &[EventType],
-    ) -> Self {
-        let mut ours: Vec<&Event> = events
-            .iter()
-            .map(|tracked| &tracked.event)
-            .filter(|event| event.affects(vm) == Affects::Yes)
-            .collect();
+    /// From the document's events that name this VM (as the core's view of each says): the
+    /// soonest event names the reason, message and taint value. An advisory never sets the
+    /// condition, the labels nor a drain; it taints or cordons only when its type is listed, and
+    /// sets the advisory taint when asked.
+    pub fn from_events(ours: &[&Event], actions: &Actions) -> Self {
+        let mut ours = ours.to_vec();
         // Under way first, then by NotBefore, unknown NotBefore last; EventId breaks ties so the
         // message does not flap between polls.
         ours.sort_by_key(|event| {
@@ -69,7 +92,7 @@ impl Wanted {
                     soonest.event_type,
                     soonest.id,
                     soonest.status,
-                    not_before(soonest),
+                    rfc1123(soonest),
                     match ours.iter().filter(|event| !event.is_advisory()).count() {
                         0 | 1 => String::new(),
                         2 => " (and 1 more event)".into(),
@@ -78,16 +101,53 @@ impl Wanted {
                 ),
             },
         };
+        let listed =
+            |list: &[crate::event::EventType], event: &Event| list.contains(&event.event_type);
+        let drain = ours
+            .iter()
+            .find(|event| !event.is_advisory() && listed(&actions.drain_events, event))
+            .map(|event| DrainTarget {
+                event_id: event.id.as_str().to_owned(),
+                event_type: event.event_type.as_str().to_owned(),
+                not_before: event.not_before.at(),
+                started: event.status == EventStatus::Started,
+            });
         Self {
             condition,
             taint: ours
                 .iter()
-                .find(|event| taint_events.contains(&event.event_type))
+                .find(|event| listed(&actions.taint_events, event))
                 .map(|event| event.event_type.as_str().to_owned()),
-            cordon: ours
+            // A drain cordons first, so that what it evicts is not scheduled back.
+            cordon: drain.is_some()
+                || ours
+                    .iter()
+                    .any(|event| listed(&actions.cordon_events, event)),
+            advisory_taint: ours
                 .iter()
-                .any(|event| cordon_events.contains(&event.event_type)),
+                .find(|event| actions.advisory_taint && event.is_advisory())
+                .map(|event| event.event_type.as_str().to_owned()),
+            exclude_from_load_balancers: ours.iter().any(|event| {
+                !event.is_advisory() && listed(&actions.exclude_from_load_balancers_events, event)
+            }),
+            deadline: ours
+                .iter()
+                .find(|event| !event.is_advisory() && event.status == EventStatus::Scheduled)
+                .map(|event| Deadline {
+                    not_before: event.not_before.at().map(|at| at.timestamp()),
+                    event_type: event.event_type.as_str().to_owned(),
+                }),
+            drain,
         }
+    }
+}
+
+/// NotBefore in RFC 1123, as Azure writes it and AKS's node-problem-detector repeats it, also when
+/// Azure sent another form; as sent when it is not a date, `none` when empty.
+fn rfc1123(event: &Event) -> String {
+    match event.not_before.at() {
+        Some(at) => at.format("%a, %d %b %Y %H:%M:%S GMT").to_string(),
+        None => not_before(event).to_owned(),
     }
 }
 
@@ -101,6 +161,8 @@ pub struct Note {
     pub note: String,
     /// `Warning` for what is about to happen or under way, `Normal` for what ended.
     pub warning: bool,
+    /// What the Event says was done: `ScheduledEvent` for a transition, `Drain` for a drain.
+    pub action: &'static str,
     pub at: DateTime<Utc>,
 }
 
@@ -167,6 +229,7 @@ impl Note {
                 duration
             ),
             warning,
+            action: "ScheduledEvent",
             at,
         }
     }
@@ -196,7 +259,7 @@ fn word(text: &str) -> String {
 }
 
 /// `<node>.<event id>.<suffix>`, lower-case, within the 253 characters of a DNS subdomain.
-fn event_name(node: &str, id: &str, suffix: &str) -> String {
+pub fn event_name(node: &str, id: &str, suffix: &str) -> String {
     let id: String = id
         .chars()
         .map(|c| {
@@ -216,10 +279,30 @@ fn event_name(node: &str, id: &str, suffix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{DurationInSeconds, EventId};
+    use crate::event::{Affects, DurationInSeconds, EventId, EventType};
+    use crate::tracker::Tracked;
+    use crate::view::EventView;
+
+    /// [`Wanted::from_events`] of the events whose view says they name `vm`, as the output does.
+    fn wanted_for(events: &[Tracked], vm: Option<&str>, actions: &Actions) -> Wanted {
+        let ours: Vec<&Event> = events
+            .iter()
+            .map(|tracked| &tracked.event)
+            .filter(|event| EventView::new(event, vm, None, 0).affects_this_vm == Affects::Yes)
+            .collect();
+        Wanted::from_events(&ours, actions)
+    }
     use crate::not_before::NotBefore;
 
     const VM: &str = "aks-pool-12345678-vmss_0";
+
+    fn acts(taint: &[EventType], cordon: &[EventType]) -> Actions {
+        Actions {
+            taint_events: taint.to_vec(),
+            cordon_events: cordon.to_vec(),
+            ..Actions::default()
+        }
+    }
 
     fn event(
         id: &str,
@@ -254,11 +337,10 @@ mod tests {
             "Mon, 11 Apr 2022 23:00:00 GMT",
             "other_1",
         )];
-        let wanted = Wanted::from_events(
+        let wanted = wanted_for(
             &events,
             Some(VM),
-            &[EventType::Reboot],
-            &[EventType::Reboot],
+            &acts(&[EventType::Reboot], &[EventType::Reboot]),
         );
         assert!(!wanted.condition.status);
         assert_eq!(wanted.condition.reason, "NoScheduledEvents");
@@ -275,15 +357,14 @@ mod tests {
             "",
             VM,
         )];
-        let wanted = Wanted::from_events(&events, Some(VM), &[EventType::Preempt], &[]);
+        let wanted = wanted_for(&events, Some(VM), &acts(&[EventType::Preempt], &[]));
         assert!(!wanted.condition.status);
         assert_eq!(wanted.condition.reason, "NoScheduledEvents");
         assert_eq!((wanted.taint, wanted.cordon), (None, false));
-        let asked = Wanted::from_events(
+        let asked = wanted_for(
             &events,
             Some(VM),
-            &[EventType::SpotRebalanceRecommendation],
-            &[],
+            &acts(&[EventType::SpotRebalanceRecommendation], &[]),
         );
         assert!(!asked.condition.status, "listing it taints, never pages");
         assert_eq!(asked.taint.as_deref(), Some("SpotRebalanceRecommendation"));
@@ -314,11 +395,13 @@ mod tests {
                 "other_1",
             ),
         ];
-        let wanted = Wanted::from_events(
+        let wanted = wanted_for(
             &events,
             Some(VM),
-            &[EventType::Reboot, EventType::Redeploy],
-            &[EventType::Redeploy],
+            &acts(
+                &[EventType::Reboot, EventType::Redeploy],
+                &[EventType::Redeploy],
+            ),
         );
         assert!(wanted.condition.status);
         assert_eq!(wanted.condition.reason, "RebootScheduled");
@@ -342,7 +425,7 @@ mod tests {
             ),
             event("NOW", EventType::Freeze, EventStatus::Started, "", VM),
         ];
-        let wanted = Wanted::from_events(&events, Some(VM), &[], &[]);
+        let wanted = wanted_for(&events, Some(VM), &Actions::default());
         assert_eq!(wanted.condition.reason, "FreezeStarted");
         assert_eq!(wanted.taint, None);
     }
@@ -357,9 +440,91 @@ mod tests {
             VM,
         )];
         assert!(
-            !Wanted::from_events(&events, None, &[], &[])
+            !wanted_for(&events, None, &Actions::default())
                 .condition
                 .status
+        );
+    }
+
+    #[test]
+    fn the_soonest_scheduled_event_names_the_deadline_and_a_drain_cordons() {
+        let events = [
+            event(
+                "LATE",
+                EventType::Redeploy,
+                EventStatus::Scheduled,
+                "Mon, 11 Apr 2022 23:00:00 GMT",
+                VM,
+            ),
+            event(
+                "SOON",
+                EventType::Reboot,
+                EventStatus::Scheduled,
+                "2022-04-11T22:26:58Z",
+                VM,
+            ),
+        ];
+        let actions = Actions {
+            drain_events: vec![EventType::Redeploy],
+            exclude_from_load_balancers_events: vec![EventType::Reboot],
+            ..Actions::default()
+        };
+        let wanted = wanted_for(&events, Some(VM), &actions);
+        assert_eq!(
+            wanted.deadline,
+            Some(Deadline {
+                not_before: Some(1_649_716_018),
+                event_type: "Reboot".into()
+            })
+        );
+        assert!(
+            wanted
+                .condition
+                .message
+                .contains("SOON Scheduled, NotBefore Mon, 11 Apr 2022 22:26:58 GMT"),
+            "RFC 1123 whatever form Azure sent: {}",
+            wanted.condition.message
+        );
+        let Some(drain) = &wanted.drain else {
+            panic!("the Redeploy drains")
+        };
+        assert_eq!(drain.event_id, "LATE");
+        assert!(!drain.started);
+        assert!(wanted.cordon, "a drain cordons");
+        assert!(wanted.exclude_from_load_balancers);
+        assert_eq!(wanted.taint, None);
+    }
+
+    #[test]
+    fn an_advisory_sets_only_the_advisory_taint_and_only_when_asked() {
+        let events = [event(
+            "REBALANCE",
+            EventType::SpotRebalanceRecommendation,
+            EventStatus::Advisory,
+            "",
+            VM,
+        )];
+        let everything = Actions {
+            drain_events: EventType::impacts().cloned().collect(),
+            exclude_from_load_balancers_events: EventType::impacts().cloned().collect(),
+            advisory_taint: true,
+            ..Actions::default()
+        };
+        let wanted = wanted_for(&events, Some(VM), &everything);
+        assert_eq!(
+            wanted.advisory_taint.as_deref(),
+            Some("SpotRebalanceRecommendation")
+        );
+        assert_eq!(wanted.drain, None);
+        assert_eq!(wanted.deadline, None);
+        assert!(!wanted.cordon && !wanted.exclude_from_load_balancers);
+        let not_asked = Actions {
+            advisory_taint: false,
+            ..everything
+        };
+        assert_eq!(
+            wanted_for(&events, Some(VM), &not_asked).advisory_taint,
+            None
         );
     }
 

@@ -1,6 +1,16 @@
 //! A stand-in Kubernetes API server on 127.0.0.1:0, faithful for the calls the agent makes: one
-//! Node (`GET`, strategic-merge `PATCH` of the Node and of `nodes/status`) and
-//! `events.k8s.io/v1` Events (`POST`). Bodies are read and written as k8s-openapi types.
+//! Node (`GET`, a watch on it with `fieldSelector=metadata.name=...` from a resourceVersion,
+//! strategic-merge `PATCH` of the Node and of `nodes/status`), `events.k8s.io/v1` Events
+//! (`POST`), pods listed by node (`fieldSelector=spec.nodeName=...`) and evicted through the
+//! `policy/v1` Eviction subresource. Bodies are read and written as k8s-openapi types.
+//!
+//! A watch streams one JSON `WatchEvent` a line: `MODIFIED` with the Node at every change after
+//! the resourceVersion asked from (changes made while no one watched arrive as one event), until
+//! its `timeoutSeconds` (or the limit a test sets); one whose resourceVersion a test expired gets an
+//! `ERROR` event with a 410 Status. An eviction is answered 201 (the pod gets its `deletionTimestamp` and
+//! stays listed, terminating, as the kubelet has not stopped it yet), 429 while a budget refuses
+//! it (`refuse_evictions`), 404 for a pod that is not there, 409 when its `preconditions.uid` is
+//! not the pod's.
 //!
 //! As the real server does: a patch carrying a `metadata.resourceVersion` other than the current
 //! one is refused with 409; `status.conditions` merge by `type`, `spec.taints` is replaced whole,
@@ -9,18 +19,21 @@
 //! Tests edit the Node as an operator would, forbid an operation (403), make the next patches
 //! conflict (as if someone wrote the Node in between), or make every request hang.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::Eviction;
 use serde_json::{Value, json};
 
 #[derive(Debug, Default)]
@@ -33,14 +46,53 @@ struct State {
     /// Answers a proxy in front gives instead of the API server: `(operation, count, code, body)`.
     proxy_answers: Vec<(&'static str, u32, u16, &'static [u8])>,
     hang: bool,
+    /// Watches end after this many seconds whatever they asked for, as an API server's own
+    /// request timeout or a load balancer in front ends them.
+    watch_limit: Option<u64>,
+    /// The next watch finds its resourceVersion compacted away: an `ERROR` event with a 410
+    /// `Expired` Status, then the end of the stream, as the API server does.
+    expire_next_watch: bool,
     /// `(operation, status)` of every request answered.
     log: Vec<(&'static str, u16)>,
+    /// Node patches that carried no `metadata.resourceVersion`.
+    unversioned_patches: usize,
+    /// Pods by `namespace/name`.
+    pods: BTreeMap<String, Value>,
+    /// Pods (`namespace/name`) whose eviction a PodDisruptionBudget refuses.
+    refusing: BTreeSet<String>,
+    /// `(namespace/name, gracePeriodSeconds)` of every eviction accepted.
+    evictions: Vec<(String, Option<i64>)>,
+}
+
+/// An answer: whole, or a watch's stream of lines.
+pub enum Body {
+    Whole(Option<Bytes>),
+    Stream(tokio::sync::mpsc::UnboundedReceiver<Bytes>),
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Body::Whole(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Body::Stream(lines) => lines
+                .poll_recv(cx)
+                .map(|line| line.map(|b| Ok(Frame::data(b)))),
+        }
+    }
 }
 
 /// A handle on the stand-in; clones share it.
 #[derive(Debug, Clone)]
 pub struct ApiServer {
     state: Arc<Mutex<State>>,
+    /// The Node's resourceVersion, for watches to wait on.
+    versions: Arc<tokio::sync::watch::Sender<u64>>,
     pub addr: SocketAddr,
 }
 
@@ -57,7 +109,11 @@ impl ApiServer {
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let server = Self { state, addr };
+        let server = Self {
+            state,
+            versions: Arc::new(tokio::sync::watch::channel(1).0),
+            addr,
+        };
         let accepting = server.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -105,7 +161,62 @@ impl ApiServer {
         if let Ok(value) = serde_json::to_value(node) {
             state.node = value;
             bump(&mut state);
+            self.versions.send_replace(state.version);
         }
+    }
+
+    /// Puts `pod` on the API server, as a controller or the kubelet (a mirror pod) would.
+    pub fn add_pod(&self, pod: Pod) {
+        let key = pod_key(&pod);
+        if let Ok(value) = serde_json::to_value(pod) {
+            self.lock().pods.insert(key, value);
+        }
+    }
+
+    /// The pods as stored.
+    pub fn pods(&self) -> Vec<Pod> {
+        self.lock()
+            .pods
+            .values()
+            .filter_map(|p| serde_json::from_value(p.clone()).ok())
+            .collect()
+    }
+
+    /// A PodDisruptionBudget refuses to evict `pod` (`namespace/name`) until [`Self::allow_evictions`].
+    pub fn refuse_evictions(&self, pod: &str) {
+        self.lock().refusing.insert(pod.to_owned());
+    }
+
+    pub fn allow_evictions(&self, pod: &str) {
+        self.lock().refusing.remove(pod);
+    }
+
+    /// `(namespace/name, gracePeriodSeconds)` of every eviction accepted, in order.
+    pub fn evictions(&self) -> Vec<(String, Option<i64>)> {
+        self.lock().evictions.clone()
+    }
+
+    /// Node patches sent without a `metadata.resourceVersion`.
+    pub fn unversioned_patches(&self) -> usize {
+        self.lock().unversioned_patches
+    }
+
+    /// Requests that read the Node: `GET`s and watches.
+    pub fn node_reads(&self) -> usize {
+        self.lock()
+            .log
+            .iter()
+            .filter(|(o, _)| matches!(*o, "get_node" | "watch_node"))
+            .count()
+    }
+
+    /// Every request answered, by operation.
+    pub fn requests(&self) -> BTreeMap<&'static str, usize> {
+        let mut counts = BTreeMap::new();
+        for (operation, _) in &self.lock().log {
+            *counts.entry(*operation).or_default() += 1;
+        }
+        counts
     }
 
     pub fn events(&self) -> Vec<Event> {
@@ -140,6 +251,17 @@ impl ApiServer {
             .push((operation, count, code, body));
     }
 
+    /// Watches end after `seconds`, whatever timeout they asked for.
+    pub fn limit_watches(&self, seconds: u64) {
+        self.lock().watch_limit = Some(seconds);
+    }
+
+    /// The next watch finds the resourceVersion it asks from compacted away (410 Gone, in an
+    /// `ERROR` event of a 200 answer; [`Self::answered`] counts it as 410).
+    pub fn expire_next_watch(&self) {
+        self.lock().expire_next_watch = true;
+    }
+
     /// Every request from now on is read and never answered.
     pub fn hang(&self) {
         self.lock().hang = true;
@@ -154,12 +276,13 @@ impl ApiServer {
             .count()
     }
 
-    async fn answer(
-        &self,
-        request: Request<Incoming>,
-    ) -> Result<Response<Full<Bytes>>, Infallible> {
+    async fn answer(&self, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
+        let query: BTreeMap<String, String> =
+            form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes())
+                .into_owned()
+                .collect();
         let content_type = request
             .headers()
             .get(hyper::header::CONTENT_TYPE)
@@ -175,8 +298,17 @@ impl ApiServer {
         }
         let name = self.node_name();
         let node_path = format!("/api/v1/nodes/{name}");
+        let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+        let eviction = path
+            .strip_prefix("/api/v1/namespaces/")
+            .and_then(|rest| rest.strip_suffix("/eviction"))
+            .and_then(|rest| rest.split_once("/pods/"))
+            .map(|(namespace, name)| format!("{namespace}/{name}"));
         let operation = match (&method, path.as_str()) {
             (&Method::GET, p) if p == node_path => "get_node",
+            (&Method::GET, "/api/v1/nodes") if watch => "watch_node",
+            (&Method::GET, "/api/v1/pods") if !watch => "list_pods",
+            (&Method::POST, _) if eviction.is_some() => "evict_pod",
             (&Method::PATCH, p) if p == node_path => "patch_node",
             (&Method::PATCH, p) if p == format!("{node_path}/status") => "patch_node_status",
             (&Method::POST, "/apis/events.k8s.io/v1/namespaces/default/events") => "create_event",
@@ -203,15 +335,85 @@ impl ApiServer {
         } else {
             match operation {
                 "get_node" => ok(200, &state.node),
+                "watch_node" => {
+                    let selector = format!("metadata.name={name}");
+                    if query.get("fieldSelector") != Some(&selector) {
+                        status(
+                            400,
+                            "BadRequest",
+                            "this stand-in watches one Node by its name",
+                        )
+                    } else {
+                        let since = query
+                            .get("resourceVersion")
+                            .and_then(|v| v.parse::<u64>().ok())
+                            .unwrap_or(0);
+                        let asked = query
+                            .get("timeoutSeconds")
+                            .and_then(|v| v.parse::<u64>().ok())
+                            .unwrap_or(1800);
+                        let seconds = state.watch_limit.map_or(asked, |limit| asked.min(limit));
+                        if std::mem::take(&mut state.expire_next_watch) {
+                            state.log.push((operation, 410));
+                            return Ok(expired());
+                        }
+                        state.log.push((operation, 200));
+                        drop(state);
+                        return Ok(self.watch(since, seconds));
+                    }
+                }
+                "list_pods" => list_pods(&state, query.get("fieldSelector")),
+                "evict_pod" => evict(&mut state, eviction.as_deref().unwrap_or(""), &body),
                 "create_event" => create_event(&mut state, &body),
                 _ if content_type != "application/strategic-merge-patch+json" => {
                     status(415, "UnsupportedMediaType", &content_type)
                 }
-                _ => patch(&mut state, &body, operation == "patch_node_status"),
+                _ => {
+                    let answer = patch(&mut state, &body, operation == "patch_node_status");
+                    self.versions.send_replace(state.version);
+                    answer
+                }
             }
         };
         state.log.push((operation, response.status().as_u16()));
         Ok(response)
+    }
+
+    /// A watch of the Node from resourceVersion `since`, for `seconds`.
+    fn watch(&self, since: u64, seconds: u64) -> Response<Body> {
+        let (lines, stream) = tokio::sync::mpsc::unbounded_channel();
+        let server = self.clone();
+        let mut versions = self.versions.subscribe();
+        tokio::spawn(async move {
+            let end = tokio::time::Instant::now() + std::time::Duration::from_secs(seconds);
+            let mut sent = since;
+            loop {
+                let (version, node) = {
+                    let state = server.lock();
+                    (state.version, state.node.clone())
+                };
+                if version > sent {
+                    sent = version;
+                    let mut line = serde_json::to_vec(&json!({"type": "MODIFIED", "object": node}))
+                        .unwrap_or_default();
+                    line.push(b'\n');
+                    if lines.send(Bytes::from(line)).is_err() {
+                        return;
+                    }
+                }
+                tokio::select! {
+                    changed = versions.changed() => if changed.is_err() { return },
+                    () = tokio::time::sleep_until(end) => return,
+                    () = lines.closed() => return,
+                }
+            }
+        });
+        let mut response = Response::new(Body::Stream(stream));
+        response.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        response
     }
 
     fn node_name(&self) -> String {
@@ -227,10 +429,13 @@ fn bump(state: &mut State) {
     state.node["metadata"]["resourceVersion"] = json!(state.version.to_string());
 }
 
-fn patch(state: &mut State, body: &[u8], status_subresource: bool) -> Response<Full<Bytes>> {
+fn patch(state: &mut State, body: &[u8], status_subresource: bool) -> Response<Body> {
     let Ok(patch) = serde_json::from_slice::<Value>(body) else {
         return status(400, "BadRequest", "the patch is not JSON");
     };
+    if patch["metadata"]["resourceVersion"].as_str().is_none() {
+        state.unversioned_patches += 1;
+    }
     if state.conflicts_to_inject > 0 {
         state.conflicts_to_inject -= 1;
         bump(state);
@@ -326,7 +531,7 @@ fn merge_by_type(list: &mut Value, patch: &Value) {
     }
 }
 
-fn create_event(state: &mut State, body: &[u8]) -> Response<Full<Bytes>> {
+fn create_event(state: &mut State, body: &[u8]) -> Response<Body> {
     let event: Event = match serde_json::from_slice(body) {
         Ok(event) => event,
         Err(e) => return status(400, "BadRequest", &e.to_string()),
@@ -360,13 +565,105 @@ fn create_event(state: &mut State, body: &[u8]) -> Response<Full<Bytes>> {
     answer
 }
 
-fn ok(code: u16, body: &impl serde::Serialize) -> Response<Full<Bytes>> {
+/// A watch whose resourceVersion is too old: 200, one `ERROR` event, the end.
+fn expired() -> Response<Body> {
+    let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "too old resource version", "reason": "Expired", "code": 410,
+    }}))
+    .unwrap_or_default();
+    line.push(b'\n');
+    respond(200, line)
+}
+
+fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// A `PodList` of the pods the field selector (`spec.nodeName=...`, the only one supported) selects.
+fn list_pods(state: &State, selector: Option<&String>) -> Response<Body> {
+    let node = match selector.map(|s| s.split_once('=')) {
+        None => None,
+        Some(Some(("spec.nodeName", node))) => Some(node),
+        Some(_) => return status(400, "BadRequest", "unsupported field selector"),
+    };
+    let items: Vec<&Value> = state
+        .pods
+        .values()
+        .filter(|pod| node.is_none_or(|node| pod["spec"]["nodeName"] == node))
+        .collect();
+    ok(
+        200,
+        &json!({
+            "kind": "PodList", "apiVersion": "v1",
+            "metadata": {"resourceVersion": state.version.to_string()},
+            "items": items,
+        }),
+    )
+}
+
+/// The Eviction subresource of `key` (`namespace/name`).
+fn evict(state: &mut State, key: &str, body: &[u8]) -> Response<Body> {
+    let eviction: Eviction = match serde_json::from_slice(body) {
+        Ok(eviction) => eviction,
+        Err(e) => return status(400, "BadRequest", &e.to_string()),
+    };
+    let named = format!(
+        "{}/{}",
+        eviction.metadata.namespace.as_deref().unwrap_or_default(),
+        eviction.metadata.name.as_deref().unwrap_or_default()
+    );
+    if named != key {
+        return status(
+            400,
+            "BadRequest",
+            "name in the body does not match the path",
+        );
+    }
+    let Some(pod) = state.pods.get_mut(key) else {
+        return status(404, "NotFound", &format!("pods {key:?} not found"));
+    };
+    let options = eviction.delete_options.unwrap_or_default();
+    if let Some(uid) = options.preconditions.as_ref().and_then(|p| p.uid.as_ref())
+        && pod["metadata"]["uid"].as_str() != Some(uid)
+    {
+        return status(
+            409,
+            "Conflict",
+            "Precondition failed: UID in precondition does not match the pod",
+        );
+    }
+    if state.refusing.contains(key) {
+        return status(
+            429,
+            "TooManyRequests",
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+        );
+    }
+    let grace = options.grace_period_seconds;
+    if pod["metadata"]["deletionTimestamp"].is_null() {
+        pod["metadata"]["deletionTimestamp"] =
+            json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        pod["metadata"]["deletionGracePeriodSeconds"] = json!(grace.unwrap_or(30));
+    }
+    state.evictions.push((key.to_owned(), grace));
+    ok(
+        201,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    )
+}
+
+fn ok(code: u16, body: &impl serde::Serialize) -> Response<Body> {
     let body = serde_json::to_vec(body).unwrap_or_default();
     respond(code, body)
 }
 
 /// A `Status` object, as the API server answers errors.
-fn status(code: u16, reason: &str, message: &str) -> Response<Full<Bytes>> {
+fn status(code: u16, reason: &str, message: &str) -> Response<Body> {
     let body = json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": message, "reason": reason, "code": code,
@@ -374,8 +671,8 @@ fn status(code: u16, reason: &str, message: &str) -> Response<Full<Bytes>> {
     respond(code, serde_json::to_vec(&body).unwrap_or_default())
 }
 
-fn respond(code: u16, body: Vec<u8>) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+fn respond(code: u16, body: Vec<u8>) -> Response<Body> {
+    let mut response = Response::new(Body::Whole(Some(Bytes::from(body))));
     *response.status_mut() =
         StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     response.headers_mut().insert(

@@ -1,0 +1,168 @@
+//! The chart's side of the Kubernetes output: the pod rights come only with the drain, and the
+//! optional ValidatingAdmissionPolicy lets the agent's service account write only its own Node.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::common::TestResult;
+use crate::ops;
+
+const CHART: &str = "deploy/helm/azure-scheduled-events-exporter";
+const NAMESPACE: &str = "azure-scheduled-events";
+
+/// A program from the directory .ci/run installs tools in, else from PATH.
+fn tool(name: &str) -> PathBuf {
+    let installed = ops::repo().join("target/ci-tools/bin").join(name);
+    if installed.exists() {
+        installed
+    } else {
+        PathBuf::from(name)
+    }
+}
+
+/// `helm template` of the chart with `--set values`, parsed.
+fn render(values: &str) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
+    let output = Command::new(tool("helm"))
+        .current_dir(ops::repo())
+        .args([
+            "template",
+            "azure-scheduled-events-exporter",
+            CHART,
+            "--namespace",
+            NAMESPACE,
+            "--set",
+            values,
+        ])
+        .output()
+        .map_err(|e| {
+            format!("helm is required (.ci/run installs it into target/ci-tools/bin): {e}")
+        })?;
+    if !output.status.success() {
+        return Err(format!("helm template: {}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    let text = String::from_utf8(output.stdout)?;
+    let mut objects = Vec::new();
+    for document in serde_norway::Deserializer::from_str(&text) {
+        let value = Value::deserialize(document)?;
+        if !value.is_null() {
+            objects.push(value);
+        }
+    }
+    Ok(objects)
+}
+
+fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+#[test]
+fn pod_rights_come_only_with_the_drain() -> TestResult {
+    let pods = |objects: &[Value]| -> Vec<Value> {
+        of_kind(objects, "ClusterRole")
+            .iter()
+            .flat_map(|role| role["rules"].as_array().cloned().unwrap_or_default())
+            .filter(|rule| {
+                rule["resources"].as_array().is_some_and(|r| {
+                    r.iter()
+                        .any(|r| r.as_str().is_some_and(|r| r.starts_with("pods")))
+                })
+            })
+            .collect()
+    };
+    assert!(pods(&render("kubernetes.enabled=true")?).is_empty());
+    let drain = render("kubernetes.enabled=true,kubernetes.drainEvents=Reboot\\,Preempt")?;
+    assert_eq!(
+        pods(&drain),
+        [
+            json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}),
+            json!({"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}),
+        ]
+    );
+    let daemon_set = of_kind(&drain, "DaemonSet");
+    let env = daemon_set
+        .first()
+        .and_then(|d| d["spec"]["template"]["spec"]["containers"][0]["env"].as_array())
+        .ok_or("no env")?;
+    assert!(env.contains(&json!({
+        "name": "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_EVENTS", "value": "Reboot,Preempt"
+    })));
+    Ok(())
+}
+
+#[test]
+fn the_own_node_policy_is_optional_and_binds_the_agents_account_to_its_node() -> TestResult {
+    for values in [
+        "kubernetes.enabled=true",
+        "kubernetes.restrictToOwnNode=true",
+    ] {
+        let objects = render(values)?;
+        assert!(
+            of_kind(&objects, "ValidatingAdmissionPolicy").is_empty(),
+            "off by default, and nothing without the output: {values}"
+        );
+    }
+    let objects = render("kubernetes.enabled=true,kubernetes.restrictToOwnNode=true")?;
+    let [policy] = of_kind(&objects, "ValidatingAdmissionPolicy")[..] else {
+        return Err("one policy".into());
+    };
+    let [binding] = of_kind(&objects, "ValidatingAdmissionPolicyBinding")[..] else {
+        return Err("one binding".into());
+    };
+    let [account] = of_kind(&objects, "ServiceAccount")[..] else {
+        return Err("one service account".into());
+    };
+    assert_eq!(policy["apiVersion"], "admissionregistration.k8s.io/v1");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+    assert_eq!(
+        policy["spec"]["matchConstraints"]["resourceRules"],
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+            "resources": ["nodes", "nodes/status"]}]),
+        "every write of a Node or its status (a PATCH is admitted as an UPDATE)"
+    );
+    let condition = policy["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap_or_default();
+    let user = format!(
+        "'system:serviceaccount:{NAMESPACE}:{}'",
+        account["metadata"]["name"].as_str().unwrap_or_default()
+    );
+    assert!(condition.contains(&user), "{condition} names {user}");
+    let rule = policy["spec"]["validations"][0]["expression"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        rule.contains("request.userInfo.extra['authentication.kubernetes.io/node-name']")
+            && rule.contains("request.name"),
+        "{rule}"
+    );
+
+    // Valid for the Kubernetes that has the API (1.30) and the newest kubernetes-validate knows.
+    let dir = crate::common::TempDir::new("policy")?;
+    let file = dir.path("policy.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "---\n{}---\n{}",
+            serde_norway::to_string(policy)?,
+            serde_norway::to_string(binding)?
+        ),
+    )?;
+    for version in ["1.30.0", "1.33.0"] {
+        let output = Command::new(tool("kubernetes-validate"))
+            .args(["--strict", "-k", version, &file.to_string_lossy()])
+            .output()
+            .map_err(|e| format!("kubernetes-validate is required (.ci/run installs it): {e}"))?;
+        assert!(
+            output.status.success(),
+            "{version}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}
