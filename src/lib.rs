@@ -26,6 +26,7 @@ pub mod cause;
 pub mod commands;
 pub mod config;
 pub mod event;
+pub(crate) mod exposition;
 pub mod file_input;
 pub mod hardware_failure;
 pub(crate) mod health;

@@ -25,7 +25,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 const HTML: HeaderValue = HeaderValue::from_static("text/html; charset=utf-8");
-const EXPOSITION: HeaderValue =
+pub(crate) const EXPOSITION: HeaderValue =
     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
 
 /// Accepts HTTP/1 connections on `listener` until `shutdown` completes, then lets in-flight
