@@ -13,6 +13,7 @@ use std::io::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
+use prometheus::{Encoder as _, TextEncoder};
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
@@ -37,9 +38,22 @@ struct Runs {
     /// Encodings started so far; the running one, when one runs, is this one.
     started: u64,
     running: bool,
-    /// An encoding asked for by scrapes that arrived while one was running, and whether one of
-    /// them accepts gzip.
-    next: Option<bool>,
+    /// Scrapes waiting for the running encoding.
+    waiting: usize,
+    /// An encoding asked for by scrapes that arrived while one was running.
+    next: Option<Next>,
+    /// The encoding the channel holds and how many of its scrapes have yet to take it: the last
+    /// one empties the channel, so the bytes live no longer than the answers that carry them.
+    held: Option<(u64, usize)>,
+    /// The length of the last exposition, to size the next one's buffer at once.
+    last_len: usize,
+}
+
+#[derive(Debug, Default)]
+struct Next {
+    /// Whether one of its scrapes accepts gzip.
+    gzip: bool,
+    waiting: usize,
 }
 
 /// The shared encoder of one registry.
@@ -70,12 +84,14 @@ impl Exposition {
         let target = {
             let mut runs = self.runs();
             if runs.running {
-                let next = runs.next.get_or_insert(false);
-                *next |= gzip;
+                let next = runs.next.get_or_insert_with(Next::default);
+                next.gzip |= gzip;
+                next.waiting += 1;
                 runs.started + 1
             } else {
                 runs.started += 1;
                 runs.running = true;
+                runs.waiting = 1;
                 let generation = runs.started;
                 let this = Arc::clone(self);
                 tokio::task::spawn_blocking(move || this.run(generation, gzip));
@@ -84,38 +100,69 @@ impl Exposition {
         };
         let found = done
             .wait_for(|encoded| encoded.as_ref().is_some_and(|e| e.generation >= target))
-            .await;
-        match found {
-            Ok(encoded) => encoded.as_ref().map(Arc::clone),
-            // The sender lives as long as `self`, which this call holds: never reached.
-            Err(_) => None,
-        }
-        .unwrap_or_else(|| {
-            Arc::new(Encoded {
+            .await
+            .ok()
+            .and_then(|encoded| encoded.as_ref().map(Arc::clone));
+        // The sender lives as long as `self`, which this call holds: never `None`.
+        let Some(encoded) = found else {
+            return Arc::new(Encoded {
                 generation: target,
                 text: Err("the encoder stopped".into()),
                 gzip: None,
-            })
-        })
+            });
+        };
+        if encoded.generation == target {
+            self.taken(target);
+        }
+        encoded
+    }
+
+    /// One scrape of `generation` has its answer; the last one empties the channel.
+    fn taken(&self, generation: u64) {
+        let mut runs = self.runs();
+        let Some((held, left)) = &mut runs.held else {
+            return;
+        };
+        if *held != generation {
+            return;
+        }
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            runs.held = None;
+            self.done.send_if_modified(|encoded| {
+                if encoded.as_ref().is_some_and(|e| e.generation == generation) {
+                    *encoded = None;
+                }
+                false
+            });
+        }
     }
 
     /// Encodes, then again as long as scrapes asked for a next encoding meanwhile.
     fn run(&self, mut generation: u64, mut gzip: bool) {
         loop {
-            let encoded = encode(&self.metrics, generation, gzip);
+            let size_hint = self.runs().last_len;
+            let encoded = encode(&self.metrics, generation, gzip, size_hint);
             if let Err(error) = &encoded.text {
                 tracing::error!(%error, "cannot encode metrics");
             }
-            self.done.send_replace(Some(Arc::new(encoded)));
             let mut runs = self.runs();
+            if let Ok(text) = &encoded.text {
+                runs.last_len = text.len();
+            }
+            runs.held = Some((generation, runs.waiting));
+            let held = (runs.waiting > 0).then(|| Arc::new(encoded));
+            self.done.send_replace(held);
             match runs.next.take() {
-                Some(next_gzip) => {
+                Some(next) => {
                     runs.started += 1;
+                    runs.waiting = next.waiting;
                     generation = runs.started;
-                    gzip = next_gzip;
+                    gzip = next.gzip;
                 }
                 None => {
                     runs.running = false;
+                    runs.waiting = 0;
                     return;
                 }
             }
@@ -123,12 +170,19 @@ impl Exposition {
     }
 }
 
-fn encode(metrics: &Metrics, generation: u64, gzip: bool) -> Encoded {
+/// The registry in the text format, written as the prometheus crate writes it, into a buffer
+/// sized for the last exposition so a large one is not copied as it grows.
+fn encode(metrics: &Metrics, generation: u64, gzip: bool, size_hint: usize) -> Encoded {
     // A collector that panicked must not leave every later scrape waiting.
-    let text = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| metrics.encode()))
-        .map_err(|_| "encoding panicked".to_owned())
-        .and_then(|result| result.map_err(|e| e.to_string()))
-        .map(Bytes::from);
+    let text = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let families = metrics.registry().gather();
+        let mut buffer = Vec::with_capacity(size_hint + size_hint / 8);
+        TextEncoder::new().encode(&families, &mut buffer)?;
+        Ok::<_, prometheus::Error>(buffer)
+    }))
+    .map_err(|_| "encoding panicked".to_owned())
+    .and_then(|result| result.map_err(|e| e.to_string()))
+    .map(Bytes::from);
     let gzip = match &text {
         Ok(text) if gzip && text.len() >= GZIP_MIN_BYTES => compress(text),
         _ => None,
@@ -214,7 +268,12 @@ mod tests {
         while exposition.done.receiver_count() < 40 {
             tokio::task::yield_now().await;
         }
-        assert_eq!(exposition.runs().next, Some(true));
+        let next = exposition
+            .runs()
+            .next
+            .as_ref()
+            .map(|next| (next.gzip, next.waiting));
+        assert_eq!(next, Some((true, 40)));
         let running = Arc::clone(&exposition);
         tokio::task::spawn_blocking(move || running.run(1, false)).await?;
         for scrape in scrapes {
@@ -225,6 +284,10 @@ mod tests {
         let runs = exposition.runs();
         assert_eq!(runs.started, 2, "40 scrapes, one encoding of their own");
         assert!(!runs.running);
+        assert!(
+            exposition.done.borrow().is_none(),
+            "the bytes live no longer than the answers that carry them"
+        );
         Ok(())
     }
 }
