@@ -7,7 +7,9 @@ clients scrape /metrics back to back (gzip accepted, as Prometheus asks) for SEC
 /healthz is probed twice a second. Then it prints what the simulator saw of polling (the GETs of
 `GET /control/requests` during the window, and the longest gap between two) and what the agent
 counted (IMDS request failures by reason during the window, `up`), with the scrapes answered and
-the slowest /healthz answer.
+the slowest /healthz answer. Last, the agent's memory (VmRSS, and VmHWM, the peak) with the document
+loaded, after the scrapes, and once the document is empty again (after `--settle` seconds of
+polling and a scrape).
 """
 
 import argparse
@@ -65,6 +67,16 @@ def value(exposition, series):
     return None
 
 
+def memory(pid):
+    fields = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            name, _, rest = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                fields[name] = int(rest.split()[0]) / 1024
+    return f"VmRSS {fields['VmRSS']:.1f} MiB, VmHWM (peak) {fields['VmHWM']:.1f} MiB"
+
+
 def parse_at(text):
     # RFC 3339 with nanoseconds: keep microseconds for Python.
     date, fraction = text.rstrip("Z").split(".")
@@ -73,10 +85,14 @@ def parse_at(text):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("binary")
+    parser.add_argument("binary", help="the agent")
+    parser.add_argument("--simulator", help="the binary whose simulator to run (default: the agent's)")
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--scrapers", type=int, default=40)
     parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--settle", type=float, default=10)
+    parser.add_argument("--resources", type=int, default=1,
+                        help="VMs each event names (this VM first, then others)")
     args = parser.parse_args()
 
     sim_port, agent_port = free_port(), free_port()
@@ -85,7 +101,7 @@ def main():
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     processes = [
         subprocess.Popen(
-            [args.binary, "simulator", "--vm.name", VM, f"--web.listen-address=127.0.0.1:{sim_port}"],
+            [args.simulator or args.binary, "simulator", "--vm.name", VM, f"--web.listen-address=127.0.0.1:{sim_port}"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
     ]
@@ -97,15 +113,16 @@ def main():
                 "EventStatus": "Scheduled",
                 "EventType": "Freeze",
                 "ResourceType": "VirtualMachine",
-                "Resources": [VM],
+                "Resources": [VM] + [f"bench-neighbour-vmss_{n}" for n in range(1, args.resources)],
                 "NotBefore": "Mon, 11 Apr 2050 22:26:58 GMT",
-                "Description": "Host server is undergoing routine maintenance.",
+                "Description": "",
                 "EventSource": "Platform",
                 "DurationInSeconds": 9,
             }
             for i in range(args.events)
         ]
-        document = json.dumps({"DocumentIncarnation": 2, "Events": events}).encode()
+        document = json.dumps({"DocumentIncarnation": 2, "Events": events},
+                              separators=(",", ":")).encode()
         put = urllib.request.Request(sim + "/control/document", data=document, method="PUT")
         urllib.request.urlopen(put, timeout=60).close()
         processes.append(
@@ -120,6 +137,7 @@ def main():
                  lambda: value(get(f"http://{agent}/metrics"), pending) == args.events)
         before = get(f"http://{agent}/metrics")
         size = len(before.encode())
+        loaded = memory(processes[1].pid)
         mark = json.loads(get(sim + "/control/state"))["requests"]
         start = time.time()
         until = time.monotonic() + args.seconds
@@ -165,6 +183,7 @@ def main():
         for thread in threads:
             thread.join()
         end = time.time()
+        scraped = memory(processes[1].pid)
         after = get(f"http://{agent}/metrics")
         log = json.loads(get(sim + "/control/requests"))
         gets = [parse_at(r["at"]) for r in log if r["number"] > mark and r["method"] == "GET"]
@@ -175,7 +194,8 @@ def main():
                   for reason, count in failures(after).items()
                   if count - failures(before).get(reason, 0) > 0}
         bad_health = [s for s, _ in health if s != 200]
-        print(f"exposition:          {size:,} bytes ({args.events:,} events)")
+        print(f"document:            {len(document):,} bytes ({args.events:,} events)")
+        print(f"exposition:          {size:,} bytes")
         print(f"scrapers:            {args.scrapers} for {args.seconds:.0f} s")
         print(f"scrapes answered:    {scrapes[0]:,} ({len(errors)} errors: {sorted(set(map(str, errors)))})")
         print(f"polls (GETs):        {len(gets)} in {end - start:.1f} s")
@@ -184,6 +204,16 @@ def main():
         print(f"up after:            {value(after, P + 'up')}")
         print(f"/healthz:            {len(health)} probes, {len(bad_health)} not 200, "
               f"slowest {max(t for _, t in health):.2f} s")
+        print(f"memory, loaded:      {loaded}")
+        print(f"memory, scraped:     {scraped}")
+        empty = json.dumps({"DocumentIncarnation": 3, "Events": []}).encode()
+        put = urllib.request.Request(sim + "/control/document", data=empty, method="PUT")
+        urllib.request.urlopen(put, timeout=60).close()
+        wait_for("the agent to show no event",
+                 lambda: value(get(f"http://{agent}/metrics"), pending) == 0)
+        time.sleep(args.settle)
+        get(f"http://{agent}/metrics")
+        print(f"memory, emptied:     {memory(processes[1].pid)} ({args.settle:.0f} s later)")
     finally:
         for process in processes:
             process.terminate()

@@ -691,3 +691,39 @@ async fn forty_scrapers_of_five_thousand_events_never_delay_a_poll() -> TestResu
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_document_of_more_than_five_thousand_events_is_refused_as_too_large() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        "events:\n  - {{ id: \"{EVENT}\", type: Reboot, source: User, resources: [{THIS_VM}], notice: 10m }}\n"
+    ))?);
+    let agent = Agent::start(&imds, &[]).await?;
+    let known = agent
+        .wait_for("the Reboot", |m| m.event_info(EVENT).is_some())
+        .await?;
+    let events: Vec<serde_json::Value> = (0..5001)
+        .map(|i| {
+            serde_json::json!({
+                "EventId": format!("F0000000-0000-4000-8000-{i:012}"),
+                "EventStatus": "Scheduled",
+                "EventType": "Freeze",
+                "Resources": [THIS_VM],
+            })
+        })
+        .collect();
+    imds.sim.set_document(common::document(3, &events));
+    let m = agent
+        .wait_for("a too_large failure", |m| {
+            m.up() == Some(0.0) && m.failures("too_large") >= 1.0
+        })
+        .await?;
+    assert_eq!(
+        m.event_info(EVENT),
+        known.event_info(EVENT),
+        "the last valid document still stands"
+    );
+    assert_eq!(m.pending("Freeze", "Scheduled", "true"), 0.0);
+    assert_eq!(m.transitions("Reboot", "cancelled"), 0.0);
+    agent.stop().await
+}
