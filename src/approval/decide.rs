@@ -125,10 +125,15 @@ impl Decider {
         }
         let steady = self.clock.at(now);
         // A document holds a handful of events: a scan is cheaper than a set built every poll.
-        self.progress
-            .retain(|id, _| events.iter().any(|t| t.event.id == *id));
-        self.first_seen
-            .retain(|id, _| events.iter().any(|t| t.event.id == *id));
+        // One of thousands (up to `imds::MAX_EVENTS`) is looked up in a set instead.
+        let large: Option<HashSet<&EventId>> =
+            (events.len() > 64).then(|| events.iter().map(|t| &t.event.id).collect());
+        let present = |id: &EventId| match &large {
+            Some(ids) => ids.contains(id),
+            None => events.iter().any(|t| t.event.id == *id),
+        };
+        self.progress.retain(|id, _| present(id));
+        self.first_seen.retain(|id, _| present(id));
         for tracked in events {
             // Seen by an earlier run or before the clock went back: as long ago as the wall
             // clock says, never less than nothing.
@@ -734,6 +739,25 @@ mod tests {
             clock.at(t(200)),
             t(107 + 3600 + 93 - 3600 + 3600),
             "forward as the wall clock"
+        );
+    }
+
+    #[test]
+    fn events_that_left_a_large_document_are_forgotten_and_the_others_kept() {
+        let mut decider = machine(config(Mode::DryRun));
+        let ids: Vec<String> = (0..100).map(|i| format!("E{i:03}")).collect();
+        let all: Vec<Tracked> = ids.iter().map(|id| reboot(id, &["vm_0"])).collect();
+        assert_eq!(decider.decide(&all, VM, t(1)).len(), 100);
+        assert!(decider.decide(&all[..50], VM, t(2)).is_empty());
+        let again = said(&decider.decide(&all, VM, t(3)));
+        assert_eq!(again.len(), 50, "{again:?}");
+        assert!(
+            again.iter().all(|line| line.starts_with("dry_run")),
+            "{again:?}"
+        );
+        assert!(
+            again.contains(&"dry_run user_event E050".to_owned()),
+            "{again:?}"
         );
     }
 }
