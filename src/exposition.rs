@@ -61,7 +61,8 @@ struct Next {
 pub struct Exposition {
     metrics: Arc<Metrics>,
     runs: Mutex<Runs>,
-    done: watch::Sender<Option<Arc<Encoded>>>,
+    /// The last encoding done, and its bytes while scrapes have yet to take them.
+    done: watch::Sender<(u64, Option<Arc<Encoded>>)>,
 }
 
 impl Exposition {
@@ -69,7 +70,7 @@ impl Exposition {
         Arc::new(Self {
             metrics,
             runs: Mutex::default(),
-            done: watch::Sender::new(None),
+            done: watch::Sender::new((0, None)),
         })
     }
 
@@ -79,42 +80,52 @@ impl Exposition {
 
     /// The first encoding started after this call, gzipped too when `gzip`.
     pub async fn encoded(self: &Arc<Self>, gzip: bool) -> Arc<Encoded> {
-        // Subscribed before asking, so the answer cannot be missed.
-        let mut done = self.done.subscribe();
-        let target = {
-            let mut runs = self.runs();
-            if runs.running {
-                let next = runs.next.get_or_insert_with(Next::default);
-                next.gzip |= gzip;
-                next.waiting += 1;
-                runs.started + 1
-            } else {
-                runs.started += 1;
-                runs.running = true;
-                runs.waiting = 1;
-                let generation = runs.started;
-                let this = Arc::clone(self);
-                tokio::task::spawn_blocking(move || this.run(generation, gzip));
-                generation
+        loop {
+            // Subscribed before asking, so the answer cannot be missed.
+            let mut done = self.done.subscribe();
+            let target = self.ask(gzip);
+            let found = match done.wait_for(|(generation, _)| *generation >= target).await {
+                Ok(done) => done.1.as_ref().map(Arc::clone),
+                // The sender lives as long as `self`, which this call holds: never reached.
+                Err(_) => {
+                    return Arc::new(Encoded {
+                        generation: target,
+                        text: Err("the encoder stopped".into()),
+                        gzip: None,
+                    });
+                }
+            };
+            match found {
+                Some(encoded) => {
+                    if encoded.generation == target {
+                        self.taken(target);
+                    }
+                    return encoded;
+                }
+                // Seen only after the scrapes of a later encoding took theirs and emptied
+                // the channel (this task was slow to run): ask for a fresh one.
+                None => continue,
             }
-        };
-        let found = done
-            .wait_for(|encoded| encoded.as_ref().is_some_and(|e| e.generation >= target))
-            .await
-            .ok()
-            .and_then(|encoded| encoded.as_ref().map(Arc::clone));
-        // The sender lives as long as `self`, which this call holds: never `None`.
-        let Some(encoded) = found else {
-            return Arc::new(Encoded {
-                generation: target,
-                text: Err("the encoder stopped".into()),
-                gzip: None,
-            });
-        };
-        if encoded.generation == target {
-            self.taken(target);
         }
-        encoded
+    }
+
+    /// Asks for the first encoding that starts from now on; its generation.
+    fn ask(self: &Arc<Self>, gzip: bool) -> u64 {
+        let mut runs = self.runs();
+        if runs.running {
+            let next = runs.next.get_or_insert_with(Next::default);
+            next.gzip |= gzip;
+            next.waiting += 1;
+            runs.started + 1
+        } else {
+            runs.started += 1;
+            runs.running = true;
+            runs.waiting = 1;
+            let generation = runs.started;
+            let this = Arc::clone(self);
+            tokio::task::spawn_blocking(move || this.run(generation, gzip));
+            generation
+        }
     }
 
     /// One scrape of `generation` has its answer; the last one empties the channel.
@@ -129,8 +140,8 @@ impl Exposition {
         *left = left.saturating_sub(1);
         if *left == 0 {
             runs.held = None;
-            self.done.send_if_modified(|encoded| {
-                if encoded.as_ref().is_some_and(|e| e.generation == generation) {
+            self.done.send_if_modified(|(done, encoded)| {
+                if *done == generation {
                     *encoded = None;
                 }
                 false
@@ -152,7 +163,7 @@ impl Exposition {
             }
             runs.held = Some((generation, runs.waiting));
             let held = (runs.waiting > 0).then(|| Arc::new(encoded));
-            self.done.send_replace(held);
+            self.done.send_replace((generation, held));
             match runs.next.take() {
                 Some(next) => {
                     runs.started += 1;
@@ -287,9 +298,41 @@ mod tests {
         assert_eq!(runs.started, 2, "40 scrapes, one encoding of their own");
         assert!(!runs.running);
         assert!(
-            exposition.done.borrow().is_none(),
+            exposition.done.borrow().1.is_none(),
             "the bytes live no longer than the answers that carry them"
         );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_scrape_that_finds_its_encoding_gone_asks_for_a_fresh_one()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let exposition = exposition()?;
+        {
+            let mut runs = exposition.runs();
+            runs.started = 2;
+            runs.running = true;
+        }
+        let waiter = Arc::clone(&exposition);
+        let scrape = tokio::spawn(async move { waiter.encoded(false).await });
+        while exposition.runs().next.is_none() {
+            tokio::task::yield_now().await;
+        }
+        // Encoding 3 ran, and its scrapes took its bytes before this one looked.
+        {
+            let mut runs = exposition.runs();
+            runs.started = 3;
+            runs.next = None;
+        }
+        exposition.done.send_replace((3, None));
+        while exposition.runs().next.is_none() {
+            tokio::task::yield_now().await;
+        }
+        let running = Arc::clone(&exposition);
+        tokio::task::spawn_blocking(move || running.run(3, false)).await?;
+        let encoded = scrape.await?;
+        assert_eq!(encoded.generation, 4);
+        assert!(encoded.text.is_ok());
         Ok(())
     }
 }
