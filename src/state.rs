@@ -28,8 +28,8 @@ pub const DEFAULT_PATH: &str = "/var/lib/azure-scheduled-events-exporter/state.j
 const APPROVAL_RETENTION: chrono::TimeDelta = chrono::TimeDelta::days(7);
 
 /// Approvals of events that left the document kept at most, the newest: a week of one approval
-/// every ten minutes. Under churn the file (rewritten at every change) stays under about 150 kB
-/// of approvals however many events come and go; an approval is always kept while its event is
+/// every ten minutes. Under churn the file (rewritten at every change) holds under 200 kB of
+/// approvals however many events come and go; an approval is always kept while its event is
 /// in the document, which is what keeps it from being sent twice.
 pub const MAX_PAST_APPROVALS: usize = 1000;
 
