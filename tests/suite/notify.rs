@@ -694,7 +694,7 @@ async fn a_template_that_loops_is_stopped_counted_and_never_stops_polling() -> T
     let looping = write(
         &dir,
         "looping.j2",
-        "{% for i in range(100000) %}{% for j in range(100000) %}{{ event_type }}{% endfor %}{% endfor %}",
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% if i < 0 %}{{ event_type }}{% endif %}{% endfor %}{% endfor %}",
     )?;
     let config = write(
         &dir,
