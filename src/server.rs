@@ -99,7 +99,9 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
-    /// Answers one request to the agent.
+    /// Answers one request to the agent. The listener ([`crate::web`]) answers GET and HEAD of
+    /// the telemetry path from [`crate::exposition`] instead, off the poll loop's thread; here a
+    /// scrape is encoded on the caller's thread.
     pub fn answer<B>(&self, request: &Request<B>) -> Response<Full<Bytes>> {
         if !matches!(*request.method(), Method::GET | Method::HEAD) {
             return respond(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET and HEAD\n");
