@@ -24,6 +24,13 @@ use crate::wire;
 /// hundreds of events naming hundreds of VMs.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
+/// Most events a document may hold. A placement group or availability set has at most a few
+/// hundred VMs, each with a few events; every event naming this VM costs about 11 kB of
+/// resident memory (its series, and their encoding at each scrape), so this bound, not the
+/// body's size, is what keeps the worst case (5,000 such events in a body at the cap: under
+/// 80 MiB) within the shipped memory limits of 128 MiB (docs/performance.md).
+pub const MAX_EVENTS: usize = 5_000;
+
 /// Time a TCP connect to IMDS has by default. IMDS is link-local and accepts within a
 /// millisecond; a connect still pending after a second is being dropped on the way.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -79,6 +86,8 @@ pub enum ImdsError {
     },
     #[error("body larger than {MAX_BODY_BYTES} bytes")]
     TooLarge,
+    #[error("document with {0} events, more than {MAX_EVENTS}")]
+    TooManyEvents(usize),
     #[error("{0}")]
     Decode(String),
 }
@@ -113,7 +122,7 @@ impl ImdsError {
                 500..=599 => "http_5xx",
                 _ => "http_other",
             },
-            ImdsError::TooLarge => "too_large",
+            ImdsError::TooLarge | ImdsError::TooManyEvents(_) => "too_large",
             ImdsError::Decode(_) => "decode",
         }
     }
@@ -270,6 +279,9 @@ impl ImdsClient {
                 return Ok(Polled::Unchanged);
             }
             let document = Document::from_json(&body)?;
+            if document.events.len() > MAX_EVENTS {
+                return Err(ImdsError::TooManyEvents(document.events.len()));
+            }
             *last = body;
             Ok(Polled::Changed(document))
         };

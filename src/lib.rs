@@ -11,7 +11,7 @@
 //! [`telemetry`] over OTLP with the EventId as trace id, [`trace_id`]), the [`state`] file (its
 //! only writer; [`state_file`] reads and writes it), hooks, approval POSTs, notifications
 //! (webhooks, Slack, Teams, PagerDuty) and the Kubernetes Node, the last four off the loop. `server`
-//! serves `/metrics` and health; [`config`] turns the command line, the approval policy file,
+//! serves `/metrics` (encoded off the loop's thread by `exposition`) and health; [`config`] turns the command line, the approval policy file,
 //! the receivers file and the `OTEL_*` variables into resolved settings;
 //! [`simulator`] is a faithful local IMDS used by `demo`, by users' tests and by ours;
 //! [`api_version`] knows what each scheduled-events api-version shows, for it and for the flags.
@@ -26,6 +26,7 @@ pub mod cause;
 pub mod commands;
 pub mod config;
 pub mod event;
+pub(crate) mod exposition;
 pub mod file_input;
 pub mod hardware_failure;
 pub(crate) mod health;

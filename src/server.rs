@@ -25,7 +25,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 const HTML: HeaderValue = HeaderValue::from_static("text/html; charset=utf-8");
-const EXPOSITION: HeaderValue =
+pub(crate) const EXPOSITION: HeaderValue =
     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
 
 /// Accepts HTTP/1 connections on `listener` until `shutdown` completes, then lets in-flight
@@ -99,7 +99,9 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
-    /// Answers one request to the agent.
+    /// Answers one request to the agent. The listener ([`crate::web`]) answers GET and HEAD of
+    /// the telemetry path from [`crate::exposition`] instead, off the poll loop's thread; here a
+    /// scrape is encoded on the caller's thread.
     pub fn answer<B>(&self, request: &Request<B>) -> Response<Full<Bytes>> {
         if !matches!(*request.method(), Method::GET | Method::HEAD) {
             return respond(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET and HEAD\n");

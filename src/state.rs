@@ -27,6 +27,12 @@ pub const DEFAULT_PATH: &str = "/var/lib/azure-scheduled-events-exporter/state.j
 /// document, so the file stays small.
 const APPROVAL_RETENTION: chrono::TimeDelta = chrono::TimeDelta::days(7);
 
+/// Approvals of events that left the document kept at most, the newest: a week of one approval
+/// every ten minutes. Under churn the file (rewritten at every change) holds under 200 kB of
+/// approvals however many events come and go; an approval is always kept while its event is
+/// in the document, which is what keeps it from being sent twice.
+pub const MAX_PAST_APPROVALS: usize = 1000;
+
 /// Event types after which, once this VM saw them Started, a reboot is expected. A Freeze does not
 /// reboot, but a reboot during one is what the operator was told to expect; a Preempt deallocates,
 /// and the next start of the VM is a new boot.
@@ -213,6 +219,22 @@ impl State {
         self.approvals.retain(|id, record| {
             in_document.contains(&id.as_str()) || now - record.at < APPROVAL_RETENTION
         });
+        let mut past: Vec<(DateTime<Utc>, &String)> = self
+            .approvals
+            .iter()
+            .filter(|(id, _)| !in_document.contains(&id.as_str()))
+            .map(|(id, record)| (record.at, id))
+            .collect();
+        if past.len() > MAX_PAST_APPROVALS {
+            past.sort_unstable();
+            let oldest: Vec<String> = past[..past.len() - MAX_PAST_APPROVALS]
+                .iter()
+                .map(|(_, id)| (*id).clone())
+                .collect();
+            for id in oldest {
+                self.approvals.remove(&id);
+            }
+        }
         // An event that left the document gets no further transition, even after a restart.
         self.notifications
             .retain(|id, _| in_document.contains(&id.as_str()));
@@ -419,6 +441,48 @@ mod tests {
             state.approvals.keys().collect::<Vec<_>>(),
             ["present"],
             "an approval is kept while its event is in the document"
+        );
+    }
+
+    #[test]
+    fn churn_keeps_the_file_bounded() {
+        let mut state = State::new();
+        let mut sizes = Vec::new();
+        // 5,000 events in a day, each approved while in the document, then gone.
+        for i in 0..5000_i64 {
+            let id = format!("E{i:05}");
+            let at = i * 17;
+            let event = tracked(&id, EventType::Freeze, EventStatus::Scheduled, at);
+            state.observe(
+                Some(i as u64),
+                std::slice::from_ref(&event),
+                Some("me"),
+                t(at),
+            );
+            state.approvals.insert(
+                id,
+                ApprovalRecord {
+                    event_type: "Freeze".into(),
+                    at: t(at),
+                    status: ApprovalStatus::Sent,
+                    attempts: 1,
+                },
+            );
+            if i % 1000 == 999 {
+                sizes.push(state.to_bytes().len());
+            }
+        }
+        state.observe(Some(5000), &[], Some("me"), t(5000 * 17));
+        assert_eq!(state.approvals.len(), MAX_PAST_APPROVALS);
+        assert!(
+            state.approvals.contains_key("E04999") && !state.approvals.contains_key("E03999"),
+            "the newest are kept"
+        );
+        let last = state.to_bytes().len();
+        assert!(last < 200_000, "{last} bytes");
+        assert!(
+            sizes.windows(2).all(|w| w[1] <= w[0] + 1000),
+            "no growth once the bound is reached: {sizes:?}"
         );
     }
 }

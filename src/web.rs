@@ -1,7 +1,9 @@
 //! The agent's listener, with what Prometheus exporters built on the exporter-toolkit offer:
 //! TLS and basic authentication from `--web.config.file` ([`crate::config::web`]), gzip when the
 //! scraper accepts it, at most `--web.max-requests` concurrent scrapes (beyond it a 503, as in
-//! node_exporter), and at most `--web.max-connections` open connections.
+//! node_exporter), and at most `--web.max-connections` open connections. Scrapes are answered
+//! from [`crate::exposition`]: encoded off the poll loop's thread, once for all the scrapes that
+//! wait at the same time.
 //!
 //! The connection bound is what keeps a flood of idle connections from taking every file
 //! descriptor of the agent (and with them the sockets it polls IMDS with): when it is reached,
@@ -11,20 +13,18 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{
-    ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH, HeaderValue, VARY,
-    WWW_AUTHENTICATE,
+    ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, HeaderValue, VARY, WWW_AUTHENTICATE,
 };
 use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -33,20 +33,19 @@ use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 
 use crate::config::web::{Access, WebConfigFile, WebSettings};
+use crate::exposition::{Encoded, Exposition};
 use crate::response::respond;
-use crate::server::{Endpoints, accept, drain};
+use crate::server::{EXPOSITION, Endpoints, accept, drain};
 
 /// How long a client has to send a request's headers (hyper's timer) and, with TLS, to finish
 /// its handshake. Scrapers send at once; a connection that sends nothing is closed.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Scrapes smaller than this are sent as they are: compressing them saves nothing.
-const GZIP_MIN_BYTES: usize = 1024;
-
 /// What every connection's task shares.
 #[derive(Debug)]
 struct Shared {
     endpoints: Arc<Endpoints>,
+    exposition: Arc<Exposition>,
     config: Option<Arc<WebConfigFile>>,
     scrapes: Option<Semaphore>,
     connections: Mutex<Connections>,
@@ -144,6 +143,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let shared = Arc::new(Shared {
+        exposition: Exposition::new(Arc::clone(&endpoints.metrics)),
         endpoints,
         config: settings.config,
         scrapes: settings.max_requests.map(Semaphore::new),
@@ -279,37 +279,39 @@ async fn answer(
             }
         }
     }
-    let response = endpoints.answer(&request);
-    if !scrape {
-        return Ok(response);
+    if !scrape || !matches!(*request.method(), Method::GET | Method::HEAD) {
+        return Ok(endpoints.answer(&request));
     }
-    if response.status() != StatusCode::OK || !accepts_gzip(&request) {
-        return Ok(response);
-    }
-    let (mut parts, body) = response.into_parts();
-    let Ok(body) = body.collect().await.map(|b| b.to_bytes());
-    if body.len() < GZIP_MIN_BYTES {
-        return Ok(Response::from_parts(parts, Full::new(body)));
-    }
-    let mut encoder = flate2::write::GzEncoder::new(
-        Vec::with_capacity(body.len() / 4),
-        flate2::Compression::fast(),
-    );
-    let compressed = match encoder.write_all(&body).and_then(|()| encoder.finish()) {
-        Ok(compressed) => compressed,
-        Err(_) => return Ok(Response::from_parts(parts, Full::new(body))),
-    };
-    parts
-        .headers
-        .insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-    parts.headers.remove(CONTENT_LENGTH);
-    parts
-        .headers
-        .insert(VARY, HeaderValue::from_static("Accept-Encoding"));
-    Ok(Response::from_parts(
-        parts,
-        Full::new(Bytes::from(compressed)),
+    let gzip = accepts_gzip(&request);
+    Ok(scrape_response(
+        &*shared.exposition.encoded(gzip).await,
+        gzip,
     ))
+}
+
+/// The answer to a scrape from its encoding: gzipped when the scraper accepts it and the
+/// encoding has it.
+fn scrape_response(encoded: &Encoded, gzip: bool) -> Response<Full<Bytes>> {
+    let text = match &encoded.text {
+        Ok(text) => text,
+        Err(error) => {
+            return respond(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                TEXT,
+                format!("cannot encode metrics: {error}\n"),
+            );
+        }
+    };
+    match encoded.gzip.as_ref().filter(|_| gzip) {
+        None => respond(StatusCode::OK, EXPOSITION, text.clone()),
+        Some(compressed) => {
+            let mut response = respond(StatusCode::OK, EXPOSITION, compressed.clone());
+            let headers = response.headers_mut();
+            headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            headers.insert(VARY, HeaderValue::from_static("Accept-Encoding"));
+            response
+        }
+    }
 }
 
 /// Whether `Accept-Encoding` lists gzip (or `*`) with a non-zero quality.

@@ -12,6 +12,10 @@
 //! (timeout, connection, 5xx, 429, 410) is retried with backoff while the event is still Scheduled
 //! and allowed (a timed-out one may have arrived: Azure answers 200 to a repeated approval); one
 //! refused (other 4xx) is never sent again. One POST per event is in flight at most.
+//!
+//! Waits (the takeover turn, the backoff of a retry) are measured on a [`Steady`] clock built
+//! from the times passed in: it follows the wall clock forward and never goes back, so a clock
+//! set back an hour (an NTP step, a restored VM) delays no approval by an hour.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -49,16 +53,42 @@ enum Progress {
     Ready,
     /// A POST was handed to the sender; its report has not come back.
     Posting,
-    /// A POST failed on the way: try again at this time.
+    /// A POST failed on the way: try again at this time of the [`Steady`] clock.
     Retry(DateTime<Utc>),
     /// Nothing more to do for this event.
     Done,
+}
+
+/// A clock that follows the wall-clock times it is given forward and never goes back: a step
+/// back of the wall clock is a pause of this one. Pure: it reads no clock itself.
+#[derive(Debug, Default, Clone, Copy)]
+struct Steady {
+    /// The last wall-clock time given, and this clock's time then.
+    last: Option<(DateTime<Utc>, DateTime<Utc>)>,
+}
+
+impl Steady {
+    /// This clock's time at wall-clock time `now`.
+    fn at(&mut self, now: DateTime<Utc>) -> DateTime<Utc> {
+        let steady = match self.last {
+            None => now,
+            Some((wall, steady)) if now > wall => steady
+                .checked_add_signed(now - wall)
+                .unwrap_or(DateTime::<Utc>::MAX_UTC),
+            Some((_, steady)) => steady,
+        };
+        self.last = Some((now, steady));
+        steady
+    }
 }
 
 /// The approval state of the running agent.
 #[derive(Debug)]
 pub struct Decider {
     config: ApprovalConfig,
+    clock: Steady,
+    /// When each event of the document was first seen, on the [`Steady`] clock.
+    first_seen: HashMap<EventId, DateTime<Utc>>,
     progress: HashMap<EventId, Progress>,
     /// Events whose approval hook is running, also after they left the document.
     hooks_running: HashSet<EventId>,
@@ -71,6 +101,8 @@ impl Decider {
     pub fn new(config: ApprovalConfig, recorded: &BTreeMap<String, ApprovalRecord>) -> Self {
         Self {
             config,
+            clock: Steady::default(),
+            first_seen: HashMap::new(),
             progress: HashMap::new(),
             hooks_running: HashSet::new(),
             sent: recorded
@@ -91,9 +123,29 @@ impl Decider {
         if self.config.mode == Mode::Off {
             return occurrences;
         }
+        let steady = self.clock.at(now);
         // A document holds a handful of events: a scan is cheaper than a set built every poll.
-        self.progress
-            .retain(|id, _| events.iter().any(|t| t.event.id == *id));
+        // One of thousands (up to `imds::MAX_EVENTS`) is looked up in a set instead.
+        let large: Option<HashSet<&EventId>> =
+            (events.len() > 64).then(|| events.iter().map(|t| &t.event.id).collect());
+        let present = |id: &EventId| match &large {
+            Some(ids) => ids.contains(id),
+            None => events.iter().any(|t| t.event.id == *id),
+        };
+        self.progress.retain(|id, _| present(id));
+        self.first_seen.retain(|id, _| present(id));
+        for tracked in events {
+            // Seen by an earlier run or before the clock went back: as long ago as the wall
+            // clock says, never less than nothing.
+            let ago = (now - tracked.first_seen).max(chrono::TimeDelta::zero());
+            self.first_seen
+                .entry(tracked.event.id.clone())
+                .or_insert_with(|| {
+                    steady
+                        .checked_sub_signed(ago)
+                        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+                });
+        }
         let decision = |event: &Event, outcome| {
             Decided::Decision(Decision {
                 event: event.clone(),
@@ -103,10 +155,15 @@ impl Decider {
         let mut due = Vec::new();
         for tracked in events {
             let event = &tracked.event;
+            let watched = self
+                .first_seen
+                .get(&event.id)
+                .and_then(|first| (steady - *first).to_std().ok())
+                .unwrap_or_default();
             let verdict = || {
                 self.config
                     .policy
-                    .verdict(event, vm, tracked.first_seen, now)
+                    .verdict_watched(event, vm, tracked.first_seen, now, watched)
             };
             let progress = match self.progress.get(&event.id) {
                 Some(Progress::Done) => continue,
@@ -121,7 +178,7 @@ impl Decider {
                         self.progress.insert(event.id.clone(), Progress::Done);
                         continue;
                     }
-                    Some(_) => Progress::Retry(now),
+                    Some(_) => Progress::Retry(steady),
                     None if self.hooks_running.contains(&event.id) => Progress::HookRunning,
                     None => Progress::Deciding(None),
                 },
@@ -146,7 +203,7 @@ impl Decider {
                     progress
                 }
                 (Progress::Retry(at), Verdict::Approve(rule)) => {
-                    if now >= at {
+                    if steady >= at {
                         due.push((event, rule));
                     }
                     progress
@@ -253,14 +310,15 @@ impl Decider {
                 },
             ),
             Err(failure) => {
-                let at = now + chrono_duration(retry_delay(attempts));
+                let delay = chrono_duration(retry_delay(attempts));
+                let steady = self.clock.at(now);
                 (
                     ApprovalStatus::Failed,
-                    Progress::Retry(at),
+                    Progress::Retry(steady + delay),
                     Outcome::PostFailed {
                         reason: failure.reason,
                         error: failure.error,
-                        retry_at: Some(at),
+                        retry_at: Some(now + delay),
                     },
                 )
             }
@@ -624,5 +682,82 @@ mod tests {
             ["post_failed queue_full A"]
         );
         assert_eq!(said(&decider.decide(&events, VM, t(2))), ["send A #2"]);
+    }
+
+    #[test]
+    fn a_clock_set_back_an_hour_delays_no_takeover_turn_by_an_hour() {
+        let mut decider = machine(config(Mode::On));
+        // First seen at t(0) by the second VM of the list: its turn is 30 s of watching later.
+        let shared = [reboot("SHARED", &["vm_3", "vm_0"])];
+        assert_eq!(
+            said(&decider.decide(&shared, VM, t(0))),
+            ["waiting takeover SHARED"]
+        );
+        assert!(decider.decide(&shared, VM, t(10)).is_empty());
+        // The wall clock steps back an hour, then goes on one poll a second. The second between
+        // the polls on either side of the step is not counted: the clock pauses, never runs back.
+        // The wait is said again once, with its end in the new wall-clock time.
+        assert_eq!(
+            said(&decider.decide(&shared, VM, t(11 - 3600))),
+            ["waiting takeover SHARED"]
+        );
+        for second in 12..=30 {
+            assert!(
+                decider.decide(&shared, VM, t(second - 3600)).is_empty(),
+                "still waiting after {second} s of watching"
+            );
+        }
+        assert_eq!(
+            said(&decider.decide(&shared, VM, t(31 - 3600))),
+            ["send SHARED #1"],
+            "30 s of watching, whatever the wall clock says"
+        );
+    }
+
+    #[test]
+    fn a_clock_set_back_an_hour_delays_no_retry_by_an_hour() {
+        let mut decider = machine(config(Mode::On));
+        let events = [reboot("A", &["vm_0"])];
+        decider.decide(&events, VM, t(1));
+        answer(&mut decider, &events[0], 1, failure("http_5xx", false), 2);
+        assert!(decider.decide(&events, VM, t(2 - 3600)).is_empty());
+        assert_eq!(
+            said(&decider.decide(&events, VM, t(3 - 3600))),
+            ["send A #2"],
+            "the 1 s backoff, on the clock that never goes back"
+        );
+    }
+
+    #[test]
+    fn the_steady_clock_follows_the_wall_clock_forward_and_pauses_when_it_goes_back() {
+        let mut clock = Steady::default();
+        assert_eq!(clock.at(t(100)), t(100));
+        assert_eq!(clock.at(t(105)), t(105));
+        assert_eq!(clock.at(t(105 - 3600)), t(105), "set back: paused");
+        assert_eq!(clock.at(t(107 - 3600)), t(107));
+        assert_eq!(
+            clock.at(t(200)),
+            t(107 + 3600 + 93 - 3600 + 3600),
+            "forward as the wall clock"
+        );
+    }
+
+    #[test]
+    fn events_that_left_a_large_document_are_forgotten_and_the_others_kept() {
+        let mut decider = machine(config(Mode::DryRun));
+        let ids: Vec<String> = (0..100).map(|i| format!("E{i:03}")).collect();
+        let all: Vec<Tracked> = ids.iter().map(|id| reboot(id, &["vm_0"])).collect();
+        assert_eq!(decider.decide(&all, VM, t(1)).len(), 100);
+        assert!(decider.decide(&all[..50], VM, t(2)).is_empty());
+        let again = said(&decider.decide(&all, VM, t(3)));
+        assert_eq!(again.len(), 50, "{again:?}");
+        assert!(
+            again.iter().all(|line| line.starts_with("dry_run")),
+            "{again:?}"
+        );
+        assert!(
+            again.contains(&"dry_run user_event E050".to_owned()),
+            "{again:?}"
+        );
     }
 }

@@ -150,6 +150,21 @@ impl Policy {
         first_seen: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Verdict {
+        let watched = (now - first_seen).to_std().unwrap_or_default();
+        self.verdict_watched(event, vm, first_seen, now, watched)
+    }
+
+    /// As [`Policy::verdict`], for a VM that has watched the event for `watched`, measured on a
+    /// clock that never goes back ([`super::decide`]): the takeover turn counts that, not the
+    /// wall clock, so a clock set back an hour does not hold an approval back an hour.
+    pub fn verdict_watched(
+        &self,
+        event: &Event,
+        vm: Option<&str>,
+        first_seen: DateTime<Utc>,
+        now: DateTime<Utc>,
+        watched: Duration,
+    ) -> Verdict {
         let Some(vm) = vm else {
             return Verdict::Skip(SkipReason::VmUnknown);
         };
@@ -187,7 +202,12 @@ impl Policy {
         };
         let takeover_at = (rank > 0).then(|| {
             (
-                takeover::turn(first_seen, rank, self.takeover_delay),
+                takeover::turn(
+                    now.checked_sub_signed(chrono_duration(watched))
+                        .unwrap_or(DateTime::<Utc>::MIN_UTC),
+                    rank,
+                    self.takeover_delay,
+                ),
                 WaitReason::Takeover { rank },
             )
         });

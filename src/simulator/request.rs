@@ -9,8 +9,9 @@ use hyper::{StatusCode, Uri};
 
 use super::reply::{Refused, error};
 
-/// Largest request body read; IMDS bodies are a few hundred bytes.
-const MAX_BODY: usize = 1 << 20;
+/// Largest request body read. IMDS bodies are a few hundred bytes; a document set with `PUT
+/// /control/document` may be as large as the agent reads and larger, to test its cap.
+const MAX_BODY: usize = 2 * crate::imds::MAX_BODY_BYTES;
 
 /// Reads a request body of at most [`MAX_BODY`] bytes.
 pub(super) async fn read_body(body: Incoming) -> Result<Bytes, Refused> {

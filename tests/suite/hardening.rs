@@ -564,3 +564,166 @@ async fn a_state_file_over_its_cap_is_set_aside_and_the_agent_starts_fresh() -> 
     assert!(dir.path("state.json.corrupt").exists(), "set aside: {line}");
     Ok(())
 }
+
+/// Sends `GET path` to `address` as Prometheus does (gzip accepted) and reads the whole answer;
+/// the status code.
+fn get_status(address: &str, path: &str) -> std::io::Result<u16> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(PATIENCE))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let head = String::from_utf8_lossy(&response[..response.len().min(12)]).into_owned();
+    head.get(9..12)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP answer: {head:?}")))
+}
+
+#[tokio::test]
+async fn forty_scrapers_of_five_thousand_events_never_delay_a_poll() -> TestResult {
+    let imds = Imds::start().await?;
+    let events: Vec<serde_json::Value> = (0..5000)
+        .map(|i| {
+            serde_json::json!({
+                "EventId": format!("E0000000-0000-4000-8000-{i:012}"),
+                "EventStatus": "Scheduled",
+                "EventType": "Freeze",
+                "ResourceType": "VirtualMachine",
+                "Resources": [THIS_VM],
+                "NotBefore": "Mon, 11 Apr 2050 22:26:58 GMT",
+                "Description": "Host server is undergoing routine maintenance.",
+                "EventSource": "Platform",
+                "DurationInSeconds": 9
+            })
+        })
+        .collect();
+    imds.sim.set_document(common::document(2, &events));
+    let url = format!("--imds.url={}", imds.url());
+    let process = AgentProcess::spawn(command(&[
+        &url,
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=1s",
+    ]))?;
+    let process = wait_for_metric(
+        process,
+        r#"azure_scheduled_events_pending{affects_this_vm="true",event_status="Scheduled",event_type="Freeze"} 5000"#,
+    )
+    .await?;
+    let address = process.address().to_owned();
+    let mark = imds.sim.requests();
+    let scraping = Duration::from_secs(8);
+    let until = Instant::now() + scraping;
+    // The default --web.max-requests: every scraper gets in.
+    let scrapers: Vec<_> = (0..40)
+        .map(|_| {
+            let address = address.clone();
+            std::thread::spawn(move || -> Result<usize, String> {
+                let mut scrapes = 0;
+                while Instant::now() < until {
+                    let status = get_status(&address, "/metrics")
+                        .map_err(|e| format!("GET /metrics: {e}"))?;
+                    if status != 200 {
+                        return Err(format!("a scrape got {status}"));
+                    }
+                    scrapes += 1;
+                }
+                Ok(scrapes)
+            })
+        })
+        .collect();
+    let health_address = address.clone();
+    let health = tokio::task::spawn_blocking(move || -> Result<Vec<u16>, String> {
+        let mut answers = Vec::new();
+        while Instant::now() < until {
+            answers.push(
+                get_status(&health_address, "/healthz")
+                    .map_err(|e| format!("GET /healthz: {e}"))?,
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        Ok(answers)
+    })
+    .await??;
+    let mut scrapes = 0;
+    for scraper in scrapers {
+        scrapes += scraper.join().map_err(|_| "a scraper panicked")??;
+    }
+    assert!(
+        scrapes >= 40,
+        "every scraper was answered: {scrapes} scrapes"
+    );
+    assert!(
+        health.iter().all(|status| *status == 200),
+        "/healthz during the scrapes: {health:?}"
+    );
+    let gets: Vec<_> = imds
+        .sim
+        .request_log()
+        .into_iter()
+        .filter(|r| r.number > mark && r.is_get())
+        .map(|r| r.at)
+        .collect();
+    let longest = gets
+        .windows(2)
+        .map(|pair| pair[1] - pair[0])
+        .max()
+        .ok_or(format!("{} polls while scraping", gets.len()))?;
+    assert!(
+        gets.len() >= 5 && longest <= chrono::TimeDelta::seconds(5),
+        "polling kept its 1 s interval: {} GETs in {scraping:?}, longest gap {longest}",
+        gets.len()
+    );
+    let metrics = tokio::task::spawn_blocking(move || process.metrics()).await??;
+    let timeouts = metrics
+        .lines()
+        .filter(|l| l.starts_with("azure_scheduled_events_imds_request_failures_total{"))
+        .filter(|l| l.contains(r#"reason="timeout""#))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>();
+    assert_eq!(timeouts, 0.0, "no false timeouts");
+    assert!(
+        metrics.contains("azure_scheduled_events_up 1\n"),
+        "still up after the scrapes"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_document_of_more_than_five_thousand_events_is_refused_as_too_large() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        "events:\n  - {{ id: \"{EVENT}\", type: Reboot, source: User, resources: [{THIS_VM}], notice: 10m }}\n"
+    ))?);
+    let agent = Agent::start(&imds, &[]).await?;
+    let known = agent
+        .wait_for("the Reboot", |m| m.event_info(EVENT).is_some())
+        .await?;
+    let events: Vec<serde_json::Value> = (0..5001)
+        .map(|i| {
+            serde_json::json!({
+                "EventId": format!("F0000000-0000-4000-8000-{i:012}"),
+                "EventStatus": "Scheduled",
+                "EventType": "Freeze",
+                "Resources": [THIS_VM],
+            })
+        })
+        .collect();
+    imds.sim.set_document(common::document(3, &events));
+    let m = agent
+        .wait_for("a too_large failure", |m| {
+            m.up() == Some(0.0) && m.failures("too_large") >= 1.0
+        })
+        .await?;
+    assert_eq!(
+        m.event_info(EVENT),
+        known.event_info(EVENT),
+        "the last valid document still stands"
+    );
+    assert_eq!(m.pending("Freeze", "Scheduled", "true"), 0.0);
+    assert_eq!(m.transitions("Reboot", "cancelled"), 0.0);
+    agent.stop().await
+}

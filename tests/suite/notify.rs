@@ -686,6 +686,65 @@ fn a_bad_template_or_receiver_exits_64_with_one_line_naming_the_file() -> TestRe
     Ok(())
 }
 
+#[tokio::test]
+async fn a_template_that_loops_is_stopped_counted_and_never_stops_polling() -> TestResult {
+    let imds = Imds::start().await?;
+    let receiver = Receiver::start().await?;
+    let dir = TempDir::new("notify-looping-template")?;
+    let looping = write(
+        &dir,
+        "looping.j2",
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% if i < 0 %}{{ event_type }}{% endif %}{% endfor %}{% endfor %}",
+    )?;
+    let config = write(
+        &dir,
+        "receivers.yaml",
+        &format!(
+            "receivers:\n  - name: looping\n    url: {}\n    template_file: {looping}\n  - name: plain\n    url: {}\n",
+            receiver.url("/looping"),
+            receiver.url("/plain")
+        ),
+    )?;
+    imds.sim.set_document(document(
+        1,
+        &[event(REBOOT, "Reboot", "Scheduled", THIS_VM)],
+    ));
+    let url = format!("--imds.url={}", imds.url());
+    let process = AgentProcess::spawn(command(&[
+        &url,
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=100ms",
+        "--notify.config-file",
+        &config,
+    ]))?;
+    let (process, line) = tokio::task::spawn_blocking(move || {
+        let line = process
+            .next_line_where(|l| l["message"] == "notification not sent: its template failed");
+        (process, line)
+    })
+    .await?;
+    let line = line?;
+    assert_eq!(line["receiver"], "looping", "{line}");
+    assert_eq!(line["level"], "ERROR", "{line}");
+    assert!(
+        line["error"].as_str().is_some_and(|e| e.contains("budget")),
+        "{line}"
+    );
+    receiver.wait_for("/plain", 1).await?;
+    // The loop went on polling and answering while the template ran and after.
+    imds.polled(5).await?;
+    let health = reqwest::get(format!("http://{}/healthz", process.address())).await?;
+    assert_eq!(health.status(), 200);
+    let exposition = Exposition(tokio::task::spawn_blocking(move || process.metrics()).await??);
+    assert_eq!(notifications(&exposition, "looping", "rejected"), 1.0);
+    assert_eq!(notifications(&exposition, "plain", "delivered"), 1.0);
+    assert!(
+        receiver.hits_on("/looping").is_empty(),
+        "nothing sent for it"
+    );
+    Ok(())
+}
+
 /// Detection to delivery over 200 transitions to a loopback receiver: printed, not asserted.
 #[tokio::test]
 async fn detection_to_delivery_latency_over_200_transitions() -> TestResult {

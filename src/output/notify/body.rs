@@ -4,13 +4,104 @@
 //! ([`super::super::log`]) plus `timestamp`: it is the generic JSON body, the context of
 //! templates, and what the Slack, Teams and PagerDuty bodies are built from. Absent values are
 //! `null` rather than missing, so every body has the same keys.
+//!
+//! A receiver's template ([`Template`]) is the operator's code: it passes the startup check and
+//! may still loop for hours or print gigabytes. It renders on a blocking thread, never the poll
+//! loop's, within a budget of instructions and of output bytes; over either, the notification
+//! fails as a template that cannot render does.
+
+use std::sync::Arc;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::config::notify::{Dedup, Format, Receiver, severity};
+use crate::config::notify::{Dedup, Format, Receiver, severity, template_environment};
 use crate::view::EventView;
+
+/// Instructions a template may run for one notification (MiniJinja's fuel): about a hundred times
+/// what a template that walks every VM of a large event needs, and tens of milliseconds of CPU.
+pub const TEMPLATE_FUEL: u64 = 1_000_000;
+
+/// The most a template may write for one notification: a message, not a document.
+pub const TEMPLATE_MAX_BYTES: usize = 64 * 1024;
+
+/// A receiver's template, ready to render within its budget.
+#[derive(Debug, Clone)]
+pub struct Template {
+    environment: Arc<minijinja::Environment<'static>>,
+}
+
+impl Template {
+    const NAME: &'static str = "template";
+
+    /// The template of `source` (checked at startup, so `None` only if it no longer parses).
+    pub fn new(source: &str) -> Option<Self> {
+        let mut environment = template_environment();
+        environment.set_fuel(Some(TEMPLATE_FUEL));
+        environment
+            .add_template_owned(Self::NAME, source.to_owned())
+            .ok()?;
+        Some(Self {
+            environment: Arc::new(environment),
+        })
+    }
+
+    /// The text for `notification` to `receiver`, rendered on a blocking thread; an error says
+    /// which budget ran out.
+    pub async fn render(
+        &self,
+        receiver: &str,
+        notification: &Notification,
+    ) -> Result<String, String> {
+        let environment = Arc::clone(&self.environment);
+        let context = minijinja::context! {
+            receiver => receiver,
+            ..minijinja::Value::from_serialize(notification)
+        };
+        tokio::task::spawn_blocking(move || render(&environment, &context))
+            .await
+            .unwrap_or_else(|_| Err("the template panicked".into()))
+    }
+}
+
+fn render(
+    environment: &minijinja::Environment<'static>,
+    context: &minijinja::Value,
+) -> Result<String, String> {
+    let template = environment
+        .get_template(Template::NAME)
+        .map_err(|e| e.to_string())?;
+    let mut output = Capped(Vec::new());
+    match template.render_captured_to(context, &mut output) {
+        Ok(_) => String::from_utf8(output.0).map_err(|e| e.to_string()),
+        Err(error) if error.kind() == minijinja::ErrorKind::OutOfFuel => Err(format!(
+            "the template ran past its budget of {TEMPLATE_FUEL} instructions"
+        )),
+        Err(_) if output.0.len() >= TEMPLATE_MAX_BYTES => Err(format!(
+            "the template wrote more than its budget of {TEMPLATE_MAX_BYTES} bytes"
+        )),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// A buffer that refuses to grow past [`TEMPLATE_MAX_BYTES`], which stops the render.
+struct Capped(Vec<u8>);
+
+impl std::io::Write for Capped {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + bytes.len() > TEMPLATE_MAX_BYTES {
+            self.0.resize(TEMPLATE_MAX_BYTES, 0);
+            return Err(std::io::Error::other("over the output budget"));
+        }
+        self.0.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 /// One notification: a transition (or an approval) of one event, as this VM saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -376,5 +467,48 @@ mod tests {
         let long = "x".repeat(200);
         assert_eq!(clip(&long, 150).chars().count(), 150);
         assert_eq!(clip("short", 150), "short");
+    }
+
+    #[tokio::test]
+    async fn a_template_renders_within_its_budget() -> Result<(), String> {
+        let notification = notification("scheduled").ok_or("no event")?;
+        let template = Template::new("{{ event_type }} on {{ vm_name }} for {{ receiver }}: {% for i in range(2) %}{{ resources }} {% endfor %}")
+            .ok_or("does not parse")?;
+        assert_eq!(
+            template.render("ops", &notification).await?,
+            "Freeze on vm_0 for ops: vm_0,vm_1 vm_0,vm_1 "
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_template_that_loops_stops_at_its_instruction_budget() -> Result<(), String> {
+        let notification = notification("scheduled").ok_or("no event")?;
+        let template = Template::new(
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        )
+        .ok_or("does not parse")?;
+        let error = template
+            .render("ops", &notification)
+            .await
+            .err()
+            .ok_or("rendered")?;
+        assert!(error.contains("budget of 1000000 instructions"), "{error}");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_template_that_writes_too_much_stops_at_its_output_budget() -> Result<(), String> {
+        let notification = notification("scheduled").ok_or("no event")?;
+        let template =
+            Template::new("{% for i in range(2000) %}{{ event_id }}{{ description }}{% endfor %}")
+                .ok_or("does not parse")?;
+        let error = template
+            .render("ops", &notification)
+            .await
+            .err()
+            .ok_or("rendered")?;
+        assert!(error.contains("budget of 65536 bytes"), "{error}");
+        Ok(())
     }
 }

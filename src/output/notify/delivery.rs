@@ -17,9 +17,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::backoff;
-use crate::config::notify::{Format, Receiver, template_environment};
+use crate::config::notify::{Format, Receiver};
 
-use super::body::{Notification, body};
+use super::body::{Notification, Template, body};
 use super::metrics::NotifyMetrics;
 
 /// Attempts per notification, the first included.
@@ -90,19 +90,16 @@ pub async fn run(
     mut jobs: mpsc::Receiver<Job>,
     metrics: NotifyMetrics,
 ) {
-    let mut environment = template_environment();
-    let template = receiver.template.as_ref().and_then(|source| {
-        environment
-            .add_template_owned("template", source.text.clone())
-            .ok()
-            .and_then(|()| environment.get_template("template").ok())
-    });
+    let template = receiver
+        .template
+        .as_ref()
+        .and_then(|source| Template::new(&source.text));
     let name = receiver.name.as_str();
     while let Some(Job {
         notification, seen, ..
     }) = jobs.recv().await
     {
-        let payload = render(&receiver, template.as_ref(), &notification);
+        let payload = render(&receiver, template.as_ref(), &notification).await;
         let mut attempt = 1;
         let outcome = loop {
             let result = match &payload {
@@ -159,6 +156,14 @@ pub async fn run(
                 error = %failure,
                 "notification not delivered: attempts exhausted"
             ),
+            Err(Failure::Template(problem)) => tracing::error!(
+                receiver = name,
+                format = receiver.format.as_str(),
+                event_id = notification.event.event_id.as_str(),
+                transition = notification.transition,
+                error = problem.as_str(),
+                "notification not sent: its template failed"
+            ),
             Err(failure) => tracing::error!(
                 receiver = name,
                 format = receiver.format.as_str(),
@@ -173,21 +178,15 @@ pub async fn run(
 }
 
 /// The request body for `notification`.
-fn render(
+async fn render(
     receiver: &Receiver,
-    template: Option<&minijinja::Template<'_, '_>>,
+    template: Option<&Template>,
     notification: &Notification,
 ) -> Result<Vec<u8>, String> {
-    let text = template
-        .map(|template| {
-            template
-                .render(minijinja::context! {
-                    receiver => receiver.name.as_str(),
-                    ..minijinja::Value::from_serialize(notification)
-                })
-                .map_err(|e| e.to_string())
-        })
-        .transpose()?;
+    let text = match template {
+        Some(template) => Some(template.render(&receiver.name, notification).await?),
+        None => None,
+    };
     match (receiver.format, text) {
         (Format::Json, Some(text)) => Ok(text.into_bytes()),
         (_, text) => {
