@@ -89,6 +89,10 @@
       'for': '1m',
       severity: 'warning',
     },
+    // How often the coverage group (AzureScheduledEventsNodesWithoutAgent and the recording rules
+    // it reads) is evaluated: its alert waits coverage.for (15 minutes) anyway, and it compares
+    // every node with every agent. Empty: Prometheus' evaluation_interval.
+    coverageInterval: '1m',
     // Coverage: nodes of a cluster with no working agent, from kube-state-metrics' kube_node_info
     // (by node name where the agent's series carry nodeLabel, by count elsewhere), and without
     // it, targets of the agent's scrape jobs that never were the agent.
@@ -126,6 +130,10 @@
       agent: 'azure-sched-events-agent',
     },
     dashboardRefresh: '1m',
+    // How often the dashboards' recording rules (fleet-wide IMDS rates, agents down or blind,
+    // lifecycle transitions per cluster and scale set) are evaluated; also the window of the
+    // recorded transitions. Empty: Prometheus' evaluation_interval (then set the window yourself).
+    dashboardRecordInterval: '1m',
     // Two events of one type and description that appear within this window belong to one
     // maintenance wave (Azure gives every host operation its own EventId).
     waveWindow: '10m',

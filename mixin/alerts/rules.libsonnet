@@ -179,6 +179,7 @@ local promql = import '../lib/promql.libsonnet';
       },
       {
         name: 'azure-scheduled-events.coverage',
+      } + (if c.coverageInterval == '' then {} else { interval: c.coverageInterval }) + {
         rules: [
           record(r.nodes, 'count by (%s) (%s)' % [q.list([cl]), kubeNodes]),
           // Nodes without a working agent (one scraped now): by name where the agent's series
