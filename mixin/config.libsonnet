@@ -89,6 +89,12 @@
       'for': '1m',
       severity: 'warning',
     },
+    // How often the group that records what each scrape target is (azure-scheduled-events.targets:
+    // when it was last the agent, its last known vm_info, one per VM) is evaluated. What a target
+    // is changes when a VM is created or deleted; each evaluation reads every target's series.
+    // A VM's first minute may alert under its target's labels (job, instance) until its vm_info
+    // is recorded. Empty: Prometheus' evaluation_interval.
+    targetsInterval: '1m',
     // How often the coverage group (AzureScheduledEventsNodesWithoutAgent and the recording rules
     // it reads) is evaluated: its alert waits coverage.for (15 minutes) anyway, and it compares
     // every node with every agent. Empty: Prometheus' evaluation_interval.

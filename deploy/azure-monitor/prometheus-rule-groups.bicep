@@ -48,11 +48,6 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'count by (cluster) (\n  count by (cluster, vm_id) (\n    azure_scheduled_events:target_vm_info:last\n    and on (cluster, job, instance)\n    azure_scheduled_events_vm_info\n  )\n)'
-        record: 'azure_scheduled_events:vms_reporting:count'
-      }
-      {
-        enabled: true
         expression: 'count by (cluster) (azure_scheduled_events:vm_info:last)'
         record: 'azure_scheduled_events:vms_known:count'
       }
@@ -119,6 +114,11 @@ resource ruleGroup2 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     enabled: true
     interval: interval
     rules: [
+      {
+        enabled: true
+        expression: 'count by (cluster) (\n  count by (cluster, vm_id) (\n    azure_scheduled_events:target_vm_info:last\n    and on (cluster, job, instance)\n    azure_scheduled_events_vm_info\n  )\n)'
+        record: 'azure_scheduled_events:vms_reporting:count'
+      }
       {
         enabled: true
         expression: 'count by (cluster) (kube_node_info{os_image!~"Windows.*"})'

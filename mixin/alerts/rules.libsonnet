@@ -56,6 +56,7 @@ local promql = import '../lib/promql.libsonnet';
     groups+: [
       {
         name: 'azure-scheduled-events.targets',
+      } + (if c.targetsInterval == '' then {} else { interval: c.targetsInterval }) + {
         rules: [
           // When each target last was the agent (exported build_info or vm_info). It reads its
           // own last value: the series lasts agentSeenLookback after the last scrape, without
@@ -94,17 +95,6 @@ local promql = import '../lib/promql.libsonnet';
             local one(matchers) = 'topk by (%s) (\n  1,\n  max by (%s) (%s)\n)' % [q.vmIdBy, vmInfoLabels, q.rec(r.targetVmInfo, matchers)];
             if c.nodeLabel == '' then one([])
             else '%s\nor on (%s)\n%s' % [one(['%s!=""' % c.nodeLabel]), q.vmIdBy, one([])],
-          ),
-          // VMs whose agent is scraped now.
-          record(
-            r.vmsReporting,
-            'count by (%(cluster)s) (\n  count by (%(vm)s) (\n    %(info)s\n    and on (%(t)s)\n    %(now)s\n  )\n)' % {
-              cluster: q.list([cl]),
-              vm: q.vmIdBy,
-              info: r.targetVmInfo,
-              t: target,
-              now: q.sel('azure_scheduled_events_vm_info'),
-            },
           ),
           // VMs seen within vmInfoLookback.
           record(r.vmsKnown, 'count by (%s) (%s)' % [q.list([cl]), r.vmInfo]),
@@ -181,6 +171,17 @@ local promql = import '../lib/promql.libsonnet';
         name: 'azure-scheduled-events.coverage',
       } + (if c.coverageInterval == '' then {} else { interval: c.coverageInterval }) + {
         rules: [
+          // VMs whose agent is scraped now (compared with the nodes below).
+          record(
+            r.vmsReporting,
+            'count by (%(cluster)s) (\n  count by (%(vm)s) (\n    %(info)s\n    and on (%(t)s)\n    %(now)s\n  )\n)' % {
+              cluster: q.list([cl]),
+              vm: q.vmIdBy,
+              info: r.targetVmInfo,
+              t: target,
+              now: q.sel('azure_scheduled_events_vm_info'),
+            },
+          ),
           record(r.nodes, 'count by (%s) (%s)' % [q.list([cl]), kubeNodes]),
           // Nodes without a working agent (one scraped now): by name where the agent's series
           // carry nodeLabel (its build_info, whether or not it has read instance metadata), by
