@@ -395,7 +395,7 @@ class Server:
         urllib.request.urlopen(urllib.request.Request(self.args.url + "/-/reload", method="POST"), timeout=120)
 
 
-def rule_queries(args, base, samples):
+def rule_queries(args, base, samples, server):
     """Each rule's expression run alone as an instant query, with the query statistics Prometheus
     keeps (`stats=all`): the samples it read, which do not depend on the machine's load, and the
     best of three evaluation times. Alert templates and the writing of recorded series are not
@@ -409,6 +409,7 @@ def rule_queries(args, base, samples):
         if not samples[name]:
             continue
         for r in samples[name][-1][1]["rules"]:
+            server.fresh(60)
             best = None
             for _ in range(3):
                 try:
@@ -437,27 +438,49 @@ def measure(args):
     server = Server(args)
     server.fresh(0)
     server.rules(True)
-    cpu0 = server.cpu()
-    t0 = time.monotonic()
-    # Rule groups: wait until every group has evaluated, then sample evaluationTime once per
-    # evaluation interval.
+    # Rule groups: each group's evaluationTime, once per evaluation, after its first. The feed is
+    # paused while figures are taken, in spans of at most a minute: data older than a few minutes
+    # would make every agent look stuck (rules compare timestamps with time()). Between spans it
+    # feeds one more scrape; the CPU seconds and the evaluations counted are the spans' only.
+    import calendar
     samples = {}
     last = {}
-    while time.monotonic() < deadline and min([len(v) for v in samples.values()] or [0]) < args.evaluations:
+
+    def enough():
+        return min([len(v) for v in samples.values()] or [0]) >= args.evaluations
+
+    def poll(since):
         body, _ = get(base, "/api/v1/rules", {}, 30)
         for g in body["data"]["groups"]:
             stamp = g.get("lastEvaluation", "")
+            samples.setdefault(g["name"], [])
             if stamp.startswith("0001-") or last.get(g["name"]) == stamp:
-                samples.setdefault(g["name"], [])
                 continue
             last[g["name"]] = stamp
-            samples.setdefault(g["name"], [])
-            if last.get(g["name"] + "#seen"):
+            at = calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S"))
+            if last.get(g["name"] + "#seen") and since is not None and at >= since - 1:
                 samples[g["name"]].append((g["evaluationTime"], g))
             last[g["name"] + "#seen"] = True
+
+    # Until every group has evaluated once (the first evaluations are not counted).
+    while time.monotonic() < deadline and not all(last.get(n + "#seen") for n in samples or ["?"]):
+        server.fresh(60)
+        poll(None)
         time.sleep(1)
-    cycles = (time.monotonic() - t0) / float(args.eval_interval.rstrip("s"))
-    rules_cpu = (server.cpu() - cpu0) / cycles
+    spent_cpu = 0.0
+    spent_time = 0.0
+    while time.monotonic() < deadline and not enough():
+        server.fresh(60)
+        since = time.time()
+        cpu0 = server.cpu()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60 and time.monotonic() < deadline and not enough():
+            poll(since)
+            time.sleep(1)
+        spent_cpu += server.cpu() - cpu0
+        spent_time += time.monotonic() - t0
+    cycles = max(spent_time, 1e-9) / float(args.eval_interval.rstrip("s"))
+    rules_cpu = spent_cpu / cycles
     print("\n## Rule groups (evaluation interval %s; median and max of %d evaluations after the first)\n"
           % (args.eval_interval, args.evaluations))
     print("| group | rules | median s | max s | errors |")
@@ -485,7 +508,7 @@ def measure(args):
     slow_rules.sort(reverse=True)
     print("\nSlowest rules (last evaluation): " + ", ".join("%s %.3f s" % (n, t) for t, _, n in slow_rules[:6]))
     if args.rule_queries:
-        rule_queries(args, base, samples)
+        rule_queries(args, base, samples, server)
 
     firing = get(base, "/api/v1/alerts", {}, 30)[0]["data"]["alerts"]
     counts = {}

@@ -197,6 +197,11 @@ resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         expression: 'count by (cluster, vm_scale_set_name, event_type, transition) (\n  count by (cluster, vm_id, vm_scale_set_name, event_type, transition) (\n    max by (cluster, job, instance, event_type, transition) (\n      label_replace(azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} unless on (cluster, job, instance, event_id, event_status) azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} offset 1m, "transition", "\$1", "event_status", "(.*)")\n      or\n      label_replace(azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} offset 1m unless on (cluster, job, instance, event_id) azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"}, "transition", "ended", "", "")\n    )\n    * on (cluster, job, instance) group_left (vm_id, vm_scale_set_name)\n    max by (cluster, job, instance, vm_id, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n  )\n)'
         record: 'azure_scheduled_events:vm_transitions:count'
       }
+      {
+        enabled: true
+        expression: 'max by (cluster, job, instance, event_id) (azure_scheduled_events_event_info)\n* on (cluster, job, instance) group_left (vm_name, location, zone, vm_scale_set_name)\nmax by (cluster, job, instance, vm_name, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\nor on (cluster, job, instance, event_id)\nmax by (cluster, job, instance, event_id) (azure_scheduled_events_event_info)'
+        record: 'azure_scheduled_events:target_event:info'
+      }
     ]
     scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
   }

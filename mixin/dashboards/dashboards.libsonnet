@@ -163,10 +163,33 @@ local g = import 'grafana.libsonnet';
           record(r.agentsDown, 'sum by (%s) (\n  1 - (%s and on (%s) %s)\n)' % [by(withCluster(['job'])), q.sel('up'), vm, r.targetLastSeen]),
           record(r.agentsBlind, 'sum by (%s) (\n  1 - %s\n)' % [by(withCluster(['job'])), q.sel('azure_scheduled_events_up')]),
           record(r.transitions, recordedTransitions),
+          // Each target's events (any status, whether or not they affect its VM), with its VM's
+          // name and place where known.
+          record(r.targetEvent, (
+            local events = 'max by (%s) (%s)' % [by(q.vm + ['event_id']), q.sel('azure_scheduled_events_event_info')];
+            '%(events)s\n* on (%(vm)s) group_left (%(labels)s)\nmax by (%(vm)s, %(labels)s) (%(info)s)\nor on (%(vm)s, event_id)\n%(events)s' % {
+              events: events,
+              vm: vm,
+              labels: by(['vm_name', 'location', 'zone', cap]),
+              info: r.targetVmInfo,
+            }
+          )),
         ],
       },
     ],
   },
+  // The range panels of one event: `expr` (series of the event's targets, keyed by the target and
+  // `key`) with `labels` of the target's VM, for the targets that pass the location, scale-set
+  // and zone variables, from the recorded targets of each event (their VM's labels kept): a few
+  // series, where the recorded vm_info of every VM would be read at each point of the range.
+  local eventTargets(expr, key=[], labels=[]) =
+    '(%(e)s)\n* on (%(on)s) group_left (%(l)s)\nmax by (%(by)s) (%(rec)s)' % {
+      e: expr,
+      on: by(q.vm + [k for k in key if k == 'event_id']),
+      l: by(labels),
+      by: by(q.vm + [k for k in key if k == 'event_id'] + labels),
+      rec: rec(r.targetEvent, matchers + place + ['event_id="$event_id"']),
+    },
   // Lifecycle transitions as annotations, on every dashboard.
   local annotations = [
     g.annotation(
@@ -390,18 +413,18 @@ local g = import 'grafana.libsonnet';
         g.stateTimeline(
           'Status per VM',
           'The event as each VM saw it: Scheduled, Started, or nothing (not in its document, or the agent was not scraped).',
-          [g.target(filtered(join('2 * max by (%(vm)s) (%(started)s)\nor on (%(vm)s)\nmax by (%(vm)s) (%(scheduled)s)' % {
+          [g.target(eventTargets('2 * max by (%(vm)s) (%(started)s)\nor on (%(vm)s)\nmax by (%(vm)s) (%(scheduled)s)' % {
             vm: vm,
             started: s('azure_scheduled_events_event_info', eid + ['event_status="Started"']),
             scheduled: s('azure_scheduled_events_event_info', eid + ['event_status="Scheduled"']),
-          }, [], ['vm_name'])), legend=legendCluster + '{{vm_name}} {{instance}}')],
+          }, [], ['vm_name']), legend=legendCluster + '{{vm_name}} {{instance}}')],
           [[1, 'Scheduled', 'blue'], [2, 'Started', 'orange']],
         ),
         g.timeseries('Countdown per VM', 'NotBefore minus now, on each VM.',
-                     [g.target(filtered(join(s('azure_scheduled_events_event_seconds_until_not_before', eid), ['event_id'], ['vm_name'])), legend=legendCluster + '{{vm_name}} {{instance}}')],
+                     [g.target(eventTargets(s('azure_scheduled_events_event_seconds_until_not_before', eid), ['event_id'], ['vm_name']), legend=legendCluster + '{{vm_name}} {{instance}}')],
                      unit='s', min=null),
         g.timeseries('VMs by status', 'How many VMs see the event Scheduled or Started.',
-                     [g.target('count by (%s) (%s)' % [by(withCluster(['event_status'])), filtered(s('azure_scheduled_events_event_info', eid))], legend=legendCluster + '{{event_status}}')]),
+                     [g.target('count by (%s) (%s)' % [by(withCluster(['event_status'])), eventTargets(s('azure_scheduled_events_event_info', eid), ['event_id', 'event_status'], [])], legend=legendCluster + '{{event_status}}')]),
       ],
       annotations,
       links=[{

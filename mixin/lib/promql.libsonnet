@@ -68,6 +68,7 @@
       agentsDown: 'azure_scheduled_events:agents_down:count',
       agentsBlind: 'azure_scheduled_events:agents_blind:count',
       transitions: 'azure_scheduled_events:vm_transitions:count',
+      targetEvent: 'azure_scheduled_events:target_event:info',
       targetAlert: 'azure_scheduled_events:target_alert:value',
       vmAlert: 'azure_scheduled_events:vm_alert:value',
     },
