@@ -199,7 +199,7 @@ resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'max by (cluster, job, instance, event_id) (azure_scheduled_events_event_info)\n* on (cluster, job, instance) group_left (vm_name, location, zone, vm_scale_set_name)\nmax by (cluster, job, instance, vm_name, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\nor on (cluster, job, instance, event_id)\nmax by (cluster, job, instance, event_id) (azure_scheduled_events_event_info)'
+        expression: 'max by (cluster, job, instance, event_id) (azure_scheduled_events_event_info)\n* on (cluster, job, instance) group_left (vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node)\nmax by (cluster, job, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (azure_scheduled_events:target_vm_info:last)\nor on (cluster, job, instance, event_id)\nmax by (cluster, job, instance, event_id) (azure_scheduled_events_event_info)'
         record: 'azure_scheduled_events:target_event:info'
       }
     ]

@@ -164,13 +164,13 @@ local g = import 'grafana.libsonnet';
           record(r.agentsBlind, 'sum by (%s) (\n  1 - %s\n)' % [by(withCluster(['job'])), q.sel('azure_scheduled_events_up')]),
           record(r.transitions, recordedTransitions),
           // Each target's events (any status, whether or not they affect its VM), with its VM's
-          // name and place where known.
+          // name and place where known (the labels of the recorded vm_info).
           record(r.targetEvent, (
             local events = 'max by (%s) (%s)' % [by(q.vm + ['event_id']), q.sel('azure_scheduled_events_event_info')];
             '%(events)s\n* on (%(vm)s) group_left (%(labels)s)\nmax by (%(vm)s, %(labels)s) (%(info)s)\nor on (%(vm)s, event_id)\n%(events)s' % {
               events: events,
               vm: vm,
-              labels: by(['vm_name', 'location', 'zone', cap]),
+              labels: by(recordLabels),
               info: r.targetVmInfo,
             }
           )),
