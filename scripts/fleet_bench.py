@@ -409,7 +409,7 @@ def rule_queries(args, base, samples, server):
         if not samples[name]:
             continue
         for r in samples[name][-1][1]["rules"]:
-            server.fresh(60)
+            server.fresh(120)
             best = None
             for _ in range(3):
                 try:

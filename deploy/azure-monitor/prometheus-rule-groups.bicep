@@ -51,6 +51,11 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         expression: 'count by (cluster) (azure_scheduled_events:vm_info:last)'
         record: 'azure_scheduled_events:vms_known:count'
       }
+      {
+        enabled: true
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:target_vm_info:last{vm_scale_set_name!=""}\n    and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 900)\n  )\n)'
+        record: 'azure_scheduled_events:capacity_vms:count'
+      }
     ]
     scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
   }
@@ -84,11 +89,6 @@ resource ruleGroup1 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         enabled: true
         expression: 'max by (cluster, vm_id, vm_scale_set_name, event_id, event_type, event_source) (\n  azure_scheduled_events:target_event_impact:held\n  * on (cluster, job, instance) group_left (vm_id, vm_scale_set_name)\n  azure_scheduled_events:target_vm_info:last\n)'
         record: 'azure_scheduled_events:vm_event_impact:held'
-      }
-      {
-        enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:target_vm_info:last{vm_scale_set_name!=""}\n    and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 900)\n  )\n)'
-        record: 'azure_scheduled_events:capacity_vms:count'
       }
       {
         enabled: true
@@ -169,21 +169,6 @@ resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: 'sum by (cluster, job, operation, le) (\n  rate(azure_scheduled_events_imds_request_duration_seconds_bucket[5m])\n)'
-        record: 'azure_scheduled_events:imds_request_duration_seconds_bucket:rate5m'
-      }
-      {
-        enabled: true
-        expression: 'sum by (cluster, job, operation) (\n  rate(azure_scheduled_events_imds_requests_total[5m])\n)'
-        record: 'azure_scheduled_events:imds_requests:rate5m'
-      }
-      {
-        enabled: true
-        expression: 'sum by (cluster, job, operation, reason) (\n  rate(azure_scheduled_events_imds_request_failures_total[5m])\n)'
-        record: 'azure_scheduled_events:imds_request_failures:rate5m'
-      }
-      {
-        enabled: true
         expression: 'sum by (cluster, job) (\n  1 - (up and on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds)\n)'
         record: 'azure_scheduled_events:agents_down:count'
       }
@@ -208,6 +193,35 @@ resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
 }
 
 resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+  name: '${ruleGroupPrefix}azure-scheduled-events.dashboards-imds'
+  location: location
+  properties: {
+    clusterName: empty(clusterName) ? null : clusterName
+    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.dashboards-imds (generated from the monitoring mixin).'
+    enabled: true
+    interval: interval
+    rules: [
+      {
+        enabled: true
+        expression: 'sum by (cluster, job, operation, le) (\n  rate(azure_scheduled_events_imds_request_duration_seconds_bucket[5m])\n)'
+        record: 'azure_scheduled_events:imds_request_duration_seconds_bucket:rate5m'
+      }
+      {
+        enabled: true
+        expression: 'sum by (cluster, job, operation) (\n  rate(azure_scheduled_events_imds_requests_total[5m])\n)'
+        record: 'azure_scheduled_events:imds_requests:rate5m'
+      }
+      {
+        enabled: true
+        expression: 'sum by (cluster, job, operation, reason) (\n  rate(azure_scheduled_events_imds_request_failures_total[5m])\n)'
+        record: 'azure_scheduled_events:imds_request_failures:rate5m'
+      }
+    ]
+    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
+  }
+}
+
+resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
   name: '${ruleGroupPrefix}azure-scheduled-events.capacity'
   location: location
   properties: {
@@ -269,7 +283,26 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
   }
 }
 
-resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+  name: '${ruleGroupPrefix}azure-scheduled-events.agents'
+  location: location
+  properties: {
+    clusterName: empty(clusterName) ? null : clusterName
+    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.agents (generated from the monitoring mixin).'
+    enabled: true
+    interval: interval
+    rules: [
+      {
+        enabled: true
+        expression: 'label_replace(\n  (up == 0)\n  and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 86400)\n  unless on (cluster, job, instance)\n    azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n  unless on (cluster, job, instance)\n    azure_scheduled_events:target_gone:timestamp_seconds,\n  "alert", "AzureScheduledEventsAgentDown", "", ""\n)\nor\nlabel_replace(\n  time() - azure_scheduled_events_last_poll_timestamp_seconds > 180,\n  "alert", "AzureScheduledEventsPollLoopStuck", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_up == 0,\n  "alert", "AzureImdsUnreachable", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, event_type, reason) (\n    increase(azure_scheduled_events_approval_failures_total[10m])\n  ) > 0\n  unless on (cluster, job, instance, event_type)\n    sum by (cluster, job, instance, event_type) (increase(azure_scheduled_events_approvals_total[10m])) > 0,\n  "alert", "AzureScheduledEventApprovalsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, receiver) (\n    increase(azure_scheduled_events_notifications_total{result!="delivered"}[10m])\n    or\n    increase(azure_scheduled_events_notifications_dropped_total[10m])\n  ) > 0,\n  "alert", "AzureScheduledEventNotificationsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, operation, result) (\n    increase(azure_scheduled_events_kubernetes_requests_total{result!~"ok|conflict|already_exists"}[10m])\n  ) > 0\n  unless on (cluster, job, instance, operation)\n    sum by (cluster, job, instance, operation) (increase(azure_scheduled_events_kubernetes_requests_total{result="ok"}[10m])) > 0,\n  "alert", "AzureScheduledEventsKubernetesRequestsFailing", "", ""\n)\nor\nlabel_replace(\n  increase(azure_scheduled_events_reboots_total{expected="false", clean!="true"}[30m]) > 0,\n  "alert", "AzureVMRebootedUnexpectedly", "", ""\n)'
+        record: 'azure_scheduled_events:target_agent_alert:value'
+      }
+    ]
+    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
+  }
+}
+
+resource ruleGroup7 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
   name: '${ruleGroupPrefix}azure-scheduled-events.vms'
   location: location
   properties: {
@@ -280,7 +313,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: 'label_replace(\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"},\n  "alert", "AzureScheduledEventImpactSoon", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n  ),\n  "alert", "AzureSpotEviction", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n  ),\n  "alert", "AzureScaleSetDelete", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_status="Started"}\n  ),\n  "alert", "AzureScheduledEventStuckStarted", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_event_seconds_until_not_before\n  * on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n  )\n  or\n  (azure_scheduled_events_event_seconds_until_not_before > 86400)\n  * on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n  ),\n  "alert", "AzureRedeployAnnouncedDaysAhead", "", ""\n)\nor\nlabel_replace(\n  (up == 0)\n  and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 86400)\n  unless on (cluster, job, instance)\n    azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n  unless on (cluster, job, instance)\n    azure_scheduled_events:target_gone:timestamp_seconds,\n  "alert", "AzureScheduledEventsAgentDown", "", ""\n)\nor\nlabel_replace(\n  time() - azure_scheduled_events_last_poll_timestamp_seconds > 180,\n  "alert", "AzureScheduledEventsPollLoopStuck", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_up == 0,\n  "alert", "AzureImdsUnreachable", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, event_type, reason) (\n    increase(azure_scheduled_events_approval_failures_total[10m])\n  ) > 0\n  unless on (cluster, job, instance, event_type)\n    sum by (cluster, job, instance, event_type) (increase(azure_scheduled_events_approvals_total[10m])) > 0,\n  "alert", "AzureScheduledEventApprovalsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, receiver) (\n    increase(azure_scheduled_events_notifications_total{result!="delivered"}[10m])\n    or\n    increase(azure_scheduled_events_notifications_dropped_total[10m])\n  ) > 0,\n  "alert", "AzureScheduledEventNotificationsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, operation, result) (\n    increase(azure_scheduled_events_kubernetes_requests_total{result!~"ok|conflict|already_exists"}[10m])\n  ) > 0\n  unless on (cluster, job, instance, operation)\n    sum by (cluster, job, instance, operation) (increase(azure_scheduled_events_kubernetes_requests_total{result="ok"}[10m])) > 0,\n  "alert", "AzureScheduledEventsKubernetesRequestsFailing", "", ""\n)\nor\nlabel_replace(\n  increase(azure_scheduled_events_reboots_total{expected="false", clean!="true"}[30m]) > 0,\n  "alert", "AzureVMRebootedUnexpectedly", "", ""\n)'
+        expression: 'label_replace(\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"},\n  "alert", "AzureScheduledEventImpactSoon", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n  ),\n  "alert", "AzureSpotEviction", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n  ),\n  "alert", "AzureScaleSetDelete", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_status="Started"}\n  ),\n  "alert", "AzureScheduledEventStuckStarted", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_event_seconds_until_not_before\n  * on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n  )\n  or\n  (azure_scheduled_events_event_seconds_until_not_before > 86400)\n  * on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n  ),\n  "alert", "AzureRedeployAnnouncedDaysAhead", "", ""\n)\nor\nazure_scheduled_events:target_agent_alert:value'
         record: 'azure_scheduled_events:target_alert:value'
       }
       {

@@ -40,7 +40,10 @@ local promql = import '../lib/promql.libsonnet';
   // other per-VM alert's in one recording rule and joined once with the VM's identity and labels
   // (azure_scheduled_events:vm_alert:value), instead of once per alert: the join reads the
   // recorded vm_info of every VM, the conditions only a few series.
-  local perVm(expr, key=[]) = { expr: expr, key: key },
+  // `slow`: a condition on every agent's own series (agent health), recorded every
+  // agentsInterval in the group azure-scheduled-events.agents rather than at every evaluation;
+  // the others read only the series of events, which few VMs have.
+  local perVm(expr, key=[], slow=false) = { expr: expr, key: key, slow: slow },
   local alert(name, expr, for_, severity, summary, description) = {
     alert: name,
     expr: (
@@ -124,6 +127,7 @@ local promql = import '../lib/promql.libsonnet';
     } + '{{ .Labels.vm_name }} ({{ .Labels.instance }}) {{ .Labels.event_type }} {{ .Labels.event_id }}; {{ end }})',
 
   prometheusAlerts+:: {
+    local vmAlerts = [g for g in self.groups if g.name == 'azure-scheduled-events.vms'][0].alerts,
     groups+: [
       {
         name: 'azure-scheduled-events.capacity',
@@ -165,11 +169,17 @@ local promql = import '../lib/promql.libsonnet';
         ],
       },
       {
+        name: 'azure-scheduled-events.agents',
+      } + (if c.agentsInterval == '' then {} else { interval: c.agentsInterval }) + {
+        // The conditions of the agent-health alerts (slow): each reads a series of every agent.
+        rules: [record(r.targetAgentAlert, conditions([a for a in vmAlerts if a.condition.slow]))],
+      },
+      {
         name: 'azure-scheduled-events.vms',
         // The per-VM alerts' conditions, recorded first in the group so that each alert reads
         // them at the same evaluation.
         rules: [
-          record(r.targetAlert, conditions(self.alerts)),
+          record(r.targetAlert, conditions([a for a in self.alerts if !a.condition.slow]) + '\nor\n' + r.targetAgentAlert),
           record(r.vmAlert, q.withVmInfo(r.targetAlert, ['alert'] + keys(self.alerts))),
         ] + self.alerts,
         alerts:: [
@@ -299,7 +309,7 @@ local promql = import '../lib/promql.libsonnet';
               lookback: seconds(c.agentSeenLookback),
               held: impact(c.interruptingTypes),
               gone: r.targetGone,
-            }),
+            }, slow=true),
             '2m',
             c.severities.vm,
             'Scheduled-events agent down on VM %s' % vmName,
@@ -313,7 +323,7 @@ local promql = import '../lib/promql.libsonnet';
             perVm('time() - %s > %d' % [
               q.sel('azure_scheduled_events_last_poll_timestamp_seconds'),
               c.pollStuckSeconds,
-            ]),
+            ], slow=true),
             '5m',
             c.severities.vm,
             'The agent on VM %s no longer polls IMDS' % vmName,
@@ -328,7 +338,7 @@ local promql = import '../lib/promql.libsonnet';
             'AzureImdsUnreachable',
             // azure_scheduled_events_up is 0 until the first document; Azure may take 2 minutes
             // to answer the very first request.
-            perVm('%s == 0' % q.sel('azure_scheduled_events_up')),
+            perVm('%s == 0' % q.sel('azure_scheduled_events_up'), slow=true),
             c.imdsUnreachableFor,
             c.severities.vm,
             'IMDS scheduled events unreachable from VM %s' % vmName,
@@ -355,7 +365,7 @@ local promql = import '../lib/promql.libsonnet';
                 approvals: q.sel('azure_scheduled_events_approvals_total'),
               },
               ['event_type', 'reason'],
-            ),
+             slow=true),
             '1m',
             c.severities.vm,
             'Approvals of %s events fail on VM %s (%s)' % [label('event_type'), vmName, label('reason')],
@@ -387,7 +397,7 @@ local promql = import '../lib/promql.libsonnet';
                 dropped: q.sel('azure_scheduled_events_notifications_dropped_total'),
               },
               ['receiver'],
-            ),
+             slow=true),
             '1m',
             c.severities.vm,
             'Notifications from VM %s to receiver %s are lost' % [vmName, label('receiver')],
@@ -416,7 +426,7 @@ unless on (%(on)s)
                 ok: q.sel('azure_scheduled_events_kubernetes_requests_total', ['result="ok"']),
               },
               ['operation', 'result'],
-            ),
+             slow=true),
             '5m',
             c.severities.vm,
             'The agent on VM %s cannot %s (%s)' % [vmName, label('operation'), label('result')],
@@ -434,7 +444,7 @@ unless on (%(on)s)
             // The counter starts at 1 in the agent started after the reboot; increase() sees it
             // rise from the previous process' 0, and the alert clears itself 30 minutes later.
             // A clean reboot (the agent was stopped before it, clean="true") is not unexpected.
-            perVm('increase(%s[30m]) > 0' % q.sel('azure_scheduled_events_reboots_total', ['expected="false"', 'clean!="true"'])),
+            perVm('increase(%s[30m]) > 0' % q.sel('azure_scheduled_events_reboots_total', ['expected="false"', 'clean!="true"']), slow=true),
             '0s',
             c.severities.vm,
             'VM %s rebooted without a scheduled event' % vmName,

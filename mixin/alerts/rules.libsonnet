@@ -98,6 +98,19 @@ local promql = import '../lib/promql.libsonnet';
           ),
           // VMs seen within vmInfoLookback.
           record(r.vmsKnown, 'count by (%s) (%s)' % [q.list([cl]), r.vmInfo]),
+          // The VMs of each capacity group: seen within impactHold (a rebooting VM still counts). In
+          // this group: the size of a scale set changes when VMs are created or deleted.
+          record(
+            r.capacityVms,
+            'count by (%(group)s) (\n  max by (%(vm)s) (\n    %(info)s\n    and on (%(t)s)\n    (%(seen)s > time() - %(hold)d)\n  )\n)' % {
+              group: q.groupBy,
+              vm: q.list(q.vmId + [cap]),
+              info: q.rec(r.targetVmInfo, ['%s!=""' % cap]),
+              t: target,
+              seen: r.targetLastSeen,
+              hold: seconds(c.impactHold),
+            },
+          ),
         ],
       },
       {
@@ -149,18 +162,6 @@ local promql = import '../lib/promql.libsonnet';
               t: target,
               info: q.list([c.vmIdLabel, cap]),
               vmInfo: r.targetVmInfo,
-            },
-          ),
-          // The VMs of each capacity group: seen within impactHold (a rebooting VM still counts).
-          record(
-            r.capacityVms,
-            'count by (%(group)s) (\n  max by (%(vm)s) (\n    %(info)s\n    and on (%(t)s)\n    (%(seen)s > time() - %(hold)d)\n  )\n)' % {
-              group: q.groupBy,
-              vm: q.list(q.vmId + [cap]),
-              info: q.rec(r.targetVmInfo, ['%s!=""' % cap]),
-              t: target,
-              seen: r.targetLastSeen,
-              hold: seconds(c.impactHold),
             },
           ),
           record(r.capacityAtRisk, groupCount(c.capacity.eventTypes)),

@@ -156,9 +156,6 @@ local g = import 'grafana.libsonnet';
         name: 'azure-scheduled-events.dashboards',
       } + (if c.dashboardRecordInterval == '' then {} else { interval: c.dashboardRecordInterval }) + {
         rules: [
-          record(r.imdsLatency, 'sum by (%s) (\n  rate(%s[5m])\n)' % [by(withCluster(['job', 'operation', 'le'])), q.sel('azure_scheduled_events_imds_request_duration_seconds_bucket')]),
-          record(r.imdsRequests, 'sum by (%s) (\n  rate(%s[5m])\n)' % [by(withCluster(['job', 'operation'])), q.sel('azure_scheduled_events_imds_requests_total')]),
-          record(r.imdsFailures, 'sum by (%s) (\n  rate(%s[5m])\n)' % [by(withCluster(['job', 'operation', 'reason'])), q.sel('azure_scheduled_events_imds_request_failures_total')]),
           // Targets that were the agent within agentSeenLookback and whose last scrape failed.
           record(r.agentsDown, 'sum by (%s) (\n  1 - (%s and on (%s) %s)\n)' % [by(withCluster(['job'])), q.sel('up'), vm, r.targetLastSeen]),
           record(r.agentsBlind, 'sum by (%s) (\n  1 - %s\n)' % [by(withCluster(['job'])), q.sel('azure_scheduled_events_up')]),
@@ -174,6 +171,17 @@ local g = import 'grafana.libsonnet';
               info: r.targetVmInfo,
             }
           )),
+        ],
+      },
+      {
+        // The fleet's IMDS figures: every agent's counters and latency histogram (18 series an
+        // agent), summed per cluster and job.
+        name: 'azure-scheduled-events.dashboards-imds',
+      } + (if c.dashboardRateInterval == '' then {} else { interval: c.dashboardRateInterval }) + {
+        rules: [
+          record(r.imdsLatency, 'sum by (%s) (\n  rate(%s[5m])\n)' % [by(withCluster(['job', 'operation', 'le'])), q.sel('azure_scheduled_events_imds_request_duration_seconds_bucket')]),
+          record(r.imdsRequests, 'sum by (%s) (\n  rate(%s[5m])\n)' % [by(withCluster(['job', 'operation'])), q.sel('azure_scheduled_events_imds_requests_total')]),
+          record(r.imdsFailures, 'sum by (%s) (\n  rate(%s[5m])\n)' % [by(withCluster(['job', 'operation', 'reason'])), q.sel('azure_scheduled_events_imds_request_failures_total')]),
         ],
       },
     ],

@@ -69,6 +69,7 @@
       agentsBlind: 'azure_scheduled_events:agents_blind:count',
       transitions: 'azure_scheduled_events:vm_transitions:count',
       targetEvent: 'azure_scheduled_events:target_event:info',
+      targetAgentAlert: 'azure_scheduled_events:target_agent_alert:value',
       targetAlert: 'azure_scheduled_events:target_alert:value',
       vmAlert: 'azure_scheduled_events:vm_alert:value',
     },
