@@ -306,7 +306,7 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
             && joined.contains("on (k8s_cluster, job, instance, pod)"),
         "{joined}"
     );
-    let conditions = record_expr(&groups, "azure_scheduled_events:target_alert:value")?;
+    let conditions = record_expr(&groups, "azure_scheduled_events:target_agent_alert:value")?;
     assert!(
         conditions.contains("(up{job=\"ase\"} == 0)")
             && conditions.contains("\"alert\", \"AzureScheduledEventsAgentDown\""),
