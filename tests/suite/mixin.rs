@@ -294,9 +294,9 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
         .find(|a| a.name == "AzureScheduledEventImpactSoon")
         .ok_or("no impact alert")?;
     assert!(
-        impact
-            .expr
-            .contains("azure_scheduled_events:vm_alert:value{alert=\"AzureScheduledEventImpactSoon\"}"),
+        impact.expr.contains(
+            "azure_scheduled_events:vm_alert:value{alert=\"AzureScheduledEventImpactSoon\"}"
+        ),
         "{}",
         impact.expr
     );
