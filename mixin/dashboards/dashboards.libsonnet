@@ -83,7 +83,9 @@ local g = import 'grafana.libsonnet';
   // The share of each capacity group facing a capacity event soon.
   local share = '(\n%s\n)\n/\n%s' % [groups(r.capacityAtRisk), rec(r.capacityVms, clusterMatchers + ['%s=~"$scale_set"' % cap])],
   // The events each VM saw within waveWindow, with its scale set.
-  local wavesSeen = 'max by (%s) (last_over_time(%s[%s]))\n* on (%s) group_left (%s)\n%s' % [by(q.vm + ['event_id', 'event_type', 'event_source']), s('azure_scheduled_events_event_info', ['affects_this_vm="true"']), c.waveWindow, vm, cap, 'max by (%s) (%s)' % [by(q.vm + [cap]), rec(r.targetVmInfo, matchers + place + ['%s!=""' % cap])]],
+  // The scale set of each target and event from the recorded targets of each event (a few
+  // series), not every VM's recorded vm_info at each point.
+  local wavesSeen = 'max by (%s) (last_over_time(%s[%s]))\n* on (%s, event_id) group_left (%s)\n%s' % [by(q.vm + ['event_id', 'event_type', 'event_source']), s('azure_scheduled_events_event_info', ['affects_this_vm="true"']), c.waveWindow, vm, cap, 'max by (%s, event_id, %s) (last_over_time(%s[%s]))' % [vm, cap, rec(r.targetEvent, matchers + place + ['%s!=""' % cap]), c.waveWindow]],
   local guid = '([0-9A-Fa-f]{8})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{12})',
   // The trace id of the event: its EventId without dashes (docs/traces.md).
   local traced(expr) = 'label_replace(\n%s,\n"trace_id", "$1$2$3$4$5", "event_id", "%s")' % [expr, guid],
