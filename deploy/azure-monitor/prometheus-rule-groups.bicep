@@ -169,17 +169,17 @@ resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: 'sum by (cluster, job) (\n  1 - (up and on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds)\n)'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name) (\n  (1 - (up and on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds))\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  max by (cluster, job, instance, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n  or\n  (1 - (up and on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds))\n  unless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last\n)'
         record: 'azure_scheduled_events:agents_down:count'
       }
       {
         enabled: true
-        expression: 'sum by (cluster, job) (\n  1 - azure_scheduled_events_up\n)'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name) (\n  (1 - azure_scheduled_events_up)\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  max by (cluster, job, instance, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n  or\n  (1 - azure_scheduled_events_up)\n  unless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last\n)'
         record: 'azure_scheduled_events:agents_blind:count'
       }
       {
         enabled: true
-        expression: 'count by (cluster, vm_scale_set_name, event_type, transition) (\n  count by (cluster, vm_id, vm_scale_set_name, event_type, transition) (\n    max by (cluster, job, instance, event_type, transition) (\n      label_replace(azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} unless on (cluster, job, instance, event_id, event_status) azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} offset 1m, "transition", "\$1", "event_status", "(.*)")\n      or\n      label_replace(azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} offset 1m unless on (cluster, job, instance, event_id) azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"}, "transition", "ended", "", "")\n    )\n    * on (cluster, job, instance) group_left (vm_id, vm_scale_set_name)\n    max by (cluster, job, instance, vm_id, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n  )\n)'
+        expression: 'count by (cluster, vm_scale_set_name, location, zone, event_type, transition) (\n  count by (cluster, vm_id, location, zone, vm_scale_set_name, event_type, transition) (\n    max by (cluster, job, instance, event_type, transition) (\n      label_replace(azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} unless on (cluster, job, instance, event_id, event_status) azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} offset 1m, "transition", "\$1", "event_status", "(.*)")\n      or\n      label_replace(azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} offset 1m unless on (cluster, job, instance, event_id) azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"}, "transition", "ended", "", "")\n    )\n    * on (cluster, job, instance) group_left (vm_id, location, zone, vm_scale_set_name)\n    max by (cluster, job, instance, vm_id, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n  )\n)'
         record: 'azure_scheduled_events:vm_transitions:count'
       }
       {
@@ -203,17 +203,17 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: 'sum by (cluster, job, operation, le) (\n  rate(azure_scheduled_events_imds_request_duration_seconds_bucket[5m])\n)'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, le) (\n  rate(azure_scheduled_events_imds_request_duration_seconds_bucket[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  max by (cluster, job, instance, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n  or\n  rate(azure_scheduled_events_imds_request_duration_seconds_bucket[5m])\n  unless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last\n)'
         record: 'azure_scheduled_events:imds_request_duration_seconds_bucket:rate5m'
       }
       {
         enabled: true
-        expression: 'sum by (cluster, job, operation) (\n  rate(azure_scheduled_events_imds_requests_total[5m])\n)'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation) (\n  rate(azure_scheduled_events_imds_requests_total[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  max by (cluster, job, instance, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n  or\n  rate(azure_scheduled_events_imds_requests_total[5m])\n  unless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last\n)'
         record: 'azure_scheduled_events:imds_requests:rate5m'
       }
       {
         enabled: true
-        expression: 'sum by (cluster, job, operation, reason) (\n  rate(azure_scheduled_events_imds_request_failures_total[5m])\n)'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, reason) (\n  rate(azure_scheduled_events_imds_request_failures_total[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  max by (cluster, job, instance, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n  or\n  rate(azure_scheduled_events_imds_request_failures_total[5m])\n  unless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last\n)'
         record: 'azure_scheduled_events:imds_request_failures:rate5m'
       }
     ]

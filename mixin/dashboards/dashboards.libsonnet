@@ -128,17 +128,17 @@ local g = import 'grafana.libsonnet';
     local now = q.sel('azure_scheduled_events_event_info', affects + inDocument);
     local before = '%s offset %s' % [now, transitionWindow];
     local key = by(q.vm + ['event_id']);
-    'count by (%(group)s, event_type, transition) (\n  count by (%(vmGroup)s, event_type, transition) (\n    max by (%(vmt)s) (
+    'count by (%(group)s, location, zone, event_type, transition) (\n  count by (%(vmGroup)s, event_type, transition) (\n    max by (%(vmt)s) (
       label_replace(%(now)s unless on (%(key)s, event_status) %(before)s, "transition", "$1", "event_status", "(.*)")
       or
       label_replace(%(before)s unless on (%(key)s) %(now)s, "transition", "ended", "", "")
     )
-    * on (%(vm)s) group_left (%(id)s, %(cap)s)
-    max by (%(vm)s, %(id)s, %(cap)s) (%(info)s)
+    * on (%(vm)s) group_left (%(id)s, location, zone, %(cap)s)
+    max by (%(vm)s, %(id)s, location, zone, %(cap)s) (%(info)s)
   )
 )' % {
       group: q.groupBy,
-      vmGroup: by(q.vmId + [cap]),
+      vmGroup: raw(q.vmId + ['location', 'zone', cap]),
       vmt: by(q.vm + ['event_type', 'transition']),
       now: now,
       before: before,
@@ -149,9 +149,24 @@ local g = import 'grafana.libsonnet';
       info: r.targetVmInfo,
     },
   // VMs per cluster, event type and transition within dashboardRecordInterval before each point.
-  local transitions = 'sum by (%s) (%s)' % [by(withCluster(['event_type', 'transition'])), rec(r.transitions, clusterMatchers + ['%s=~"$scale_set"' % cap])],
+  local transitions = 'sum by (%s) (%s)' % [by(withCluster(['event_type', 'transition'])), rec(r.transitions, clusterMatchers + place)],
   // The dashboards' recording rules: what fleet-wide panels read at every point of their range.
   local record(name, expr) = { record: name, expr: expr + '\n' },
+  // `expr` (per target) with the location, zone and scale set of the target's VM (recorded last
+  // known vm_info), or without them while its agent has not read instance metadata: the panels
+  // filter the recorded sums by the location, scale-set and zone variables.
+  // Not deduplicated (the Helm chart's placeholders cannot be): a capacityLabel of zone is
+  // named twice, which PromQL accepts.
+  local raw(labels) = std.join(', ', std.filter(function(l) l != '', labels)),
+  local placeLabels = raw(['location', 'zone', cap]),
+  local placed(expr) =
+    '(\n  %(e)s\n  * on (%(vm)s) group_left (%(l)s)\n  max by (%(vm)s, %(l)s) (%(info)s)\n  or\n  %(e)s\n  unless on (%(vm)s) %(info)s\n)' % {
+      e: expr,
+      vm: vm,
+      l: placeLabels,
+      info: r.targetVmInfo,
+    },
+  local fleetBy(labels) = raw(withCluster(['job', 'location', 'zone', cap] + labels)),
   prometheusRules+:: {
     groups+: [
       {
@@ -159,8 +174,8 @@ local g = import 'grafana.libsonnet';
       } + (if c.dashboardRecordInterval == '' then {} else { interval: c.dashboardRecordInterval }) + {
         rules: [
           // Targets that were the agent within agentSeenLookback and whose last scrape failed.
-          record(r.agentsDown, 'sum by (%s) (\n  1 - (%s and on (%s) %s)\n)' % [by(withCluster(['job'])), q.sel('up'), vm, r.targetLastSeen]),
-          record(r.agentsBlind, 'sum by (%s) (\n  1 - %s\n)' % [by(withCluster(['job'])), q.sel('azure_scheduled_events_up')]),
+          record(r.agentsDown, 'sum by (%s) %s' % [fleetBy([]), placed('(1 - (%s and on (%s) %s))' % [q.sel('up'), vm, r.targetLastSeen])]),
+          record(r.agentsBlind, 'sum by (%s) %s' % [fleetBy([]), placed('(1 - %s)' % q.sel('azure_scheduled_events_up'))]),
           record(r.transitions, recordedTransitions),
           // Each target's events (any status, whether or not they affect its VM), with its VM's
           // name and place where known (the labels of the recorded vm_info).
@@ -181,9 +196,9 @@ local g = import 'grafana.libsonnet';
         name: 'azure-scheduled-events.dashboards-imds',
       } + (if c.dashboardRateInterval == '' then {} else { interval: c.dashboardRateInterval }) + {
         rules: [
-          record(r.imdsLatency, 'sum by (%s) (\n  rate(%s[5m])\n)' % [by(withCluster(['job', 'operation', 'le'])), q.sel('azure_scheduled_events_imds_request_duration_seconds_bucket')]),
-          record(r.imdsRequests, 'sum by (%s) (\n  rate(%s[5m])\n)' % [by(withCluster(['job', 'operation'])), q.sel('azure_scheduled_events_imds_requests_total')]),
-          record(r.imdsFailures, 'sum by (%s) (\n  rate(%s[5m])\n)' % [by(withCluster(['job', 'operation', 'reason'])), q.sel('azure_scheduled_events_imds_request_failures_total')]),
+          record(r.imdsLatency, 'sum by (%s) %s' % [fleetBy(['operation', 'le']), placed('rate(%s[5m])' % q.sel('azure_scheduled_events_imds_request_duration_seconds_bucket'))]),
+          record(r.imdsRequests, 'sum by (%s) %s' % [fleetBy(['operation']), placed('rate(%s[5m])' % q.sel('azure_scheduled_events_imds_requests_total'))]),
+          record(r.imdsFailures, 'sum by (%s) %s' % [fleetBy(['operation', 'reason']), placed('rate(%s[5m])' % q.sel('azure_scheduled_events_imds_request_failures_total'))]),
         ],
       },
     ],
@@ -200,11 +215,31 @@ local g = import 'grafana.libsonnet';
       by: by(q.vm + [k for k in key if k == 'event_id'] + labels),
       rec: rec(r.targetEvent, matchers + place + ['event_id="$event_id"']),
     },
+  // VMs per cluster, event type and transition within `window` before each point, from the
+  // per-event series (which exist only for the VMs that have events): the annotations, read at
+  // one point a minute.
+  local liveTransitions(window) =
+    local now = s('azure_scheduled_events_event_info', affects + inDocument);
+    local before = '%s offset %s' % [now, window];
+    local key = by(q.vm + ['event_id']);
+    countVms(
+      'max by (%(vmt)s) (
+  label_replace(%(now)s unless on (%(key)s, event_status) %(before)s, "transition", "$1", "event_status", "(.*)")
+  or
+  label_replace(%(before)s unless on (%(key)s) %(now)s, "transition", "ended", "", "")
+)' % {
+        vmt: by(q.vm + ['event_type', 'transition']),
+        now: now,
+        before: before,
+        key: key,
+      },
+      ['event_type', 'transition'],
+    ),
   // Lifecycle transitions as annotations, on every dashboard.
   local annotations = [
     g.annotation(
       'Scheduled-event transitions',
-      transitions,
+      liveTransitions('2m'),
       '{{event_type}} {{transition}}',
       if cl == '' then 'VMs: {{value}}' else 'cluster {{%s}}, VMs: {{value}}' % cl,
       'orange',
@@ -466,31 +501,31 @@ local g = import 'grafana.libsonnet';
         g.stat('Longest blind', 'The longest time since an agent had a valid document.', 'max(%s)' % filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds')), unit='s', steps=['green', [10, 'orange'], [60, 'red']], w=3),
         g.stat('Longest since a poll', 'The longest time since an agent\'s poll loop last finished a poll (the heartbeat): more than a few seconds is a stuck loop.', 'max(%s)' % filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds')), unit='s', steps=['green', [10, 'orange'], [c.pollStuckSeconds, 'red']], w=3),
         g.stat('Versions', 'Agents per version.', 'count by (%s) (%s)' % [by(withCluster(['version'])), filtered(s('azure_scheduled_events_build_info'))], steps=['green'], textMode='value_and_name', legend=legendCluster + '{{version}}', w=6),
-        g.timeseries('Agents down or blind, by cluster', 'Per cluster, agents whose last scrape failed (up is 0) and agents whose last IMDS poll failed (azure_scheduled_events_up is 0), recorded per cluster and job (the instance, location, scale set and zone variables do not narrow it; the stats above do).', [
-          g.target('sum by (%s) (%s)' % [by(withCluster([])), rec(r.agentsDown, clusterMatchers + ['job=~"$job"'])], 'A', legend=legendCluster + 'scrape down'),
-          g.target('sum by (%s) (%s)' % [by(withCluster([])), rec(r.agentsBlind, clusterMatchers + ['job=~"$job"'])], 'B', legend=legendCluster + 'IMDS failing'),
+        g.timeseries('Agents down or blind, by cluster', 'Per cluster, agents whose last scrape failed (up is 0) and agents whose last IMDS poll failed (azure_scheduled_events_up is 0), recorded per cluster, job, location, zone and scale set (the instance variable does not narrow it; the stats above do).', [
+          g.target('sum by (%s) (%s)' % [by(withCluster([])), rec(r.agentsDown, clusterMatchers + ['job=~"$job"'] + place)], 'A', legend=legendCluster + 'scrape down'),
+          g.target('sum by (%s) (%s)' % [by(withCluster([])), rec(r.agentsBlind, clusterMatchers + ['job=~"$job"'] + place)], 'B', legend=legendCluster + 'IMDS failing'),
         ], w=8),
-        g.timeseries('Time since the last good document, the %d longest' % c.dashboardTopK, 'How long the agents blind the longest have been blind (one line per agent among the %d longest at each point). Read per agent by the cluster, job and instance variables only (location, scale set and zone would join every agent\'s vm_info at each point).' % c.dashboardTopK, [
-          g.target('topk(%d, %s)' % [c.dashboardTopK, ('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
+        g.timeseries('Time since the last good document, the %d longest' % c.dashboardTopK, 'How long the agents blind the longest have been blind (one line per agent among the %d longest at each point).' % c.dashboardTopK, [
+          g.target('topk(%d, %s)' % [c.dashboardTopK, filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
         ], unit='s', w=8),
-        g.timeseries('Time since the last poll, the %d longest' % c.dashboardTopK, 'The poll loop\'s heartbeat: it ends a poll every --poll.interval, successful or not. A line that keeps rising is a stuck loop (AzureScheduledEventsPollLoopStuck). The %d agents with the oldest heartbeat at each point. Read per agent by the cluster, job and instance variables only (location, scale set and zone would join every agent\'s vm_info at each point).' % c.dashboardTopK, [
-          g.target('topk(%d, %s)' % [c.dashboardTopK, ('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
+        g.timeseries('Time since the last poll, the %d longest' % c.dashboardTopK, 'The poll loop\'s heartbeat: it ends a poll every --poll.interval, successful or not. A line that keeps rising is a stuck loop (AzureScheduledEventsPollLoopStuck). The %d agents with the oldest heartbeat at each point.' % c.dashboardTopK, [
+          g.target('topk(%d, %s)' % [c.dashboardTopK, filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
         ], unit='s', w=8),
 
         g.row('IMDS requests'),
-        g.timeseries('IMDS failures by reason', 'Requests to IMDS that gave no usable answer, per operation and reason, over 5 minutes (recorded per cluster and job: the instance, location, scale set and zone variables do not narrow it).', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'reason'])), rec(r.imdsFailures, clusterMatchers + ['job=~"$job"'])], legend=legendCluster + '{{operation}} {{reason}}'),
+        g.timeseries('IMDS failures by reason', 'Requests to IMDS that gave no usable answer, per operation and reason, over 5 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
+          g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'reason'])), rec(r.imdsFailures, clusterMatchers + ['job=~"$job"'] + place)], legend=legendCluster + '{{operation}} {{reason}}'),
         ], unit='reqps', w=8),
-        g.timeseries('IMDS request latency', 'p50 and p99 of the time to a complete answer, per operation, over 5 minutes (recorded per cluster and job: the instance, location, scale set and zone variables do not narrow it).', [
-          g.target('histogram_quantile(0.99, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), rec(r.imdsLatency, clusterMatchers + ['job=~"$job"'])], 'A', legend=legendCluster + 'p99 {{operation}}'),
-          g.target('histogram_quantile(0.5, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), rec(r.imdsLatency, clusterMatchers + ['job=~"$job"'])], 'B', legend=legendCluster + 'p50 {{operation}}'),
+        g.timeseries('IMDS request latency', 'p50 and p99 of the time to a complete answer, per operation, over 5 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
+          g.target('histogram_quantile(0.99, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), rec(r.imdsLatency, clusterMatchers + ['job=~"$job"'] + place)], 'A', legend=legendCluster + 'p99 {{operation}}'),
+          g.target('histogram_quantile(0.5, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), rec(r.imdsLatency, clusterMatchers + ['job=~"$job"'] + place)], 'B', legend=legendCluster + 'p50 {{operation}}'),
         ], unit='s', w=8),
-        g.timeseries('IMDS requests', 'Requests per second, per operation, over 5 minutes (recorded per cluster and job: the instance, location, scale set and zone variables do not narrow it).', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['operation'])), rec(r.imdsRequests, clusterMatchers + ['job=~"$job"'])], legend=legendCluster + '{{operation}}'),
+        g.timeseries('IMDS requests', 'Requests per second, per operation, over 5 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
+          g.target('sum by (%s) (%s)' % [by(withCluster(['operation'])), rec(r.imdsRequests, clusterMatchers + ['job=~"$job"'] + place)], legend=legendCluster + '{{operation}}'),
         ], unit='reqps', w=8),
 
         g.row('What the agents saw'),
-        g.timeseries('Lifecycle transitions', 'VMs per event type whose document gained an event (Scheduled), saw one start (Started) or lost one (ended), within the %s before each point (recorded per cluster and scale set: the job, instance, location and zone variables do not narrow it).' % transitionWindow, [
+        g.timeseries('Lifecycle transitions', 'VMs per event type whose document gained an event (Scheduled), saw one start (Started) or lost one (ended), within the %s before each point (recorded per cluster, location, zone and scale set: the job and instance variables do not narrow it).' % transitionWindow, [
           g.target(transitions, legend=legendCluster + '{{event_type}} {{transition}}'),
         ]),
         g.table(
@@ -509,25 +544,25 @@ local g = import 'grafana.libsonnet';
         g.stat('Approval failures', 'Approvals that failed during the time range.', 'sum(%s)' % filtered('increase(%s[$__range])' % s('azure_scheduled_events_approval_failures_total')), steps=['green', [1, 'red']], w=6),
         g.stat('State file failing', 'Agents that cannot write their state file.', 'count(%s) or vector(0)' % filtered('%s == 0' % s('azure_scheduled_events_state_up')), steps=['green', [1, 'red']], w=6),
         g.stat('Unexpected reboots', 'VMs that rebooted during the time range without a scheduled event of their own seen Started.', 'count(%s) or vector(0)' % filtered('increase(%s[$__range]) > 0' % s('azure_scheduled_events_reboots_total', ['expected="false"'])), steps=['green', [1, 'orange']], w=6),
-        g.timeseries('Approvals and their failures', 'Events approved, and approvals that failed by reason. Read per agent by the cluster, job and instance variables only (location, scale set and zone would join every agent\'s vm_info at each point).', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['event_type'])), ('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approvals_total'))], 'A', legend=legendCluster + 'approved {{event_type}}'),
-          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['event_type', 'reason'])), ('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approval_failures_total'))], 'B', legend=legendCluster + 'failed {{event_type}}: {{reason}}'),
+        g.timeseries('Approvals and their failures', 'Events approved, and approvals that failed by reason.', [
+          g.target('sum by (%s) (%s)' % [by(withCluster(['event_type'])), filtered('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approvals_total'))], 'A', legend=legendCluster + 'approved {{event_type}}'),
+          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['event_type', 'reason'])), filtered('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approval_failures_total'))], 'B', legend=legendCluster + 'failed {{event_type}}: {{reason}}'),
         ], w=8),
-        g.timeseries('Approval decisions', 'Every decision of the approval policy, by reason. Read per agent by the cluster, job and instance variables only (location, scale set and zone would join every agent\'s vm_info at each point).', [
-          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['decision', 'reason'])), ('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approval_decisions_total'))], legend=legendCluster + '{{decision}} {{reason}}'),
+        g.timeseries('Approval decisions', 'Every decision of the approval policy, by reason.', [
+          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['decision', 'reason'])), filtered('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approval_decisions_total'))], legend=legendCluster + '{{decision}} {{reason}}'),
         ], w=8),
-        g.timeseries('Trace spans', 'Spans the OTLP collector accepted, and spans dropped by reason. Read per agent by the cluster, job and instance variables only (location, scale set and zone would join every agent\'s vm_info at each point).', [
-          g.target('sum by (%s) (%s)' % [by(withCluster([])), ('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_exported_total'))], 'A', legend=legendCluster + 'exported'),
-          g.target('sum by (%s) (%s)' % [by(withCluster(['reason'])), ('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_dropped_total'))], 'B', legend=legendCluster + 'dropped {{reason}}'),
+        g.timeseries('Trace spans', 'Spans the OTLP collector accepted, and spans dropped by reason.', [
+          g.target('sum by (%s) (%s)' % [by(withCluster([])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_exported_total'))], 'A', legend=legendCluster + 'exported'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['reason'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_dropped_total'))], 'B', legend=legendCluster + 'dropped {{reason}}'),
         ], w=8),
 
         g.row('Notifications and the Kubernetes Node'),
-        g.timeseries('Notifications', 'Notifications per receiver that reached an end: delivered, failed (retries exhausted) or rejected (a 4xx); and those dropped from a full queue (AzureScheduledEventNotificationsFailing). Empty without --notify.* receivers. Read per agent by the cluster, job and instance variables only (location, scale set and zone would join every agent\'s vm_info at each point).', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['receiver', 'result'])), ('rate(%s[$__rate_interval])' % s('azure_scheduled_events_notifications_total'))], 'A', legend=legendCluster + '{{receiver}} {{result}}'),
-          g.target('sum by (%s) (%s)' % [by(withCluster(['receiver'])), ('rate(%s[$__rate_interval])' % s('azure_scheduled_events_notifications_dropped_total'))], 'B', legend=legendCluster + '{{receiver}} dropped'),
+        g.timeseries('Notifications', 'Notifications per receiver that reached an end: delivered, failed (retries exhausted) or rejected (a 4xx); and those dropped from a full queue (AzureScheduledEventNotificationsFailing). Empty without --notify.* receivers.', [
+          g.target('sum by (%s) (%s)' % [by(withCluster(['receiver', 'result'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_notifications_total'))], 'A', legend=legendCluster + '{{receiver}} {{result}}'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['receiver'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_notifications_dropped_total'))], 'B', legend=legendCluster + '{{receiver}} dropped'),
         ], unit='reqps', w=12),
-        g.timeseries('Kubernetes API requests', 'Requests of the Kubernetes output to the API server, per operation and result; anything but ok, conflict and already_exists is a failure (AzureScheduledEventsKubernetesRequestsFailing). Empty without --kubernetes.node-name. Read per agent by the cluster, job and instance variables only (location, scale set and zone would join every agent\'s vm_info at each point).', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'result'])), ('rate(%s[$__rate_interval])' % s('azure_scheduled_events_kubernetes_requests_total'))], legend=legendCluster + '{{operation}} {{result}}'),
+        g.timeseries('Kubernetes API requests', 'Requests of the Kubernetes output to the API server, per operation and result; anything but ok, conflict and already_exists is a failure (AzureScheduledEventsKubernetesRequestsFailing). Empty without --kubernetes.node-name.', [
+          g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'result'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_kubernetes_requests_total'))], legend=legendCluster + '{{operation}} {{result}}'),
         ], unit='reqps', w=12),
       ],
       annotations,
