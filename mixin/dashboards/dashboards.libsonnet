@@ -160,11 +160,12 @@ local g = import 'grafana.libsonnet';
   local raw(labels) = std.join(', ', std.filter(function(l) l != '', labels)),
   local placeLabels = raw(['location', 'zone', cap]),
   local placed(expr) =
-    '(\n  %(e)s\n  * on (%(vm)s) group_left (%(l)s)\n  max by (%(vm)s, %(l)s) (%(info)s)\n  or\n  %(e)s\n  unless on (%(vm)s) %(info)s\n)' % {
+    '(\n  %(e)s\n  * on (%(vm)s) group_left (%(l)s)\n  (\n    max by (%(vm)s, %(l)s) (%(info)s)\n    or on (%(vm)s)\n    group by (%(vm)s) (%(seen)s)\n  )\n)' % {
       e: expr,
       vm: vm,
       l: placeLabels,
       info: r.targetVmInfo,
+      seen: r.targetLastSeen,
     },
   local fleetBy(labels) = raw(withCluster(['job', 'location', 'zone', cap] + labels)),
   prometheusRules+:: {
