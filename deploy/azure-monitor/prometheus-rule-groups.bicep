@@ -43,6 +43,11 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
+        expression: 'max by (cluster, job, instance, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\nor on (cluster, job, instance)\ngroup by (cluster, job, instance) (azure_scheduled_events:target_last_seen:timestamp_seconds)'
+        record: 'azure_scheduled_events:target_place:info'
+      }
+      {
+        enabled: true
         expression: 'topk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (azure_scheduled_events:target_vm_info:last{node!=""})\n)\nor on (cluster, vm_id)\ntopk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (azure_scheduled_events:target_vm_info:last)\n)'
         record: 'azure_scheduled_events:vm_info:last'
       }
@@ -169,12 +174,12 @@ resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name) (\n  (1 - (up and on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds))\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  (\n    max by (cluster, job, instance, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n    or on (cluster, job, instance)\n    group by (cluster, job, instance) (azure_scheduled_events:target_last_seen:timestamp_seconds)\n  )\n)'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name) (\n  (1 - (up and on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds))\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
         record: 'azure_scheduled_events:agents_down:count'
       }
       {
         enabled: true
-        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name) (\n  (1 - azure_scheduled_events_up)\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  (\n    max by (cluster, job, instance, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n    or on (cluster, job, instance)\n    group by (cluster, job, instance) (azure_scheduled_events:target_last_seen:timestamp_seconds)\n  )\n)'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name) (\n  (1 - azure_scheduled_events_up)\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
         record: 'azure_scheduled_events:agents_blind:count'
       }
       {
@@ -203,17 +208,17 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, le) (\n  rate(azure_scheduled_events_imds_request_duration_seconds_bucket[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  (\n    max by (cluster, job, instance, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n    or on (cluster, job, instance)\n    group by (cluster, job, instance) (azure_scheduled_events:target_last_seen:timestamp_seconds)\n  )\n)'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, le) (\n  rate(azure_scheduled_events_imds_request_duration_seconds_bucket[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
         record: 'azure_scheduled_events:imds_request_duration_seconds_bucket:rate5m'
       }
       {
         enabled: true
-        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation) (\n  rate(azure_scheduled_events_imds_requests_total[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  (\n    max by (cluster, job, instance, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n    or on (cluster, job, instance)\n    group by (cluster, job, instance) (azure_scheduled_events:target_last_seen:timestamp_seconds)\n  )\n)'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation) (\n  rate(azure_scheduled_events_imds_requests_total[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
         record: 'azure_scheduled_events:imds_requests:rate5m'
       }
       {
         enabled: true
-        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, reason) (\n  rate(azure_scheduled_events_imds_request_failures_total[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  (\n    max by (cluster, job, instance, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n    or on (cluster, job, instance)\n    group by (cluster, job, instance) (azure_scheduled_events:target_last_seen:timestamp_seconds)\n  )\n)'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, reason) (\n  rate(azure_scheduled_events_imds_request_failures_total[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
         record: 'azure_scheduled_events:imds_request_failures:rate5m'
       }
     ]

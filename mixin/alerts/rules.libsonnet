@@ -88,6 +88,19 @@ local promql = import '../lib/promql.libsonnet';
               lookback: seconds(c.vmInfoLookback),
             },
           ),
+          // Every target that was the agent within agentSeenLookback, with its VM's place (location,
+          // zone, capacityLabel) where known: what the dashboards filter and sum per-agent series by.
+          // The labels are not deduplicated (the Helm chart's placeholders cannot be).
+          record(
+            r.targetPlace,
+            local place = std.join(', ', std.filter(function(l) l != '', ['location', 'zone', cap]));
+            'max by (%(t)s, %(place)s) (%(info)s)\nor on (%(t)s)\ngroup by (%(t)s) (%(seen)s)' % {
+              t: target,
+              place: place,
+              info: r.targetVmInfo,
+              seen: r.targetLastSeen,
+            },
+          ),
           // One series per VM, whatever the number of jobs scraping its agent; a series that
           // names the node is preferred.
           record(

@@ -49,6 +49,11 @@ local g = import 'grafana.libsonnet';
       all: rec(r.targetVmInfo, clusterMatchers),
     },
   local filtered(expr) = '(\n  (%s)\n  and on (%s)\n  %s\n)' % [expr, vm, vmFilter],
+  // The same for the per-agent time series, from one recorded series per target that was the agent
+  // (with its VM's place where known): one selector, where vmFilter aggregates every agent's
+  // series at each point of the range. An agent without instance metadata passes while the
+  // location, scale-set and zone variables are All.
+  local filteredRange(expr) = '(\n  (%s)\n  and on (%s)\n  %s\n)' % [expr, vm, rec(r.targetPlace, matchers + place)],
 
   // Per VM: `expr` (one series per target, or per target and `labels`) counted once per VM
   // (vmIdLabel) however many jobs scrape its agent, for the VMs that pass every variable. A
@@ -160,12 +165,11 @@ local g = import 'grafana.libsonnet';
   local raw(labels) = std.join(', ', std.filter(function(l) l != '', labels)),
   local placeLabels = raw(['location', 'zone', cap]),
   local placed(expr) =
-    '(\n  %(e)s\n  * on (%(vm)s) group_left (%(l)s)\n  (\n    max by (%(vm)s, %(l)s) (%(info)s)\n    or on (%(vm)s)\n    group by (%(vm)s) (%(seen)s)\n  )\n)' % {
+    '(\n  %(e)s\n  * on (%(vm)s) group_left (%(l)s)\n  %(place)s\n)' % {
       e: expr,
       vm: vm,
       l: placeLabels,
-      info: r.targetVmInfo,
-      seen: r.targetLastSeen,
+      place: r.targetPlace,
     },
   local fleetBy(labels) = raw(withCluster(['job', 'location', 'zone', cap] + labels)),
   prometheusRules+:: {
@@ -507,10 +511,10 @@ local g = import 'grafana.libsonnet';
           g.target('sum by (%s) (%s)' % [by(withCluster([])), rec(r.agentsBlind, clusterMatchers + ['job=~"$job"'] + place)], 'B', legend=legendCluster + 'IMDS failing'),
         ], w=8),
         g.timeseries('Time since the last good document, the %d longest' % c.dashboardTopK, 'How long the agents blind the longest have been blind (one line per agent among the %d longest at each point).' % c.dashboardTopK, [
-          g.target('topk(%d, %s)' % [c.dashboardTopK, filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
+          g.target('topk(%d, %s)' % [c.dashboardTopK, filteredRange('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
         ], unit='s', w=8),
         g.timeseries('Time since the last poll, the %d longest' % c.dashboardTopK, 'The poll loop\'s heartbeat: it ends a poll every --poll.interval, successful or not. A line that keeps rising is a stuck loop (AzureScheduledEventsPollLoopStuck). The %d agents with the oldest heartbeat at each point.' % c.dashboardTopK, [
-          g.target('topk(%d, %s)' % [c.dashboardTopK, filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
+          g.target('topk(%d, %s)' % [c.dashboardTopK, filteredRange('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
         ], unit='s', w=8),
 
         g.row('IMDS requests'),
@@ -546,24 +550,24 @@ local g = import 'grafana.libsonnet';
         g.stat('State file failing', 'Agents that cannot write their state file.', 'count(%s) or vector(0)' % filtered('%s == 0' % s('azure_scheduled_events_state_up')), steps=['green', [1, 'red']], w=6),
         g.stat('Unexpected reboots', 'VMs that rebooted during the time range without a scheduled event of their own seen Started.', 'count(%s) or vector(0)' % filtered('increase(%s[$__range]) > 0' % s('azure_scheduled_events_reboots_total', ['expected="false"'])), steps=['green', [1, 'orange']], w=6),
         g.timeseries('Approvals and their failures', 'Events approved, and approvals that failed by reason.', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['event_type'])), filtered('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approvals_total'))], 'A', legend=legendCluster + 'approved {{event_type}}'),
-          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['event_type', 'reason'])), filtered('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approval_failures_total'))], 'B', legend=legendCluster + 'failed {{event_type}}: {{reason}}'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['event_type'])), filteredRange('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approvals_total'))], 'A', legend=legendCluster + 'approved {{event_type}}'),
+          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['event_type', 'reason'])), filteredRange('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approval_failures_total'))], 'B', legend=legendCluster + 'failed {{event_type}}: {{reason}}'),
         ], w=8),
         g.timeseries('Approval decisions', 'Every decision of the approval policy, by reason.', [
-          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['decision', 'reason'])), filtered('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approval_decisions_total'))], legend=legendCluster + '{{decision}} {{reason}}'),
+          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['decision', 'reason'])), filteredRange('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approval_decisions_total'))], legend=legendCluster + '{{decision}} {{reason}}'),
         ], w=8),
         g.timeseries('Trace spans', 'Spans the OTLP collector accepted, and spans dropped by reason.', [
-          g.target('sum by (%s) (%s)' % [by(withCluster([])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_exported_total'))], 'A', legend=legendCluster + 'exported'),
-          g.target('sum by (%s) (%s)' % [by(withCluster(['reason'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_dropped_total'))], 'B', legend=legendCluster + 'dropped {{reason}}'),
+          g.target('sum by (%s) (%s)' % [by(withCluster([])), filteredRange('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_exported_total'))], 'A', legend=legendCluster + 'exported'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['reason'])), filteredRange('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_dropped_total'))], 'B', legend=legendCluster + 'dropped {{reason}}'),
         ], w=8),
 
         g.row('Notifications and the Kubernetes Node'),
         g.timeseries('Notifications', 'Notifications per receiver that reached an end: delivered, failed (retries exhausted) or rejected (a 4xx); and those dropped from a full queue (AzureScheduledEventNotificationsFailing). Empty without --notify.* receivers.', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['receiver', 'result'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_notifications_total'))], 'A', legend=legendCluster + '{{receiver}} {{result}}'),
-          g.target('sum by (%s) (%s)' % [by(withCluster(['receiver'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_notifications_dropped_total'))], 'B', legend=legendCluster + '{{receiver}} dropped'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['receiver', 'result'])), filteredRange('rate(%s[$__rate_interval])' % s('azure_scheduled_events_notifications_total'))], 'A', legend=legendCluster + '{{receiver}} {{result}}'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['receiver'])), filteredRange('rate(%s[$__rate_interval])' % s('azure_scheduled_events_notifications_dropped_total'))], 'B', legend=legendCluster + '{{receiver}} dropped'),
         ], unit='reqps', w=12),
         g.timeseries('Kubernetes API requests', 'Requests of the Kubernetes output to the API server, per operation and result; anything but ok, conflict and already_exists is a failure (AzureScheduledEventsKubernetesRequestsFailing). Empty without --kubernetes.node-name.', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'result'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_kubernetes_requests_total'))], legend=legendCluster + '{{operation}} {{result}}'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'result'])), filteredRange('rate(%s[$__rate_interval])' % s('azure_scheduled_events_kubernetes_requests_total'))], legend=legendCluster + '{{operation}} {{result}}'),
         ], unit='reqps', w=12),
       ],
       annotations,

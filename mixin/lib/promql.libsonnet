@@ -50,6 +50,7 @@
     records:: {
       targetLastSeen: 'azure_scheduled_events:target_last_seen:timestamp_seconds',
       targetVmInfo: 'azure_scheduled_events:target_vm_info:last',
+      targetPlace: 'azure_scheduled_events:target_place:info',
       vmInfo: 'azure_scheduled_events:vm_info:last',
       vmsReporting: 'azure_scheduled_events:vms_reporting:count',
       vmsKnown: 'azure_scheduled_events:vms_known:count',
