@@ -89,6 +89,22 @@
       'for': '1m',
       severity: 'warning',
     },
+    // How often the group that records what each scrape target is (azure-scheduled-events.targets:
+    // when it was last the agent, its last known vm_info, one per VM) is evaluated. What a target
+    // is changes when a VM is created or deleted; each evaluation reads every target's series.
+    // A VM's first minute may alert under its target's labels (job, instance) until its vm_info
+    // is recorded. Empty: Prometheus' evaluation_interval.
+    targetsInterval: '1m',
+    // How often the conditions of the agent-health alerts (AzureScheduledEventsAgentDown,
+    // PollLoopStuck, ImdsUnreachable, the approval, notification and Kubernetes failures,
+    // AzureVMRebootedUnexpectedly) are recorded (group azure-scheduled-events.agents): each reads
+    // a series of every agent, and these alerts wait minutes (for:) or look back 10 to 30 minutes
+    // anyway. The alerts of events are evaluated at every evaluation. Empty: evaluation_interval.
+    agentsInterval: '1m',
+    // How often the coverage group (AzureScheduledEventsNodesWithoutAgent and the recording rules
+    // it reads) is evaluated: its alert waits coverage.for (15 minutes) anyway, and it compares
+    // every node with every agent. Empty: Prometheus' evaluation_interval.
+    coverageInterval: '5m',
     // Coverage: nodes of a cluster with no working agent, from kube-state-metrics' kube_node_info
     // (by node name where the agent's series carry nodeLabel, by count elsewhere), and without
     // it, targets of the agent's scrape jobs that never were the agent.
@@ -126,6 +142,14 @@
       agent: 'azure-sched-events-agent',
     },
     dashboardRefresh: '1m',
+    // How often the dashboards' recording rules (fleet-wide IMDS rates, agents down or blind,
+    // lifecycle transitions per cluster and scale set) are evaluated; also the window of the
+    // recorded transitions. Empty: Prometheus' evaluation_interval (then set the window yourself).
+    dashboardRecordInterval: '1m',
+    // How often the fleet's IMDS rates (5-minute rates of every agent's request counters and
+    // latency histogram, summed per cluster and job) are recorded: the panels that read them
+    // move in steps of this much. Empty: Prometheus' evaluation_interval.
+    dashboardRateInterval: '2m',
     // Two events of one type and description that appear within this window belong to one
     // maintenance wave (Azure gives every host operation its own EventId).
     waveWindow: '10m',

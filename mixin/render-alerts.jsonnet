@@ -53,7 +53,11 @@ function(config={}, chart=false, singleCluster=false)
     [file]:
       header +
       'groups:\n' + std.join('', [
-        '  - name: %s    rules:\n%s' % [scalar(group.name, ''), std.join('', [rule(r) for r in group.rules])]
+        '  - name: %s%s    rules:\n%s' % [
+          scalar(group.name, ''),
+          if std.objectHas(group, 'interval') then '    interval: %s' % scalar(group.interval, '') else '',
+          std.join('', [rule(r) for r in group.rules]),
+        ]
         for group in mixin.prometheusRules.groups + mixin.prometheusAlerts.groups
       ]),
   }

@@ -15,7 +15,8 @@
 #
 # Settings (environment): VMS (10000), CLUSTERS (30), SCALE_SETS (300), HISTORY_MINUTES (30: the
 # dashboards' 30 minutes and the rules' 15-minute windows), SCRAPE_INTERVAL (30 s), EVAL_INTERVAL
-# (15s), EVALUATIONS (3: evaluations sampled per group), BUDGET_MINUTES (45: the whole run stops
+# (15s), EVALUATIONS (3: evaluations sampled per group; a group evaluated every 5 minutes makes
+# that 15 minutes or more per rule set, EVALUATIONS=1 about 10), BUDGET_MINUTES (45: the whole run stops
 # after this), KEEP_DIR (a directory to keep the store in instead of a temporary one), STORE
 # (remote-write or blocks).
 # Needs promtool, prometheus (Debian package prometheus) and python3; uses loopback only and removes

@@ -43,18 +43,23 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
+        expression: 'max by (cluster, job, instance, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\nor on (cluster, job, instance)\ngroup by (cluster, job, instance) (azure_scheduled_events:target_last_seen:timestamp_seconds)'
+        record: 'azure_scheduled_events:target_place:info'
+      }
+      {
+        enabled: true
         expression: 'topk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (azure_scheduled_events:target_vm_info:last{node!=""})\n)\nor on (cluster, vm_id)\ntopk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (azure_scheduled_events:target_vm_info:last)\n)'
         record: 'azure_scheduled_events:vm_info:last'
       }
       {
         enabled: true
-        expression: 'count by (cluster) (\n  count by (cluster, vm_id) (\n    azure_scheduled_events:target_vm_info:last\n    and on (cluster, job, instance)\n    azure_scheduled_events_vm_info\n  )\n)'
-        record: 'azure_scheduled_events:vms_reporting:count'
+        expression: 'count by (cluster) (azure_scheduled_events:vm_info:last)'
+        record: 'azure_scheduled_events:vms_known:count'
       }
       {
         enabled: true
-        expression: 'count by (cluster) (azure_scheduled_events:vm_info:last)'
-        record: 'azure_scheduled_events:vms_known:count'
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:target_vm_info:last{vm_scale_set_name!=""}\n    and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 900)\n  )\n)'
+        record: 'azure_scheduled_events:capacity_vms:count'
       }
     ]
     scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
@@ -92,11 +97,6 @@ resource ruleGroup1 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:target_vm_info:last{vm_scale_set_name!=""}\n    and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 900)\n  )\n)'
-        record: 'azure_scheduled_events:capacity_vms:count'
-      }
-      {
-        enabled: true
         expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy"}\n  )\n)'
         record: 'azure_scheduled_events:capacity_vms_at_risk:count'
       }
@@ -121,6 +121,11 @@ resource ruleGroup2 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
+        expression: 'count by (cluster) (\n  count by (cluster, vm_id) (\n    azure_scheduled_events:target_vm_info:last\n    and on (cluster, job, instance)\n    azure_scheduled_events_vm_info\n  )\n)'
+        record: 'azure_scheduled_events:vms_reporting:count'
+      }
+      {
+        enabled: true
         expression: 'count by (cluster) (kube_node_info{os_image!~"Windows.*"})'
         record: 'azure_scheduled_events:nodes:count'
       }
@@ -129,12 +134,99 @@ resource ruleGroup2 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         expression: '(\n  count by (cluster) (\n    max by (cluster, node) (kube_node_info{os_image!~"Windows.*"})\n    unless on (cluster, node)\n    azure_scheduled_events_build_info{node!=""}\n  )\n  and on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  or on (cluster)\n  (\n  (\n    azure_scheduled_events:nodes:count\n    - (azure_scheduled_events:vms_reporting:count or on (cluster) azure_scheduled_events:nodes:count * 0)\n  ) > 0\n  unless on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  )\n)\nor on (cluster)\n(\n  count by (cluster) (\n    (up == 0)\n    and on (cluster, job) count by (cluster, job) (azure_scheduled_events_build_info)\n    unless on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds\n  )\n  unless on (cluster) azure_scheduled_events:nodes:count\n)'
         record: 'azure_scheduled_events:nodes_without_agent:count'
       }
+      {
+        actions: [
+          {
+            actionGroupId: actionGroupId
+          }
+        ]
+        alert: 'AzureScheduledEventsNodesWithoutAgent'
+        annotations: {
+          description: '{{ \$value }} nodes{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} have no working agent: their scheduled events go unseen, and the capacity page does not count them. (Nodes without an agent: {{ range printf "kube_node_info{os_image!~\\"Windows.*\\",cluster=%q} unless on (cluster, node) azure_scheduled_events_build_info{cluster=%q} and on (cluster) azure_scheduled_events_build_info{node!=\\"\\",cluster=%q}" \$labels.cluster \$labels.cluster \$labels.cluster | query | sortByLabel "node" }}{{ .Labels.node }} {{ else }}not named (the agents\' series carry no node label) {{ end }}; targets never up: {{ range printf "up{cluster=%q} == 0 and on (cluster, job) azure_scheduled_events_build_info{cluster=%q} unless on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds{cluster=%q}" \$labels.cluster \$labels.cluster \$labels.cluster | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventsnodeswithoutagent'
+          summary: '{{ \$value }} nodes{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} without a working scheduled-events agent'
+        }
+        enabled: true
+        expression: 'azure_scheduled_events:nodes_without_agent:count > 0'
+        'for': 'PT15M'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
     ]
     scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
   }
 }
 
 resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+  name: '${ruleGroupPrefix}azure-scheduled-events.dashboards'
+  location: location
+  properties: {
+    clusterName: empty(clusterName) ? null : clusterName
+    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.dashboards (generated from the monitoring mixin).'
+    enabled: true
+    interval: interval
+    rules: [
+      {
+        enabled: true
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name) (\n  (1 - (up and on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds))\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        record: 'azure_scheduled_events:agents_down:count'
+      }
+      {
+        enabled: true
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name) (\n  (1 - azure_scheduled_events_up)\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        record: 'azure_scheduled_events:agents_blind:count'
+      }
+      {
+        enabled: true
+        expression: 'count by (cluster, vm_scale_set_name, location, zone, event_type, transition) (\n  count by (cluster, vm_id, location, zone, vm_scale_set_name, event_type, transition) (\n    max by (cluster, job, instance, event_type, transition) (\n      label_replace(azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} unless on (cluster, job, instance, event_id, event_status) azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} offset 1m, "transition", "\$1", "event_status", "(.*)")\n      or\n      label_replace(azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} offset 1m unless on (cluster, job, instance, event_id) azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"}, "transition", "ended", "", "")\n    )\n    * on (cluster, job, instance) group_left (vm_id, location, zone, vm_scale_set_name)\n    max by (cluster, job, instance, vm_id, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n  )\n)'
+        record: 'azure_scheduled_events:vm_transitions:count'
+      }
+      {
+        enabled: true
+        expression: 'max by (cluster, job, instance, event_id) (azure_scheduled_events_event_info)\n* on (cluster, job, instance) group_left (vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node)\nmax by (cluster, job, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (azure_scheduled_events:target_vm_info:last)\nor on (cluster, job, instance, event_id)\nmax by (cluster, job, instance, event_id) (azure_scheduled_events_event_info)'
+        record: 'azure_scheduled_events:target_event:info'
+      }
+    ]
+    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
+  }
+}
+
+resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+  name: '${ruleGroupPrefix}azure-scheduled-events.dashboards-imds'
+  location: location
+  properties: {
+    clusterName: empty(clusterName) ? null : clusterName
+    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.dashboards-imds (generated from the monitoring mixin).'
+    enabled: true
+    interval: interval
+    rules: [
+      {
+        enabled: true
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, le) (\n  rate(azure_scheduled_events_imds_request_duration_seconds_bucket[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        record: 'azure_scheduled_events:imds_request_duration_seconds_bucket:rate5m'
+      }
+      {
+        enabled: true
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation) (\n  rate(azure_scheduled_events_imds_requests_total[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        record: 'azure_scheduled_events:imds_requests:rate5m'
+      }
+      {
+        enabled: true
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, reason) (\n  rate(azure_scheduled_events_imds_request_failures_total[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        record: 'azure_scheduled_events:imds_request_failures:rate5m'
+      }
+    ]
+    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
+  }
+}
+
+resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
   name: '${ruleGroupPrefix}azure-scheduled-events.capacity'
   location: location
   properties: {
@@ -196,15 +288,44 @@ resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
   }
 }
 
-resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
-  name: '${ruleGroupPrefix}azure-scheduled-events.events'
+resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+  name: '${ruleGroupPrefix}azure-scheduled-events.agents'
   location: location
   properties: {
     clusterName: empty(clusterName) ? null : clusterName
-    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.events (generated from the monitoring mixin).'
+    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.agents (generated from the monitoring mixin).'
     enabled: true
     interval: interval
     rules: [
+      {
+        enabled: true
+        expression: 'label_replace(\n  (up == 0)\n  and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 86400)\n  unless on (cluster, job, instance)\n    azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n  unless on (cluster, job, instance)\n    azure_scheduled_events:target_gone:timestamp_seconds,\n  "alert", "AzureScheduledEventsAgentDown", "", ""\n)\nor\nlabel_replace(\n  time() - azure_scheduled_events_last_poll_timestamp_seconds > 180,\n  "alert", "AzureScheduledEventsPollLoopStuck", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_up == 0,\n  "alert", "AzureImdsUnreachable", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, event_type, reason) (\n    increase(azure_scheduled_events_approval_failures_total[10m])\n  ) > 0\n  unless on (cluster, job, instance, event_type)\n    sum by (cluster, job, instance, event_type) (increase(azure_scheduled_events_approvals_total[10m])) > 0,\n  "alert", "AzureScheduledEventApprovalsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, receiver) (\n    increase(azure_scheduled_events_notifications_total{result!="delivered"}[10m])\n    or\n    increase(azure_scheduled_events_notifications_dropped_total[10m])\n  ) > 0,\n  "alert", "AzureScheduledEventNotificationsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, operation, result) (\n    increase(azure_scheduled_events_kubernetes_requests_total{result!~"ok|conflict|already_exists"}[10m])\n  ) > 0\n  unless on (cluster, job, instance, operation)\n    sum by (cluster, job, instance, operation) (increase(azure_scheduled_events_kubernetes_requests_total{result="ok"}[10m])) > 0,\n  "alert", "AzureScheduledEventsKubernetesRequestsFailing", "", ""\n)\nor\nlabel_replace(\n  increase(azure_scheduled_events_reboots_total{expected="false", clean!="true"}[30m]) > 0,\n  "alert", "AzureVMRebootedUnexpectedly", "", ""\n)'
+        record: 'azure_scheduled_events:target_agent_alert:value'
+      }
+    ]
+    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
+  }
+}
+
+resource ruleGroup7 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+  name: '${ruleGroupPrefix}azure-scheduled-events.vms'
+  location: location
+  properties: {
+    clusterName: empty(clusterName) ? null : clusterName
+    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.vms (generated from the monitoring mixin).'
+    enabled: true
+    interval: interval
+    rules: [
+      {
+        enabled: true
+        expression: 'label_replace(\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"},\n  "alert", "AzureScheduledEventImpactSoon", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n  ),\n  "alert", "AzureSpotEviction", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n  ),\n  "alert", "AzureScaleSetDelete", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_status="Started"}\n  ),\n  "alert", "AzureScheduledEventStuckStarted", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_event_seconds_until_not_before\n  * on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n  )\n  or\n  (azure_scheduled_events_event_seconds_until_not_before > 86400)\n  * on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n  ),\n  "alert", "AzureRedeployAnnouncedDaysAhead", "", ""\n)\nor\nazure_scheduled_events:target_agent_alert:value'
+        record: 'azure_scheduled_events:target_alert:value'
+      }
+      {
+        enabled: true
+        expression: 'max by (cluster, vm_id, alert, event_id, event_source, event_type, operation, reason, receiver, result) (\n  (\nazure_scheduled_events:target_alert:value\n  )\n  * on (cluster, job, instance) group_left (vm_id)\n  azure_scheduled_events:target_vm_info:last\n)\n* on (cluster, vm_id) group_left (instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:vm_info:last\nor\n(\nazure_scheduled_events:target_alert:value\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last'
+        record: 'azure_scheduled_events:vm_alert:value'
+      }
       {
         actions: [
           {
@@ -218,7 +339,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: '{{ \$labels.event_type }} of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} within 15 minutes'
         }
         enabled: true
-        expression: 'max by (cluster, vm_id, event_id, event_type, event_source) (\n  (\nazure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"}\n  )\n  * on (cluster, job, instance) group_left (vm_id)\n  azure_scheduled_events:target_vm_info:last\n)\n* on (cluster, vm_id) group_left (instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:vm_info:last\nor\n(\nazure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"}\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last'
+        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventImpactSoon"}\n)'
         'for': 'PT1M'
         labels: {
           severity: 'warning'
@@ -242,7 +363,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: 'Spot eviction of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}'
         }
         enabled: true
-        expression: 'max by (cluster, vm_id, event_id, event_type, event_source) (\n  (\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n)\n  )\n  * on (cluster, job, instance) group_left (vm_id)\n  azure_scheduled_events:target_vm_info:last\n)\n* on (cluster, vm_id) group_left (instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:vm_info:last\nor\n(\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n)\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last'
+        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureSpotEviction"}\n)'
         'for': 'PT0S'
         labels: {
           severity: 'info'
@@ -266,7 +387,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: 'Scale set deletes VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}'
         }
         enabled: true
-        expression: 'max by (cluster, vm_id, event_id, event_type, event_source) (\n  (\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n)\n  )\n  * on (cluster, job, instance) group_left (vm_id)\n  azure_scheduled_events:target_vm_info:last\n)\n* on (cluster, vm_id) group_left (instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:vm_info:last\nor\n(\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n)\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last'
+        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScaleSetDelete"}\n)'
         'for': 'PT0S'
         labels: {
           severity: 'warning'
@@ -290,7 +411,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: '{{ if \$labels.instance }}{{ \$labels.event_type }} of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} Started for over 30m{{ else }}{{ \$labels.event_type }} event {{ \$labels.event_id }} Started for over 30m{{ end }}'
         }
         enabled: true
-        expression: 'max by (cluster, vm_id, event_id, event_type, event_source) (\n  (\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_status="Started"}\n)\n  )\n  * on (cluster, job, instance) group_left (vm_id)\n  azure_scheduled_events:target_vm_info:last\n)\n* on (cluster, vm_id) group_left (instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:vm_info:last\nor\n(\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_status="Started"}\n)\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last\nor on (cluster, event_id)\nmax by (cluster, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{event_status="Started"}\n)'
+        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventStuckStarted"}\n)\nor on (cluster, event_id)\nmax by (cluster, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{event_status="Started"}\n)'
         'for': 'PT30M'
         labels: {
           severity: 'warning'
@@ -314,7 +435,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: '{{ \$labels.event_type }} of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} announced days ahead (degraded hardware)'
         }
         enabled: true
-        expression: 'max by (cluster, vm_id, event_id, event_type, event_source) (\n  (\nazure_scheduled_events_event_seconds_until_not_before\n* on (cluster, job, instance, event_id) group_left (event_type, event_source)\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n)\nor\n(azure_scheduled_events_event_seconds_until_not_before > 86400)\n* on (cluster, job, instance, event_id) group_left (event_type, event_source)\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n)\n  )\n  * on (cluster, job, instance) group_left (vm_id)\n  azure_scheduled_events:target_vm_info:last\n)\n* on (cluster, vm_id) group_left (instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:vm_info:last\nor\n(\nazure_scheduled_events_event_seconds_until_not_before\n* on (cluster, job, instance, event_id) group_left (event_type, event_source)\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n)\nor\n(azure_scheduled_events_event_seconds_until_not_before > 86400)\n* on (cluster, job, instance, event_id) group_left (event_type, event_source)\nmax by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n)\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last'
+        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureRedeployAnnouncedDaysAhead"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'
@@ -325,20 +446,6 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         }
         severity: 2
       }
-    ]
-    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
-  }
-}
-
-resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
-  name: '${ruleGroupPrefix}azure-scheduled-events.agent'
-  location: location
-  properties: {
-    clusterName: empty(clusterName) ? null : clusterName
-    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.agent (generated from the monitoring mixin).'
-    enabled: true
-    interval: interval
-    rules: [
       {
         actions: [
           {
@@ -352,7 +459,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: 'Scheduled-events agent down on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}'
         }
         enabled: true
-        expression: 'max by (cluster, vm_id) (\n  (\n(up == 0)\nand on (cluster, job, instance)\n  (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 86400)\nunless on (cluster, job, instance)\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\nunless on (cluster, job, instance)\n  azure_scheduled_events:target_gone:timestamp_seconds\n  )\n  * on (cluster, job, instance) group_left (vm_id)\n  azure_scheduled_events:target_vm_info:last\n)\n* on (cluster, vm_id) group_left (instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:vm_info:last\nor\n(\n(up == 0)\nand on (cluster, job, instance)\n  (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 86400)\nunless on (cluster, job, instance)\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\nunless on (cluster, job, instance)\n  azure_scheduled_events:target_gone:timestamp_seconds\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last'
+        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}\n)'
         'for': 'PT2M'
         labels: {
           severity: 'warning'
@@ -376,7 +483,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} no longer polls IMDS'
         }
         enabled: true
-        expression: 'max by (cluster, vm_id) (\n  (\ntime() - azure_scheduled_events_last_poll_timestamp_seconds > 180\n  )\n  * on (cluster, job, instance) group_left (vm_id)\n  azure_scheduled_events:target_vm_info:last\n)\n* on (cluster, vm_id) group_left (instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:vm_info:last\nor\n(\ntime() - azure_scheduled_events_last_poll_timestamp_seconds > 180\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last'
+        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'
@@ -400,7 +507,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: 'IMDS scheduled events unreachable from VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}'
         }
         enabled: true
-        expression: 'max by (cluster, vm_id) (\n  (\nazure_scheduled_events_up == 0\n  )\n  * on (cluster, job, instance) group_left (vm_id)\n  azure_scheduled_events:target_vm_info:last\n)\n* on (cluster, vm_id) group_left (instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:vm_info:last\nor\n(\nazure_scheduled_events_up == 0\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last'
+        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureImdsUnreachable"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'
@@ -424,7 +531,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: 'Approvals of {{ \$labels.event_type }} events fail on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.reason }})'
         }
         enabled: true
-        expression: 'max by (cluster, vm_id, event_type, reason) (\n  (\nsum by (cluster, job, instance, event_type, reason) (\n  increase(azure_scheduled_events_approval_failures_total[10m])\n) > 0\nunless on (cluster, job, instance, event_type)\n  sum by (cluster, job, instance, event_type) (increase(azure_scheduled_events_approvals_total[10m])) > 0\n  )\n  * on (cluster, job, instance) group_left (vm_id)\n  azure_scheduled_events:target_vm_info:last\n)\n* on (cluster, vm_id) group_left (instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:vm_info:last\nor\n(\nsum by (cluster, job, instance, event_type, reason) (\n  increase(azure_scheduled_events_approval_failures_total[10m])\n) > 0\nunless on (cluster, job, instance, event_type)\n  sum by (cluster, job, instance, event_type) (increase(azure_scheduled_events_approvals_total[10m])) > 0\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last'
+        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n)'
         'for': 'PT1M'
         labels: {
           severity: 'warning'
@@ -448,7 +555,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: 'Notifications from VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} to receiver {{ \$labels.receiver }} are lost'
         }
         enabled: true
-        expression: 'max by (cluster, vm_id, receiver) (\n  (\nsum by (cluster, job, instance, receiver) (\n  increase(azure_scheduled_events_notifications_total{result!="delivered"}[10m])\n  or\n  increase(azure_scheduled_events_notifications_dropped_total[10m])\n) > 0\n  )\n  * on (cluster, job, instance) group_left (vm_id)\n  azure_scheduled_events:target_vm_info:last\n)\n* on (cluster, vm_id) group_left (instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:vm_info:last\nor\n(\nsum by (cluster, job, instance, receiver) (\n  increase(azure_scheduled_events_notifications_total{result!="delivered"}[10m])\n  or\n  increase(azure_scheduled_events_notifications_dropped_total[10m])\n) > 0\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last'
+        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventNotificationsFailing"}\n)'
         'for': 'PT1M'
         labels: {
           severity: 'warning'
@@ -472,7 +579,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} cannot {{ \$labels.operation }} ({{ \$labels.result }})'
         }
         enabled: true
-        expression: 'max by (cluster, vm_id, operation, result) (\n  (\nsum by (cluster, job, instance, operation, result) (\n  increase(azure_scheduled_events_kubernetes_requests_total{result!~"ok|conflict|already_exists"}[10m])\n) > 0\nunless on (cluster, job, instance, operation)\n  sum by (cluster, job, instance, operation) (increase(azure_scheduled_events_kubernetes_requests_total{result="ok"}[10m])) > 0\n  )\n  * on (cluster, job, instance) group_left (vm_id)\n  azure_scheduled_events:target_vm_info:last\n)\n* on (cluster, vm_id) group_left (instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:vm_info:last\nor\n(\nsum by (cluster, job, instance, operation, result) (\n  increase(azure_scheduled_events_kubernetes_requests_total{result!~"ok|conflict|already_exists"}[10m])\n) > 0\nunless on (cluster, job, instance, operation)\n  sum by (cluster, job, instance, operation) (increase(azure_scheduled_events_kubernetes_requests_total{result="ok"}[10m])) > 0\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last'
+        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsKubernetesRequestsFailing"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'
@@ -496,32 +603,8 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} rebooted without a scheduled event'
         }
         enabled: true
-        expression: 'max by (cluster, vm_id) (\n  (\nincrease(azure_scheduled_events_reboots_total{expected="false", clean!="true"}[30m]) > 0\n  )\n  * on (cluster, job, instance) group_left (vm_id)\n  azure_scheduled_events:target_vm_info:last\n)\n* on (cluster, vm_id) group_left (instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:vm_info:last\nor\n(\nincrease(azure_scheduled_events_reboots_total{expected="false", clean!="true"}[30m]) > 0\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last'
+        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureVMRebootedUnexpectedly"}\n)'
         'for': 'PT0S'
-        labels: {
-          severity: 'warning'
-        }
-        resolveConfiguration: {
-          autoResolved: true
-          timeToResolve: 'PT10M'
-        }
-        severity: 2
-      }
-      {
-        actions: [
-          {
-            actionGroupId: actionGroupId
-          }
-        ]
-        alert: 'AzureScheduledEventsNodesWithoutAgent'
-        annotations: {
-          description: '{{ \$value }} nodes{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} have no working agent: their scheduled events go unseen, and the capacity page does not count them. (Nodes without an agent: {{ range printf "kube_node_info{os_image!~\\"Windows.*\\",cluster=%q} unless on (cluster, node) azure_scheduled_events_build_info{cluster=%q} and on (cluster) azure_scheduled_events_build_info{node!=\\"\\",cluster=%q}" \$labels.cluster \$labels.cluster \$labels.cluster | query | sortByLabel "node" }}{{ .Labels.node }} {{ else }}not named (the agents\' series carry no node label) {{ end }}; targets never up: {{ range printf "up{cluster=%q} == 0 and on (cluster, job) azure_scheduled_events_build_info{cluster=%q} unless on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds{cluster=%q}" \$labels.cluster \$labels.cluster \$labels.cluster | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)'
-          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventsnodeswithoutagent'
-          summary: '{{ \$value }} nodes{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} without a working scheduled-events agent'
-        }
-        enabled: true
-        expression: 'azure_scheduled_events:nodes_without_agent:count > 0'
-        'for': 'PT15M'
         labels: {
           severity: 'warning'
         }

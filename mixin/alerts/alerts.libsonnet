@@ -36,9 +36,24 @@ local promql = import '../lib/promql.libsonnet';
     local factor = { s: 1, m: 60, h: 3600, d: 86400, w: 604800 };
     if std.objectHas(factor, unit) then number * factor[unit]
     else error 'duration %s: expected a number and one of s, m, h, d, w' % duration,
+  // A per-VM alert's condition: `expr` per scrape target (and `key` labels), evaluated with every
+  // other per-VM alert's in one recording rule and joined once with the VM's identity and labels
+  // (azure_scheduled_events:vm_alert:value), instead of once per alert: the join reads the
+  // recorded vm_info of every VM, the conditions only a few series.
+  // `slow`: a condition on every agent's own series (agent health), recorded every
+  // agentsInterval in the group azure-scheduled-events.agents rather than at every evaluation;
+  // the others read only the series of events, which few VMs have.
+  local perVm(expr, key=[], slow=false) = { expr: expr, key: key, slow: slow },
   local alert(name, expr, for_, severity, summary, description) = {
     alert: name,
-    expr: expr + '\n',
+    expr: (
+      if std.isObject(expr) then
+        'max without (alert) (\n  %s\n)' % q.rec(r.vmAlert, ['alert="%s"' % name])
+        + (if std.objectHas(expr, 'orElse') then '\n' + expr.orElse else '')
+      else expr
+    ) + '\n',
+    // The condition of a per-VM alert, read by the recording rules (not rendered).
+    condition:: if std.isObject(expr) then expr else null,
     'for': for_,
     labels: { severity: severity },
     annotations: {
@@ -75,6 +90,16 @@ local promql = import '../lib/promql.libsonnet';
     for t in types
   ]),
 
+  local record(name, expr) = { record: name, expr: expr + '\n' },
+  // Every per-VM alert's condition, one series per target (and key) with the alert's name in
+  // the label `alert`.
+  local conditions(alerts) = std.join('\nor\n', [
+    'label_replace(\n  %s,\n  "alert", "%s", "", ""\n)' % [std.strReplace(a.condition.expr, '\n', '\n  '), a.alert]
+    for a in alerts
+  ]),
+  // The labels the conditions keep besides the target's.
+  local keys(alerts) = std.uniq(std.sort(std.flattenArrays([a.condition.key for a in alerts]))),
+
   // At least `minVMs` VMs (by vmIdLabel) and more than `fraction` of a capacity group face an
   // event of `types` (recorded per VM), over the group's recorded size.
   local groupAtRisk(settings, recorded) =
@@ -102,6 +127,7 @@ local promql = import '../lib/promql.libsonnet';
     } + '{{ .Labels.vm_name }} ({{ .Labels.instance }}) {{ .Labels.event_type }} {{ .Labels.event_id }}; {{ end }})',
 
   prometheusAlerts+:: {
+    local vmAlerts = [g for g in self.groups if g.name == 'azure-scheduled-events.vms'][0].alerts,
     groups+: [
       {
         name: 'azure-scheduled-events.capacity',
@@ -143,13 +169,25 @@ local promql = import '../lib/promql.libsonnet';
         ],
       },
       {
-        name: 'azure-scheduled-events.events',
+        name: 'azure-scheduled-events.agents',
+      } + (if c.agentsInterval == '' then {} else { interval: c.agentsInterval }) + {
+        // The conditions of the agent-health alerts (slow): each reads a series of every agent.
+        rules: [record(r.targetAgentAlert, conditions([a for a in vmAlerts if a.condition.slow]))],
+      },
+      {
+        name: 'azure-scheduled-events.vms',
+        // The per-VM alerts' conditions, recorded first in the group so that each alert reads
+        // them at the same evaluation.
         rules: [
+          record(r.targetAlert, conditions([a for a in self.alerts if !a.condition.slow]) + '\nor\n' + r.targetAgentAlert),
+          record(r.vmAlert, q.withVmInfo(r.targetAlert, ['alert'] + keys(self.alerts))),
+        ] + self.alerts,
+        alerts:: [
           alert(
             'AzureScheduledEventImpactSoon',
             // While the agent cannot be scraped (the VM is rebooting), its last events hold the
             // alert, so Alertmanager can keep inhibiting node-down alerts of this VM.
-            q.withVmInfo(impact(c.impactSoonTypes), eventKey),
+            perVm(impact(c.impactSoonTypes), eventKey),
             '1m',
             c.severities.vm,
             '%s of VM %s within %d minutes' % [label('event_type'), vmName, c.impactSoonSeconds / 60],
@@ -166,7 +204,7 @@ local promql = import '../lib/promql.libsonnet';
           ),
           alert(
             'AzureSpotEviction',
-            q.withVmInfo(events(['event_type="Preempt"']), eventKey),
+            perVm(events(['event_type="Preempt"']), eventKey),
             '0s',
             c.severities.info,
             'Spot eviction of VM %s' % vmName,
@@ -182,7 +220,7 @@ local promql = import '../lib/promql.libsonnet';
           ),
           alert(
             'AzureScaleSetDelete',
-            q.withVmInfo(events(['event_type="Terminate"']), eventKey),
+            perVm(events(['event_type="Terminate"']), eventKey),
             '0s',
             c.severities.vm,
             'Scale set deletes VM %s' % vmName,
@@ -200,12 +238,13 @@ local promql = import '../lib/promql.libsonnet';
             // One alert per event: by the VM it affects when an agent reports it as its own, else
             // once, without a VM (every VM of an availability set or scale set sees its
             // neighbours' events).
-            '%s\nor on (%s)\nmax by (%s) (\n  %s\n)' % [
-              q.withVmInfo(events(['event_status="Started"']), eventKey),
-              q.list([cl, 'event_id']),
-              q.list([cl] + eventKey),
-              q.sel('azure_scheduled_events_event_info', ['event_status="Started"']),
-            ],
+            perVm(events(['event_status="Started"']), eventKey) + {
+              orElse: 'or on (%s)\nmax by (%s) (\n  %s\n)' % [
+                q.list([cl, 'event_id']),
+                q.list([cl] + eventKey),
+                q.sel('azure_scheduled_events_event_info', ['event_status="Started"']),
+              ],
+            },
             c.stuckStarted,
             c.severities.vm,
             '{{ if $labels.instance }}%s of VM %s Started for over %s{{ else }}%s event %s Started for over %s{{ end }}' % [
@@ -234,7 +273,7 @@ local promql = import '../lib/promql.libsonnet';
             // The agent's own mark (hardware_failure_predicted: a Reboot or Redeploy first seen more
             // than a day ahead, or a Description of degraded hardware), or, from agents that do not
             // export it, a Redeploy due further ahead than redeployDaysAheadSeconds.
-            q.withVmInfo(
+            perVm(
               '%(until)s\n* on (%(on)s) group_left (event_type, event_source)\n%(marked)s\nor\n(%(until)s > %(ahead)d)\n* on (%(on)s) group_left (event_type, event_source)\n%(redeploy)s' % {
                 until: q.sel('azure_scheduled_events_event_seconds_until_not_before'),
                 on: q.list(q.vm + ['event_id']),
@@ -256,25 +295,21 @@ local promql = import '../lib/promql.libsonnet';
               label('event_id'),
             ],
           ),
-        ],
-      },
-      {
-        name: 'azure-scheduled-events.agent',
-        rules: [
+
           alert(
             'AzureScheduledEventsAgentDown',
             // A target that was the agent within agentSeenLookback (recorded) and now fails its
             // scrape, unless its VM is down on purpose: under one of its own interruptingTypes
             // events (held for impactHold while it reboots), or deleted or evicted (goneTypes)
             // with its target lingering. One removed from service discovery has no `up` left.
-            q.withVmInfo('(%(up)s == 0)\nand on (%(t)s)\n  (%(seen)s > time() - %(lookback)d)\nunless on (%(t)s)\n  %(held)s\nunless on (%(t)s)\n  %(gone)s' % {
+            perVm('(%(up)s == 0)\nand on (%(t)s)\n  (%(seen)s > time() - %(lookback)d)\nunless on (%(t)s)\n  %(held)s\nunless on (%(t)s)\n  %(gone)s' % {
               up: up,
               t: q.vmBy,
               seen: r.targetLastSeen,
               lookback: seconds(c.agentSeenLookback),
               held: impact(c.interruptingTypes),
               gone: r.targetGone,
-            }),
+            }, slow=true),
             '2m',
             c.severities.vm,
             'Scheduled-events agent down on VM %s' % vmName,
@@ -285,10 +320,10 @@ local promql = import '../lib/promql.libsonnet';
             'AzureScheduledEventsPollLoopStuck',
             // The heartbeat moves at every poll, successful or not; 0 before the first poll
             // ends, which the first request (up to 2 minutes) may delay.
-            q.withVmInfo('time() - %s > %d' % [
+            perVm('time() - %s > %d' % [
               q.sel('azure_scheduled_events_last_poll_timestamp_seconds'),
               c.pollStuckSeconds,
-            ]),
+            ], slow=true),
             '5m',
             c.severities.vm,
             'The agent on VM %s no longer polls IMDS' % vmName,
@@ -303,7 +338,7 @@ local promql = import '../lib/promql.libsonnet';
             'AzureImdsUnreachable',
             // azure_scheduled_events_up is 0 until the first document; Azure may take 2 minutes
             // to answer the very first request.
-            q.withVmInfo('%s == 0' % q.sel('azure_scheduled_events_up')),
+            perVm('%s == 0' % q.sel('azure_scheduled_events_up'), slow=true),
             c.imdsUnreachableFor,
             c.severities.vm,
             'IMDS scheduled events unreachable from VM %s' % vmName,
@@ -322,7 +357,7 @@ local promql = import '../lib/promql.libsonnet';
             'AzureScheduledEventApprovalsFailing',
             // Approvals of one event type failed and none of that type succeeded: the hook
             // keeps failing or IMDS refuses the POST. The events still start at NotBefore.
-            q.withVmInfo(
+            perVm(
               'sum by (%(key)s) (\n  increase(%(failures)s[10m])\n) > 0\nunless on (%(on)s)\n  sum by (%(on)s) (increase(%(approvals)s[10m])) > 0' % {
                 key: q.list(q.vm + ['event_type', 'reason']),
                 on: q.list(q.vm + ['event_type']),
@@ -330,7 +365,7 @@ local promql = import '../lib/promql.libsonnet';
                 approvals: q.sel('azure_scheduled_events_approvals_total'),
               },
               ['event_type', 'reason'],
-            ),
+             slow=true),
             '1m',
             c.severities.vm,
             'Approvals of %s events fail on VM %s (%s)' % [label('event_type'), vmName, label('reason')],
@@ -351,7 +386,7 @@ local promql = import '../lib/promql.libsonnet';
             // Notifications (--notify.*) that reached no receiver in the last 10 minutes: retries
             // exhausted, refused with a 4xx, or dropped from a full queue. The `or` adds the drops,
             // which have no `result` label, to the failures of the same receiver.
-            q.withVmInfo(
+            perVm(
               'sum by (%(key)s) (
   increase(%(failed)s[10m])
   or
@@ -362,7 +397,7 @@ local promql = import '../lib/promql.libsonnet';
                 dropped: q.sel('azure_scheduled_events_notifications_dropped_total'),
               },
               ['receiver'],
-            ),
+             slow=true),
             '1m',
             c.severities.vm,
             'Notifications from VM %s to receiver %s are lost' % [vmName, label('receiver')],
@@ -379,7 +414,7 @@ local promql = import '../lib/promql.libsonnet';
             // Requests of the Kubernetes output (--kubernetes.node-name) of one operation failed in
             // the last 10 minutes and none of that operation succeeded. Conflicts are retried at
             // once and an Event that already exists is not a failure.
-            q.withVmInfo(
+            perVm(
               'sum by (%(key)s) (
   increase(%(failures)s[10m])
 ) > 0
@@ -391,7 +426,7 @@ unless on (%(on)s)
                 ok: q.sel('azure_scheduled_events_kubernetes_requests_total', ['result="ok"']),
               },
               ['operation', 'result'],
-            ),
+             slow=true),
             '5m',
             c.severities.vm,
             'The agent on VM %s cannot %s (%s)' % [vmName, label('operation'), label('result')],
@@ -409,51 +444,61 @@ unless on (%(on)s)
             // The counter starts at 1 in the agent started after the reboot; increase() sees it
             // rise from the previous process' 0, and the alert clears itself 30 minutes later.
             // A clean reboot (the agent was stopped before it, clean="true") is not unexpected.
-            q.withVmInfo('increase(%s[30m]) > 0' % q.sel('azure_scheduled_events_reboots_total', ['expected="false"', 'clean!="true"'])),
+            perVm('increase(%s[30m]) > 0' % q.sel('azure_scheduled_events_reboots_total', ['expected="false"', 'clean!="true"']), slow=true),
             '0s',
             c.severities.vm,
             'VM %s rebooted without a scheduled event' % vmName,
             ('VM %s (%s%s) rebooted, and no Reboot, Redeploy, Freeze or Preempt event of its own was seen Started before: ' +
              'a crash, a manual restart, or an event missed while the agent was down.') % [vmName, label('instance'), inCluster],
           ),
-          alert(
-            'AzureScheduledEventsNodesWithoutAgent',
-            // Recorded: nodes of kube_node_info without a working agent, or, without
-            // kube-state-metrics, targets of the agent's job that never were the agent.
-            '%s > 0' % r.nodesWithoutAgent,
-            c.coverage['for'],
-            c.severities.vm,
-            '{{ $value }} nodes%s without a working scheduled-events agent' % inClusterOnly,
-            ('{{ $value }} nodes%(cluster)s have no working agent: their scheduled events go unseen, and the capacity page does not count them. ' +
-             '(Nodes without an agent: {{ range printf "%(kube)s unless on (%(on)s) azure_scheduled_events_build_info%(upMatch)s and on (%(clusterOn)s) azure_scheduled_events_build_info{%(node)s!=\\"\\"%(clusterMatch)s}" %(args3)s | query | sortByLabel "%(node)s" }}{{ .Labels.%(node)s }} {{ else }}not named (the agents\' series carry no %(node)s label) {{ end }}; ' +
-             'targets never up: {{ range printf "up%(upMatch)s == 0 and on (%(job)s) azure_scheduled_events_build_info%(upMatch)s unless on (%(t)s) %(seen)s%(upMatch)s" %(args3)s | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)') % {
-              cluster: inClusterOnly,
-              // kube_node_info's node names under nodeLabel. The chart's placeholders for
-              // matchers stand here for matchers with escaped quotes.
-              local kube = 'kube_node_info{%s}' % std.join(',', [
-                if std.startsWith(m, '@@') && std.endsWith(m, '@@') then '@@escaped.' + std.substr(m, 2, std.length(m) - 2)
-                else std.strReplace(m, '"', '\\"')
-                for m in std.filter(function(m) m != '', [c.coverage.kubeStateMetricsSelector] + c.coverage.nodeMatchers + (if cl == '' then [] else ['%s=%%q' % cl]))
-              ]),
-              local node = if c.nodeLabel == '' then 'node' else c.nodeLabel,
-              kube: if node == 'node' then kube
-              else if std.startsWith(node, '@@') then '@@nodeRelabel.open@@%s@@escaped.nodeRelabel.close@@' % kube
-              else 'label_replace(%s, \\"%s\\", \\"$1\\", \\"node\\", \\"(.*)\\")' % [kube, node],
-              on: q.list([cl, node]),
-              node: node,
-              clusterOn: q.list([cl]),
-              upMatch: if cl == '' then '' else '{%s=%%q}' % cl,
-              job: q.list([cl] + q.without(c.vmLabels, 'instance')),
-              t: q.vmBy,
-              seen: r.targetLastSeen,
-              // Each of the cluster's selectors names it: a firing alert's text is rendered at every
-              // evaluation, and reads one cluster's series, not the fleet's.
-              clusterMatch: if cl == '' then '' else ',%s=%%q' % cl,
-              args3: if cl == '' then '' else std.join(' ', std.repeat(['$labels.%s' % cl], 3)),
-            },
-          ),
         ],
       },
     ],
   },
+
+  // The coverage alert joins the coverage group's recording rules (rules.libsonnet), evaluated
+  // at its interval.
+  prometheusRules+:: {
+    groups: [
+      if g.name == 'azure-scheduled-events.coverage' then g + { rules+: [coverageAlert] } else g
+      for g in super.groups
+    ],
+  },
+  local coverageAlert =
+    alert(
+      'AzureScheduledEventsNodesWithoutAgent',
+      // Recorded: nodes of kube_node_info without a working agent, or, without
+      // kube-state-metrics, targets of the agent's job that never were the agent.
+      '%s > 0' % r.nodesWithoutAgent,
+      c.coverage['for'],
+      c.severities.vm,
+      '{{ $value }} nodes%s without a working scheduled-events agent' % inClusterOnly,
+      ('{{ $value }} nodes%(cluster)s have no working agent: their scheduled events go unseen, and the capacity page does not count them. ' +
+       '(Nodes without an agent: {{ range printf "%(kube)s unless on (%(on)s) azure_scheduled_events_build_info%(upMatch)s and on (%(clusterOn)s) azure_scheduled_events_build_info{%(node)s!=\\"\\"%(clusterMatch)s}" %(args3)s | query | sortByLabel "%(node)s" }}{{ .Labels.%(node)s }} {{ else }}not named (the agents\' series carry no %(node)s label) {{ end }}; ' +
+       'targets never up: {{ range printf "up%(upMatch)s == 0 and on (%(job)s) azure_scheduled_events_build_info%(upMatch)s unless on (%(t)s) %(seen)s%(upMatch)s" %(args3)s | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)') % {
+        cluster: inClusterOnly,
+        // kube_node_info's node names under nodeLabel. The chart's placeholders for
+        // matchers stand here for matchers with escaped quotes.
+        local kube = 'kube_node_info{%s}' % std.join(',', [
+          if std.startsWith(m, '@@') && std.endsWith(m, '@@') then '@@escaped.' + std.substr(m, 2, std.length(m) - 2)
+          else std.strReplace(m, '"', '\\"')
+          for m in std.filter(function(m) m != '', [c.coverage.kubeStateMetricsSelector] + c.coverage.nodeMatchers + (if cl == '' then [] else ['%s=%%q' % cl]))
+        ]),
+        local node = if c.nodeLabel == '' then 'node' else c.nodeLabel,
+        kube: if node == 'node' then kube
+        else if std.startsWith(node, '@@') then '@@nodeRelabel.open@@%s@@escaped.nodeRelabel.close@@' % kube
+        else 'label_replace(%s, \\"%s\\", \\"$1\\", \\"node\\", \\"(.*)\\")' % [kube, node],
+        on: q.list([cl, node]),
+        node: node,
+        clusterOn: q.list([cl]),
+        upMatch: if cl == '' then '' else '{%s=%%q}' % cl,
+        job: q.list([cl] + q.without(c.vmLabels, 'instance')),
+        t: q.vmBy,
+        seen: r.targetLastSeen,
+        // Each of the cluster's selectors names it: a firing alert's text is rendered at every
+        // evaluation, and reads one cluster's series, not the fleet's.
+        clusterMatch: if cl == '' then '' else ',%s=%%q' % cl,
+        args3: if cl == '' then '' else std.join(' ', std.repeat(['$labels.%s' % cl], 3)),
+      },
+    ),
 }

@@ -56,6 +56,7 @@ local promql = import '../lib/promql.libsonnet';
     groups+: [
       {
         name: 'azure-scheduled-events.targets',
+      } + (if c.targetsInterval == '' then {} else { interval: c.targetsInterval }) + {
         rules: [
           // When each target last was the agent (exported build_info or vm_info). It reads its
           // own last value: the series lasts agentSeenLookback after the last scrape, without
@@ -87,6 +88,19 @@ local promql = import '../lib/promql.libsonnet';
               lookback: seconds(c.vmInfoLookback),
             },
           ),
+          // Every target that was the agent within agentSeenLookback, with its VM's place (location,
+          // zone, capacityLabel) where known: what the dashboards filter and sum per-agent series by.
+          // The labels are not deduplicated (the Helm chart's placeholders cannot be).
+          record(
+            r.targetPlace,
+            local place = std.join(', ', std.filter(function(l) l != '', ['location', 'zone', cap]));
+            'max by (%(t)s, %(place)s) (%(info)s)\nor on (%(t)s)\ngroup by (%(t)s) (%(seen)s)' % {
+              t: target,
+              place: place,
+              info: r.targetVmInfo,
+              seen: r.targetLastSeen,
+            },
+          ),
           // One series per VM, whatever the number of jobs scraping its agent; a series that
           // names the node is preferred.
           record(
@@ -95,19 +109,21 @@ local promql = import '../lib/promql.libsonnet';
             if c.nodeLabel == '' then one([])
             else '%s\nor on (%s)\n%s' % [one(['%s!=""' % c.nodeLabel]), q.vmIdBy, one([])],
           ),
-          // VMs whose agent is scraped now.
-          record(
-            r.vmsReporting,
-            'count by (%(cluster)s) (\n  count by (%(vm)s) (\n    %(info)s\n    and on (%(t)s)\n    %(now)s\n  )\n)' % {
-              cluster: q.list([cl]),
-              vm: q.vmIdBy,
-              info: r.targetVmInfo,
-              t: target,
-              now: q.sel('azure_scheduled_events_vm_info'),
-            },
-          ),
           // VMs seen within vmInfoLookback.
           record(r.vmsKnown, 'count by (%s) (%s)' % [q.list([cl]), r.vmInfo]),
+          // The VMs of each capacity group: seen within impactHold (a rebooting VM still counts). In
+          // this group: the size of a scale set changes when VMs are created or deleted.
+          record(
+            r.capacityVms,
+            'count by (%(group)s) (\n  max by (%(vm)s) (\n    %(info)s\n    and on (%(t)s)\n    (%(seen)s > time() - %(hold)d)\n  )\n)' % {
+              group: q.groupBy,
+              vm: q.list(q.vmId + [cap]),
+              info: q.rec(r.targetVmInfo, ['%s!=""' % cap]),
+              t: target,
+              seen: r.targetLastSeen,
+              hold: seconds(c.impactHold),
+            },
+          ),
         ],
       },
       {
@@ -161,25 +177,25 @@ local promql = import '../lib/promql.libsonnet';
               vmInfo: r.targetVmInfo,
             },
           ),
-          // The VMs of each capacity group: seen within impactHold (a rebooting VM still counts).
-          record(
-            r.capacityVms,
-            'count by (%(group)s) (\n  max by (%(vm)s) (\n    %(info)s\n    and on (%(t)s)\n    (%(seen)s > time() - %(hold)d)\n  )\n)' % {
-              group: q.groupBy,
-              vm: q.list(q.vmId + [cap]),
-              info: q.rec(r.targetVmInfo, ['%s!=""' % cap]),
-              t: target,
-              seen: r.targetLastSeen,
-              hold: seconds(c.impactHold),
-            },
-          ),
           record(r.capacityAtRisk, groupCount(c.capacity.eventTypes)),
           record(r.capacityEvicted, groupCount(c.spotWave.eventTypes)),
         ],
       },
       {
         name: 'azure-scheduled-events.coverage',
+      } + (if c.coverageInterval == '' then {} else { interval: c.coverageInterval }) + {
         rules: [
+          // VMs whose agent is scraped now (compared with the nodes below).
+          record(
+            r.vmsReporting,
+            'count by (%(cluster)s) (\n  count by (%(vm)s) (\n    %(info)s\n    and on (%(t)s)\n    %(now)s\n  )\n)' % {
+              cluster: q.list([cl]),
+              vm: q.vmIdBy,
+              info: r.targetVmInfo,
+              t: target,
+              now: q.sel('azure_scheduled_events_vm_info'),
+            },
+          ),
           record(r.nodes, 'count by (%s) (%s)' % [q.list([cl]), kubeNodes]),
           // Nodes without a working agent (one scraped now): by name where the agent's series
           // carry nodeLabel (its build_info, whether or not it has read instance metadata), by

@@ -49,6 +49,11 @@ local g = import 'grafana.libsonnet';
       all: rec(r.targetVmInfo, clusterMatchers),
     },
   local filtered(expr) = '(\n  (%s)\n  and on (%s)\n  %s\n)' % [expr, vm, vmFilter],
+  // The same for the per-agent time series, from one recorded series per target that was the agent
+  // (with its VM's place where known): one selector, where vmFilter aggregates every agent's
+  // series at each point of the range. An agent without instance metadata passes while the
+  // location, scale-set and zone variables are All.
+  local filteredRange(expr) = '(\n  (%s)\n  and on (%s)\n  %s\n)' % [expr, vm, rec(r.targetPlace, matchers + place)],
 
   // Per VM: `expr` (one series per target, or per target and `labels`) counted once per VM
   // (vmIdLabel) however many jobs scrape its agent, for the VMs that pass every variable. A
@@ -83,7 +88,9 @@ local g = import 'grafana.libsonnet';
   // The share of each capacity group facing a capacity event soon.
   local share = '(\n%s\n)\n/\n%s' % [groups(r.capacityAtRisk), rec(r.capacityVms, clusterMatchers + ['%s=~"$scale_set"' % cap])],
   // The events each VM saw within waveWindow, with its scale set.
-  local wavesSeen = 'max by (%s) (last_over_time(%s[%s]))\n* on (%s) group_left (%s)\n%s' % [by(q.vm + ['event_id', 'event_type', 'event_source']), s('azure_scheduled_events_event_info', ['affects_this_vm="true"']), c.waveWindow, vm, cap, 'max by (%s) (%s)' % [by(q.vm + [cap]), rec(r.targetVmInfo, matchers + place + ['%s!=""' % cap])]],
+  // The scale set of each target and event from the recorded targets of each event (a few
+  // series), not every VM's recorded vm_info at each point.
+  local wavesSeen = 'max by (%s) (last_over_time(%s[%s]))\n* on (%s, event_id) group_left (%s)\n%s' % [by(q.vm + ['event_id', 'event_type', 'event_source']), s('azure_scheduled_events_event_info', ['affects_this_vm="true"']), c.waveWindow, vm, cap, 'max by (%s, event_id, %s) (last_over_time(%s[%s]))' % [vm, cap, rec(r.targetEvent, matchers + place + ['%s!=""' % cap]), c.waveWindow]],
   local guid = '([0-9A-Fa-f]{8})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{4})-([0-9A-Fa-f]{12})',
   // The trace id of the event: its EventId without dashes (docs/traces.md).
   local traced(expr) = 'label_replace(\n%s,\n"trace_id", "$1$2$3$4$5", "event_id", "%s")' % [expr, guid],
@@ -118,7 +125,105 @@ local g = import 'grafana.libsonnet';
   // appeared in a VM's document Scheduled or Started, or became Started (transition Scheduled or
   // Started), or left it (transition ended). Reads only the per-event series, which exist for
   // the few VMs that have events, never a counter of every agent.
-  local transitions(window) =
+  // Recorded by the dashboards' recording rules (below) once per dashboardRecordInterval for the
+  // whole fleet, per cluster and scale set: VMs per event type and transition within that
+  // interval. A panel reads a few series per cluster instead of joining every VM's at each point.
+  local transitionWindow = if c.dashboardRecordInterval == '' then '1m' else c.dashboardRecordInterval,
+  local recordedTransitions =
+    local now = q.sel('azure_scheduled_events_event_info', affects + inDocument);
+    local before = '%s offset %s' % [now, transitionWindow];
+    local key = by(q.vm + ['event_id']);
+    'count by (%(group)s, location, zone, event_type, transition) (\n  count by (%(vmGroup)s, event_type, transition) (\n    max by (%(vmt)s) (
+      label_replace(%(now)s unless on (%(key)s, event_status) %(before)s, "transition", "$1", "event_status", "(.*)")
+      or
+      label_replace(%(before)s unless on (%(key)s) %(now)s, "transition", "ended", "", "")
+    )
+    * on (%(vm)s) group_left (%(id)s, location, zone, %(cap)s)
+    max by (%(vm)s, %(id)s, location, zone, %(cap)s) (%(info)s)
+  )
+)' % {
+      group: q.groupBy,
+      vmGroup: raw(q.vmId + ['location', 'zone', cap]),
+      vmt: by(q.vm + ['event_type', 'transition']),
+      now: now,
+      before: before,
+      key: key,
+      vm: vm,
+      id: vmIdLabel,
+      cap: cap,
+      info: r.targetVmInfo,
+    },
+  // VMs per cluster, event type and transition within dashboardRecordInterval before each point.
+  local transitions = 'sum by (%s) (%s)' % [by(withCluster(['event_type', 'transition'])), rec(r.transitions, clusterMatchers + place)],
+  // The dashboards' recording rules: what fleet-wide panels read at every point of their range.
+  local record(name, expr) = { record: name, expr: expr + '\n' },
+  // `expr` (per target) with the location, zone and scale set of the target's VM (recorded last
+  // known vm_info), or without them while its agent has not read instance metadata: the panels
+  // filter the recorded sums by the location, scale-set and zone variables.
+  // Not deduplicated (the Helm chart's placeholders cannot be): a capacityLabel of zone is
+  // named twice, which PromQL accepts.
+  local raw(labels) = std.join(', ', std.filter(function(l) l != '', labels)),
+  local placeLabels = raw(['location', 'zone', cap]),
+  local placed(expr) =
+    '(\n  %(e)s\n  * on (%(vm)s) group_left (%(l)s)\n  %(place)s\n)' % {
+      e: expr,
+      vm: vm,
+      l: placeLabels,
+      place: r.targetPlace,
+    },
+  local fleetBy(labels) = raw(withCluster(['job', 'location', 'zone', cap] + labels)),
+  prometheusRules+:: {
+    groups+: [
+      {
+        name: 'azure-scheduled-events.dashboards',
+      } + (if c.dashboardRecordInterval == '' then {} else { interval: c.dashboardRecordInterval }) + {
+        rules: [
+          // Targets that were the agent within agentSeenLookback and whose last scrape failed.
+          record(r.agentsDown, 'sum by (%s) %s' % [fleetBy([]), placed('(1 - (%s and on (%s) %s))' % [q.sel('up'), vm, r.targetLastSeen])]),
+          record(r.agentsBlind, 'sum by (%s) %s' % [fleetBy([]), placed('(1 - %s)' % q.sel('azure_scheduled_events_up'))]),
+          record(r.transitions, recordedTransitions),
+          // Each target's events (any status, whether or not they affect its VM), with its VM's
+          // name and place where known (the labels of the recorded vm_info).
+          record(r.targetEvent, (
+            local events = 'max by (%s) (%s)' % [by(q.vm + ['event_id']), q.sel('azure_scheduled_events_event_info')];
+            '%(events)s\n* on (%(vm)s) group_left (%(labels)s)\nmax by (%(vm)s, %(labels)s) (%(info)s)\nor on (%(vm)s, event_id)\n%(events)s' % {
+              events: events,
+              vm: vm,
+              labels: by(recordLabels),
+              info: r.targetVmInfo,
+            }
+          )),
+        ],
+      },
+      {
+        // The fleet's IMDS figures: every agent's counters and latency histogram (18 series an
+        // agent), summed per cluster and job.
+        name: 'azure-scheduled-events.dashboards-imds',
+      } + (if c.dashboardRateInterval == '' then {} else { interval: c.dashboardRateInterval }) + {
+        rules: [
+          record(r.imdsLatency, 'sum by (%s) %s' % [fleetBy(['operation', 'le']), placed('rate(%s[5m])' % q.sel('azure_scheduled_events_imds_request_duration_seconds_bucket'))]),
+          record(r.imdsRequests, 'sum by (%s) %s' % [fleetBy(['operation']), placed('rate(%s[5m])' % q.sel('azure_scheduled_events_imds_requests_total'))]),
+          record(r.imdsFailures, 'sum by (%s) %s' % [fleetBy(['operation', 'reason']), placed('rate(%s[5m])' % q.sel('azure_scheduled_events_imds_request_failures_total'))]),
+        ],
+      },
+    ],
+  },
+  // The range panels of one event: `expr` (series of the event's targets, keyed by the target and
+  // `key`) with `labels` of the target's VM, for the targets that pass the location, scale-set
+  // and zone variables, from the recorded targets of each event (their VM's labels kept): a few
+  // series, where the recorded vm_info of every VM would be read at each point of the range.
+  local eventTargets(expr, key=[], labels=[]) =
+    '(%(e)s)\n* on (%(on)s) group_left (%(l)s)\nmax by (%(by)s) (%(rec)s)' % {
+      e: expr,
+      on: by(q.vm + [k for k in key if k == 'event_id']),
+      l: by(labels),
+      by: by(q.vm + [k for k in key if k == 'event_id'] + labels),
+      rec: rec(r.targetEvent, matchers + place + ['event_id="$event_id"']),
+    },
+  // VMs per cluster, event type and transition within `window` before each point, from the
+  // per-event series (which exist only for the VMs that have events): the annotations, read at
+  // one point a minute.
+  local liveTransitions(window) =
     local now = s('azure_scheduled_events_event_info', affects + inDocument);
     local before = '%s offset %s' % [now, window];
     local key = by(q.vm + ['event_id']);
@@ -139,7 +244,7 @@ local g = import 'grafana.libsonnet';
   local annotations = [
     g.annotation(
       'Scheduled-event transitions',
-      transitions('2m'),
+      liveTransitions('2m'),
       '{{event_type}} {{transition}}',
       if cl == '' then 'VMs: {{value}}' else 'cluster {{%s}}, VMs: {{value}}' % cl,
       'orange',
@@ -358,18 +463,18 @@ local g = import 'grafana.libsonnet';
         g.stateTimeline(
           'Status per VM',
           'The event as each VM saw it: Scheduled, Started, or nothing (not in its document, or the agent was not scraped).',
-          [g.target(filtered(join('2 * max by (%(vm)s) (%(started)s)\nor on (%(vm)s)\nmax by (%(vm)s) (%(scheduled)s)' % {
+          [g.target(eventTargets('2 * max by (%(vm)s) (%(started)s)\nor on (%(vm)s)\nmax by (%(vm)s) (%(scheduled)s)' % {
             vm: vm,
             started: s('azure_scheduled_events_event_info', eid + ['event_status="Started"']),
             scheduled: s('azure_scheduled_events_event_info', eid + ['event_status="Scheduled"']),
-          }, [], ['vm_name'])), legend=legendCluster + '{{vm_name}} {{instance}}')],
+          }, [], ['vm_name']), legend=legendCluster + '{{vm_name}} {{instance}}')],
           [[1, 'Scheduled', 'blue'], [2, 'Started', 'orange']],
         ),
         g.timeseries('Countdown per VM', 'NotBefore minus now, on each VM.',
-                     [g.target(filtered(join(s('azure_scheduled_events_event_seconds_until_not_before', eid), ['event_id'], ['vm_name'])), legend=legendCluster + '{{vm_name}} {{instance}}')],
+                     [g.target(eventTargets(s('azure_scheduled_events_event_seconds_until_not_before', eid), ['event_id'], ['vm_name']), legend=legendCluster + '{{vm_name}} {{instance}}')],
                      unit='s', min=null),
         g.timeseries('VMs by status', 'How many VMs see the event Scheduled or Started.',
-                     [g.target('count by (%s) (%s)' % [by(withCluster(['event_status'])), filtered(s('azure_scheduled_events_event_info', eid))], legend=legendCluster + '{{event_status}}')]),
+                     [g.target('count by (%s) (%s)' % [by(withCluster(['event_status'])), eventTargets(s('azure_scheduled_events_event_info', eid), ['event_id', 'event_status'], [])], legend=legendCluster + '{{event_status}}')]),
       ],
       annotations,
       links=[{
@@ -401,32 +506,32 @@ local g = import 'grafana.libsonnet';
         g.stat('Longest blind', 'The longest time since an agent had a valid document.', 'max(%s)' % filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds')), unit='s', steps=['green', [10, 'orange'], [60, 'red']], w=3),
         g.stat('Longest since a poll', 'The longest time since an agent\'s poll loop last finished a poll (the heartbeat): more than a few seconds is a stuck loop.', 'max(%s)' % filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds')), unit='s', steps=['green', [10, 'orange'], [c.pollStuckSeconds, 'red']], w=3),
         g.stat('Versions', 'Agents per version.', 'count by (%s) (%s)' % [by(withCluster(['version'])), filtered(s('azure_scheduled_events_build_info'))], steps=['green'], textMode='value_and_name', legend=legendCluster + '{{version}}', w=6),
-        g.timeseries('Agents down or blind, by cluster', 'Per cluster, agents whose last scrape failed (up is 0) and agents whose last IMDS poll failed (azure_scheduled_events_up is 0). Select an instance to see one agent.', [
-          g.target('sum by (%s) (1 - %s)' % [by(withCluster([])), filtered(s('up'))], 'A', legend=legendCluster + 'scrape down'),
-          g.target('sum by (%s) (1 - %s)' % [by(withCluster([])), filtered(s('azure_scheduled_events_up'))], 'B', legend=legendCluster + 'IMDS failing'),
+        g.timeseries('Agents down or blind, by cluster', 'Per cluster, agents whose last scrape failed (up is 0) and agents whose last IMDS poll failed (azure_scheduled_events_up is 0), recorded per cluster, job, location, zone and scale set (the instance variable does not narrow it; the stats above do).', [
+          g.target('sum by (%s) (%s)' % [by(withCluster([])), rec(r.agentsDown, clusterMatchers + ['job=~"$job"'] + place)], 'A', legend=legendCluster + 'scrape down'),
+          g.target('sum by (%s) (%s)' % [by(withCluster([])), rec(r.agentsBlind, clusterMatchers + ['job=~"$job"'] + place)], 'B', legend=legendCluster + 'IMDS failing'),
         ], w=8),
         g.timeseries('Time since the last good document, the %d longest' % c.dashboardTopK, 'How long the agents blind the longest have been blind (one line per agent among the %d longest at each point).' % c.dashboardTopK, [
-          g.target('topk(%d, %s)' % [c.dashboardTopK, filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
+          g.target('topk(%d, %s)' % [c.dashboardTopK, filteredRange('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
         ], unit='s', w=8),
         g.timeseries('Time since the last poll, the %d longest' % c.dashboardTopK, 'The poll loop\'s heartbeat: it ends a poll every --poll.interval, successful or not. A line that keeps rising is a stuck loop (AzureScheduledEventsPollLoopStuck). The %d agents with the oldest heartbeat at each point.' % c.dashboardTopK, [
-          g.target('topk(%d, %s)' % [c.dashboardTopK, filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
+          g.target('topk(%d, %s)' % [c.dashboardTopK, filteredRange('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
         ], unit='s', w=8),
 
         g.row('IMDS requests'),
-        g.timeseries('IMDS failures by reason', 'Requests to IMDS that gave no usable answer, per operation and reason.', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'reason'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_imds_request_failures_total'))], legend=legendCluster + '{{operation}} {{reason}}'),
+        g.timeseries('IMDS failures by reason', 'Requests to IMDS that gave no usable answer, per operation and reason, over 5 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
+          g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'reason'])), rec(r.imdsFailures, clusterMatchers + ['job=~"$job"'] + place)], legend=legendCluster + '{{operation}} {{reason}}'),
         ], unit='reqps', w=8),
-        g.timeseries('IMDS request latency', 'p50 and p99 of the time to a complete answer, per operation.', [
-          g.target('histogram_quantile(0.99, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_imds_request_duration_seconds_bucket'))], 'A', legend=legendCluster + 'p99 {{operation}}'),
-          g.target('histogram_quantile(0.5, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_imds_request_duration_seconds_bucket'))], 'B', legend=legendCluster + 'p50 {{operation}}'),
+        g.timeseries('IMDS request latency', 'p50 and p99 of the time to a complete answer, per operation, over 5 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
+          g.target('histogram_quantile(0.99, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), rec(r.imdsLatency, clusterMatchers + ['job=~"$job"'] + place)], 'A', legend=legendCluster + 'p99 {{operation}}'),
+          g.target('histogram_quantile(0.5, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), rec(r.imdsLatency, clusterMatchers + ['job=~"$job"'] + place)], 'B', legend=legendCluster + 'p50 {{operation}}'),
         ], unit='s', w=8),
-        g.timeseries('IMDS requests', 'Requests per second, per operation.', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['operation'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_imds_requests_total'))], legend=legendCluster + '{{operation}}'),
+        g.timeseries('IMDS requests', 'Requests per second, per operation, over 5 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
+          g.target('sum by (%s) (%s)' % [by(withCluster(['operation'])), rec(r.imdsRequests, clusterMatchers + ['job=~"$job"'] + place)], legend=legendCluster + '{{operation}}'),
         ], unit='reqps', w=8),
 
         g.row('What the agents saw'),
-        g.timeseries('Lifecycle transitions', 'VMs per event type whose document gained an event (Scheduled), saw one start (Started) or lost one (ended), within the rate interval before each point.', [
-          g.target(transitions('$__rate_interval'), legend=legendCluster + '{{event_type}} {{transition}}'),
+        g.timeseries('Lifecycle transitions', 'VMs per event type whose document gained an event (Scheduled), saw one start (Started) or lost one (ended), within the %s before each point (recorded per cluster, location, zone and scale set: the job and instance variables do not narrow it).' % transitionWindow, [
+          g.target(transitions, legend=legendCluster + '{{event_type}} {{transition}}'),
         ]),
         g.table(
           'Agents',
@@ -445,24 +550,24 @@ local g = import 'grafana.libsonnet';
         g.stat('State file failing', 'Agents that cannot write their state file.', 'count(%s) or vector(0)' % filtered('%s == 0' % s('azure_scheduled_events_state_up')), steps=['green', [1, 'red']], w=6),
         g.stat('Unexpected reboots', 'VMs that rebooted during the time range without a scheduled event of their own seen Started.', 'count(%s) or vector(0)' % filtered('increase(%s[$__range]) > 0' % s('azure_scheduled_events_reboots_total', ['expected="false"'])), steps=['green', [1, 'orange']], w=6),
         g.timeseries('Approvals and their failures', 'Events approved, and approvals that failed by reason.', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['event_type'])), filtered('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approvals_total'))], 'A', legend=legendCluster + 'approved {{event_type}}'),
-          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['event_type', 'reason'])), filtered('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approval_failures_total'))], 'B', legend=legendCluster + 'failed {{event_type}}: {{reason}}'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['event_type'])), filteredRange('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approvals_total'))], 'A', legend=legendCluster + 'approved {{event_type}}'),
+          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['event_type', 'reason'])), filteredRange('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approval_failures_total'))], 'B', legend=legendCluster + 'failed {{event_type}}: {{reason}}'),
         ], w=8),
         g.timeseries('Approval decisions', 'Every decision of the approval policy, by reason.', [
-          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['decision', 'reason'])), filtered('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approval_decisions_total'))], legend=legendCluster + '{{decision}} {{reason}}'),
+          g.target('sum by (%s) (%s) > 0' % [by(withCluster(['decision', 'reason'])), filteredRange('increase(%s[$__rate_interval])' % s('azure_scheduled_events_approval_decisions_total'))], legend=legendCluster + '{{decision}} {{reason}}'),
         ], w=8),
         g.timeseries('Trace spans', 'Spans the OTLP collector accepted, and spans dropped by reason.', [
-          g.target('sum by (%s) (%s)' % [by(withCluster([])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_exported_total'))], 'A', legend=legendCluster + 'exported'),
-          g.target('sum by (%s) (%s)' % [by(withCluster(['reason'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_dropped_total'))], 'B', legend=legendCluster + 'dropped {{reason}}'),
+          g.target('sum by (%s) (%s)' % [by(withCluster([])), filteredRange('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_exported_total'))], 'A', legend=legendCluster + 'exported'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['reason'])), filteredRange('rate(%s[$__rate_interval])' % s('azure_scheduled_events_otlp_spans_dropped_total'))], 'B', legend=legendCluster + 'dropped {{reason}}'),
         ], w=8),
 
         g.row('Notifications and the Kubernetes Node'),
         g.timeseries('Notifications', 'Notifications per receiver that reached an end: delivered, failed (retries exhausted) or rejected (a 4xx); and those dropped from a full queue (AzureScheduledEventNotificationsFailing). Empty without --notify.* receivers.', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['receiver', 'result'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_notifications_total'))], 'A', legend=legendCluster + '{{receiver}} {{result}}'),
-          g.target('sum by (%s) (%s)' % [by(withCluster(['receiver'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_notifications_dropped_total'))], 'B', legend=legendCluster + '{{receiver}} dropped'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['receiver', 'result'])), filteredRange('rate(%s[$__rate_interval])' % s('azure_scheduled_events_notifications_total'))], 'A', legend=legendCluster + '{{receiver}} {{result}}'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['receiver'])), filteredRange('rate(%s[$__rate_interval])' % s('azure_scheduled_events_notifications_dropped_total'))], 'B', legend=legendCluster + '{{receiver}} dropped'),
         ], unit='reqps', w=12),
         g.timeseries('Kubernetes API requests', 'Requests of the Kubernetes output to the API server, per operation and result; anything but ok, conflict and already_exists is a failure (AzureScheduledEventsKubernetesRequestsFailing). Empty without --kubernetes.node-name.', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'result'])), filtered('rate(%s[$__rate_interval])' % s('azure_scheduled_events_kubernetes_requests_total'))], legend=legendCluster + '{{operation}} {{result}}'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'result'])), filteredRange('rate(%s[$__rate_interval])' % s('azure_scheduled_events_kubernetes_requests_total'))], legend=legendCluster + '{{operation}} {{result}}'),
         ], unit='reqps', w=12),
       ],
       annotations,

@@ -288,24 +288,29 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
         "{}",
         wave.expr
     );
+    // The per-VM alerts read one recorded join of every per-VM condition with the VM's labels.
     let impact = alerts
         .iter()
         .find(|a| a.name == "AzureScheduledEventImpactSoon")
         .ok_or("no impact alert")?;
     assert!(
-        impact.expr.contains("group_left (instance, vm_name, zone)")
-            && impact.expr.contains("on (k8s_cluster, job, instance, pod)"),
+        impact.expr.contains(
+            "azure_scheduled_events:vm_alert:value{alert=\"AzureScheduledEventImpactSoon\"}"
+        ),
         "{}",
         impact.expr
     );
-    let down = alerts
-        .iter()
-        .find(|a| a.name == "AzureScheduledEventsAgentDown")
-        .ok_or("no agent-down alert")?;
+    let joined = record_expr(&groups, "azure_scheduled_events:vm_alert:value")?;
     assert!(
-        down.expr.contains("(up{job=\"ase\"} == 0)"),
-        "{}",
-        down.expr
+        joined.contains("group_left (instance, vm_name, zone)")
+            && joined.contains("on (k8s_cluster, job, instance, pod)"),
+        "{joined}"
+    );
+    let conditions = record_expr(&groups, "azure_scheduled_events:target_agent_alert:value")?;
+    assert!(
+        conditions.contains("(up{job=\"ase\"} == 0)")
+            && conditions.contains("\"alert\", \"AzureScheduledEventsAgentDown\""),
+        "{conditions}"
     );
     // Coverage: kube-state-metrics' nodes, as selected, under the agent's node label.
     let coverage = alerts
