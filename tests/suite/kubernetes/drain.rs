@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::{Cluster, NODE, REBOOT, eventually, kube_requests, kubelet_node, reboot};
-use crate::common::{Imds, THIS_VM, TestResult, document};
+use crate::common::{Agent, Imds, THIS_VM, TestResult, document};
 
 const NOT_BEFORE_LABEL: &str = "azure-scheduled-events/not-before";
 const EVENT_TYPE_LABEL: &str = "azure-scheduled-events/event-type";
@@ -112,6 +112,25 @@ fn event_note(cluster: &Cluster, reason: &str) -> Option<String> {
         .and_then(|e| e.note)
 }
 
+/// An agent draining the node for Reboots, `margin` before NotBefore.
+async fn draining(
+    cluster: &Cluster,
+    imds: &Imds,
+    margin: &str,
+) -> Result<Agent, Box<dyn std::error::Error>> {
+    let margin = format!("--kubernetes.drain-margin={margin}");
+    cluster
+        .agent(imds, &["--kubernetes.drain-events=Reboot", &margin])
+        .await
+}
+
+/// Waits for the drain's last Event, of `reason` (`DrainCompleted` or `DrainIncomplete`), and
+/// returns its note.
+async fn drain_end(cluster: &Cluster, reason: &str) -> Result<String, String> {
+    eventually("the drain's end", || event_note(cluster, reason).is_some()).await?;
+    Ok(event_note(cluster, reason).unwrap_or_default())
+}
+
 fn label(cluster: &Cluster, key: &str) -> Option<String> {
     cluster.api.node().metadata.labels?.get(key).cloned()
 }
@@ -136,10 +155,7 @@ async fn a_reboot_drains_every_pod_but_daemon_set_and_mirror_pods() -> TestResul
 
     imds.sim
         .set_document(document(2, &[reboot_at(&in_seconds(120))]));
-    eventually("the drain's end", || {
-        event_note(&cluster, "DrainCompleted").is_some()
-    })
-    .await?;
+    drain_end(&cluster, "DrainCompleted").await?;
     assert!(cluster.cordoned(), "cordoned first");
     assert_eq!(evicted(&cluster), ["default/db", "default/web"]);
     let graces: std::collections::BTreeMap<String, Option<i64>> =
@@ -201,20 +217,8 @@ async fn a_budget_that_refuses_until_the_deadline_leaves_its_pod_running_and_say
     // Retries stop 5 s before NotBefore: about 10 s from now, time enough to cordon on a busy machine.
     imds.sim
         .set_document(document(1, &[reboot_at(&in_seconds(15))]));
-    let agent = cluster
-        .agent(
-            &imds,
-            &[
-                "--kubernetes.drain-events=Reboot",
-                "--kubernetes.drain-margin=5s",
-            ],
-        )
-        .await?;
-    eventually("the drain's end", || {
-        event_note(&cluster, "DrainIncomplete").is_some()
-    })
-    .await?;
-    let note = event_note(&cluster, "DrainIncomplete").unwrap_or_default();
+    let agent = draining(&cluster, &imds, "5s").await?;
+    let note = drain_end(&cluster, "DrainIncomplete").await?;
     assert!(
         note.contains("default/db") && !note.contains("default/web"),
         "{note}"
@@ -586,19 +590,8 @@ async fn an_event_already_under_way_drains_what_it_can_within_one_margin() -> Te
     // Appeared Started, NotBefore empty: a hardware failure, or an event approved at once.
     imds.sim
         .set_document(document(1, &[reboot("Started", THIS_VM)]));
-    let agent = cluster
-        .agent(
-            &imds,
-            &[
-                "--kubernetes.drain-events=Reboot",
-                "--kubernetes.drain-margin=10s",
-            ],
-        )
-        .await?;
-    eventually("the drain's end", || {
-        event_note(&cluster, "DrainCompleted").is_some()
-    })
-    .await?;
+    let agent = draining(&cluster, &imds, "10s").await?;
+    drain_end(&cluster, "DrainCompleted").await?;
     assert_eq!(evicted(&cluster), ["default/db", "default/web"]);
     for (pod, grace) in cluster.api.evictions() {
         let grace = grace.unwrap_or_default();
@@ -618,20 +611,8 @@ async fn no_pod_is_evicted_from_a_node_the_agent_could_not_cordon() -> TestResul
     let imds = Imds::start().await?;
     imds.sim
         .set_document(document(1, &[reboot_at(&in_seconds(8))]));
-    let agent = cluster
-        .agent(
-            &imds,
-            &[
-                "--kubernetes.drain-events=Reboot",
-                "--kubernetes.drain-margin=5s",
-            ],
-        )
-        .await?;
-    eventually("the drain's end", || {
-        event_note(&cluster, "DrainIncomplete").is_some()
-    })
-    .await?;
-    let note = event_note(&cluster, "DrainIncomplete").unwrap_or_default();
+    let agent = draining(&cluster, &imds, "5s").await?;
+    let note = drain_end(&cluster, "DrainIncomplete").await?;
     assert!(note.contains("not cordoned"), "{note}");
     assert!(
         cluster.api.evictions().is_empty(),
