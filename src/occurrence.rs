@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 
 use crate::approval::{Decision, HookRun, PostFailure, Rule};
 use crate::boot::Restart;
-use crate::event::{Event, EventId};
+use crate::event::{Affects, Event, EventId};
 use crate::tracker::{IncarnationChange, Tracked, Transition};
 use crate::view::{EventView, SpanIds, span_id_hex};
 use crate::wire;
@@ -44,6 +44,11 @@ impl Context {
     /// [`Context::span_id`] as 16 hex digits.
     pub fn span_id_hex(&self, event: &EventId) -> String {
         span_id_hex(self.span_id(event))
+    }
+
+    /// Whether `event` names this VM, as its view says: for outputs that need only that.
+    pub fn affects(&self, event: &Event) -> Affects {
+        event.affects(self.vm_name())
     }
 
     /// What every output says about `event` in this batch.

@@ -32,7 +32,7 @@ impl MetricsOutput {
         self.metrics.set_events(
             context.incarnation.unwrap_or_default(),
             self.events.iter().map(|tracked| {
-                let affects = context.view(&tracked.event).affects_this_vm;
+                let affects = context.affects(&tracked.event);
                 (tracked.event.clone(), affects, Some(tracked.first_seen))
             }),
         );

@@ -136,7 +136,7 @@ impl Output for Kubernetes {
                 // The VM's name may become known after the document that names it.
                 Occurrence::VmIdentified { .. } => changed = true,
                 Occurrence::Transition(transition) => {
-                    if context.view(transition.event()).affects_this_vm == Affects::Yes {
+                    if context.affects(transition.event()) == Affects::Yes {
                         self.note(Note::of_transition(
                             node,
                             transition,
@@ -146,7 +146,7 @@ impl Output for Kubernetes {
                     }
                 }
                 Occurrence::EndedWhileDown(tracked) => {
-                    if context.view(&tracked.event).affects_this_vm == Affects::Yes {
+                    if context.affects(&tracked.event) == Affects::Yes {
                         self.note(Some(Note::ended_while_down(
                             node,
                             &tracked.event,
@@ -171,7 +171,7 @@ impl Output for Kubernetes {
             let ours: Vec<&Event> = events
                 .iter()
                 .map(|tracked| &tracked.event)
-                .filter(|event| context.view(event).affects_this_vm == Affects::Yes)
+                .filter(|event| context.affects(event) == Affects::Yes)
                 .collect();
             let wanted = Wanted::from_events(&ours, &self.config.actions);
             self.wanted.send_if_modified(|current| {

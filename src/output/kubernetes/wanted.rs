@@ -281,14 +281,13 @@ mod tests {
     use super::*;
     use crate::event::{Affects, DurationInSeconds, EventId, EventType};
     use crate::tracker::Tracked;
-    use crate::view::EventView;
 
-    /// [`Wanted::from_events`] of the events whose view says they name `vm`, as the output does.
+    /// [`Wanted::from_events`] of the events that name `vm`, as the output picks them.
     fn wanted_for(events: &[Tracked], vm: Option<&str>, actions: &Actions) -> Wanted {
         let ours: Vec<&Event> = events
             .iter()
             .map(|tracked| &tracked.event)
-            .filter(|event| EventView::new(event, vm, None, 0).affects_this_vm == Affects::Yes)
+            .filter(|event| event.affects(vm) == Affects::Yes)
             .collect();
         Wanted::from_events(&ours, actions)
     }
