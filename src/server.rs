@@ -99,25 +99,13 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
-    /// Answers one request to the agent. The listener ([`crate::web`]) answers GET and HEAD of
-    /// the telemetry path from [`crate::exposition`] instead, off the poll loop's thread; here a
-    /// scrape is encoded on the caller's thread.
+    /// Answers one request to the agent but a scrape: the listener ([`crate::web`]) answers GET
+    /// and HEAD of the telemetry path from [`crate::exposition`], off the poll loop's thread.
     pub fn answer<B>(&self, request: &Request<B>) -> Response<Full<Bytes>> {
         if !matches!(*request.method(), Method::GET | Method::HEAD) {
             return respond(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET and HEAD\n");
         }
         match request.uri().path() {
-            path if path == self.telemetry_path => match self.metrics.encode() {
-                Ok(text) => respond(StatusCode::OK, EXPOSITION, text),
-                Err(error) => {
-                    tracing::error!(%error, "cannot encode metrics");
-                    respond(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        TEXT,
-                        format!("cannot encode metrics: {error}\n"),
-                    )
-                }
-            },
             "/healthz" if self.health.is_alive() => {
                 respond(StatusCode::OK, TEXT, "ok: the poll loop is running\n")
             }
@@ -184,7 +172,6 @@ mod tests {
     #[test]
     fn routes_answer_as_documented() -> Result<(), prometheus::Error> {
         let e = endpoints()?;
-        assert_eq!(get(&e, "/metrics").status(), StatusCode::OK);
         assert_eq!(get(&e, "/").status(), StatusCode::OK);
         assert_eq!(get(&e, "/nope").status(), StatusCode::NOT_FOUND);
         assert_eq!(get(&e, "/readyz").status(), StatusCode::SERVICE_UNAVAILABLE);
