@@ -53,6 +53,11 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
+        expression: 'max by (cluster, job, instance, vm_id) (azure_scheduled_events:target_vm_info:last)\n* on (cluster, vm_id) group_left (vm_instance, vm_name, vm_scale_set_name, node)\nlabel_replace(azure_scheduled_events:vm_info:last, "vm_instance", "\$1", "instance", "(.*)")'
+        record: 'azure_scheduled_events:target_vm:info'
+      }
+      {
+        enabled: true
         expression: 'count by (cluster) (azure_scheduled_events:vm_info:last)'
         record: 'azure_scheduled_events:vms_known:count'
       }
@@ -84,11 +89,6 @@ resource ruleGroup1 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         enabled: true
         expression: 'azure_scheduled_events:target_event_impact:soon\nor on (cluster, job, instance, event_id)\n(\n  max_over_time(azure_scheduled_events:target_event_impact:soon[15m])\n  unless on (cluster, job, instance) (up == 1)\n)'
         record: 'azure_scheduled_events:target_event_impact:held'
-      }
-      {
-        enabled: true
-        expression: 'max by (cluster, job, instance) (timestamp(azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Terminate", event_status=~"Scheduled|Started"}))\nor on (cluster, job, instance)\n(\n  last_over_time(azure_scheduled_events:target_gone:timestamp_seconds[10m]) > time() - 86400\n  unless on (cluster, job, instance) (up == 1)\n)'
-        record: 'azure_scheduled_events:target_gone:timestamp_seconds'
       }
       {
         enabled: true
@@ -299,6 +299,11 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
+        expression: 'max by (cluster, job, instance) (\n  last_over_time(azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Terminate", event_status=~"Scheduled|Started"}[120s]) * 0 + time()\n)\nor on (cluster, job, instance)\n(\n  last_over_time(azure_scheduled_events:target_gone:timestamp_seconds[10m]) > time() - 86400\n)\nunless on (cluster, job, instance) (up == 1)'
+        record: 'azure_scheduled_events:target_gone:timestamp_seconds'
+      }
+      {
+        enabled: true
         expression: 'label_replace(\n  (up == 0)\n  and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 86400)\n  unless on (cluster, job, instance)\n    azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n  unless on (cluster, job, instance)\n    azure_scheduled_events:target_gone:timestamp_seconds,\n  "alert", "AzureScheduledEventsAgentDown", "", ""\n)\nor\nlabel_replace(\n  time() - azure_scheduled_events_last_poll_timestamp_seconds > 180,\n  "alert", "AzureScheduledEventsPollLoopStuck", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_up == 0,\n  "alert", "AzureImdsUnreachable", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, event_type, reason) (\n    increase(azure_scheduled_events_approval_failures_total[10m])\n  ) > 0\n  unless on (cluster, job, instance, event_type)\n    sum by (cluster, job, instance, event_type) (increase(azure_scheduled_events_approvals_total[10m])) > 0,\n  "alert", "AzureScheduledEventApprovalsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, receiver) (\n    increase(azure_scheduled_events_notifications_total{result!="delivered"}[10m])\n    or\n    increase(azure_scheduled_events_notifications_dropped_total[10m])\n  ) > 0,\n  "alert", "AzureScheduledEventNotificationsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, operation, result) (\n    increase(azure_scheduled_events_kubernetes_requests_total{result!~"ok|conflict|already_exists"}[10m])\n  ) > 0\n  unless on (cluster, job, instance, operation)\n    sum by (cluster, job, instance, operation) (increase(azure_scheduled_events_kubernetes_requests_total{result="ok"}[10m])) > 0,\n  "alert", "AzureScheduledEventsKubernetesRequestsFailing", "", ""\n)\nor\nlabel_replace(\n  increase(azure_scheduled_events_reboots_total{expected="false", clean!="true"}[30m]) > 0,\n  "alert", "AzureVMRebootedUnexpectedly", "", ""\n)'
         record: 'azure_scheduled_events:target_agent_alert:value'
       }
@@ -323,7 +328,12 @@ resource ruleGroup7 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'max by (cluster, vm_id, alert, event_id, event_source, event_type, operation, reason, receiver, result) (\n  (\nazure_scheduled_events:target_alert:value\n  )\n  * on (cluster, job, instance) group_left (vm_id)\n  azure_scheduled_events:target_vm_info:last\n)\n* on (cluster, vm_id) group_left (instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:vm_info:last\nor\n(\nazure_scheduled_events:target_alert:value\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_vm_info:last'
+        expression: 'azure_scheduled_events:target_alert:value\n* on (cluster, job, instance) group_left (vm_id, vm_instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:target_vm:info'
+        record: 'azure_scheduled_events:target_alert_vm:value'
+      }
+      {
+        enabled: true
+        expression: 'max without (vm_instance) (\n  label_replace(\n    max by (cluster, vm_id, alert, event_id, event_source, event_type, operation, reason, receiver, result, vm_instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_alert_vm:value),\n    "instance", "\$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\nazure_scheduled_events:target_alert:value\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_alert_vm:value'
         record: 'azure_scheduled_events:vm_alert:value'
       }
       {

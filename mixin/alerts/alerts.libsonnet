@@ -172,15 +172,17 @@ local promql = import '../lib/promql.libsonnet';
         name: 'azure-scheduled-events.agents',
       } + (if c.agentsInterval == '' then {} else { interval: c.agentsInterval }) + {
         // The conditions of the agent-health alerts (slow): each reads a series of every agent.
-        rules: [record(r.targetAgentAlert, conditions([a for a in vmAlerts if a.condition.slow]))],
+        rules: [$.targetGoneRule, record(r.targetAgentAlert, conditions([a for a in vmAlerts if a.condition.slow]))],
       },
       {
         name: 'azure-scheduled-events.vms',
         // The per-VM alerts' conditions, recorded first in the group so that each alert reads
         // them at the same evaluation.
+        local join = q.vmJoin(r.targetAlert, r.targetAlertVm, ['alert'] + keys(self.alerts)),
         rules: [
           record(r.targetAlert, conditions([a for a in self.alerts if !a.condition.slow]) + '\nor\n' + r.targetAgentAlert),
-          record(r.vmAlert, q.withVmInfo(r.targetAlert, ['alert'] + keys(self.alerts))),
+          record(r.targetAlertVm, join.joined),
+          record(r.vmAlert, join.byVm),
         ] + self.alerts,
         alerts:: [
           alert(

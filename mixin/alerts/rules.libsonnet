@@ -52,6 +52,25 @@ local promql = import '../lib/promql.libsonnet';
     else if std.startsWith(c.nodeLabel, '@@') then '@@nodeRelabel.open@@%s@@nodeRelabel.close@@' % sel
     else 'label_replace(%s, "%s", "$1", "node", "(.*)")' % [sel, c.nodeLabel],
 
+
+  // When each target last showed a goneTypes event of its own (deleted, evicted), kept for
+  // agentSeenLookback while the target is not up again: it reads its own last value instead of a
+  // day of samples. Recorded in the group azure-scheduled-events.agents, before the condition of
+  // AzureScheduledEventsAgentDown that reads it: an event seen at any scrape since the group's
+  // previous evaluation counts (a Spot VM's Preempt lasts 30 seconds), its time that evaluation's.
+  targetGoneRule:: record(
+    r.targetGone,
+    'max by (%(t)s) (\n  last_over_time(%(gone)s[%(window)s]) * 0 + time()\n)\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[10m]) > time() - %(lookback)d\n)\nunless on (%(t)s) (%(up)s == 1)' % {
+      t: target,
+      gone: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(c.goneTypes), statuses]),
+      // Twice the group's interval: no scrape between two evaluations is missed.
+      window: if c.agentsInterval == '' then '2m' else '%ds' % (2 * seconds(c.agentsInterval)),
+      prev: r.targetGone,
+      lookback: seconds(c.agentSeenLookback),
+      up: q.sel('up'),
+    },
+  ),
+
   prometheusRules+:: {
     groups+: [
       {
@@ -109,6 +128,20 @@ local promql = import '../lib/promql.libsonnet';
             if c.nodeLabel == '' then one([])
             else '%s\nor on (%s)\n%s' % [one(['%s!=""' % c.nodeLabel]), q.vmIdBy, one([])],
           ),
+          // Each target with its VM's id and alert labels: the VM's instance (as vm_instance) and
+          // vmInfoLabels of its one recorded vm_info, whichever job scraped it. The per-VM alerts
+          // join their conditions with it once per evaluation (promql.libsonnet: vmJoin).
+          record(
+            r.targetVm,
+            'max by (%(t)s, %(id)s) (%(targetInfo)s)\n* on (%(vmId)s) group_left (%(labels)s)\nlabel_replace(%(vmInfo)s, "vm_instance", "$1", "instance", "(.*)")' % {
+              t: target,
+              id: c.vmIdLabel,
+              targetInfo: r.targetVmInfo,
+              vmId: q.vmIdBy,
+              labels: q.list(['vm_instance'] + c.vmInfoLabels),
+              vmInfo: r.vmInfo,
+            },
+          ),
           // VMs seen within vmInfoLookback.
           record(r.vmsKnown, 'count by (%s) (%s)' % [q.list([cl]), r.vmInfo]),
           // The VMs of each capacity group: seen within impactHold (a rebooting VM still counts). In
@@ -150,19 +183,6 @@ local promql = import '../lib/promql.libsonnet';
               key: q.list(q.vm + ['event_id']),
               hold: c.impactHold,
               t: target,
-              up: q.sel('up'),
-            },
-          ),
-          // When each target last showed a goneTypes event of its own (deleted, evicted), kept
-          // for agentSeenLookback while the target is not up again: it reads its own last value
-          // instead of a day of samples.
-          record(
-            r.targetGone,
-            'max by (%(t)s) (timestamp(%(gone)s))\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[10m]) > time() - %(lookback)d\n  unless on (%(t)s) (%(up)s == 1)\n)' % {
-              t: target,
-              gone: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(c.goneTypes), statuses]),
-              prev: r.targetGone,
-              lookback: seconds(c.agentSeenLookback),
               up: q.sel('up'),
             },
           ),

@@ -52,6 +52,7 @@
       targetVmInfo: 'azure_scheduled_events:target_vm_info:last',
       targetPlace: 'azure_scheduled_events:target_place:info',
       vmInfo: 'azure_scheduled_events:vm_info:last',
+      targetVm: 'azure_scheduled_events:target_vm:info',
       vmsReporting: 'azure_scheduled_events:vms_reporting:count',
       vmsKnown: 'azure_scheduled_events:vms_known:count',
       targetImpactSoon: 'azure_scheduled_events:target_event_impact:soon',
@@ -72,6 +73,7 @@
       targetEvent: 'azure_scheduled_events:target_event:info',
       targetAgentAlert: 'azure_scheduled_events:target_agent_alert:value',
       targetAlert: 'azure_scheduled_events:target_alert:value',
+      targetAlertVm: 'azure_scheduled_events:target_alert_vm:value',
       vmAlert: 'azure_scheduled_events:vm_alert:value',
     },
     // The labels of one VM: the cluster and its id.
@@ -82,27 +84,23 @@
       local all = nonEmpty(matchers);
       if all == [] then name else name + '{' + std.join(', ', all) + '}',
 
-    // `expr` (one series per scrape target, or per target and `key` labels) as ONE series per
-    // VM and `key`, however many scrape jobs scrape its agent: by clusterLabel and vmIdLabel
-    // (the max of the targets' values), with the VM's instance and vmInfoLabels from the
-    // recorded per-VM vm_info (azure_scheduled_events:vm_info:last), and the target's
-    // own labels otherwise, unchanged, when its agent has not read instance metadata. `key`
-    // names every label of `expr` besides the target's that the alert keeps.
-    withVmInfo(expr, key=[])::
-      '%(byVm)s\n* on (%(vmId)s) group_left (%(labels)s)\n%(vmInfo)s\nor\n(\n%(expr)s\n)\nunless on (%(t)s) %(targetInfo)s' % {
-        byVm: 'max by (%(by)s) (\n  (\n%(expr)s\n  )\n  * on (%(t)s) group_left (%(id)s)\n  %(targetInfo)s\n)' % {
-          by: $.new(c).list($.new(c).vmId + key),
+    // `expr` (one series per scrape target, or per target and `key` labels) with each target's
+    // VM: the rule of `joined` (recorded first) is the targets of `expr` whose VM is known, with
+    // its vmIdLabel and alert labels (azure_scheduled_events:target_vm:info); `byVm` makes them
+    // ONE series per VM and `key`, however many scrape jobs scrape its agent (the max of the
+    // targets' values), with the VM's instance and vmInfoLabels, and keeps the other targets'
+    // own labels, unchanged, while their agent has not read instance metadata. `key` names every
+    // label of `expr` besides the target's that the alert keeps. One read of a series per target.
+    vmJoin(expr, joined, key=[]):: {
+      local q = $.new(c),
+      joined: '%s\n* on (%s) group_left (%s)\n%s' % [expr, q.vmBy, q.list([c.vmIdLabel, 'vm_instance'] + c.vmInfoLabels), q.records.targetVm],
+      byVm:
+        'max without (vm_instance) (\n  label_replace(\n    max by (%(by)s) (%(joined)s),\n    "instance", "$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\n%(expr)s\n)\nunless on (%(t)s) %(joined)s' % {
+          by: q.list(q.vmId + key + ['vm_instance'] + c.vmInfoLabels),
+          joined: joined,
           expr: expr,
-          t: $.new(c).vmBy,
-          id: c.vmIdLabel,
-          targetInfo: $.new(c).records.targetVmInfo,
+          t: q.vmBy,
         },
-        expr: expr,
-        vmId: $.new(c).vmIdBy,
-        labels: $.new(c).list(['instance'] + c.vmInfoLabels),
-        vmInfo: $.new(c).records.vmInfo,
-        t: $.new(c).vmBy,
-        targetInfo: $.new(c).records.targetVmInfo,
-      },
+    },
   },
 }
