@@ -92,9 +92,9 @@
     // How often the group that records what each scrape target is (azure-scheduled-events.targets:
     // when it was last the agent, its last known vm_info, one per VM) is evaluated. What a target
     // is changes when a VM is created or deleted; each evaluation reads every target's series.
-    // A VM's first minute may alert under its target's labels (job, instance) until its vm_info
+    // A VM's first minutes may alert under its target's labels (job, instance) until its vm_info
     // is recorded. Empty: Prometheus' evaluation_interval.
-    targetsInterval: '1m',
+    targetsInterval: '2m',
     // How often the conditions of the agent-health alerts (AzureScheduledEventsAgentDown,
     // PollLoopStuck, ImdsUnreachable, the approval, notification and Kubernetes failures,
     // AzureVMRebootedUnexpectedly) are recorded (group azure-scheduled-events.agents): each reads
@@ -145,11 +145,11 @@
     // How often the dashboards' recording rules (fleet-wide IMDS rates, agents down or blind,
     // lifecycle transitions per cluster and scale set) are evaluated; also the window of the
     // recorded transitions. Empty: Prometheus' evaluation_interval (then set the window yourself).
-    dashboardRecordInterval: '1m',
-    // How often the fleet's IMDS rates (5-minute rates of every agent's request counters and
-    // latency histogram, summed per cluster and job) are recorded: the panels that read them
-    // move in steps of this much. Empty: Prometheus' evaluation_interval.
-    dashboardRateInterval: '2m',
+    dashboardRecordInterval: '2m',
+    // How often the fleet's IMDS rates (5-minute rates of every agent's request counters, failures
+    // and latency histogram: 27 series an agent, summed per cluster, job and place) are recorded:
+    // the panels that read them move in steps of this much. Empty: Prometheus' evaluation_interval.
+    dashboardRateInterval: '5m',
     // Two events of one type and description that appear within this window belong to one
     // maintenance wave (Azure gives every host operation its own EventId).
     waveWindow: '10m',

@@ -70,7 +70,7 @@ function(config={})
       scopes: "[if(empty(parameters('clusterResourceId')), createArray(parameters('azureMonitorWorkspaceId')), createArray(parameters('azureMonitorWorkspaceId'), parameters('clusterResourceId')))]",
       clusterName: "[if(empty(parameters('clusterName')), null(), parameters('clusterName'))]",
       enabled: true,
-      interval: "[parameters('interval')]",
+      interval: if std.objectHas(group, 'interval') then iso(group.interval) else "[parameters('interval')]",
       rules: [rule(r, [{ actionGroupId: "[parameters('actionGroupId')]" }], armLiteral) for r in group.rules],
     },
   };
@@ -81,7 +81,7 @@ function(config={})
     clusterResourceId: { type: 'string', default: '', description: 'Resource ID of the AKS cluster, added to the scopes (optional).' },
     location: { type: 'string', default: '[resourceGroup().location]', description: 'Region of the rule groups: the Azure Monitor workspace\'s.' },
     ruleGroupPrefix: { type: 'string', default: '', description: 'Prefix of the rule group names, e.g. the cluster name when each cluster has its own groups.' },
-    interval: { type: 'string', default: 'PT1M', description: 'How often the rule groups are evaluated (ISO 8601, PT1M to PT15M).' },
+    interval: { type: 'string', default: 'PT1M', description: 'How often the rule groups of events and the capacity page are evaluated (ISO 8601, PT1M to PT15M); the groups with an interval of their own in the mixin (targets, agent health, coverage, dashboards) keep it.' },
   };
   local arm = {
     '$schema': 'https://schema.management.azure.com/schemas/2019-04-01/deploymentTemplate.json#',
@@ -146,7 +146,7 @@ function(config={})
         scopes: raw('empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]'),
         clusterName: raw('empty(clusterName) ? null : clusterName'),
         enabled: true,
-        interval: raw('interval'),
+        interval: if std.objectHas(group, 'interval') then iso(group.interval) else raw('interval'),
         rules: [rule(r, [{ actionGroupId: raw('actionGroupId') }]) for r in group.rules],
       }, '  '),
     ];

@@ -13,7 +13,7 @@ param clusterName string = ''
 @description('Resource ID of the AKS cluster, added to the scopes (optional).')
 param clusterResourceId string = ''
 
-@description('How often the rule groups are evaluated (ISO 8601, PT1M to PT15M).')
+@description('How often the rule groups of events and the capacity page are evaluated (ISO 8601, PT1M to PT15M); the groups with an interval of their own in the mixin (targets, agent health, coverage, dashboards) keep it.')
 param interval string = 'PT1M'
 
 @description('Region of the rule groups: the Azure Monitor workspace\'s.')
@@ -29,7 +29,7 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     clusterName: empty(clusterName) ? null : clusterName
     description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.targets (generated from the monitoring mixin).'
     enabled: true
-    interval: interval
+    interval: 'PT2M'
     rules: [
       {
         enabled: true
@@ -117,7 +117,7 @@ resource ruleGroup2 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     clusterName: empty(clusterName) ? null : clusterName
     description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.coverage (generated from the monitoring mixin).'
     enabled: true
-    interval: interval
+    interval: 'PT5M'
     rules: [
       {
         enabled: true
@@ -170,7 +170,7 @@ resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     clusterName: empty(clusterName) ? null : clusterName
     description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.dashboards (generated from the monitoring mixin).'
     enabled: true
-    interval: interval
+    interval: 'PT2M'
     rules: [
       {
         enabled: true
@@ -184,7 +184,7 @@ resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'count by (cluster, vm_scale_set_name, location, zone, event_type, transition) (\n  count by (cluster, vm_id, location, zone, vm_scale_set_name, event_type, transition) (\n    max by (cluster, job, instance, event_type, transition) (\n      label_replace(azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} unless on (cluster, job, instance, event_id, event_status) azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} offset 1m, "transition", "\$1", "event_status", "(.*)")\n      or\n      label_replace(azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} offset 1m unless on (cluster, job, instance, event_id) azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"}, "transition", "ended", "", "")\n    )\n    * on (cluster, job, instance) group_left (vm_id, location, zone, vm_scale_set_name)\n    max by (cluster, job, instance, vm_id, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n  )\n)'
+        expression: 'count by (cluster, vm_scale_set_name, location, zone, event_type, transition) (\n  count by (cluster, vm_id, location, zone, vm_scale_set_name, event_type, transition) (\n    max by (cluster, job, instance, event_type, transition) (\n      label_replace(azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} unless on (cluster, job, instance, event_id, event_status) azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} offset 2m, "transition", "\$1", "event_status", "(.*)")\n      or\n      label_replace(azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"} offset 2m unless on (cluster, job, instance, event_id) azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"}, "transition", "ended", "", "")\n    )\n    * on (cluster, job, instance) group_left (vm_id, location, zone, vm_scale_set_name)\n    max by (cluster, job, instance, vm_id, location, zone, vm_scale_set_name) (azure_scheduled_events:target_vm_info:last)\n  )\n)'
         record: 'azure_scheduled_events:vm_transitions:count'
       }
       {
@@ -204,7 +204,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     clusterName: empty(clusterName) ? null : clusterName
     description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.dashboards-imds (generated from the monitoring mixin).'
     enabled: true
-    interval: interval
+    interval: 'PT5M'
     rules: [
       {
         enabled: true
@@ -295,7 +295,7 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     clusterName: empty(clusterName) ? null : clusterName
     description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.agents (generated from the monitoring mixin).'
     enabled: true
-    interval: interval
+    interval: 'PT1M'
     rules: [
       {
         enabled: true
