@@ -146,10 +146,11 @@
     // lifecycle transitions per cluster and scale set) are evaluated; also the window of the
     // recorded transitions. Empty: Prometheus' evaluation_interval (then set the window yourself).
     dashboardRecordInterval: '2m',
-    // How often the fleet's IMDS rates (5-minute rates of every agent's request counters, failures
+    // How often the fleet's IMDS rates (10-minute rates of every agent's request counters, failures
     // and latency histogram: 27 series an agent, summed per cluster, job and place) are recorded:
-    // the panels that read them move in steps of this much. Empty: Prometheus' evaluation_interval.
-    dashboardRateInterval: '5m',
+    // the panels that read them move in steps of this much (at most 10m, the rates' window, so
+    // that every request is counted). Empty: Prometheus' evaluation_interval.
+    dashboardRateInterval: '10m',
     // Two events of one type and description that appear within this window belong to one
     // maintenance wave (Azure gives every host operation its own EventId).
     waveWindow: '10m',

@@ -72,45 +72,6 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
 }
 
 resource ruleGroup1 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
-  name: '${ruleGroupPrefix}azure-scheduled-events.impact'
-  location: location
-  properties: {
-    clusterName: empty(clusterName) ? null : clusterName
-    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.impact (generated from the monitoring mixin).'
-    enabled: true
-    interval: interval
-    rules: [
-      {
-        enabled: true
-        expression: 'max by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"}\n)\nunless on (cluster, job, instance, event_id)\n  (azure_scheduled_events_event_seconds_until_not_before > 900)'
-        record: 'azure_scheduled_events:target_event_impact:soon'
-      }
-      {
-        enabled: true
-        expression: 'azure_scheduled_events:target_event_impact:soon\nor on (cluster, job, instance, event_id)\n(\n  max_over_time(azure_scheduled_events:target_event_impact:soon[15m])\n  unless on (cluster, job, instance) (up == 1)\n)'
-        record: 'azure_scheduled_events:target_event_impact:held'
-      }
-      {
-        enabled: true
-        expression: 'max by (cluster, vm_id, vm_scale_set_name, event_id, event_type, event_source) (\n  azure_scheduled_events:target_event_impact:held\n  * on (cluster, job, instance) group_left (vm_id, vm_scale_set_name)\n  azure_scheduled_events:target_vm_info:last\n)'
-        record: 'azure_scheduled_events:vm_event_impact:held'
-      }
-      {
-        enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy"}\n  )\n)'
-        record: 'azure_scheduled_events:capacity_vms_at_risk:count'
-      }
-      {
-        enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Preempt"}\n  )\n)'
-        record: 'azure_scheduled_events:capacity_vms_evicted:count'
-      }
-    ]
-    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
-  }
-}
-
-resource ruleGroup2 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
   name: '${ruleGroupPrefix}azure-scheduled-events.coverage'
   location: location
   properties: {
@@ -163,7 +124,7 @@ resource ruleGroup2 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
   }
 }
 
-resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+resource ruleGroup2 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
   name: '${ruleGroupPrefix}azure-scheduled-events.dashboards'
   location: location
   properties: {
@@ -197,36 +158,36 @@ resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
   }
 }
 
-resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
   name: '${ruleGroupPrefix}azure-scheduled-events.dashboards-imds'
   location: location
   properties: {
     clusterName: empty(clusterName) ? null : clusterName
     description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.dashboards-imds (generated from the monitoring mixin).'
     enabled: true
-    interval: 'PT5M'
+    interval: 'PT10M'
     rules: [
       {
         enabled: true
-        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, le) (\n  rate(azure_scheduled_events_imds_request_duration_seconds_bucket[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
-        record: 'azure_scheduled_events:imds_request_duration_seconds_bucket:rate5m'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, le) (\n  rate(azure_scheduled_events_imds_request_duration_seconds_bucket[10m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        record: 'azure_scheduled_events:imds_request_duration_seconds_bucket:rate10m'
       }
       {
         enabled: true
-        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation) (\n  rate(azure_scheduled_events_imds_requests_total[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
-        record: 'azure_scheduled_events:imds_requests:rate5m'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation) (\n  rate(azure_scheduled_events_imds_requests_total[10m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        record: 'azure_scheduled_events:imds_requests:rate10m'
       }
       {
         enabled: true
-        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, reason) (\n  rate(azure_scheduled_events_imds_request_failures_total[5m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
-        record: 'azure_scheduled_events:imds_request_failures:rate5m'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, reason) (\n  rate(azure_scheduled_events_imds_request_failures_total[10m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        record: 'azure_scheduled_events:imds_request_failures:rate10m'
       }
     ]
     scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
   }
 }
 
-resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
   name: '${ruleGroupPrefix}azure-scheduled-events.capacity'
   location: location
   properties: {
@@ -288,7 +249,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
   }
 }
 
-resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
   name: '${ruleGroupPrefix}azure-scheduled-events.agents'
   location: location
   properties: {
@@ -312,7 +273,7 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
   }
 }
 
-resource ruleGroup7 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
   name: '${ruleGroupPrefix}azure-scheduled-events.vms'
   location: location
   properties: {
@@ -323,17 +284,42 @@ resource ruleGroup7 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
+        expression: 'max by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"}\n)\nunless on (cluster, job, instance, event_id)\n  (azure_scheduled_events_event_seconds_until_not_before > 900)'
+        record: 'azure_scheduled_events:target_event_impact:soon'
+      }
+      {
+        enabled: true
+        expression: 'azure_scheduled_events:target_event_impact:soon\nor on (cluster, job, instance, event_id)\n(\n  max_over_time(azure_scheduled_events:target_event_impact:soon[15m])\n  unless on (cluster, job, instance) (up == 1)\n)'
+        record: 'azure_scheduled_events:target_event_impact:held'
+      }
+      {
+        enabled: true
         expression: 'label_replace(\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"},\n  "alert", "AzureScheduledEventImpactSoon", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n  ),\n  "alert", "AzureSpotEviction", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n  ),\n  "alert", "AzureScaleSetDelete", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_status="Started"}\n  ),\n  "alert", "AzureScheduledEventStuckStarted", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_event_seconds_until_not_before\n  * on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n  )\n  or\n  (azure_scheduled_events_event_seconds_until_not_before > 86400)\n  * on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n  ),\n  "alert", "AzureRedeployAnnouncedDaysAhead", "", ""\n)\nor\nazure_scheduled_events:target_agent_alert:value'
         record: 'azure_scheduled_events:target_alert:value'
       }
       {
         enabled: true
-        expression: 'azure_scheduled_events:target_alert:value\n* on (cluster, job, instance) group_left (vm_id, vm_instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:target_vm:info'
+        expression: '(\nazure_scheduled_events:target_alert:value\nor\nazure_scheduled_events:target_event_impact:held\n)\n* on (cluster, job, instance) group_left (vm_id, vm_instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:target_vm:info'
         record: 'azure_scheduled_events:target_alert_vm:value'
       }
       {
         enabled: true
-        expression: 'max without (vm_instance) (\n  label_replace(\n    max by (cluster, vm_id, alert, event_id, event_source, event_type, operation, reason, receiver, result, vm_instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_alert_vm:value),\n    "instance", "\$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\nazure_scheduled_events:target_alert:value\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_alert_vm:value'
+        expression: 'max by (cluster, vm_id, vm_scale_set_name, event_id, event_type, event_source) (\n  azure_scheduled_events:target_alert_vm:value{alert=""}\n)'
+        record: 'azure_scheduled_events:vm_event_impact:held'
+      }
+      {
+        enabled: true
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy"}\n  )\n)'
+        record: 'azure_scheduled_events:capacity_vms_at_risk:count'
+      }
+      {
+        enabled: true
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Preempt"}\n  )\n)'
+        record: 'azure_scheduled_events:capacity_vms_evicted:count'
+      }
+      {
+        enabled: true
+        expression: 'max without (vm_instance) (\n  label_replace(\n    max by (cluster, vm_id, alert, event_id, event_source, event_type, operation, reason, receiver, result, vm_instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_alert_vm:value{alert!=""}),\n    "instance", "\$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\nazure_scheduled_events:target_alert:value\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_alert_vm:value'
         record: 'azure_scheduled_events:vm_alert:value'
       }
       {

@@ -178,10 +178,13 @@ local promql = import '../lib/promql.libsonnet';
         name: 'azure-scheduled-events.vms',
         // The per-VM alerts' conditions, recorded first in the group so that each alert reads
         // them at the same evaluation.
-        local join = q.vmJoin(r.targetAlert, r.targetAlertVm, ['alert'] + keys(self.alerts)),
-        rules: [
+        // The held impacts are joined with the conditions: the VMs of the page's counts, read
+        // with the per-VM alerts' in one join (rules.libsonnet: vmImpactRules).
+        local join = q.vmJoin(r.targetAlert, r.targetImpactHeld, r.targetAlertVm, ['alert'] + keys(self.alerts)),
+        rules: $.impactRules + [
           record(r.targetAlert, conditions([a for a in self.alerts if !a.condition.slow]) + '\nor\n' + r.targetAgentAlert),
           record(r.targetAlertVm, join.joined),
+        ] + $.vmImpactRules(r.targetAlertVm) + [
           record(r.vmAlert, join.byVm),
         ] + self.alerts,
         alerts:: [

@@ -71,6 +71,49 @@ local promql = import '../lib/promql.libsonnet';
     },
   ),
 
+  // The impacts of each target, recorded first in the group azure-scheduled-events.vms: the
+  // page, the per-VM alerts and the quiet agent-down read them.
+  impactRules:: [
+    // Events of this VM that take it down, with NotBefore within impactSoonSeconds,
+    // passed, unknown, or Started: one series per target and event.
+    record(
+      r.targetImpactSoon,
+      'max by (%(key)s) (\n  %(events)s\n)\nunless on (%(on)s)\n  (%(until)s > %(soon)d)' % {
+        key: q.list(q.vm + ['event_id', 'event_type', 'event_source']),
+        events: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes), statuses]),
+        on: q.list(q.vm + ['event_id']),
+        until: q.sel('azure_scheduled_events_event_seconds_until_not_before'),
+        soon: c.impactSoonSeconds,
+      },
+    ),
+    // The same, held for impactHold after its last sighting while the target is not up:
+    // the VM is rebooting, its agent is not scraped.
+    record(
+      r.targetImpactHeld,
+      '%(soon)s\nor on (%(key)s)\n(\n  max_over_time(%(soon)s[%(hold)s])\n  unless on (%(t)s) (%(up)s == 1)\n)' % {
+        soon: r.targetImpactSoon,
+        key: q.list(q.vm + ['event_id']),
+        hold: c.impactHold,
+        t: target,
+        up: q.sel('up'),
+      },
+    ),
+  ],
+
+  // The held impact by VM (vmIdLabel), with its capacity group, and the VMs of each capacity group
+  // it counts: recorded in the group azure-scheduled-events.vms from `joined`, the targets' held
+  // impacts (and the per-VM alerts' conditions) joined once with their VM
+  // (azure_scheduled_events:target_alert_vm:value, whose impacts have no label `alert`). Only
+  // VMs whose vm_info is known.
+  vmImpactRules(joined):: [
+    record(
+      r.vmImpactHeld,
+      'max by (%s) (\n  %s\n)' % [q.list(q.vmId + [cap, 'event_id', 'event_type', 'event_source']), q.rec(joined, ['alert=""'])],
+    ),
+    record(r.capacityAtRisk, groupCount(c.capacity.eventTypes)),
+    record(r.capacityEvicted, groupCount(c.spotWave.eventTypes)),
+  ],
+
   prometheusRules+:: {
     groups+: [
       {
@@ -128,9 +171,10 @@ local promql = import '../lib/promql.libsonnet';
             if c.nodeLabel == '' then one([])
             else '%s\nor on (%s)\n%s' % [one(['%s!=""' % c.nodeLabel]), q.vmIdBy, one([])],
           ),
-          // Each target with its VM's id and alert labels: the VM's instance (as vm_instance) and
-          // vmInfoLabels of its one recorded vm_info, whichever job scraped it. The per-VM alerts
-          // join their conditions with it once per evaluation (promql.libsonnet: vmJoin).
+          // Each target with its VM's id and alert labels: the VM's instance (as vm_instance),
+          // vmInfoLabels and capacityLabel of its one recorded vm_info, whichever job scraped it.
+          // The per-VM alerts' conditions and the held impacts are joined with it once per
+          // evaluation (promql.libsonnet: vmJoin).
           record(
             r.targetVm,
             'max by (%(t)s, %(id)s) (%(targetInfo)s)\n* on (%(vmId)s) group_left (%(labels)s)\nlabel_replace(%(vmInfo)s, "vm_instance", "$1", "instance", "(.*)")' % {
@@ -138,7 +182,7 @@ local promql = import '../lib/promql.libsonnet';
               id: c.vmIdLabel,
               targetInfo: r.targetVmInfo,
               vmId: q.vmIdBy,
-              labels: q.list(['vm_instance'] + c.vmInfoLabels),
+              labels: q.list(['vm_instance'] + c.vmInfoLabels + [cap]),
               vmInfo: r.vmInfo,
             },
           ),
@@ -157,48 +201,6 @@ local promql = import '../lib/promql.libsonnet';
               hold: seconds(c.impactHold),
             },
           ),
-        ],
-      },
-      {
-        name: 'azure-scheduled-events.impact',
-        rules: [
-          // Events of this VM that take it down, with NotBefore within impactSoonSeconds,
-          // passed, unknown, or Started: one series per target and event.
-          record(
-            r.targetImpactSoon,
-            'max by (%(key)s) (\n  %(events)s\n)\nunless on (%(on)s)\n  (%(until)s > %(soon)d)' % {
-              key: q.list(q.vm + ['event_id', 'event_type', 'event_source']),
-              events: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes), statuses]),
-              on: q.list(q.vm + ['event_id']),
-              until: q.sel('azure_scheduled_events_event_seconds_until_not_before'),
-              soon: c.impactSoonSeconds,
-            },
-          ),
-          // The same, held for impactHold after its last sighting while the target is not up:
-          // the VM is rebooting, its agent is not scraped.
-          record(
-            r.targetImpactHeld,
-            '%(soon)s\nor on (%(key)s)\n(\n  max_over_time(%(soon)s[%(hold)s])\n  unless on (%(t)s) (%(up)s == 1)\n)' % {
-              soon: r.targetImpactSoon,
-              key: q.list(q.vm + ['event_id']),
-              hold: c.impactHold,
-              t: target,
-              up: q.sel('up'),
-            },
-          ),
-          // The same by VM (vmIdLabel), with its capacity group: only VMs whose vm_info is known.
-          record(
-            r.vmImpactHeld,
-            'max by (%(key)s) (\n  %(held)s\n  * on (%(t)s) group_left (%(info)s)\n  %(vmInfo)s\n)' % {
-              key: q.list(q.vmId + [cap, 'event_id', 'event_type', 'event_source']),
-              held: r.targetImpactHeld,
-              t: target,
-              info: q.list([c.vmIdLabel, cap]),
-              vmInfo: r.targetVmInfo,
-            },
-          ),
-          record(r.capacityAtRisk, groupCount(c.capacity.eventTypes)),
-          record(r.capacityEvicted, groupCount(c.spotWave.eventTypes)),
         ],
       },
       {

@@ -201,9 +201,9 @@ local g = import 'grafana.libsonnet';
         name: 'azure-scheduled-events.dashboards-imds',
       } + (if c.dashboardRateInterval == '' then {} else { interval: c.dashboardRateInterval }) + {
         rules: [
-          record(r.imdsLatency, 'sum by (%s) %s' % [fleetBy(['operation', 'le']), placed('rate(%s[5m])' % q.sel('azure_scheduled_events_imds_request_duration_seconds_bucket'))]),
-          record(r.imdsRequests, 'sum by (%s) %s' % [fleetBy(['operation']), placed('rate(%s[5m])' % q.sel('azure_scheduled_events_imds_requests_total'))]),
-          record(r.imdsFailures, 'sum by (%s) %s' % [fleetBy(['operation', 'reason']), placed('rate(%s[5m])' % q.sel('azure_scheduled_events_imds_request_failures_total'))]),
+          record(r.imdsLatency, 'sum by (%s) %s' % [fleetBy(['operation', 'le']), placed('rate(%s[10m])' % q.sel('azure_scheduled_events_imds_request_duration_seconds_bucket'))]),
+          record(r.imdsRequests, 'sum by (%s) %s' % [fleetBy(['operation']), placed('rate(%s[10m])' % q.sel('azure_scheduled_events_imds_requests_total'))]),
+          record(r.imdsFailures, 'sum by (%s) %s' % [fleetBy(['operation', 'reason']), placed('rate(%s[10m])' % q.sel('azure_scheduled_events_imds_request_failures_total'))]),
         ],
       },
     ],
@@ -510,22 +510,24 @@ local g = import 'grafana.libsonnet';
           g.target('sum by (%s) (%s)' % [by(withCluster([])), rec(r.agentsDown, clusterMatchers + ['job=~"$job"'] + place)], 'A', legend=legendCluster + 'scrape down'),
           g.target('sum by (%s) (%s)' % [by(withCluster([])), rec(r.agentsBlind, clusterMatchers + ['job=~"$job"'] + place)], 'B', legend=legendCluster + 'IMDS failing'),
         ], w=8),
-        g.timeseries('Time since the last good document, the %d longest' % c.dashboardTopK, 'How long the agents blind the longest have been blind (one line per agent among the %d longest at each point).' % c.dashboardTopK, [
-          g.target('topk(%d, %s)' % [c.dashboardTopK, filteredRange('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
+        // Only agents over a minute behind: a healthy agent's timestamps are at most a scrape
+        // interval old, and leaving them out first spares the panel every agent's series at each point.
+        g.timeseries('Time since the last good document, the %d longest over a minute' % c.dashboardTopK, 'How long the agents blind the longest have been blind (one line per agent among the %d longest at each point), among agents without a valid document for over a minute as Prometheus last saw them: an empty panel is a fleet where every agent reads IMDS.' % c.dashboardTopK, [
+          g.target('topk(%d, %s)' % [c.dashboardTopK, filteredRange('time() - ((%s < time() - 60) > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
         ], unit='s', w=8),
-        g.timeseries('Time since the last poll, the %d longest' % c.dashboardTopK, 'The poll loop\'s heartbeat: it ends a poll every --poll.interval, successful or not. A line that keeps rising is a stuck loop (AzureScheduledEventsPollLoopStuck). The %d agents with the oldest heartbeat at each point.' % c.dashboardTopK, [
-          g.target('topk(%d, %s)' % [c.dashboardTopK, filteredRange('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
+        g.timeseries('Time since the last poll, the %d longest over a minute' % c.dashboardTopK, 'The poll loop\'s heartbeat: it ends a poll every --poll.interval, successful or not. A line that keeps rising is a stuck loop (AzureScheduledEventsPollLoopStuck). The %d agents with the oldest heartbeat at each point, among those whose heartbeat is over a minute old as Prometheus last saw it: an empty panel is a fleet whose poll loops all turn.' % c.dashboardTopK, [
+          g.target('topk(%d, %s)' % [c.dashboardTopK, filteredRange('time() - ((%s < time() - 60) > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds'))], legend=legendCluster + '{{instance}}'),
         ], unit='s', w=8),
 
         g.row('IMDS requests'),
-        g.timeseries('IMDS failures by reason', 'Requests to IMDS that gave no usable answer, per operation and reason, over 5 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
+        g.timeseries('IMDS failures by reason', 'Requests to IMDS that gave no usable answer, per operation and reason, over 10 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
           g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'reason'])), rec(r.imdsFailures, clusterMatchers + ['job=~"$job"'] + place)], legend=legendCluster + '{{operation}} {{reason}}'),
         ], unit='reqps', w=8),
-        g.timeseries('IMDS request latency', 'p50 and p99 of the time to a complete answer, per operation, over 5 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
+        g.timeseries('IMDS request latency', 'p50 and p99 of the time to a complete answer, per operation, over 10 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
           g.target('histogram_quantile(0.99, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), rec(r.imdsLatency, clusterMatchers + ['job=~"$job"'] + place)], 'A', legend=legendCluster + 'p99 {{operation}}'),
           g.target('histogram_quantile(0.5, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), rec(r.imdsLatency, clusterMatchers + ['job=~"$job"'] + place)], 'B', legend=legendCluster + 'p50 {{operation}}'),
         ], unit='s', w=8),
-        g.timeseries('IMDS requests', 'Requests per second, per operation, over 5 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
+        g.timeseries('IMDS requests', 'Requests per second, per operation, over 10 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
           g.target('sum by (%s) (%s)' % [by(withCluster(['operation'])), rec(r.imdsRequests, clusterMatchers + ['job=~"$job"'] + place)], legend=legendCluster + '{{operation}}'),
         ], unit='reqps', w=8),
 

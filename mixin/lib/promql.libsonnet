@@ -64,9 +64,9 @@
       capacityEvicted: 'azure_scheduled_events:capacity_vms_evicted:count',
       nodes: 'azure_scheduled_events:nodes:count',
       nodesWithoutAgent: 'azure_scheduled_events:nodes_without_agent:count',
-      imdsLatency: 'azure_scheduled_events:imds_request_duration_seconds_bucket:rate5m',
-      imdsRequests: 'azure_scheduled_events:imds_requests:rate5m',
-      imdsFailures: 'azure_scheduled_events:imds_request_failures:rate5m',
+      imdsLatency: 'azure_scheduled_events:imds_request_duration_seconds_bucket:rate10m',
+      imdsRequests: 'azure_scheduled_events:imds_requests:rate10m',
+      imdsFailures: 'azure_scheduled_events:imds_request_failures:rate10m',
       agentsDown: 'azure_scheduled_events:agents_down:count',
       agentsBlind: 'azure_scheduled_events:agents_blind:count',
       transitions: 'azure_scheduled_events:vm_transitions:count',
@@ -85,19 +85,22 @@
       if all == [] then name else name + '{' + std.join(', ', all) + '}',
 
     // `expr` (one series per scrape target, or per target and `key` labels) with each target's
-    // VM: the rule of `joined` (recorded first) is the targets of `expr` whose VM is known, with
-    // its vmIdLabel and alert labels (azure_scheduled_events:target_vm:info); `byVm` makes them
-    // ONE series per VM and `key`, however many scrape jobs scrape its agent (the max of the
-    // targets' values), with the VM's instance and vmInfoLabels, and keeps the other targets'
-    // own labels, unchanged, while their agent has not read instance metadata. `key` names every
-    // label of `expr` besides the target's that the alert keeps. One read of a series per target.
-    vmJoin(expr, joined, key=[]):: {
+    // VM. The rule of `joined` (recorded first) is the targets of `expr` and of `held` (series
+    // without the label `alert`, recorded with the others to read the targets' VMs once) whose
+    // VM is known, with its vmIdLabel, alert labels and capacityLabel
+    // (azure_scheduled_events:target_vm:info). `byVm` makes those of `expr` ONE series per VM and
+    // `key`, however many scrape jobs scrape its agent (the max of the targets' values), with the
+    // VM's instance and vmInfoLabels, and keeps the other targets' own labels, unchanged, while
+    // their agent has not read instance metadata. `key` names every label of `expr` besides the
+    // target's that the alert keeps, `alert` among them.
+    vmJoin(expr, held, joined, key=[]):: {
       local q = $.new(c),
-      joined: '%s\n* on (%s) group_left (%s)\n%s' % [expr, q.vmBy, q.list([c.vmIdLabel, 'vm_instance'] + c.vmInfoLabels), q.records.targetVm],
+      joined: '(\n%s\nor\n%s\n)\n* on (%s) group_left (%s)\n%s' % [expr, held, q.vmBy, q.list([c.vmIdLabel, 'vm_instance'] + c.vmInfoLabels + [c.capacityLabel]), q.records.targetVm],
       byVm:
-        'max without (vm_instance) (\n  label_replace(\n    max by (%(by)s) (%(joined)s),\n    "instance", "$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\n%(expr)s\n)\nunless on (%(t)s) %(joined)s' % {
+        'max without (vm_instance) (\n  label_replace(\n    max by (%(by)s) (%(joined)s),\n    "instance", "$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\n%(expr)s\n)\nunless on (%(t)s) %(all)s' % {
           by: q.list(q.vmId + key + ['vm_instance'] + c.vmInfoLabels),
-          joined: joined,
+          joined: q.rec(joined, ['alert!=""']),
+          all: joined,
           expr: expr,
           t: q.vmBy,
         },
