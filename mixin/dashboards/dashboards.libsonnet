@@ -171,6 +171,10 @@ local g = import 'grafana.libsonnet';
       l: placeLabels,
       place: r.targetPlace,
     },
+  // A recorded IMDS rate as a panel reads it at each point: its last value within
+  // dashboardRateInterval, which may exceed the 5 minutes an instant lookup looks back.
+  local imdsRecorded(selector) =
+    if c.dashboardRateInterval == '' then selector else 'last_over_time(%s[%s])' % [selector, c.dashboardRateInterval],
   local fleetBy(labels) = raw(withCluster(['job', 'location', 'zone', cap] + labels)),
   prometheusRules+:: {
     groups+: [
@@ -521,14 +525,14 @@ local g = import 'grafana.libsonnet';
 
         g.row('IMDS requests'),
         g.timeseries('IMDS failures by reason', 'Requests to IMDS that gave no usable answer, per operation and reason, over 10 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'reason'])), rec(r.imdsFailures, clusterMatchers + ['job=~"$job"'] + place)], legend=legendCluster + '{{operation}} {{reason}}'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'reason'])), imdsRecorded(rec(r.imdsFailures, clusterMatchers + ['job=~"$job"'] + place))], legend=legendCluster + '{{operation}} {{reason}}'),
         ], unit='reqps', w=8),
         g.timeseries('IMDS request latency', 'p50 and p99 of the time to a complete answer, per operation, over 10 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
-          g.target('histogram_quantile(0.99, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), rec(r.imdsLatency, clusterMatchers + ['job=~"$job"'] + place)], 'A', legend=legendCluster + 'p99 {{operation}}'),
-          g.target('histogram_quantile(0.5, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), rec(r.imdsLatency, clusterMatchers + ['job=~"$job"'] + place)], 'B', legend=legendCluster + 'p50 {{operation}}'),
+          g.target('histogram_quantile(0.99, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), imdsRecorded(rec(r.imdsLatency, clusterMatchers + ['job=~"$job"'] + place))], 'A', legend=legendCluster + 'p99 {{operation}}'),
+          g.target('histogram_quantile(0.5, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), imdsRecorded(rec(r.imdsLatency, clusterMatchers + ['job=~"$job"'] + place))], 'B', legend=legendCluster + 'p50 {{operation}}'),
         ], unit='s', w=8),
         g.timeseries('IMDS requests', 'Requests per second, per operation, over 10 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
-          g.target('sum by (%s) (%s)' % [by(withCluster(['operation'])), rec(r.imdsRequests, clusterMatchers + ['job=~"$job"'] + place)], legend=legendCluster + '{{operation}}'),
+          g.target('sum by (%s) (%s)' % [by(withCluster(['operation'])), imdsRecorded(rec(r.imdsRequests, clusterMatchers + ['job=~"$job"'] + place))], legend=legendCluster + '{{operation}}'),
         ], unit='reqps', w=8),
 
         g.row('What the agents saw'),
