@@ -99,12 +99,13 @@
     // PollLoopStuck, ImdsUnreachable, the approval, notification and Kubernetes failures,
     // AzureVMRebootedUnexpectedly) are recorded (group azure-scheduled-events.agents): each reads
     // a series of every agent, and these alerts wait minutes (for:) or look back 10 to 30 minutes
-    // anyway. The alerts of events are evaluated at every evaluation. Empty: evaluation_interval.
-    agentsInterval: '1m',
+    // anyway; they may fire up to this much later. The alerts of events are evaluated at every
+    // evaluation. Empty: evaluation_interval.
+    agentsInterval: '2m',
     // How often the coverage group (AzureScheduledEventsNodesWithoutAgent and the recording rules
     // it reads) is evaluated: its alert waits coverage.for (15 minutes) anyway, and it compares
     // every node with every agent. Empty: Prometheus' evaluation_interval.
-    coverageInterval: '5m',
+    coverageInterval: '10m',
     // Coverage: nodes of a cluster with no working agent, from kube-state-metrics' kube_node_info
     // (by node name where the agent's series carry nodeLabel, by count elsewhere), and without
     // it, targets of the agent's scrape jobs that never were the agent.

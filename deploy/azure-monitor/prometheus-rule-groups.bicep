@@ -78,7 +78,7 @@ resource ruleGroup1 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     clusterName: empty(clusterName) ? null : clusterName
     description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.coverage (generated from the monitoring mixin).'
     enabled: true
-    interval: 'PT5M'
+    interval: 'PT10M'
     rules: [
       {
         enabled: true
@@ -135,12 +135,12 @@ resource ruleGroup2 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name) (\n  (1 - (up and on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds))\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        expression: 'count by (cluster, job, location, zone, vm_scale_set_name) (\n  ((up == 0) and on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds)\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
         record: 'azure_scheduled_events:agents_down:count'
       }
       {
         enabled: true
-        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name) (\n  (1 - azure_scheduled_events_up)\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        expression: 'count by (cluster, job, location, zone, vm_scale_set_name) (\n  (azure_scheduled_events_up == 0)\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
         record: 'azure_scheduled_events:agents_blind:count'
       }
       {
@@ -256,11 +256,11 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     clusterName: empty(clusterName) ? null : clusterName
     description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.agents (generated from the monitoring mixin).'
     enabled: true
-    interval: 'PT1M'
+    interval: 'PT2M'
     rules: [
       {
         enabled: true
-        expression: 'max by (cluster, job, instance) (\n  last_over_time(azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Terminate", event_status=~"Scheduled|Started"}[120s]) * 0 + time()\n)\nor on (cluster, job, instance)\n(\n  last_over_time(azure_scheduled_events:target_gone:timestamp_seconds[10m]) > time() - 86400\n)\nunless on (cluster, job, instance) (up == 1)'
+        expression: 'max by (cluster, job, instance) (\n  last_over_time(azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Terminate", event_status=~"Scheduled|Started"}[240s]) * 0 + time()\n)\nor on (cluster, job, instance)\n(\n  last_over_time(azure_scheduled_events:target_gone:timestamp_seconds[10m]) > time() - 86400\n)\nunless on (cluster, job, instance) (up == 1)'
         record: 'azure_scheduled_events:target_gone:timestamp_seconds'
       }
       {

@@ -183,8 +183,10 @@ local g = import 'grafana.libsonnet';
       } + (if c.dashboardRecordInterval == '' then {} else { interval: c.dashboardRecordInterval }) + {
         rules: [
           // Targets that were the agent within agentSeenLookback and whose last scrape failed.
-          record(r.agentsDown, 'sum by (%s) %s' % [fleetBy([]), placed('(1 - (%s and on (%s) %s))' % [q.sel('up'), vm, r.targetLastSeen])]),
-          record(r.agentsBlind, 'sum by (%s) %s' % [fleetBy([]), placed('(1 - %s)' % q.sel('azure_scheduled_events_up'))]),
+          // Counted among the few that are down or blind (absent at 0): only those are joined
+          // with their place.
+          record(r.agentsDown, 'count by (%s) %s' % [fleetBy([]), placed('((%s == 0) and on (%s) %s)' % [q.sel('up'), vm, r.targetLastSeen])]),
+          record(r.agentsBlind, 'count by (%s) %s' % [fleetBy([]), placed('(%s == 0)' % q.sel('azure_scheduled_events_up'))]),
           record(r.transitions, recordedTransitions),
           // Each target's events (any status, whether or not they affect its VM), with its VM's
           // name and place where known (the labels of the recorded vm_info).
@@ -510,7 +512,7 @@ local g = import 'grafana.libsonnet';
         g.stat('Longest blind', 'The longest time since an agent had a valid document.', 'max(%s)' % filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_success_timestamp_seconds')), unit='s', steps=['green', [10, 'orange'], [60, 'red']], w=3),
         g.stat('Longest since a poll', 'The longest time since an agent\'s poll loop last finished a poll (the heartbeat): more than a few seconds is a stuck loop.', 'max(%s)' % filtered('time() - (%s > 0)' % s('azure_scheduled_events_last_poll_timestamp_seconds')), unit='s', steps=['green', [10, 'orange'], [c.pollStuckSeconds, 'red']], w=3),
         g.stat('Versions', 'Agents per version.', 'count by (%s) (%s)' % [by(withCluster(['version'])), filtered(s('azure_scheduled_events_build_info'))], steps=['green'], textMode='value_and_name', legend=legendCluster + '{{version}}', w=6),
-        g.timeseries('Agents down or blind, by cluster', 'Per cluster, agents whose last scrape failed (up is 0) and agents whose last IMDS poll failed (azure_scheduled_events_up is 0), recorded per cluster, job, location, zone and scale set (the instance variable does not narrow it; the stats above do).', [
+        g.timeseries('Agents down or blind, by cluster', 'Per cluster, agents whose last scrape failed (up is 0) and agents whose last IMDS poll failed (azure_scheduled_events_up is 0), recorded per cluster, job, location, zone and scale set (the instance variable does not narrow it; the stats above do). A cluster without either has no line.', [
           g.target('sum by (%s) (%s)' % [by(withCluster([])), rec(r.agentsDown, clusterMatchers + ['job=~"$job"'] + place)], 'A', legend=legendCluster + 'scrape down'),
           g.target('sum by (%s) (%s)' % [by(withCluster([])), rec(r.agentsBlind, clusterMatchers + ['job=~"$job"'] + place)], 'B', legend=legendCluster + 'IMDS failing'),
         ], w=8),
