@@ -182,7 +182,7 @@ local promql = import '../lib/promql.libsonnet';
               id: c.vmIdLabel,
               targetInfo: r.targetVmInfo,
               vmId: q.vmIdBy,
-              labels: q.list(['vm_instance'] + c.vmInfoLabels + [cap]),
+              labels: q.list(['vm_instance'] + q.withCapacity(c.vmInfoLabels)),
               vmInfo: r.vmInfo,
             },
           ),

@@ -76,6 +76,10 @@
       targetAlertVm: 'azure_scheduled_events:target_alert_vm:value',
       vmAlert: 'azure_scheduled_events:vm_alert:value',
     },
+    // `labels` and capacityLabel, each once. The Helm chart's placeholder for vmInfoLabels stands
+    // for a list the chart knows only when it fills it in: it becomes a placeholder of its own.
+    withCapacity(labels)::
+      if labels == ['@@vmInfoLabels@@'] then ['@@vmInfoLabels.withCapacity@@'] else labels + [c.capacityLabel],
     // The labels of one VM: the cluster and its id.
     vmId:: nonEmpty([c.clusterLabel, c.vmIdLabel]),
     vmIdBy:: self.list(self.vmId),
@@ -95,7 +99,7 @@
     // target's that the alert keeps, `alert` among them.
     vmJoin(expr, held, joined, key=[]):: {
       local q = $.new(c),
-      joined: '(\n%s\nor\n%s\n)\n* on (%s) group_left (%s)\n%s' % [expr, held, q.vmBy, q.list([c.vmIdLabel, 'vm_instance'] + c.vmInfoLabels + [c.capacityLabel]), q.records.targetVm],
+      joined: '(\n%s\nor\n%s\n)\n* on (%s) group_left (%s)\n%s' % [expr, held, q.vmBy, q.list([c.vmIdLabel, 'vm_instance'] + q.withCapacity(c.vmInfoLabels)), q.records.targetVm],
       byVm:
         'max without (vm_instance) (\n  label_replace(\n    max by (%(by)s) (%(joined)s),\n    "instance", "$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\n%(expr)s\n)\nunless on (%(t)s) %(all)s' % {
           by: q.list(q.vmId + key + ['vm_instance'] + c.vmInfoLabels),

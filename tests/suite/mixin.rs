@@ -300,11 +300,19 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
         "{}",
         impact.expr
     );
-    let joined = record_expr(&groups, "azure_scheduled_events:vm_alert:value")?;
+    // Joined once with each target's VM (its vmInfoLabels and scale set), then one per VM.
+    let joined = record_expr(&groups, "azure_scheduled_events:target_alert_vm:value")?;
     assert!(
-        joined.contains("group_left (instance, vm_name, zone)")
-            && joined.contains("on (k8s_cluster, job, instance, pod)"),
+        joined.contains(
+            "* on (k8s_cluster, job, instance, pod) group_left (vm_id, vm_instance, vm_name, zone, vm_scale_set_name)"
+        ),
         "{joined}"
+    );
+    let per_vm = record_expr(&groups, "azure_scheduled_events:vm_alert:value")?;
+    assert!(
+        per_vm.contains("vm_instance, vm_name, zone) (azure_scheduled_events:target_alert_vm:value{alert!=\"\"})")
+            && per_vm.contains("unless on (k8s_cluster, job, instance, pod)"),
+        "{per_vm}"
     );
     let conditions = record_expr(&groups, "azure_scheduled_events:target_agent_alert:value")?;
     assert!(
