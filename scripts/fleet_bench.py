@@ -287,10 +287,18 @@ def feed(args):
             f.write(str(t))
 
     def post(body):
-        conn.request("POST", "/api/v1/write", snappy_literal(body), {
-            "Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
-            "X-Prometheus-Remote-Write-Version": "0.1.0"})
-        r = conn.getresponse()
+        # After a long pause Prometheus has closed the idle connection: one retry on a new one.
+        for attempt in (1, 2):
+            try:
+                conn.request("POST", "/api/v1/write", snappy_literal(body), {
+                    "Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
+                    "X-Prometheus-Remote-Write-Version": "0.1.0"})
+                r = conn.getresponse()
+                break
+            except (ConnectionError, http.client.HTTPException):
+                conn.close()
+                if attempt == 2:
+                    raise
         detail = r.read()
         if r.status >= 300:
             sys.exit("remote write refused (%d): %s" % (r.status, detail[:300].decode(errors="replace")))
