@@ -34,17 +34,6 @@
     // An alternation regex of event types.
     types(list):: std.join('|', list),
 
-    // One series per VM with the labels vmInfoLabels: the agent's vm_info now, or its last
-    // known one while the agent cannot be scraped. topk keeps one series per VM even if its
-    // labels changed within the lookback, so joins never see duplicates.
-    vmInfo(labels=c.vmInfoLabels, lookback=c.vmInfoLookback, matchers=[])::
-      'max by (%(by)s) (topk by (%(vm)s) (1, %(now)s or on (%(vm)s) last_over_time(%(now)s[%(lookback)s])))' % {
-        by: $.new(c).list($.new(c).vm + labels),
-        vm: $.new(c).vmBy,
-        now: $.new(c).sel('azure_scheduled_events_vm_info', matchers),
-        lookback: lookback,
-      },
-
     // The recording rules' series (mixin/alerts/rules.libsonnet; docs/dashboards.md lists
     // them). They carry the labels they were recorded with, not the selector's.
     records:: {
