@@ -640,33 +640,16 @@ fn the_azure_monitor_rule_groups_are_the_mixins_rendering_one_resource_per_group
 
 #[test]
 fn the_kube_prometheus_stack_quickstart_renders_objects_its_selectors_pick() -> TestResult {
-    let installed = ops::repo().join("target/ci-tools/bin/helm");
-    let helm = if installed.exists() {
-        installed
-    } else {
-        std::path::PathBuf::from("helm")
-    };
-    let output = Command::new(&helm)
-        .args(["template", "ase"])
-        .arg(ops::repo().join("deploy/helm/azure-scheduled-events-exporter"))
-        .arg("-f")
-        .arg(ops::repo().join("examples/helm-kube-prometheus-stack.yaml"))
-        .args(["--namespace", "azure-scheduled-events"])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            format!("helm is required (.ci/run installs it into target/ci-tools/bin): {e}")
-        })?;
-    assert!(
-        output.status.success(),
-        "helm template refused the quickstart values: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8(output.stdout)?;
+    let objects = ops::helm_template(&[
+        "ase",
+        "deploy/helm/azure-scheduled-events-exporter",
+        "-f",
+        "examples/helm-kube-prometheus-stack.yaml",
+        "--namespace",
+        "azure-scheduled-events",
+    ])?;
     let mut kinds = BTreeMap::new();
-    for document in serde_norway::Deserializer::from_str(&text) {
-        let object: Value = serde::Deserialize::deserialize(document)
-            .map_err(|e| format!("helm rendered YAML that does not parse: {e}"))?;
+    for object in &objects {
         let Some(kind) = object["kind"].as_str() else {
             continue;
         };

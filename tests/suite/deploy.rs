@@ -18,15 +18,9 @@ type TestResult = Result<(), Error>;
 const BIN: &str = env!("CARGO_BIN_EXE_azure-scheduled-events-exporter");
 const UNIT: &str = "deploy/systemd/azure-scheduled-events-exporter.service";
 
-/// hadolint from PATH, or from the virtualenv .ci/run installs it in.
+/// hadolint from the directory .ci/run installs it in, else from PATH.
 fn hadolint(args: &[&str], stdin: Option<&str>) -> Result<Output, Error> {
-    let venv = ops::repo().join("target/ci-tools/bin/hadolint");
-    let program = if venv.exists() {
-        venv
-    } else {
-        PathBuf::from("hadolint")
-    };
-    let mut child = Command::new(&program)
+    let mut child = Command::new(ops::tool("hadolint"))
         .args(args)
         .current_dir(ops::repo())
         .stdin(Stdio::piped())

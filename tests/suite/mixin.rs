@@ -7,7 +7,7 @@ use crate::common;
 use crate::ops;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::TempDir;
@@ -129,42 +129,19 @@ fn the_committed_alerts_and_dashboards_are_exactly_the_mixins_rendering() -> Tes
     Ok(())
 }
 
-fn helm_program() -> PathBuf {
-    let installed = ops::repo().join("target/ci-tools/bin/helm");
-    if installed.exists() {
-        installed
-    } else {
-        PathBuf::from("helm")
-    }
-}
-
 /// The rule groups of the PrometheusRule that `helm template` renders with `values` (a file).
 fn chart_rule_groups(values: &Path) -> Result<serde_json::Value, Error> {
-    let output = Command::new(helm_program())
-        .args([
-            "template",
-            "ase",
-            "deploy/helm/azure-scheduled-events-exporter",
-            "--values",
-        ])
-        .arg(values)
-        .current_dir(ops::repo())
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            format!("helm is required (.ci/run installs it into target/ci-tools/bin): {e}")
-        })?;
-    if !output.status.success() {
-        return Err(format!("helm template: {}", String::from_utf8_lossy(&output.stderr)).into());
+    let values = values.to_string_lossy();
+    let objects = ops::helm_template(&[
+        "ase",
+        "deploy/helm/azure-scheduled-events-exporter",
+        "--values",
+        &values,
+    ])?;
+    match ops::of_kind(&objects, "PrometheusRule").as_slice() {
+        [rule] => Ok(rule["spec"]["groups"].clone()),
+        other => Err(format!("helm template renders {} PrometheusRules", other.len()).into()),
     }
-    let text = String::from_utf8(output.stdout)?;
-    for document in serde_norway::Deserializer::from_str(&text) {
-        let object = <serde_json::Value as serde::Deserialize>::deserialize(document)?;
-        if object["kind"] == "PrometheusRule" {
-            return Ok(object["spec"]["groups"].clone());
-        }
-    }
-    Err("helm template renders no PrometheusRule".into())
 }
 
 #[test]

@@ -512,18 +512,8 @@ fn the_environment_file_names_only_variables_the_agent_reads() -> TestResult {
 
 // ---- Helm ----
 
-/// helm from the directory .ci/run installs it in, else from PATH.
-fn helm_program() -> PathBuf {
-    let installed = ops::repo().join("target/ci-tools/bin/helm");
-    if installed.exists() {
-        installed
-    } else {
-        PathBuf::from("helm")
-    }
-}
-
 fn helm(args: &[&str]) -> Result<Output, Error> {
-    run(helm_program(), args).map_err(|e| {
+    run(ops::tool("helm"), args).map_err(|e| {
         format!("helm is required (.ci/run installs it into target/ci-tools/bin): {e}").into()
     })
 }
@@ -535,27 +525,9 @@ fn render(extra: &[&str]) -> Result<Vec<Value>, Error> {
 }
 
 fn render_chart(chart: &str, extra: &[&str]) -> Result<Vec<Value>, Error> {
-    let mut args = vec![
-        "template",
-        NAME,
-        chart,
-        "--namespace",
-        "azure-scheduled-events",
-    ];
+    let mut args = vec![NAME, chart, "--namespace", "azure-scheduled-events"];
     args.extend_from_slice(extra);
-    let output = helm(&args)?;
-    if !output.status.success() {
-        return Err(format!("helm template {extra:?}:\n{}", report(&output)).into());
-    }
-    let text = String::from_utf8(output.stdout)?;
-    let mut objects = Vec::new();
-    for document in serde_norway::Deserializer::from_str(&text) {
-        let value = Value::deserialize(document)?;
-        if !value.is_null() {
-            objects.push(value);
-        }
-    }
-    Ok(objects)
+    ops::helm_template(&args)
 }
 
 const ALL_ON: &[&str] = &[
@@ -563,12 +535,8 @@ const ALL_ON: &[&str] = &[
     "deploy/helm/azure-scheduled-events-exporter/ci/all-on-values.yaml",
 ];
 
-fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    objects.iter().filter(|o| o["kind"] == kind).collect()
-}
-
 fn one<'a>(objects: &'a [Value], kind: &str) -> Result<&'a Value, Error> {
-    match of_kind(objects, kind).as_slice() {
+    match ops::of_kind(objects, kind).as_slice() {
         [object] => Ok(object),
         other => Err(format!("{} {kind} objects", other.len()).into()),
     }
@@ -1093,10 +1061,10 @@ async fn the_charts_probes_pass_an_agent_with_tls_and_basic_auth() -> TestResult
 fn the_kubernetes_output_gets_exactly_its_rights_and_only_when_enabled() -> TestResult {
     let off = render(&[])?;
     assert!(
-        of_kind(&off, "ClusterRole").is_empty(),
+        ops::of_kind(&off, "ClusterRole").is_empty(),
         "no rights by default"
     );
-    assert!(of_kind(&off, "ClusterRoleBinding").is_empty());
+    assert!(ops::of_kind(&off, "ClusterRoleBinding").is_empty());
 
     let objects = render(ALL_ON)?;
     let role = one(&objects, "ClusterRole")?;
@@ -1250,7 +1218,7 @@ fn the_prometheus_rule_holds_exactly_the_rules_of_alerts() -> TestResult {
 #[test]
 fn the_dashboard_config_maps_hold_exactly_the_files_of_dashboards() -> TestResult {
     let objects = render(ALL_ON)?;
-    let maps: Vec<&Value> = of_kind(&objects, "ConfigMap")
+    let maps: Vec<&Value> = ops::of_kind(&objects, "ConfigMap")
         .into_iter()
         .filter(|m| m["metadata"]["labels"]["grafana_dashboard"] == "1")
         .collect();
@@ -1291,7 +1259,7 @@ fn the_dashboard_config_maps_hold_exactly_the_files_of_dashboards() -> TestResul
 
 #[test]
 fn the_plain_manifests_are_the_charts_rendering() -> TestResult {
-    let helm_dir = helm_program()
+    let helm_dir = ops::tool("helm")
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default();
@@ -1421,13 +1389,7 @@ const CUSTOM_KINDS: &[&str] = &["PodMonitor", "ServiceMonitor", "PrometheusRule"
 
 /// kubernetes-validate (PyPI) from the directory .ci/run installs it in, else from PATH.
 fn kubernetes_validate(args: &[&str]) -> Result<Output, Error> {
-    let installed = ops::repo().join("target/ci-tools/bin/kubernetes-validate");
-    let program = if installed.exists() {
-        installed
-    } else {
-        PathBuf::from("kubernetes-validate")
-    };
-    run(&program, args).map_err(|e| {
+    run(ops::tool("kubernetes-validate"), args).map_err(|e| {
         format!(
             "kubernetes-validate is required (`pip install kubernetes-validate`; .ci/run installs it into target/ci-tools): {e}"
         )

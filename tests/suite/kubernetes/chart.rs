@@ -1,10 +1,8 @@
 //! The chart's side of the Kubernetes output: the pod rights come only with the drain, and the
 //! optional ValidatingAdmissionPolicy lets the agent's service account write only its own Node.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::common::TestResult;
@@ -13,55 +11,22 @@ use crate::ops;
 const CHART: &str = "deploy/helm/azure-scheduled-events-exporter";
 const NAMESPACE: &str = "azure-scheduled-events";
 
-/// A program from the directory .ci/run installs tools in, else from PATH.
-fn tool(name: &str) -> PathBuf {
-    let installed = ops::repo().join("target/ci-tools/bin").join(name);
-    if installed.exists() {
-        installed
-    } else {
-        PathBuf::from(name)
-    }
-}
-
 /// `helm template` of the chart with `--set values`, parsed.
-fn render(values: &str) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
-    let output = Command::new(tool("helm"))
-        .current_dir(ops::repo())
-        .args([
-            "template",
-            "azure-scheduled-events-exporter",
-            CHART,
-            "--namespace",
-            NAMESPACE,
-            "--set",
-            values,
-        ])
-        .output()
-        .map_err(|e| {
-            format!("helm is required (.ci/run installs it into target/ci-tools/bin): {e}")
-        })?;
-    if !output.status.success() {
-        return Err(format!("helm template: {}", String::from_utf8_lossy(&output.stderr)).into());
-    }
-    let text = String::from_utf8(output.stdout)?;
-    let mut objects = Vec::new();
-    for document in serde_norway::Deserializer::from_str(&text) {
-        let value = Value::deserialize(document)?;
-        if !value.is_null() {
-            objects.push(value);
-        }
-    }
-    Ok(objects)
-}
-
-fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    objects.iter().filter(|o| o["kind"] == kind).collect()
+fn render(values: &str) -> Result<Vec<Value>, ops::Error> {
+    ops::helm_template(&[
+        "azure-scheduled-events-exporter",
+        CHART,
+        "--namespace",
+        NAMESPACE,
+        "--set",
+        values,
+    ])
 }
 
 #[test]
 fn pod_rights_come_only_with_the_drain() -> TestResult {
     let pods = |objects: &[Value]| -> Vec<Value> {
-        of_kind(objects, "ClusterRole")
+        ops::of_kind(objects, "ClusterRole")
             .iter()
             .flat_map(|role| role["rules"].as_array().cloned().unwrap_or_default())
             .filter(|rule| {
@@ -81,7 +46,7 @@ fn pod_rights_come_only_with_the_drain() -> TestResult {
             json!({"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}),
         ]
     );
-    let daemon_set = of_kind(&drain, "DaemonSet");
+    let daemon_set = ops::of_kind(&drain, "DaemonSet");
     let env = daemon_set
         .first()
         .and_then(|d| d["spec"]["template"]["spec"]["containers"][0]["env"].as_array())
@@ -100,18 +65,18 @@ fn the_own_node_policy_is_optional_and_binds_the_agents_account_to_its_node() ->
     ] {
         let objects = render(values)?;
         assert!(
-            of_kind(&objects, "ValidatingAdmissionPolicy").is_empty(),
+            ops::of_kind(&objects, "ValidatingAdmissionPolicy").is_empty(),
             "off by default, and nothing without the output: {values}"
         );
     }
     let objects = render("kubernetes.enabled=true,kubernetes.restrictToOwnNode=true")?;
-    let [policy] = of_kind(&objects, "ValidatingAdmissionPolicy")[..] else {
+    let [policy] = ops::of_kind(&objects, "ValidatingAdmissionPolicy")[..] else {
         return Err("one policy".into());
     };
-    let [binding] = of_kind(&objects, "ValidatingAdmissionPolicyBinding")[..] else {
+    let [binding] = ops::of_kind(&objects, "ValidatingAdmissionPolicyBinding")[..] else {
         return Err("one binding".into());
     };
-    let [account] = of_kind(&objects, "ServiceAccount")[..] else {
+    let [account] = ops::of_kind(&objects, "ServiceAccount")[..] else {
         return Err("one service account".into());
     };
     assert_eq!(policy["apiVersion"], "admissionregistration.k8s.io/v1");
@@ -153,7 +118,7 @@ fn the_own_node_policy_is_optional_and_binds_the_agents_account_to_its_node() ->
         ),
     )?;
     for version in ["1.30.0", "1.33.0"] {
-        let output = Command::new(tool("kubernetes-validate"))
+        let output = Command::new(ops::tool("kubernetes-validate"))
             .args(["--strict", "-k", version, &file.to_string_lossy()])
             .output()
             .map_err(|e| format!("kubernetes-validate is required (.ci/run installs it): {e}"))?;

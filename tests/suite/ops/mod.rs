@@ -95,6 +95,53 @@ pub fn file_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// A program from the directory .ci/run installs tools in (`target/ci-tools/bin`), else from PATH.
+pub fn tool(name: &str) -> PathBuf {
+    let installed = repo().join("target/ci-tools/bin").join(name);
+    if installed.exists() {
+        installed
+    } else {
+        PathBuf::from(name)
+    }
+}
+
+/// `helm template ARGS` run in the repository: the documents it renders, parsed (empty ones
+/// left out).
+pub fn helm_template(args: &[&str]) -> Result<Vec<Value>, Error> {
+    let output = Command::new(tool("helm"))
+        .arg("template")
+        .args(args)
+        .current_dir(repo())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| {
+            format!("helm is required (.ci/run installs it into target/ci-tools/bin): {e}")
+        })?;
+    if !output.status.success() {
+        return Err(format!(
+            "helm template {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    let text = String::from_utf8(output.stdout)?;
+    let mut objects = Vec::new();
+    for document in serde_norway::Deserializer::from_str(&text) {
+        let value = <Value as serde::Deserialize>::deserialize(document).map_err(|e| {
+            format!("helm template {args:?} rendered YAML that does not parse: {e}")
+        })?;
+        if !value.is_null() {
+            objects.push(value);
+        }
+    }
+    Ok(objects)
+}
+
+/// The objects of `kind` among `objects`.
+pub fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
 pub fn yaml(path: &Path) -> Result<Value, Error> {
     let text = std::fs::read_to_string(path)?;
     serde_norway::from_str(&text).map_err(|e| format!("{}: {e}", path.display()).into())
