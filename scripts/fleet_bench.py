@@ -372,6 +372,18 @@ class Server:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def go(self):
+        """Bytes the Go runtime has allocated and the GC cycles it has run, from Prometheus' own
+        metrics: at this heap size a GC cycle costs seconds of CPU, so a figure of CPU time is
+        read with the cycles that landed in it."""
+        body = urllib.request.urlopen(self.args.url + "/metrics", timeout=30).read().decode()
+        found = {}
+        for line in body.splitlines():
+            name, _, value = line.partition(" ")
+            if name in ("go_memstats_alloc_bytes_total", "go_gc_duration_seconds_count"):
+                found[name] = float(value)
+        return found.get("go_memstats_alloc_bytes_total", 0.0), found.get("go_gc_duration_seconds_count", 0.0)
+
     def fed(self):
         try:
             with open(self.args.fed) as f:
@@ -452,16 +464,23 @@ def measure(args):
         newest is a minute old: (CPU seconds, seconds). `until(start)`, called every second
         (it reads the rule groups), ends it early."""
         server.fresh(60)
-        start, cpu0, t0 = time.time(), server.cpu(), time.monotonic()
+        (alloc0, gc0), start, cpu0, t0 = server.go(), time.time(), server.cpu(), time.monotonic()
         while time.monotonic() - t0 < 60 and time.monotonic() < deadline and not until(start):
             time.sleep(1)
-        return server.cpu() - cpu0, time.monotonic() - t0
+        cpu, took, (alloc, gc) = server.cpu() - cpu0, time.monotonic() - t0, server.go()
+        return cpu, took, alloc - alloc0, gc - gc0
+
+    def per_cycle(spans):
+        """CPU seconds, allocated MB and GC cycles per evaluation cycle, and the cycles measured."""
+        cycles = max(sum(s[1] for s in spans), 1e-9) / cycle
+        return (sum(s[0] for s in spans) / cycles, sum(s[2] for s in spans) / cycles / 1e6,
+                sum(s[3] for s in spans), cycles)
 
     # What Prometheus spends without rules, in three spans taken as the rules' are below (the
     # ingestion before each, its own housekeeping): the rules' own cost is the difference.
     server.rules(False)
-    bare = [span(lambda _: get(base, "/api/v1/rules", {}, 30) and False) for _ in range(3)]
-    bare_cpu = sum(c for c, _ in bare) / (max(sum(t for _, t in bare), 1e-9) / cycle)
+    bare_cpu, bare_mb, bare_gc, bare_cycles = per_cycle(
+        [span(lambda _: get(base, "/api/v1/rules", {}, 30) and False) for _ in range(3)])
     server.rules(True)
     # Rule groups: each group's evaluationTime, once per evaluation, after its first. The feed is
     # paused while figures are taken, in spans of at most a minute: data older than a few minutes
@@ -471,8 +490,11 @@ def measure(args):
     samples = {}
     last = {}
 
+    spans = []
+
     def enough():
-        return min([len(v) for v in samples.values()] or [0]) >= args.evaluations
+        return (min([len(v) for v in samples.values()] or [0]) >= args.evaluations
+                and sum(s[1] for s in spans) >= args.minutes * 60)
 
     def poll(since):
         body, _ = get(base, "/api/v1/rules", {}, 30)
@@ -492,14 +514,9 @@ def measure(args):
         server.fresh(60)
         poll(None)
         time.sleep(1)
-    spent_cpu = 0.0
-    spent_time = 0.0
     while time.monotonic() < deadline and not enough():
-        cpu, took = span(lambda start: poll(start) or enough())
-        spent_cpu += cpu
-        spent_time += took
-    cycles = max(spent_time, 1e-9) / cycle
-    rules_cpu = spent_cpu / cycles
+        spans.append(span(lambda start: poll(start) or enough()))
+    rules_cpu, rules_mb, rules_gc, cycles = per_cycle(spans)
     print("\n## Rule groups (evaluation interval %s; median and max of %d evaluations after the first)\n"
           % (args.eval_interval, args.evaluations))
     # A group evaluated every 2 minutes costs a cycle an eighth of its evaluation.
@@ -525,6 +542,8 @@ def measure(args):
     print("\nPrometheus CPU per evaluation cycle, all groups: %.3f s (%.1f cycles, feed paused; load average %s);"
           " without rules %.3f s, so the rules' own %.3f s"
           % (rules_cpu, cycles, open("/proc/loadavg").read().split()[0], bare_cpu, rules_cpu - bare_cpu))
+    print("Go heap allocated per cycle: %.0f MB with rules, %.0f MB without; GC cycles within the figures: %d in"
+          " %.1f cycles with rules, %d in %.1f without" % (rules_mb, bare_mb, rules_gc, cycles, bare_gc, bare_cycles))
     slow_rules = []
     for name in samples:
         if samples[name]:
@@ -635,6 +654,8 @@ def main():
     m.add_argument("--rate-interval", default="2m")
     m.add_argument("--eval-interval", default="15s")
     m.add_argument("--evaluations", type=int, default=3)
+    m.add_argument("--minutes", type=float, default=0,
+                   help="measure the CPU per cycle over at least this many minutes (GC cycles average out)")
     m.add_argument("--budget", type=int, default=900)
     m.add_argument("--prometheus-pid", type=int, required=True)
     m.add_argument("--feed-pid", type=int, default=0)
