@@ -544,6 +544,8 @@ def measure(args):
           % (rules_cpu, cycles, open("/proc/loadavg").read().split()[0], bare_cpu, rules_cpu - bare_cpu))
     print("Go heap allocated per cycle: %.0f MB with rules, %.0f MB without; GC cycles within the figures: %d in"
           " %.1f cycles with rules, %d in %.1f without" % (rules_mb, bare_mb, rules_gc, cycles, bare_gc, bare_cycles))
+    print("Each span's CPU per cycle (* where a GC cycle ran): "
+          + " ".join("%.2f%s" % (c / max(t / cycle, 1e-9), "*" * int(g)) for c, t, _, g in spans))
     slow_rules = []
     for name in samples:
         if samples[name]:
