@@ -476,11 +476,12 @@ def measure(args):
         return (sum(s[0] for s in spans) / cycles, sum(s[2] for s in spans) / cycles / 1e6,
                 sum(s[3] for s in spans), cycles)
 
-    # What Prometheus spends without rules, in three spans taken as the rules' are below (the
-    # ingestion before each, its own housekeeping): the rules' own cost is the difference.
+    # What Prometheus spends without rules, in spans taken as the rules' are below (the ingestion
+    # before each, its own housekeeping, the GC cycles that ingestion sets off), for a quarter of
+    # the rules' minutes and at least three spans: the rules' own cost is the difference.
     server.rules(False)
     bare_cpu, bare_mb, bare_gc, bare_cycles = per_cycle(
-        [span(lambda _: get(base, "/api/v1/rules", {}, 30) and False) for _ in range(3)])
+        [span(lambda _: get(base, "/api/v1/rules", {}, 30) and False) for _ in range(max(3, int(args.minutes / 4)))])
     server.rules(True)
     # Rule groups: each group's evaluationTime, once per evaluation, after its first. The feed is
     # paused while figures are taken, in spans of at most a minute: data older than a few minutes
