@@ -415,7 +415,13 @@ class Server:
         urllib.request.urlopen(urllib.request.Request(self.args.url + "/-/reload", method="POST"), timeout=120)
 
 
-def rule_queries(args, base, samples, server):
+def share_of_cycle(group, cycle):
+    """The share of each evaluation cycle that one evaluation of a group costs: a group evaluated
+    every 2 minutes costs a 15-second cycle an eighth of its evaluation."""
+    return cycle / max(float(group.get("interval") or cycle), cycle)
+
+
+def rule_queries(args, base, samples, server, cycle):
     """Each rule's expression run alone as an instant query, with the query statistics Prometheus
     keeps (`stats=all`): the samples it read, which do not depend on the machine's load, the
     best of three evaluation times, and the least Go heap allocated by one of the three (Prometheus'
@@ -423,8 +429,14 @@ def rule_queries(args, base, samples, server):
     evaluating meanwhile shows only in the larger readings), with its share of each evaluation
     cycle at the group's interval: what sets off the garbage collector. Alert templates and the
     writing of recorded series are not in these figures; the CPU per cycle above has them."""
-    cycle = float(args.eval_interval.rstrip("s"))
-    reading = min(server.go()[0] - server.go()[0] for _ in range(3))
+    def allocating(call):
+        """What call() returns, and the bytes Prometheus allocated meanwhile (one read of its
+        counter included)."""
+        before = server.go()[0]
+        result = call()
+        return result, server.go()[0] - before
+
+    reading = min(allocating(lambda: None)[1] for _ in range(3))
     print("\n## Each rule's expression alone (instant query, best of 3)\n")
     print("| group | rule | ms | samples read | peak samples | result series | MB allocated | MB per cycle |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
@@ -435,16 +447,15 @@ def rule_queries(args, base, samples, server):
         if not samples[name]:
             continue
         group = samples[name][-1][1]
-        share = cycle / max(float(group.get("interval") or cycle), cycle)
+        share = share_of_cycle(group, cycle)
         for r in group["rules"]:
             server.fresh(120)
             best = None
-            least = None
+            allocations = []
             for _ in range(3):
                 try:
-                    before = server.go()[0]
-                    body, _ = get(base, "/api/v1/query", {"query": r["query"], "stats": "all", "timeout": "30s"}, 40)
-                    allocated = server.go()[0] - before - reading
+                    (body, _), allocated = allocating(lambda: get(
+                        base, "/api/v1/query", {"query": r["query"], "stats": "all", "timeout": "30s"}, 40))
                 except Exception as e:  # reported, not fatal: the figures of the others stand
                     best = ("error: %s" % e, 0, 0, 0)
                     break
@@ -454,10 +465,11 @@ def rule_queries(args, base, samples, server):
                        st.get("samples", {}).get("peakSamples", 0), len(body["data"]["result"]))
                 if best is None or took < best[0]:
                     best = got
-                least = allocated if least is None else min(least, allocated)
+                allocations.append(allocated)
             if isinstance(best[0], str):
                 print("| %s | %s | %s | | | | | |" % (name, r.get("name", ""), best[0][:80]))
                 continue
+            least = min(allocations) - reading
             total_ms += best[0] * 1000
             total_samples += best[1]
             total_mb += least / 1e6 * share
@@ -534,7 +546,6 @@ def measure(args):
     rules_cpu, rules_mb, rules_gc, cycles = per_cycle(spans)
     print("\n## Rule groups (evaluation interval %s; median and max of %d evaluations after the first)\n"
           % (args.eval_interval, args.evaluations))
-    # A group evaluated every 2 minutes costs a cycle an eighth of its evaluation.
     print("| group | interval | rules | median s | max s | per cycle s | errors |")
     print("|---|---:|---:|---:|---:|---:|---|")
     total = 0.0
@@ -548,7 +559,7 @@ def measure(args):
         g = s[-1][1]
         errors = sorted({r.get("lastError", "") for r in g["rules"] if r.get("lastError")})
         med = statistics.median(times)
-        share = med * cycle / max(float(g.get("interval") or cycle), cycle)
+        share = med * share_of_cycle(g, cycle)
         total += med
         per_cycle += share
         print("| %s | %gs | %d | %.3f | %.3f | %.3f | %s |" % (name, float(g.get("interval") or cycle), len(g["rules"]), med,
@@ -569,7 +580,7 @@ def measure(args):
     slow_rules.sort(reverse=True)
     print("\nSlowest rules (last evaluation): " + ", ".join("%s %.3f s" % (n, t) for t, _, n in slow_rules[:6]))
     if args.rule_queries:
-        rule_queries(args, base, samples, server)
+        rule_queries(args, base, samples, server, cycle)
 
     firing = get(base, "/api/v1/alerts", {}, 30)[0]["data"]["alerts"]
     counts = {}
