@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use azure_scheduled_events_exporter::config::{
     AgentArgs, Cli, Command, Config, ConfigError, EXIT_USAGE, LogFormat,
 };
+use azure_scheduled_events_exporter::shell::{agent, commands, logging};
 use azure_scheduled_events_exporter::telemetry::{ProcessEnv, Telemetry, lenient};
-use azure_scheduled_events_exporter::{agent, commands, logging};
 use clap::Parser;
 use clap::error::ErrorKind;
 
@@ -69,7 +69,7 @@ fn main() -> ExitCode {
         #[cfg(windows)]
         Some(Command::Service(args)) => match prepare(args.agent, LogFormat::Json) {
             Ok((config, telemetry)) => {
-                azure_scheduled_events_exporter::service::run(runtime, config, telemetry)
+                azure_scheduled_events_exporter::shell::service::run(runtime, config, telemetry)
             }
             Err(error) => return usage_error(&error.to_string()),
         },

@@ -4,7 +4,9 @@
 //! sends them, resources are named like scale-set VMs, and `NotBefore` is RFC 1123 with `GMT`, so
 //! parsing costs what it costs on Azure (string lengths, date parsing) rather than on a toy body.
 
-use azure_scheduled_events_exporter::wire::{Incarnation, ScheduledEvent, ScheduledEventsDocument};
+use azure_scheduled_events_exporter::azure::wire::{
+    Incarnation, ScheduledEvent, ScheduledEventsDocument,
+};
 use chrono::{DateTime, Duration, Utc};
 
 /// The scale set every generated resource belongs to; `vmss_0` is "this VM".

@@ -2,14 +2,14 @@
 //! the policy file (YAML or JSON, the flags' names without `approve.`) combine into them, a flag
 //! given winning over the file.
 //!
-//! Settings only: deciding what to approve is [`crate::approval`]'s job, which receives an
+//! Settings only: deciding what to approve is [`crate::core::approval`]'s job, which receives an
 //! [`ApprovalConfig`] already validated here.
 
 use std::time::Duration;
 
 use super::{ApproveArgs, ConfigError, duration, invalid};
-use crate::event::EventType;
-use crate::file_input;
+use crate::azure::event::EventType;
+use crate::config::file_input;
 
 /// Whether approval is off, deciding only, or sending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +86,7 @@ pub struct Policy {
     /// Approve events whose `EventSource` is `User` (a restart or redeploy someone asked for).
     pub user_events: bool,
     /// Approve at once an event marked as a predicted hardware failure
-    /// ([`crate::hardware_failure::predicted`]), whatever `when` says. Off by default.
+    /// ([`crate::azure::hardware_failure::predicted`]), whatever `when` says. Off by default.
     pub predicted_hardware_failure: bool,
     /// Approve Freezes whose `DurationInSeconds` is known and `0 <= d < freeze_max_duration`.
     /// Zero turns the rule off.

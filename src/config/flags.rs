@@ -416,9 +416,9 @@ pub struct SimulatorArgs {
     #[arg(
         long = "api-version",
         env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_API_VERSION",
-        value_parser = crate::api_version::ApiVersion::newer
+        value_parser = crate::azure::api_version::ApiVersion::newer
     )]
-    pub api_version: Option<crate::api_version::ApiVersion>,
+    pub api_version: Option<crate::azure::api_version::ApiVersion>,
     /// Log format.
     #[arg(
         long = "log.format",

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{ConfigError, invalid};
-use crate::event::EventType;
+use crate::azure::event::EventType;
 
 /// The `--kubernetes.*` flags.
 #[derive(Debug, Clone, Args)]
@@ -199,7 +199,7 @@ impl KubernetesArgs {
 /// A kubeconfig file, read and parsed.
 fn kubeconfig(path: PathBuf) -> Result<ApiServer, ConfigError> {
     // kube reads the file itself (it resolves the relative paths inside), once it is checked.
-    crate::file_input::check(&path, crate::file_input::KUBECONFIG)
+    crate::config::file_input::check(&path, crate::config::file_input::KUBECONFIG)
         .map_err(|e| invalid("kubernetes.kubeconfig", format!("{}: {e}", path.display())))?;
     let file = kube::config::Kubeconfig::read_from(&path)
         .map_err(|e| invalid("kubernetes.kubeconfig", format!("{}: {e}", path.display())))?;

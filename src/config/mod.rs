@@ -5,9 +5,10 @@
 //! Anything invalid is one line on stderr and exit code 64 (`EX_USAGE`).
 //!
 //! Settings only: this folder imports the domain types it needs and none of the modules that act
-//! on the settings, except for the state file's default path, which [`crate::state`] defines.
+//! on the settings, except for the state file's default path, which [`crate::core::state`] defines.
 
 pub mod approval;
+pub mod file_input;
 pub mod flags;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
@@ -37,16 +38,16 @@ pub const DEFAULT_API_VERSION: &str = "2020-07-01";
 /// Where Linux keeps the current boot's id: the default of `--state.boot-id-file`.
 #[cfg(not(windows))]
 pub const DEFAULT_BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
-/// Windows has no boot id file: empty means the boot time Windows reports (see [`crate::boot`]).
+/// Windows has no boot id file: empty means the boot time Windows reports (see [`crate::core::boot`]).
 #[cfg(windows)]
 pub const DEFAULT_BOOT_ID_FILE: &str = "";
 
-/// The state file unless `--state.file` says otherwise: [`crate::state::DEFAULT_PATH`] on Linux,
+/// The state file unless `--state.file` says otherwise: [`crate::core::state::DEFAULT_PATH`] on Linux,
 /// `%ProgramData%\azure-scheduled-events-exporter\state.json` on Windows (`C:\ProgramData` when
 /// the variable is unset, as it never is under the service control manager).
 #[cfg(not(windows))]
 fn default_state_file() -> PathBuf {
-    PathBuf::from(crate::state::DEFAULT_PATH)
+    PathBuf::from(crate::core::state::DEFAULT_PATH)
 }
 
 #[cfg(windows)]
@@ -64,12 +65,7 @@ pub fn default_data_dir() -> PathBuf {
         .join("azure-scheduled-events-exporter")
 }
 
-/// The VM that the shipped `scenarios/demo.yaml` treats as "this VM": the simulator's default
-/// `--vm.name`.
-pub const DEMO_VM: &str = "demo-vmss_0";
-/// The other VM of the demo's scale set, which shares one event with [`DEMO_VM`] and has one of
-/// its own.
-pub const DEMO_OTHER_VM: &str = "demo-vmss_1";
+pub use azure_scheduled_events_simulator::{DEMO_OTHER_VM, DEMO_VM};
 
 /// Which events get per-event series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,7 +279,7 @@ mod tests {
 
     use super::approval::{HookCommand, Mode, Policy, When};
     use super::*;
-    use crate::event::EventType;
+    use crate::azure::event::EventType;
 
     fn parse(args: &[&str]) -> Result<Config, String> {
         let cli = Cli::try_parse_from(
@@ -382,7 +378,7 @@ mod tests {
         assert_eq!(config.approval.hook, None);
         assert_eq!(
             config.state_file.as_deref(),
-            Some(std::path::Path::new(crate::state::DEFAULT_PATH))
+            Some(std::path::Path::new(crate::core::state::DEFAULT_PATH))
         );
         assert_eq!(parse(&["--approve"])?.approval.mode, Mode::On);
         assert_eq!(
@@ -574,7 +570,7 @@ mod tests {
         assert!(matches!(cli.command, Some(Command::Demo(_))));
         let cli = Cli::try_parse_from(["x", "simulator"]).map_err(|e| e.to_string())?;
         assert!(
-            matches!(cli.command, Some(Command::Simulator(ref s)) if s.vm_name == crate::simulator::DEMO_VM),
+            matches!(cli.command, Some(Command::Simulator(ref s)) if s.vm_name == azure_scheduled_events_simulator::DEMO_VM),
             "the simulator plays the demo scenario's VM unless told otherwise"
         );
         Ok(())
@@ -586,7 +582,7 @@ mod tests {
             "info",
             "WARN",
             "off",
-            "info,azure_scheduled_events_exporter::web=debug",
+            "info,azure_scheduled_events_exporter::http::web=debug",
             "hyper=trace",
         ] {
             assert!(log_level(accepted).is_ok(), "{accepted:?}");

@@ -16,9 +16,9 @@ use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
 use super::{ConfigError, duration, invalid, one_line};
-use crate::event::{EventSource, EventType};
-use crate::file_input;
-use crate::view::EventView;
+use crate::azure::event::{EventSource, EventType};
+use crate::config::file_input;
+use crate::core::view::EventView;
 
 /// Where PagerDuty's Events API v2 takes events.
 pub const PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";
@@ -153,7 +153,7 @@ pub const SEVERITIES: [&str; 4] = ["critical", "error", "warning", "info"];
 
 /// The severity of an event of `event_type` for a receiver whose `severities` override the
 /// paging policy (docs/runbook.md): one VM's event is never `critical`; a Spot eviction (Preempt)
-/// is `info`, as is an `advisory` ([`crate::event::Event::is_advisory`]) whatever is configured;
+/// is `info`, as is an `advisory` ([`crate::azure::event::Event::is_advisory`]) whatever is configured;
 /// every other type is `warning`.
 pub fn severity(
     severities: &BTreeMap<String, &'static str>,

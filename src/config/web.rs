@@ -1,6 +1,6 @@
 //! The `--web.*` flags of the listener beyond its address and path, and `--web.config.file`: TLS
 //! and basic authentication in the Prometheus exporter-toolkit's web configuration format, so one
-//! file serves this agent and the node_exporter next to it. [`crate::web`] serves by them.
+//! file serves this agent and the node_exporter next to it. [`crate::http::web`] serves by them.
 //!
 //! As in the toolkit, the file is read again for every TLS handshake and every request: a rotated
 //! certificate or a changed password takes effect without a restart. Whether the listener speaks
@@ -25,7 +25,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::{ConfigError, invalid, one_line};
-use crate::file_input;
+use crate::config::file_input;
 
 /// Default of `--web.max-requests`: node_exporter's.
 pub const DEFAULT_MAX_REQUESTS: usize = 40;

@@ -11,10 +11,10 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use tokio::sync::mpsc;
 
-use crate::approval::{PostFailure, PostReason, Rule};
-use crate::event::Event;
-use crate::imds::{ImdsClient, ImdsError};
-use crate::occurrence::{Context, Occurrence, Report};
+use crate::azure::event::Event;
+use crate::azure::imds::{ImdsClient, ImdsError};
+use crate::core::approval::{PostFailure, PostReason, Rule};
+use crate::core::occurrence::{Context, Occurrence, Report};
 
 use super::{Output, Reports};
 

@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use crate::approval::{HookKind, Outcome};
+use crate::azure::event::Event;
 use crate::config::approval::HookCommand;
-use crate::event::Event;
-use crate::occurrence::{Context, Occurrence, Report};
+use crate::core::approval::{HookKind, Outcome};
+use crate::core::occurrence::{Context, Occurrence, Report};
 
 use super::{Output, Reports};
 

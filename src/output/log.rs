@@ -4,13 +4,13 @@
 //! `span_id` (this VM's lifecycle span of the event), the event's fields, `affects_this_vm`,
 //! `vm_name` and `document_incarnation`, so a search for one EventId finds every VM that saw it.
 
-use crate::approval::{Decision, HookKind, Outcome, SkipReason};
-use crate::boot::Restart;
+use crate::azure::wire;
 use crate::config::approval::Mode;
-use crate::occurrence::{Context, Imds, Occurrence};
-use crate::trace_id::trace_id;
-use crate::tracker::{IncarnationChange, Transition};
-use crate::wire;
+use crate::core::approval::{Decision, HookKind, Outcome, SkipReason};
+use crate::core::boot::Restart;
+use crate::core::occurrence::{Context, Imds, Occurrence};
+use crate::core::trace_id::trace_id;
+use crate::core::tracker::{IncarnationChange, Transition};
 
 use super::Output;
 
@@ -206,8 +206,8 @@ fn log_transition(transition: &Transition, context: &Context) {
         | Transition::Completed { .. }
         | Transition::Cancelled(_) => None,
     };
-    let hardware_failure_predicted =
-        first_seen.map(|seen| crate::hardware_failure::predicted(transition.event(), Some(seen)));
+    let hardware_failure_predicted = first_seen
+        .map(|seen| crate::azure::hardware_failure::predicted(transition.event(), Some(seen)));
     tracing::info!(
         vm_name = view.vm_name,
         transition = transition.kind().as_str(),

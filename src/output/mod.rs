@@ -27,7 +27,7 @@ pub mod state;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use crate::occurrence::{Context, Occurrence, Report};
+use crate::core::occurrence::{Context, Occurrence, Report};
 
 /// Where outputs that act send what they report back.
 pub type Reports = mpsc::UnboundedSender<Report>;

@@ -2,7 +2,7 @@
 //!
 //! It folds the document's events (first-seen times, lifecycle span ids, the impact expected for
 //! this VM), every approval attempt and answer, and the notifications a restart would send
-//! again into [`crate::state::State`], then writes the file once per batch if anything changed,
+//! again into [`crate::core::state::State`], then writes the file once per batch if anything changed,
 //! and says in `..._state_up` whether that worked. It is the file's only writer. It runs before
 //! the approval and notification outputs, so an attempt or a notification is on disk before it
 //! leaves; after a restart an attempt found `sending` counts as sent.
@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use prometheus::Registry;
 
-use crate::approval::Outcome;
-use crate::event::EventId;
-use crate::occurrence::{Context, Occurrence};
-use crate::state::{ApprovalRecord, ApprovalStatus};
-use crate::tracker::Tracked;
+use crate::azure::event::EventId;
+use crate::core::approval::Outcome;
+use crate::core::occurrence::{Context, Occurrence};
+use crate::core::state::{ApprovalRecord, ApprovalStatus};
+use crate::core::tracker::Tracked;
 
 use self::store::StateStore;
 use self::up::StateUp;

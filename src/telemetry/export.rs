@@ -19,7 +19,7 @@ use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::metrics::NAMESPACE;
+use crate::output::metrics::NAMESPACE;
 
 /// Longest time spans wait for instance metadata before they are exported without it.
 pub const RESOURCE_WAIT: Duration = Duration::from_secs(60);

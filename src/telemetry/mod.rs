@@ -241,12 +241,14 @@ pub struct TlsPem {
 
 fn tls_pem(files: &otlp::TlsFiles) -> anyhow::Result<TlsPem> {
     let read = |path: &std::path::Path, variable: &str| {
-        crate::file_input::read(path, crate::file_input::OTLP_PEM).with_context(|| {
-            format!(
-                "cannot read {} (OTEL_EXPORTER_OTLP_{variable} or its _TRACES_ form)",
-                path.display()
-            )
-        })
+        crate::config::file_input::read(path, crate::config::file_input::OTLP_PEM).with_context(
+            || {
+                format!(
+                    "cannot read {} (OTEL_EXPORTER_OTLP_{variable} or its _TRACES_ form)",
+                    path.display()
+                )
+            },
+        )
     };
     let ca = files
         .certificate

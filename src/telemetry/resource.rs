@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::Resource;
 
+use crate::azure::wire;
 use crate::config::otlp::{DEFAULT_SERVICE_NAME, OtlpConfig};
-use crate::wire;
 
 /// What the agent knows about the VM it runs on.
 #[derive(Debug, Clone, Copy, Default)]

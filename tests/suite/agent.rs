@@ -5,8 +5,8 @@ use crate::common;
 
 use std::time::Duration;
 
-use azure_scheduled_events_exporter::imds::ImdsError;
-use azure_scheduled_events_exporter::simulator::{Fault, Scenario};
+use azure_scheduled_events_exporter::azure::imds::ImdsError;
+use azure_scheduled_events_simulator::{Fault, Scenario};
 use common::{Agent, Exposition, Imds, THIS_VM, TestResult};
 
 const FREEZE: &str = "11111111-AAAA-4BBB-8CCC-000000000001";
@@ -310,7 +310,7 @@ async fn unreachable_instance_metadata_leaves_affects_unknown_until_it_answers()
     let imds = Imds::start().await?;
     imds.sim.inject_fault(
         Fault::status(500)
-            .on(azure_scheduled_events_exporter::simulator::FaultTarget::Instance)
+            .on(azure_scheduled_events_simulator::FaultTarget::Instance)
             .until_cleared(),
     );
     imds.sim.load_scenario(scenario(&format!(

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use azure_scheduled_events_exporter::simulator::example_compute;
+use azure_scheduled_events_simulator::example_compute;
 
 use crate::common::{Agent, Imds, PATIENCE, TempDir, TestResult, document};
 use crate::notify::receiver::{Answer, Hit, Receiver};

@@ -6,9 +6,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use azure_scheduled_events_exporter::simulator::{
-    Approval, Fault, FaultTarget, Scenario, SeenRequest,
-};
+use azure_scheduled_events_simulator::{Approval, Fault, FaultTarget, Scenario, SeenRequest};
 use common::{Agent, Exposition, Imds, THIS_VM, TempDir, TestResult, document};
 
 const USER_REBOOT: &str = "A0000000-0000-4000-8000-000000000001";

@@ -4,7 +4,7 @@ use crate::common;
 
 use std::process::{Command, Stdio};
 
-use azure_scheduled_events_exporter::simulator::Scenario;
+use azure_scheduled_events_simulator::Scenario;
 use common::process::{AgentProcess, command};
 use common::{Imds, THIS_VM, TestResult};
 

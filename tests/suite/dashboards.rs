@@ -7,7 +7,7 @@ use crate::ops;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Stdio};
 
-use azure_scheduled_events_exporter::simulator::Scenario;
+use azure_scheduled_events_simulator::Scenario;
 use common::{Agent, Imds, TempDir};
 use ops::Error;
 use serde_json::Value;

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use azure_scheduled_events_exporter::NotifyMetrics;
 use azure_scheduled_events_exporter::StateUp;
+use azure_scheduled_events_exporter::azure::event::{Affects, Document, Event};
+use azure_scheduled_events_exporter::azure::imds::{ImdsError, Operation};
+use azure_scheduled_events_exporter::azure::wire::Compute;
 use azure_scheduled_events_exporter::config::approval::Mode;
-use azure_scheduled_events_exporter::event::{Affects, Document, Event};
-use azure_scheduled_events_exporter::imds::{ImdsError, Operation};
-use azure_scheduled_events_exporter::metrics::{EventSeries, Families, Metrics};
+use azure_scheduled_events_exporter::core::tracker::Tracker;
+use azure_scheduled_events_exporter::output::metrics::{EventSeries, Families, Metrics};
 use azure_scheduled_events_exporter::telemetry::ExportCounters;
-use azure_scheduled_events_exporter::tracker::Tracker;
-use azure_scheduled_events_exporter::wire::Compute;
 use chrono::{DateTime, TimeZone, Utc};
 
 use crate::common::TestResult;

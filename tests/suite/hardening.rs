@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use azure_scheduled_events_exporter::simulator::{Fault, Scenario};
+use azure_scheduled_events_simulator::{Fault, Scenario};
 use common::process::{AgentProcess, command};
 use common::{Agent, Imds, PATIENCE, THIS_VM, TempDir, TestResult};
 

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use apiserver::ApiServer;
-use azure_scheduled_events_exporter::simulator::{Fault, FaultTarget};
+use azure_scheduled_events_simulator::{Fault, FaultTarget};
 use common::process::{AgentProcess, command};
 use common::{Agent, Imds, PATIENCE, THIS_VM, TempDir, TestResult, document};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, Taint};

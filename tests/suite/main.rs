@@ -61,7 +61,6 @@ mod notify;
 mod packaging;
 mod prometheus;
 mod signals;
-mod simulator;
 mod span_ids;
 mod state;
 mod systemd;

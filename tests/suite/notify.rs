@@ -8,7 +8,7 @@ pub(crate) mod receiver;
 use std::time::Duration;
 
 use azure_scheduled_events_exporter::config::notify::FIELDS;
-use azure_scheduled_events_exporter::simulator::Scenario;
+use azure_scheduled_events_simulator::Scenario;
 use chrono::{DateTime, Utc};
 use common::process::{AgentProcess, command};
 use common::{Agent, Exposition, Imds, PATIENCE, THIS_VM, TempDir, TestResult, document};

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use azure_scheduled_events_exporter::simulator::Scenario;
+use azure_scheduled_events_simulator::Scenario;
 use common::process::AgentProcess;
 use common::{Imds, THIS_VM, TempDir};
 use ops::Error;

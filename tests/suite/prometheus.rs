@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use azure_scheduled_events_exporter::simulator::{
+use azure_scheduled_events_exporter::azure::wire::Compute;
+use azure_scheduled_events_simulator::{
     Fault, RunningSimulator, Scenario, SimulatorHandle, example_compute,
 };
-use azure_scheduled_events_exporter::wire::Compute;
 use common::TempDir;
 use common::process::AgentProcess;
 use ops::{Error, Process};

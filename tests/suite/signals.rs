@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use azure_scheduled_events_exporter::simulator::{ApiVersion, Fault, Scenario};
+use azure_scheduled_events_simulator::{ApiVersion, Fault, Scenario};
 use bytes::Bytes;
 use common::{Agent, Exposition, Imds, THIS_VM, TestResult, process};
 

@@ -10,7 +10,7 @@ use crate::otlp;
 
 use std::collections::BTreeSet;
 
-use azure_scheduled_events_exporter::simulator::{Fault, FaultTarget, Scenario};
+use azure_scheduled_events_simulator::{Fault, FaultTarget, Scenario};
 use common::process::{AgentProcess, command};
 use common::{Imds, THIS_VM, TempDir, TestResult};
 use otlp::{ReceivedSpan, Receiver};

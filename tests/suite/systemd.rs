@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use azure_scheduled_events_exporter::simulator::Fault;
+use azure_scheduled_events_simulator::Fault;
 use common::process::{AgentProcess, command};
 use common::{Imds, PATIENCE, TempDir, TestResult};
 use tokio::net::UnixDatagram;

@@ -8,7 +8,7 @@ use crate::otlp;
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_scheduled_events_exporter::simulator::Scenario;
+use azure_scheduled_events_simulator::Scenario;
 use common::pki::Ca;
 use common::process::{AgentProcess, command, scrape};
 use common::{Imds, PATIENCE, THIS_VM, TempDir, TestResult};

@@ -8,8 +8,8 @@ use crate::otlp;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use azure_scheduled_events_exporter::simulator::example_compute;
-use azure_scheduled_events_exporter::trace_id::{lifecycle_span_id, trace_id};
+use azure_scheduled_events_exporter::core::trace_id::{lifecycle_span_id, trace_id};
+use azure_scheduled_events_simulator::example_compute;
 use common::process::{AgentProcess, command, scrape};
 use common::{Exposition, Imds, PATIENCE, THIS_VM, TestResult, document};
 use otlp::{ReceivedSpan, Receiver};
@@ -552,7 +552,7 @@ async fn a_fleet_of_five_agents_writes_one_trace_with_one_lifecycle_span_per_vm(
 async fn an_approval_is_a_child_span_of_the_lifecycle_span_and_its_outcome() -> TestResult {
     let receiver = Receiver::start().await?;
     let imds = Imds::start().await?;
-    imds.sim.load_scenario(azure_scheduled_events_exporter::simulator::Scenario::parse(
+    imds.sim.load_scenario(azure_scheduled_events_simulator::Scenario::parse(
         &format!(
             "events:\n  - {{ id: \"{EVENT}\", type: Reboot, source: User, resources: [{THIS_VM}], notice: 10m }}\n"
         ),

@@ -17,8 +17,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
-use azure_scheduled_events_exporter::simulator::ScenarioEvent;
-use azure_scheduled_events_exporter::simulator::scenario::HumanDuration;
+use azure_scheduled_events_simulator::ScenarioEvent;
+use azure_scheduled_events_simulator::scenario::HumanDuration;
 use common::process::scrape;
 use common::{Imds, THIS_VM, TempDir, TestResult};
 

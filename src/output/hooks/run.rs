@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use crate::approval::{HookFailure, HookKind, HookRun};
+use crate::azure::event::Event;
+use crate::azure::wire;
 use crate::config::approval::HookCommand;
-use crate::event::Event;
-use crate::view::EventView;
-use crate::wire;
+use crate::core::approval::{HookFailure, HookKind, HookRun};
+use crate::core::view::EventView;
 
 /// Output kept from each of stdout and stderr, for the log line.
 const OUTPUT_CAP: usize = 4096;

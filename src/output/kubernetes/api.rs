@@ -30,9 +30,9 @@ use tokio::time::Instant;
 
 use super::node;
 use super::wanted::{Note, Wanted};
-use crate::backoff;
+use crate::azure::backoff;
 use crate::config::kubernetes::{ApiServer, KubernetesConfig};
-use crate::metrics::NAMESPACE;
+use crate::output::metrics::NAMESPACE;
 
 /// Our name as the API server records it: the field manager of our patches and the reporting
 /// controller of our Events.
@@ -266,7 +266,7 @@ impl Api {
         client_config.read_timeout = Some(Duration::from_secs(10));
         let mut drain_config = client_config.clone();
         drain_config.default_retry = false;
-        let names = |types: &[crate::event::EventType]| {
+        let names = |types: &[crate::azure::event::EventType]| {
             types
                 .iter()
                 .map(|t| t.as_str().to_owned())

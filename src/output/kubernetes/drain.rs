@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use super::api::{Api, FIRST_BACKOFF, FailureLog, MAX_BACKOFF, RequestError, classify};
 use super::wanted::{DrainTarget, Note, Wanted, event_name};
-use crate::backoff;
+use crate::azure::backoff;
 
 /// The annotation the kubelet puts on a mirror pod (a static pod's image in the API server).
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";

@@ -22,11 +22,11 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::azure::event::{Affects, Event};
 use crate::config::kubernetes::KubernetesConfig;
-use crate::event::{Affects, Event};
-use crate::metrics::Metrics;
-use crate::occurrence::{Context, Occurrence};
-use crate::tracker::Tracked;
+use crate::core::occurrence::{Context, Occurrence};
+use crate::core::tracker::Tracked;
+use crate::output::metrics::Metrics;
 
 use super::Output;
 use api::{Api, KubernetesMetrics, NodeWriter};

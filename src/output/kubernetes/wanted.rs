@@ -5,9 +5,9 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::azure::event::{Event, EventStatus};
 use crate::config::kubernetes::Actions;
-use crate::event::{Event, EventStatus};
-use crate::tracker::Transition;
+use crate::core::tracker::Transition;
 
 /// The `AzureScheduledEvent` condition as it should be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,8 +101,9 @@ impl Wanted {
                 ),
             },
         };
-        let listed =
-            |list: &[crate::event::EventType], event: &Event| list.contains(&event.event_type);
+        let listed = |list: &[crate::azure::event::EventType], event: &Event| {
+            list.contains(&event.event_type)
+        };
         let drain = ours
             .iter()
             .find(|event| !event.is_advisory() && listed(&actions.drain_events, event))
@@ -279,8 +280,8 @@ pub fn event_name(node: &str, id: &str, suffix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Affects, DurationInSeconds, EventId, EventType};
-    use crate::tracker::Tracked;
+    use crate::azure::event::{Affects, DurationInSeconds, EventId, EventType};
+    use crate::core::tracker::Tracked;
 
     /// [`Wanted::from_events`] of the events that name `vm`, as the output picks them.
     fn wanted_for(events: &[Tracked], vm: Option<&str>, actions: &Actions) -> Wanted {
@@ -291,7 +292,7 @@ mod tests {
             .collect();
         Wanted::from_events(&ours, actions)
     }
-    use crate::not_before::NotBefore;
+    use crate::azure::not_before::NotBefore;
 
     const VM: &str = "aks-pool-12345678-vmss_0";
 

@@ -17,7 +17,7 @@ use super::api::{
     Api, FIRST_BACKOFF, Failure, FailureLog, MAX_ANSWER_BYTES, MAX_BACKOFF, RequestError,
     status_error,
 };
-use crate::backoff;
+use crate::azure::backoff;
 
 /// The longest one watch request is asked to last: the client library's bound (under 295 s).
 const WATCH_SECONDS: u64 = 290;

@@ -386,9 +386,9 @@ async fn post(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::azure::event::Document;
     use crate::config::notify::Format;
-    use crate::event::Document;
-    use crate::view::EventView;
+    use crate::core::view::EventView;
 
     fn receiver(urls: usize) -> Receiver {
         let url = |port: usize| {

@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::config::notify::{Dedup, Format, Receiver, severity, template_environment};
-use crate::view::EventView;
+use crate::core::view::EventView;
 
 /// Instructions a template may run for one notification (MiniJinja's fuel): about a hundred times
 /// what a template that walks every VM of a large event needs, and tens of milliseconds of CPU.
@@ -113,7 +113,7 @@ pub struct Notification {
     pub event: EventView,
     pub changed: Option<String>,
     pub seen_started: Option<bool>,
-    /// Whether Azure predicts a hardware failure ([`crate::hardware_failure`]), on the
+    /// Whether Azure predicts a hardware failure ([`crate::azure::hardware_failure`]), on the
     /// notification that first reports the event (as on its log line); `None` on the others.
     pub hardware_failure_predicted: Option<bool>,
 }
@@ -352,7 +352,7 @@ mod tests {
         receiver.routing_key = Some("key".into());
         receiver
     }
-    use crate::event::{Document, Event};
+    use crate::azure::event::{Document, Event};
 
     fn freeze() -> Option<Event> {
         let document = Document::from_json(

@@ -16,7 +16,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::backoff;
+use crate::azure::backoff;
 use crate::config::notify::{Format, Receiver};
 
 use super::body::{Notification, Template, body};

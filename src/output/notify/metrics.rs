@@ -3,7 +3,7 @@
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
-use crate::metrics::NAMESPACE;
+use crate::output::metrics::NAMESPACE;
 
 /// Every `result` of a notification.
 pub const RESULTS: [&str; 3] = ["delivered", "failed", "rejected"];

@@ -1,11 +1,11 @@
 //! Each VM's view of an event as OpenTelemetry spans, built from the tracker's transitions.
 //!
-//! The trace id is the EventId ([`crate::trace_id`]), so every VM that sees an event writes into
+//! The trace id is the EventId ([`crate::core::trace_id`]), so every VM that sees an event writes into
 //! the same trace. Per VM and event there is one **lifecycle span** (span id from EventId and VM
 //! name, the same after a restart) from the moment this agent first saw the event until it left
 //! the document, carrying the event's last fields and its outcome. Because it is only exported
 //! when it ends, every **transition** is also exported at once as a short child span of it.
-//! Approval decisions and hook runs ([`crate::approval::Decision`]) are child spans of it too.
+//! Approval decisions and hook runs ([`crate::core::approval::Decision`]) are child spans of it too.
 //! Unchanged polls produce no transitions and so no spans. Pure: the caller passes the time and
 //! gets finished spans back to queue.
 
@@ -19,13 +19,13 @@ use opentelemetry::trace::{
 use opentelemetry::{InstrumentationScope, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SpanData, SpanEvents, SpanLinks};
 
-use crate::approval::{Decision, Outcome};
-use crate::event::Event;
-use crate::hardware_failure;
-use crate::occurrence::Context;
+use crate::azure::event::Event;
+use crate::azure::hardware_failure;
+use crate::core::approval::{Decision, Outcome};
+use crate::core::occurrence::Context;
+use crate::core::trace_id::trace_id_u128;
+use crate::core::tracker::{Kind, Tracked, Transition};
 use crate::telemetry::SCOPE;
-use crate::trace_id::trace_id_u128;
-use crate::tracker::{Kind, Tracked, Transition};
 
 /// The namespace of every span attribute of ours.
 pub const NAMESPACE: &str = "azure.scheduled_event";
@@ -297,7 +297,7 @@ fn predicted_attribute(event: &Event, first_seen: DateTime<Utc>) -> KeyValue {
     )
 }
 
-/// The event's fields, as this VM saw them: its [`crate::view::EventView`], with `Resources` as a list and
+/// The event's fields, as this VM saw them: its [`crate::core::view::EventView`], with `Resources` as a list and
 /// NotBefore also as a Unix time.
 fn event_attributes(event: &Event, seen: &Context) -> Vec<KeyValue> {
     let view = seen.view(event);
@@ -376,9 +376,9 @@ fn span(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Document;
-    use crate::trace_id::lifecycle_span_id;
-    use crate::tracker::Tracker;
+    use crate::azure::event::Document;
+    use crate::core::trace_id::lifecycle_span_id;
+    use crate::core::tracker::Tracker;
     use chrono::TimeZone;
 
     const ID: &str = "C7061BAC-AFDC-4513-B24B-AA5F13A16123";
@@ -463,7 +463,7 @@ mod tests {
                 (
                     10,
                     Document {
-                        incarnation: crate::event::DocumentIncarnation(2),
+                        incarnation: crate::azure::event::DocumentIncarnation(2),
                         events: vec![],
                     },
                 ),
@@ -604,7 +604,7 @@ mod tests {
 
     #[test]
     fn approval_decisions_are_children_of_the_lifecycle_span_and_the_last_one_is_kept_on_it() {
-        use crate::approval::{HookFailure, HookKind, HookRun, Rule, WaitReason};
+        use crate::core::approval::{HookFailure, HookKind, HookRun, Rule, WaitReason};
         let mut tracker = Tracker::new();
         let mut spans = EventSpans::new();
         let seen = ctx("vmss_0", 1, 0);

@@ -11,8 +11,8 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::file_input::{self, FileInputError};
-use crate::state::{LoadError, State};
+use crate::config::file_input::{self, FileInputError};
+use crate::core::state::{LoadError, State};
 
 /// What happened when the state file was opened, for one log line at start.
 #[derive(Debug)]

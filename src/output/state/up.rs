@@ -2,7 +2,7 @@
 
 use prometheus::{IntGauge, Opts, Registry};
 
-use crate::metrics::NAMESPACE;
+use crate::output::metrics::NAMESPACE;
 
 /// The `..._state_up` gauge.
 #[derive(Debug, Clone)]

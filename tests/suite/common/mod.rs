@@ -10,12 +10,10 @@ pub mod process;
 
 use std::time::Duration;
 
-use azure_scheduled_events_exporter::agent::{self, RunningAgent};
 use azure_scheduled_events_exporter::config::{Cli, LogFormat};
-use azure_scheduled_events_exporter::simulator::{
-    RunningSimulator, SimulatorHandle, example_compute,
-};
+use azure_scheduled_events_exporter::shell::agent::{self, RunningAgent};
 use azure_scheduled_events_exporter::telemetry::Telemetry;
+use azure_scheduled_events_simulator::{RunningSimulator, SimulatorHandle, example_compute};
 use clap::Parser;
 
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -39,7 +37,7 @@ impl Imds {
 
     /// A simulated IMDS playing the VM `compute` describes.
     pub async fn start_as(
-        compute: azure_scheduled_events_exporter::wire::Compute,
+        compute: azure_scheduled_events_exporter::azure::wire::Compute,
     ) -> Result<Self, Box<dyn std::error::Error>> {
         let sim = SimulatorHandle::new(compute);
         let running = RunningSimulator::start(sim.clone()).await?;

@@ -1,0 +1,480 @@
+//! The HTTP client for the Instance Metadata Service.
+//!
+//! Every request carries `Metadata: true` (IMDS answers 400 without it) and goes straight to the
+//! configured address: proxies are switched off whatever `HTTP_PROXY`/`ALL_PROXY` say, because a
+//! proxy either cannot reach 169.254.169.254 or adds `X-Forwarded-For`, which IMDS rejects.
+//! Redirects are not followed (the header exists to stop redirected requests). Bodies are read up
+//! to a cap so a broken endpoint cannot exhaust memory. Errors carry a bounded [`ImdsError::kind`].
+//!
+//! The client records every request it sends (the poll's GET, instance metadata, approval POSTs)
+//! in one place, `ImdsClient::recorded`, through the [`RecordRequest`] it was given.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{StatusCode, Url};
+
+use tracing::Instrument;
+
+use crate::azure::event::{Document, DocumentError, EventId};
+use crate::azure::wire;
+
+/// Largest body the agent reads. Real documents are a few kilobytes; the cap leaves room for
+/// hundreds of events naming hundreds of VMs.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Most events a document may hold. A placement group or availability set has at most a few
+/// hundred VMs, each with a few events; every event naming this VM costs about 11 kB of
+/// resident memory (its series, and their encoding at each scrape), so this bound, not the
+/// body's size, is what keeps the worst case (5,000 such events in a body at the cap: under
+/// 80 MiB) within the shipped memory limits of 128 MiB (docs/performance.md).
+pub const MAX_EVENTS: usize = 5_000;
+
+/// Time a TCP connect to IMDS has by default. IMDS is link-local and accepts within a
+/// millisecond; a connect still pending after a second is being dropped on the way.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The instance-metadata api-version: the oldest that has every `compute` field the agent reports.
+pub const INSTANCE_API_VERSION: &str = "2021-02-01";
+
+/// Which IMDS call a request was, for the `operation` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// `GET /metadata/scheduledevents`
+    Events,
+    /// `GET /metadata/instance`
+    Instance,
+    /// `POST /metadata/scheduledevents` (approval)
+    Approve,
+}
+
+impl Operation {
+    pub const ALL: [Operation; 3] = [Operation::Events, Operation::Instance, Operation::Approve];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Events => "events",
+            Operation::Instance => "instance",
+            Operation::Approve => "approve",
+        }
+    }
+}
+
+/// Why an IMDS request did not yield a usable answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ImdsError {
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// The TCP connect did not complete in time: something between this process and IMDS drops
+    /// the traffic (not on the host network, AKS's IMDS restriction, a NetworkPolicy), as
+    /// opposed to an IMDS that accepted and answers slowly ([`ImdsError::Timeout`]).
+    #[error(
+        "connect did not complete within {0:?}: IMDS is unreachable from here (a pod outside the host network, AKS's IMDS restriction, a NetworkPolicy or a pod-identity agent dropping the traffic)"
+    )]
+    ConnectTimeout(Duration),
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    #[error("connection failed during the exchange: {0}")]
+    Transport(String),
+    #[error("HTTP {status}: {body}")]
+    Status {
+        status: StatusCode,
+        retry_after: Option<Duration>,
+        /// The start of the body, for the log: IMDS error bodies vary (JSON, IIS HTML).
+        body: String,
+    },
+    #[error("body larger than {MAX_BODY_BYTES} bytes")]
+    TooLarge,
+    #[error("document with {0} events, more than {MAX_EVENTS}")]
+    TooManyEvents(usize),
+    #[error("{0}")]
+    Decode(String),
+}
+
+impl ImdsError {
+    /// Every value of [`ImdsError::kind`], for pre-creating series.
+    pub const KINDS: [&'static str; 11] = [
+        "timeout",
+        "connect_timeout",
+        "connect",
+        "transport",
+        "http_4xx",
+        "http_410",
+        "http_429",
+        "http_5xx",
+        "http_other",
+        "too_large",
+        "decode",
+    ];
+
+    /// A bounded name for the `reason` label and the log.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ImdsError::Timeout(_) => "timeout",
+            ImdsError::ConnectTimeout(_) => "connect_timeout",
+            ImdsError::Connect(_) => "connect",
+            ImdsError::Transport(_) => "transport",
+            ImdsError::Status { status, .. } => match status.as_u16() {
+                410 => "http_410",
+                429 => "http_429",
+                400..=499 => "http_4xx",
+                500..=599 => "http_5xx",
+                _ => "http_other",
+            },
+            ImdsError::TooLarge | ImdsError::TooManyEvents(_) => "too_large",
+            ImdsError::Decode(_) => "decode",
+        }
+    }
+
+    /// Whether IMDS asked the agent to slow down or come back later (429, 410, 5xx), as opposed
+    /// to a failure that retrying at the normal pace is right for.
+    pub fn wants_backoff(&self) -> bool {
+        matches!(self, ImdsError::Status { status, .. }
+            if *status == StatusCode::TOO_MANY_REQUESTS || *status == StatusCode::GONE || status.is_server_error())
+    }
+
+    /// The `Retry-After` IMDS sent, if any.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ImdsError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    fn from_reqwest(error: reqwest::Error, timeout: Duration, connect_timeout: Duration) -> Self {
+        // The chain holds the useful part ("connection refused", "connection closed before
+        // message completed"); reqwest's own message is only "error sending request".
+        let mut text = error.to_string();
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        if error.is_connect() && error.is_timeout() {
+            ImdsError::ConnectTimeout(connect_timeout)
+        } else if error.is_timeout() {
+            ImdsError::Timeout(timeout)
+        } else if error.is_connect() {
+            ImdsError::Connect(text)
+        } else {
+            ImdsError::Transport(text)
+        }
+    }
+}
+
+impl From<DocumentError> for ImdsError {
+    fn from(error: DocumentError) -> Self {
+        ImdsError::Decode(error.to_string())
+    }
+}
+
+/// Where the client records each request it sent: its operation, how long it took, and how
+/// it failed (the request metrics implement it).
+pub trait RecordRequest: std::fmt::Debug + Send + Sync {
+    fn record_request(&self, operation: Operation, elapsed: Duration, error: Option<&ImdsError>);
+}
+
+/// A valid scheduled-events document, or the news that it is byte for byte the last one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Polled {
+    Changed(Document),
+    Unchanged,
+}
+
+/// A client for one IMDS base URL.
+#[derive(Debug, Clone)]
+pub struct ImdsClient {
+    http: reqwest::Client,
+    connect_timeout: Duration,
+    events_url: Url,
+    instance_url: Url,
+    /// `events_url` without the password or user a proxy in front of IMDS may need, for logs.
+    shown_url: Url,
+    recorder: Option<Arc<dyn RecordRequest>>,
+}
+
+impl ImdsClient {
+    /// A client for `base` (`http://169.254.169.254` on Azure) asking for `api_version` of
+    /// scheduled events.
+    pub fn new(base: &Url, api_version: &str) -> Result<Self, reqwest::Error> {
+        Self::with_connect_timeout(base, api_version, DEFAULT_CONNECT_TIMEOUT)
+    }
+
+    /// As [`ImdsClient::new`], giving a TCP connect `connect_timeout` before it fails as
+    /// [`ImdsError::ConnectTimeout`], whatever the request's own timeout: a blocked pod learns
+    /// it in a second, not after the two minutes the first request may take.
+    pub fn with_connect_timeout(
+        base: &Url,
+        api_version: &str,
+        connect_timeout: Duration,
+    ) -> Result<Self, reqwest::Error> {
+        let mut headers = HeaderMap::new();
+        headers.insert("Metadata", HeaderValue::from_static("true"));
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .default_headers(headers)
+            .user_agent(concat!(
+                env!("CARGO_PKG_NAME"),
+                "/",
+                env!("CARGO_PKG_VERSION")
+            ))
+            .pool_max_idle_per_host(1)
+            .connect_timeout(connect_timeout)
+            .build()?;
+        // reqwest sends the URL's user and password as basic auth and leaves them out of its
+        // errors; the one place the URL is printed shows neither.
+        let events_url = endpoint(base, "metadata/scheduledevents", api_version);
+        let mut shown_url = events_url.clone();
+        if !shown_url.username().is_empty() || shown_url.password().is_some() {
+            let _ = shown_url.set_password(None);
+            let _ = shown_url.set_username("redacted");
+        }
+        Ok(Self {
+            http,
+            connect_timeout,
+            events_url,
+            instance_url: endpoint(base, "metadata/instance", INSTANCE_API_VERSION),
+            shown_url,
+            recorder: None,
+        })
+    }
+
+    /// The same client, recording every request it sends in `recorder`.
+    pub fn recording(mut self, recorder: Arc<dyn RecordRequest>) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    /// The scheduled-events URL the client polls, any user and password in it redacted.
+    #[expect(
+        clippy::misnamed_getters,
+        reason = "the URL polled, as it may be shown: never the one holding a password"
+    )]
+    pub fn events_url(&self) -> &Url {
+        &self.shown_url
+    }
+
+    /// Reads the scheduled-events document. `last` holds the body of the last valid document:
+    /// the same bytes again (nearly every poll) are [`Polled::Unchanged`] and not parsed again.
+    pub async fn scheduled_events(
+        &self,
+        timeout: Duration,
+        last: &mut Vec<u8>,
+    ) -> Result<Polled, ImdsError> {
+        // Exported only at debug level: one trace per poll is noise, but useful when IMDS is slow.
+        let span = tracing::debug_span!(
+            "GET /metadata/scheduledevents",
+            otel.kind = "client",
+            http.request.method = "GET",
+            http.response.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let read = async {
+            let request = self.http.get(self.events_url.clone());
+            let body = self.exchange(request, timeout).await?;
+            if body == *last {
+                return Ok(Polled::Unchanged);
+            }
+            let document = Document::from_json(&body)?;
+            if document.events.len() > MAX_EVENTS {
+                return Err(ImdsError::TooManyEvents(document.events.len()));
+            }
+            *last = body;
+            Ok(Polled::Changed(document))
+        };
+        let result = self
+            .recorded(Operation::Events, read)
+            .instrument(span.clone())
+            .await;
+        if !span.is_disabled() {
+            match &result {
+                Ok(_) => span.record("http.response.status_code", 200),
+                Err(error) => {
+                    if let ImdsError::Status { status, .. } = error {
+                        span.record("http.response.status_code", status.as_u16());
+                    }
+                    span.record("error.type", error.kind())
+                }
+            };
+        }
+        result
+    }
+
+    /// Reads the `compute` section of instance metadata.
+    pub async fn instance(&self, timeout: Duration) -> Result<wire::Compute, ImdsError> {
+        let read = async {
+            let request = self.http.get(self.instance_url.clone());
+            let body = self.exchange(request, timeout).await?;
+            serde_json::from_slice::<wire::InstanceMetadata>(&body)
+                .map(|metadata| metadata.compute)
+                .map_err(|error| ImdsError::Decode(format!("not instance metadata: {error}")))
+        };
+        self.recorded(Operation::Instance, read).await
+    }
+
+    /// Approves one event: `POST {"StartRequests":[{"EventId":"..."}]}` with the id exactly as
+    /// received. One event per request, so that an id IMDS refuses cannot hold back another.
+    pub async fn approve(&self, event_id: &EventId, timeout: Duration) -> Result<(), ImdsError> {
+        let post = async {
+            let body = wire::StartRequests {
+                start_requests: vec![wire::StartRequest {
+                    event_id: event_id.as_str().to_owned(),
+                }],
+            };
+            let body = serde_json::to_vec(&body).map_err(|e| ImdsError::Decode(e.to_string()))?;
+            let request = self
+                .http
+                .post(self.events_url.clone())
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body);
+            self.exchange(request, timeout).await.map(drop)
+        };
+        self.recorded(Operation::Approve, post).await
+    }
+
+    /// Runs one request as `operation`, answer read and decoded, and records it: the one place
+    /// every request's figures are recorded.
+    async fn recorded<T>(
+        &self,
+        operation: Operation,
+        request: impl std::future::Future<Output = Result<T, ImdsError>>,
+    ) -> Result<T, ImdsError> {
+        let started = tokio::time::Instant::now();
+        let result = request.await;
+        if let Some(recorder) = &self.recorder {
+            recorder.record_request(operation, started.elapsed(), result.as_ref().err());
+        }
+        result
+    }
+
+    async fn exchange(
+        &self,
+        request: reqwest::RequestBuilder,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, ImdsError> {
+        let exchange = async {
+            let mut response = request.send().await?;
+            let status = response.status();
+            let retry_after = crate::azure::backoff::retry_after(response.headers());
+            if response
+                .content_length()
+                .is_some_and(|length| length > MAX_BODY_BYTES as u64)
+            {
+                return Ok(Err(ImdsError::TooLarge));
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await? {
+                if body.len() + chunk.len() > MAX_BODY_BYTES {
+                    return Ok(Err(ImdsError::TooLarge));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(if status == StatusCode::OK {
+                Ok(body)
+            } else {
+                Err(ImdsError::Status {
+                    status,
+                    retry_after,
+                    body: excerpt(&body),
+                })
+            })
+        };
+        // One deadline for connect, headers and body: a server that trickles a body must not
+        // hold the single request in flight past the poll timeout.
+        match tokio::time::timeout(timeout, exchange).await {
+            Err(_) => Err(ImdsError::Timeout(timeout)),
+            Ok(Err(error)) => Err(ImdsError::from_reqwest(
+                error,
+                timeout,
+                self.connect_timeout,
+            )),
+            Ok(Ok(result)) => result,
+        }
+    }
+}
+
+fn endpoint(base: &Url, path: &str, api_version: &str) -> Url {
+    let mut url = base.clone();
+    let prefix = url.path().trim_end_matches('/').to_owned();
+    url.set_path(&format!("{prefix}/{path}"));
+    url.query_pairs_mut()
+        .clear()
+        .append_pair("api-version", api_version);
+    url
+}
+
+/// The first line of an error body, shortened, for one log line.
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let line = text
+        .split(['\r', '\n'])
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    line.chars().take(200).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_built_from_the_base_with_the_api_version() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let client = ImdsClient::new(&Url::parse("http://169.254.169.254")?, "2020-07-01")?;
+        assert_eq!(
+            client.events_url().as_str(),
+            "http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01"
+        );
+        assert_eq!(
+            client.instance_url.as_str(),
+            "http://169.254.169.254/metadata/instance?api-version=2021-02-01"
+        );
+        let prefixed = ImdsClient::new(&Url::parse("http://127.0.0.1:8080/imds/")?, "2019-08-01")?;
+        assert_eq!(
+            prefixed.events_url().as_str(),
+            "http://127.0.0.1:8080/imds/metadata/scheduledevents?api-version=2019-08-01"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn status_codes_map_to_bounded_kinds_and_backoff() {
+        let status = |code: u16| ImdsError::Status {
+            status: StatusCode::from_u16(code).unwrap_or(StatusCode::IM_A_TEAPOT),
+            retry_after: None,
+            body: String::new(),
+        };
+        let table = [
+            (400, "http_4xx", false),
+            (404, "http_4xx", false),
+            (405, "http_4xx", false),
+            (410, "http_410", true),
+            (429, "http_429", true),
+            (500, "http_5xx", true),
+            (503, "http_5xx", true),
+            (302, "http_other", false),
+        ];
+        for (code, kind, backoff) in table {
+            assert_eq!(
+                (status(code).kind(), status(code).wants_backoff()),
+                (kind, backoff),
+                "{code}"
+            );
+            assert!(ImdsError::KINDS.contains(&kind));
+        }
+    }
+
+    #[test]
+    fn error_excerpts_are_one_short_line() {
+        assert_eq!(
+            excerpt(b"\r\n<html>\r\n<body>Service Unavailable</body>"),
+            "<html>"
+        );
+        assert_eq!(excerpt(&[b'x'; 500]).len(), 200);
+        assert_eq!(excerpt(b""), "");
+    }
+}

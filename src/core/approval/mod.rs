@@ -1,0 +1,289 @@
+//! Approving events: the settings, the pure [`policy`] and [`takeover`] rules, and the pure
+//! decision machine ([`decide`]) that turns them into [`Decision`]s and commands.
+//!
+//! Nothing here does I/O: the approval output ([`crate::output::approval`]) sends the POSTs and
+//! the hooks output ([`crate::output::hooks`]) runs the hooks, each off the poll loop. Nothing
+//! is POSTed unless the mode is [`Mode::On`]; in [`Mode::DryRun`] the same decisions are made,
+//! logged and counted, and neither the approval hook runs nor anything is sent.
+
+pub mod decide;
+pub mod policy;
+pub mod takeover;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::azure::event::Event;
+use crate::azure::imds::ImdsError;
+
+pub use policy::{Rule, SkipReason, Verdict, WaitReason};
+
+/// First wait before retrying a failed POST; it doubles per attempt up to [`RETRY_MAX`].
+pub const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// Longest wait between two attempts of one POST.
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Approval POSTs sent after one poll at most: with the poll's GET, this keeps the agent under
+/// IMDS's limit of 5 requests per second at the default 1 s poll.
+pub const MAX_POSTS_PER_POLL: usize = 3;
+
+/// One decision about one event: the value that becomes a log line, counters and (with traces)
+/// a span event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub event: Event,
+    pub outcome: Outcome,
+}
+
+/// What was decided or what happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// IMDS accepted the approval.
+    Approved {
+        rule: Rule,
+        attempts: u32,
+    },
+    /// Dry run: the event would have been approved now.
+    DryRun {
+        rule: Rule,
+    },
+    /// Allowed, but not yet.
+    Waiting {
+        rule: Rule,
+        until: DateTime<Utc>,
+        reason: WaitReason,
+    },
+    Skipped(SkipReason),
+    /// A hook was started for the event.
+    HookStarted(HookKind),
+    /// A hook finished; for the approval hook a failure means the event is left for NotBefore.
+    HookFinished(HookRun),
+    /// The POST failed; `retry_at` is when it is tried again, `None` when it never is.
+    PostFailed {
+        reason: PostReason,
+        error: String,
+        retry_at: Option<DateTime<Utc>>,
+    },
+}
+
+impl Outcome {
+    /// The `decision` and `reason` labels of `..._approval_decisions_total`, for outcomes that
+    /// are approval decisions (hook starts and prepare/recover hooks are not).
+    pub fn decision(&self) -> Option<(&'static str, &'static str)> {
+        Some(match self {
+            Outcome::Approved { rule, .. } => ("approved", rule.as_str()),
+            Outcome::DryRun { rule } => ("dry_run", rule.as_str()),
+            Outcome::Waiting { reason, .. } => ("waiting", reason.as_str()),
+            Outcome::Skipped(reason) => ("skipped", reason.as_str()),
+            Outcome::HookFinished(HookRun {
+                kind: HookKind::Approve,
+                result: Err(failure),
+                ..
+            }) => ("hook_failed", failure.kind()),
+            Outcome::PostFailed { reason, .. } => ("post_failed", reason.as_str()),
+            Outcome::HookStarted(_) | Outcome::HookFinished(_) => return None,
+        })
+    }
+
+    /// The `reason` of `..._approval_failures_total`, for outcomes that are failures to approve.
+    pub fn failure(&self) -> Option<&'static str> {
+        match self {
+            Outcome::HookFinished(HookRun {
+                kind: HookKind::Approve,
+                result: Err(failure),
+                ..
+            }) => Some(failure.kind()),
+            Outcome::PostFailed { reason, .. } => Some(reason.as_str()),
+            Outcome::Approved { .. }
+            | Outcome::DryRun { .. }
+            | Outcome::Waiting { .. }
+            | Outcome::Skipped(_)
+            | Outcome::HookStarted(_)
+            | Outcome::HookFinished(_) => None,
+        }
+    }
+
+    /// Every failure to approve, as its (`decision`, `reason`) labels: the one list both
+    /// `..._approval_decisions_total` and `..._approval_failures_total` are pre-created from.
+    fn failure_labels() -> impl Iterator<Item = (&'static str, &'static str)> {
+        HookFailure::KINDS
+            .into_iter()
+            .map(|kind| ("hook_failed", kind))
+            .chain(PostReason::all().map(|reason| ("post_failed", reason.as_str())))
+    }
+
+    /// Every (decision, reason) pair, for pre-creating series.
+    pub fn decision_labels() -> Vec<(&'static str, &'static str)> {
+        let mut labels = Vec::new();
+        for rule in Rule::ALL {
+            labels.push(("approved", rule.as_str()));
+            labels.push(("dry_run", rule.as_str()));
+        }
+        for reason in [
+            WaitReason::BeforeNotBefore,
+            WaitReason::Takeover { rank: 1 },
+        ] {
+            labels.push(("waiting", reason.as_str()));
+        }
+        for reason in SkipReason::ALL {
+            labels.push(("skipped", reason.as_str()));
+        }
+        labels.extend(Self::failure_labels());
+        labels
+    }
+
+    /// Every `reason` of `..._approval_failures_total`.
+    pub fn failure_reasons() -> impl Iterator<Item = &'static str> {
+        Self::failure_labels().map(|(_, reason)| reason)
+    }
+}
+
+/// Why an approval POST failed, as the `reason` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostReason {
+    /// IMDS answered with an error, or did not answer.
+    Imds(ImdsKind),
+    /// The approval output's queue was full: the POST never left.
+    QueueFull,
+}
+
+/// An [`ImdsError::kind`], one of [`ImdsError::KINDS`].
+pub type ImdsKind = &'static str;
+
+impl PostReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PostReason::Imds(kind) => kind,
+            PostReason::QueueFull => "queue_full",
+        }
+    }
+
+    /// Every reason.
+    pub fn all() -> impl Iterator<Item = PostReason> {
+        ImdsError::KINDS
+            .into_iter()
+            .map(PostReason::Imds)
+            .chain([PostReason::QueueFull])
+    }
+}
+
+/// Why an approval POST did not get IMDS's 200.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostFailure {
+    /// Bounded, for metric labels: an IMDS error kind, or `queue_full` when it was never sent.
+    pub reason: PostReason,
+    pub error: String,
+    /// Sending the same request again cannot succeed (a 4xx other than 429 and 410).
+    pub refused: bool,
+}
+
+/// Which hook ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HookKind {
+    /// Before approving an event (drain, fail over, checkpoint); must succeed for the approval.
+    Approve,
+    /// When an event affecting this VM appears.
+    Prepare,
+    /// When an event affecting this VM completes (or is cancelled).
+    Recover,
+}
+
+impl HookKind {
+    pub const ALL: [HookKind; 3] = [HookKind::Approve, HookKind::Prepare, HookKind::Recover];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookKind::Approve => "approve",
+            HookKind::Prepare => "prepare",
+            HookKind::Recover => "recover",
+        }
+    }
+}
+
+/// Why a hook did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookFailure {
+    #[error("exited with {0}")]
+    Exit(String),
+    #[error("did not finish within {0:?} and was killed")]
+    Timeout(Duration),
+    #[error("could not run: {0}")]
+    Spawn(String),
+}
+
+impl HookFailure {
+    pub const KINDS: [&'static str; 3] = ["hook_failed", "hook_timeout", "hook_error"];
+
+    /// Bounded name for metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HookFailure::Exit(_) => "hook_failed",
+            HookFailure::Timeout(_) => "hook_timeout",
+            HookFailure::Spawn(_) => "hook_error",
+        }
+    }
+}
+
+/// What one run of a hook gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookRun {
+    pub kind: HookKind,
+    pub result: Result<(), HookFailure>,
+    pub elapsed: Duration,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Wait before attempt `attempts + 1`: 1 s, 2 s, 4 s, ... up to 30 s.
+pub fn retry_delay(attempts: u32) -> Duration {
+    crate::azure::backoff::delay(RETRY_FIRST, RETRY_MAX, attempts.saturating_sub(1), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_from_one_second_to_thirty() {
+        let delays: Vec<u64> = (1..=7).map(|n| retry_delay(n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(retry_delay(u32::MAX), RETRY_MAX);
+    }
+
+    #[test]
+    fn every_decision_has_a_pre_created_label_pair() {
+        let labels = Outcome::decision_labels();
+        let mut unique = labels.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), labels.len());
+        for outcome in [
+            Outcome::Skipped(SkipReason::Rejected),
+            Outcome::Waiting {
+                rule: Rule::UserEvent,
+                until: DateTime::UNIX_EPOCH,
+                reason: WaitReason::Takeover { rank: 7 },
+            },
+        ] {
+            let pair = outcome.decision().unwrap_or(("", ""));
+            assert!(labels.contains(&pair), "{pair:?}");
+        }
+    }
+
+    #[test]
+    fn an_approval_that_did_not_fit_the_queue_has_pre_created_series() {
+        let queue_full = Outcome::PostFailed {
+            reason: PostReason::QueueFull,
+            error: String::new(),
+            retry_at: None,
+        };
+        let pair = queue_full.decision().unwrap_or(("", ""));
+        assert_eq!(pair, ("post_failed", "queue_full"));
+        assert!(Outcome::decision_labels().contains(&pair));
+        assert!(Outcome::failure_reasons().any(|reason| reason == "queue_full"));
+        let mut reasons: Vec<&str> = Outcome::failure_reasons().collect();
+        reasons.sort_unstable();
+        reasons.dedup();
+        assert_eq!(reasons.len(), Outcome::failure_reasons().count());
+    }
+}

@@ -1,0 +1,282 @@
+//! What the agent knows from polling: the tracker's events plus whether IMDS is answering.
+//!
+//! [`Monitor::observe`] folds one poll outcome into that knowledge and returns what changed as
+//! [`Occurrence`]s. Like the tracker it is pure: the poll loop passes in the result and the time.
+//! A failed poll only ever changes reachability; it never reaches the tracker.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use crate::azure::imds::{ImdsError, Polled};
+use crate::core::occurrence::{Imds, Occurrence};
+use crate::core::tracker::{IncarnationChange, Tracked, Tracker};
+
+/// Whether the last poll succeeded, with what is needed to report the next change of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reachability {
+    /// No poll has finished yet.
+    Unknown,
+    Reachable,
+    Unreachable {
+        since: DateTime<Utc>,
+        failed_polls: u64,
+    },
+}
+
+/// The tracker and IMDS reachability.
+#[derive(Debug, Clone)]
+pub struct Monitor {
+    tracker: Tracker,
+    reachability: Reachability,
+    last_success: Option<DateTime<Utc>>,
+}
+
+impl Default for Monitor {
+    fn default() -> Self {
+        Self {
+            tracker: Tracker::new(),
+            reachability: Reachability::Unknown,
+            last_success: None,
+        }
+    }
+}
+
+impl Monitor {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+
+    /// Starts from what an earlier run knew (see [`Tracker::resume`]).
+    pub fn resume(&mut self, remembered: Vec<Tracked>) {
+        self.tracker.resume(remembered);
+    }
+
+    /// Time of the last valid document.
+    pub fn last_success(&self) -> Option<DateTime<Utc>> {
+        self.last_success
+    }
+
+    /// Whether the last poll returned a valid document.
+    pub fn is_up(&self) -> bool {
+        self.reachability == Reachability::Reachable
+    }
+
+    /// Takes in one poll's outcome, read at `now`.
+    pub fn observe(
+        &mut self,
+        outcome: Result<Polled, &ImdsError>,
+        now: DateTime<Utc>,
+    ) -> Vec<Occurrence> {
+        match outcome {
+            Err(error) => self.failed(error, now).into_iter().collect(),
+            Ok(polled) => {
+                let mut changes = Vec::new();
+                match self.reachability {
+                    Reachability::Reachable => {}
+                    Reachability::Unknown => changes.push(Occurrence::Imds(Imds::Reachable {
+                        failed_polls: 0,
+                        since: None,
+                    })),
+                    Reachability::Unreachable {
+                        since,
+                        failed_polls,
+                    } => {
+                        changes.push(Occurrence::Imds(Imds::Reachable {
+                            failed_polls,
+                            since: Some(since),
+                        }));
+                    }
+                }
+                self.reachability = Reachability::Reachable;
+                self.last_success = Some(now);
+                // The same bytes as the last valid document change nothing: the tracker is a
+                // function of the documents alone.
+                let Polled::Changed(document) = polled else {
+                    return changes;
+                };
+                let observation = self.tracker.observe(document, now);
+                let events_changed = !observation.transitions.is_empty()
+                    || observation.incarnation != IncarnationChange::Unchanged;
+                if matches!(
+                    observation.incarnation,
+                    IncarnationChange::Jumped { .. } | IncarnationChange::Restarted { .. }
+                ) {
+                    changes.push(Occurrence::Imds(Imds::Incarnation(observation.incarnation)));
+                }
+                changes.extend(
+                    observation
+                        .duplicates
+                        .into_iter()
+                        .map(|id| Occurrence::Imds(Imds::DuplicateEventId(id))),
+                );
+                changes.extend(
+                    observation
+                        .transitions
+                        .into_iter()
+                        .map(Occurrence::Transition),
+                );
+                changes.extend(
+                    observation
+                        .ended_while_down
+                        .into_iter()
+                        .map(Occurrence::EndedWhileDown),
+                );
+                if events_changed {
+                    changes.push(Occurrence::Events(Arc::from(self.tracker.events())));
+                }
+                changes
+            }
+        }
+    }
+
+    fn failed(&mut self, error: &ImdsError, now: DateTime<Utc>) -> Option<Occurrence> {
+        match &mut self.reachability {
+            Reachability::Unreachable { failed_polls, .. } => {
+                *failed_polls += 1;
+                None
+            }
+            Reachability::Reachable | Reachability::Unknown => {
+                self.reachability = Reachability::Unreachable {
+                    since: now,
+                    failed_polls: 1,
+                };
+                Some(Occurrence::Imds(Imds::Unreachable {
+                    reason: error.kind(),
+                    error: error.to_string(),
+                }))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::azure::event::{Document, DocumentIncarnation};
+    use crate::core::tracker::Transition;
+    use chrono::TimeZone;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_700_000_000 + s, 0)
+            .single()
+            .unwrap_or_default()
+    }
+
+    fn doc(json: &str) -> Polled {
+        Polled::Changed(Document::from_json(json.as_bytes()).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    const SCHEDULED: &str = r#"{"DocumentIncarnation":2,"Events":[{"EventId":"A","EventStatus":"Scheduled","EventType":"Reboot",
+        "Resources":["vm_0"],"NotBefore":"Tue, 14 Nov 2023 22:28:20 GMT"}]}"#;
+
+    #[test]
+    fn a_poll_that_fails_between_two_identical_documents_changes_nothing() {
+        let mut monitor = Monitor::new();
+        monitor.observe(Ok(doc(SCHEDULED)), t(0));
+        let known = monitor.tracker().events().to_vec();
+
+        for error in [
+            ImdsError::Timeout(std::time::Duration::from_secs(2)),
+            ImdsError::Decode("garbage".into()),
+            ImdsError::Transport("connection closed".into()),
+        ] {
+            monitor.observe(Err(&error), t(1));
+            assert_eq!(monitor.tracker().events(), known, "{error}");
+            assert_eq!(
+                monitor.tracker().incarnation(),
+                Some(DocumentIncarnation(2))
+            );
+        }
+        let back = monitor.observe(Ok(doc(SCHEDULED)), t(4));
+        assert_eq!(
+            back,
+            [Occurrence::Imds(Imds::Reachable {
+                failed_polls: 3,
+                since: Some(t(1))
+            })],
+            "no event transition"
+        );
+        assert_eq!(monitor.tracker().events(), known);
+    }
+
+    #[test]
+    fn an_unchanged_document_changes_nothing_but_reachability() {
+        let mut monitor = Monitor::new();
+        monitor.observe(Ok(doc(SCHEDULED)), t(0));
+        let known = monitor.tracker().events().to_vec();
+        assert!(monitor.observe(Ok(Polled::Unchanged), t(1)).is_empty());
+        let error = ImdsError::Timeout(std::time::Duration::from_secs(2));
+        monitor.observe(Err(&error), t(2));
+        assert_eq!(
+            monitor.observe(Ok(Polled::Unchanged), t(3)),
+            [Occurrence::Imds(Imds::Reachable {
+                failed_polls: 1,
+                since: Some(t(2))
+            })]
+        );
+        assert_eq!(monitor.tracker().events(), known);
+        assert_eq!(monitor.last_success(), Some(t(3)));
+    }
+
+    #[test]
+    fn unreachable_is_reported_once_per_outage() {
+        let mut monitor = Monitor::new();
+        monitor.observe(Ok(doc(SCHEDULED)), t(0));
+        let error = ImdsError::Status {
+            status: reqwest::StatusCode::SERVICE_UNAVAILABLE,
+            retry_after: None,
+            body: String::new(),
+        };
+        let first = monitor.observe(Err(&error), t(1));
+        assert!(matches!(
+            first[..],
+            [Occurrence::Imds(Imds::Unreachable {
+                reason: "http_5xx",
+                ..
+            })]
+        ));
+        assert!(!monitor.is_up());
+        assert!(monitor.observe(Err(&error), t(2)).is_empty());
+        assert_eq!(monitor.last_success(), Some(t(0)));
+    }
+
+    #[test]
+    fn the_first_document_reports_reachable_and_every_event() {
+        let mut monitor = Monitor::new();
+        let changes = monitor.observe(Ok(doc(SCHEDULED)), t(0));
+        assert_eq!(changes.len(), 3);
+        assert_eq!(
+            changes[0],
+            Occurrence::Imds(Imds::Reachable {
+                failed_polls: 0,
+                since: None
+            })
+        );
+        assert!(
+            matches!(&changes[1], Occurrence::Transition(Transition::Appeared(e)) if e.id.as_str() == "A")
+        );
+        assert!(
+            matches!(&changes[2], Occurrence::Events(events) if events.len() == 1 && events[0].event.id.as_str() == "A")
+        );
+        assert!(monitor.is_up());
+    }
+
+    #[test]
+    fn an_incarnation_jump_is_reported() {
+        let mut monitor = Monitor::new();
+        monitor.observe(Ok(doc(SCHEDULED)), t(0));
+        let changes = monitor.observe(Ok(doc(r#"{"DocumentIncarnation":4,"Events":[]}"#)), t(60));
+        assert_eq!(
+            changes[0],
+            Occurrence::Imds(Imds::Incarnation(IncarnationChange::Jumped {
+                from: DocumentIncarnation(2),
+                to: DocumentIncarnation(4)
+            }))
+        );
+    }
+}

@@ -1,0 +1,189 @@
+//! The functional core of the agent: one poll's outcome in, the [`Occurrence`]s it makes out.
+//!
+//! [`Observer::poll`] folds a document (or a failed poll) into the [`Monitor`], resuming from the
+//! state file at the first document after a start, then says which prepare and recover hooks
+//! start and what approval decides ([`Decider`]). [`Observer::report`] takes back what an output
+//! that acts (a hook, an approval POST) reports. No I/O, no clock: the caller passes the time.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use crate::azure::event::{Affects, Event, EventId};
+use crate::azure::imds::{ImdsError, Polled};
+use crate::config::approval::ApprovalConfig;
+use crate::config::notify::NotifyConfig;
+use crate::core::approval::decide::{Decided, Decider};
+use crate::core::approval::{Decision, HookKind, Outcome};
+use crate::core::monitor::Monitor;
+use crate::core::notices::Notices;
+use crate::core::occurrence::{Occurrence, Report};
+use crate::core::state::{KnownEvent, State};
+use crate::core::tracker::Tracked;
+use crate::core::view::SpanIds;
+
+/// Everything the agent has worked out from what it saw.
+#[derive(Debug)]
+pub struct Observer {
+    monitor: Monitor,
+    decider: Decider,
+    prepare_hook: bool,
+    recover_hook: bool,
+    /// The state file's events, until the first valid document.
+    remembered: Option<Vec<KnownEvent>>,
+    notices: Notices,
+    /// This VM's lifecycle span id of each event, given at first sight.
+    span_ids: Arc<SpanIds>,
+}
+
+impl Observer {
+    /// Starts from what the state file of an earlier run holds, on the machine called `host`.
+    pub fn new(
+        approval: ApprovalConfig,
+        notify: &NotifyConfig,
+        previous: &State,
+        host: &str,
+    ) -> Self {
+        Self {
+            notices: Notices::new(notify, previous),
+            span_ids: Arc::new(SpanIds::new(host)),
+            monitor: Monitor::new(),
+            prepare_hook: approval.prepare_hook.is_some(),
+            recover_hook: approval.recover_hook.is_some(),
+            decider: Decider::new(approval, &previous.approvals),
+            remembered: Some(previous.events.clone()),
+        }
+    }
+
+    pub fn monitor(&self) -> &Monitor {
+        &self.monitor
+    }
+
+    /// This VM's lifecycle span id of each event, as first given.
+    pub fn span_ids(&self) -> &Arc<SpanIds> {
+        &self.span_ids
+    }
+
+    /// Takes in one poll's outcome, read at `now` by the VM called `vm`.
+    pub fn poll(
+        &mut self,
+        outcome: Result<Polled, &ImdsError>,
+        vm: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Vec<Occurrence> {
+        if outcome.is_ok()
+            && let Some(remembered) = self.remembered.take()
+        {
+            // Resolved against the VM's name as known now, at the first document.
+            self.monitor
+                .resume(remembered.iter().map(|known| tracked(known, vm)).collect());
+            let span_ids = Arc::make_mut(&mut self.span_ids);
+            for known in &remembered {
+                span_ids.give(
+                    &EventId::new(known.event_id.as_str()),
+                    vm,
+                    known.span_id.as_deref(),
+                );
+            }
+        }
+        let mut occurrences = self.monitor.observe(outcome, now);
+        self.give_span_ids(&occurrences, vm);
+        let hooks: Vec<Occurrence> = occurrences
+            .iter()
+            .filter_map(|occurrence| self.lifecycle_hook(occurrence, vm))
+            .collect();
+        occurrences.extend(hooks);
+        if self.monitor.is_up() {
+            let events = self.monitor.tracker().events();
+            occurrences.extend(
+                self.decider
+                    .decide(events, vm, now)
+                    .into_iter()
+                    .map(|decided| match decided {
+                        Decided::Decision(decision) => Occurrence::Decision(decision),
+                        Decided::Send {
+                            event,
+                            rule,
+                            attempts,
+                        } => Occurrence::ApprovalSending {
+                            event,
+                            rule,
+                            attempts,
+                        },
+                    }),
+            );
+        }
+        occurrences
+    }
+
+    /// The notifications a whole batch of occurrences (what [`Observer::poll`] and
+    /// [`Observer::report`] made) holds, for the VM called `vm`.
+    pub fn notices(&mut self, occurrences: &[Occurrence], vm: Option<&str>) -> Vec<Occurrence> {
+        self.notices.decide(occurrences, vm)
+    }
+
+    /// Takes in what an output reported back, at `now`.
+    pub fn report(&mut self, report: Report, now: DateTime<Utc>) -> Occurrence {
+        Occurrence::Decision(match report {
+            Report::HookFinished { event, run } => self.decider.hook_finished(event, run),
+            Report::Posted {
+                event,
+                rule,
+                attempts,
+                result,
+            } => self.decider.posted(event, rule, attempts, result, now),
+        })
+    }
+
+    /// Gives each event that appeared its lifecycle span id, once; marks those that ended.
+    fn give_span_ids(&mut self, occurrences: &[Occurrence], vm: Option<&str>) {
+        for lifecycle in occurrences.iter().filter_map(Occurrence::lifecycle) {
+            let event = lifecycle.event();
+            let ended = lifecycle.ended();
+            let span_ids = Arc::make_mut(&mut self.span_ids);
+            span_ids.give(&event.id, vm, None);
+            if ended {
+                span_ids.ended(&event.id);
+            }
+        }
+    }
+
+    /// The prepare hook for an event of this VM that appeared, the recover hook for one that
+    /// ended (also while the agent was down). An event resumed after a restart was prepared by
+    /// the earlier run.
+    fn lifecycle_hook(&self, occurrence: &Occurrence, vm: Option<&str>) -> Option<Occurrence> {
+        let lifecycle = occurrence.lifecycle()?;
+        let kind = if lifecycle.appeared() {
+            HookKind::Prepare
+        } else if lifecycle.ended() {
+            HookKind::Recover
+        } else {
+            return None;
+        };
+        let event = lifecycle.event();
+        let configured = match kind {
+            HookKind::Prepare => self.prepare_hook,
+            HookKind::Recover => self.recover_hook,
+            HookKind::Approve => false,
+        };
+        // An advisory announces nothing to prepare for or recover from.
+        (configured && event.affects(vm) == Affects::Yes && !event.is_advisory())
+            .then(|| hook_started(event, kind))
+    }
+}
+
+fn hook_started(event: &Event, kind: HookKind) -> Occurrence {
+    Occurrence::Decision(Decision {
+        event: event.clone(),
+        outcome: Outcome::HookStarted(kind),
+    })
+}
+
+/// An event as the state file remembers it, for the tracker to resume from.
+fn tracked(known: &KnownEvent, vm: Option<&str>) -> Tracked {
+    Tracked {
+        event: known.to_event(vm),
+        first_seen: known.first_seen,
+        seen_started: known.seen_started(),
+    }
+}

@@ -1,0 +1,773 @@
+//! The lifecycle of every event, worked out from successive documents.
+//!
+//! A pure state machine: [`Tracker::observe`] takes a document and the time it was read and returns
+//! what changed. It does no I/O and reads no clock, so every lifecycle rule is tested without fakes.
+//! Failed polls never reach it, which is what guarantees that a timeout or a garbage body can never
+//! complete or cancel an event.
+//!
+//! It is also the one owner of restarts: [`Tracker::resume`] hands it what the state file
+//! remembers, and the first document after that says which of those events are still there
+//! ([`Transition::Resumed`], first sight and `Started` kept) and which ended while the agent was
+//! down ([`Observation::ended_while_down`]). Every output learns of a restart from that alone.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+
+use crate::azure::event::{Document, DocumentIncarnation, Event, EventId, EventStatus};
+
+/// An event the tracker knows, with what it has seen of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tracked {
+    pub event: Event,
+    pub first_seen: DateTime<Utc>,
+    /// Whether any document showed it `Started`.
+    pub seen_started: bool,
+}
+
+/// A field of an event whose change is reported as [`Transition::Updated`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    EventType,
+    EventStatus,
+    ResourceType,
+    Resources,
+    NotBefore,
+    Description,
+    EventSource,
+    DurationInSeconds,
+}
+
+impl Field {
+    /// Azure's name of the field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Field::EventType => "EventType",
+            Field::EventStatus => "EventStatus",
+            Field::ResourceType => "ResourceType",
+            Field::Resources => "Resources",
+            Field::NotBefore => "NotBefore",
+            Field::Description => "Description",
+            Field::EventSource => "EventSource",
+            Field::DurationInSeconds => "DurationInSeconds",
+        }
+    }
+}
+
+/// What happened to one event between two documents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    /// A new event; its status says whether it was announced (`Scheduled`) or is already under way
+    /// (`Started`, as for a hardware failure).
+    Appeared(Event),
+    /// An event known from before the agent restarted, in the first document after it: reported
+    /// like a new one, but first seen (and perhaps seen `Started`) by the earlier run.
+    Resumed {
+        event: Event,
+        first_seen: DateTime<Utc>,
+        seen_started: bool,
+    },
+    /// `Scheduled` became `Started`. `NotBefore` emptying at the same time is part of starting.
+    Started(Event),
+    /// Something else about the event changed.
+    Updated { event: Event, changed: Vec<Field> },
+    /// The event left the document after it started. `seen_started` is false when no document
+    /// showed it `Started` but it must have run: `NotBefore` had passed, or documents were missed
+    /// (the incarnation jumped) while it could have started and finished.
+    Completed { event: Event, seen_started: bool },
+    /// The event left the document while still `Scheduled`, before `NotBefore`, with no document
+    /// missed in between.
+    Cancelled(Event),
+}
+
+impl Transition {
+    /// The event the transition is about, as last seen.
+    pub fn event(&self) -> &Event {
+        match self {
+            Transition::Appeared(event)
+            | Transition::Resumed { event, .. }
+            | Transition::Started(event)
+            | Transition::Updated { event, .. }
+            | Transition::Completed { event, .. }
+            | Transition::Cancelled(event) => event,
+        }
+    }
+
+    /// What kind of transition it is, as the `transition` label says it: `advisory` for an
+    /// event that appeared but announces no impact ([`Event::is_advisory`]), so that nothing that
+    /// acts on `scheduled` acts on an advisory.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Transition::Appeared(event) | Transition::Resumed { event, .. }
+                if event.is_advisory() =>
+            {
+                Kind::Advisory
+            }
+            Transition::Appeared(event) | Transition::Resumed { event, .. }
+                if event.status == EventStatus::Started =>
+            {
+                Kind::Started
+            }
+            Transition::Appeared(_) | Transition::Resumed { .. } => Kind::Scheduled,
+            Transition::Started(_) => Kind::Started,
+            Transition::Updated { .. } => Kind::Updated,
+            Transition::Completed { .. } => Kind::Completed,
+            Transition::Cancelled(_) => Kind::Cancelled,
+        }
+    }
+
+    /// The fields an update changed, comma-separated as in the log line; `None` for other kinds.
+    pub fn changed_fields(&self) -> Option<String> {
+        match self {
+            Transition::Updated { changed, .. } => Some(
+                changed
+                    .iter()
+                    .map(|f| f.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Whether a completed event was seen `Started`; `None` for other kinds.
+    pub fn seen_started(&self) -> Option<bool> {
+        match self {
+            Transition::Completed { seen_started, .. } => Some(*seen_started),
+            _ => None,
+        }
+    }
+
+    /// Every `transition` label value of an event that announces an impact, for pre-creating
+    /// series.
+    pub const KINDS: [&'static str; 5] = [
+        Kind::Scheduled.as_str(),
+        Kind::Started.as_str(),
+        Kind::Updated.as_str(),
+        Kind::Completed.as_str(),
+        Kind::Cancelled.as_str(),
+    ];
+}
+
+/// The kind of a [`Transition`]: what the log line, the `transition` label, the span name and
+/// the notification say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Appeared (or resumed) `Scheduled`.
+    Scheduled,
+    /// Became `Started`, or appeared `Started`.
+    Started,
+    Updated,
+    Completed,
+    Cancelled,
+    /// Appeared (or resumed) announcing no impact: a Spot rebalance recommendation, EventStatus
+    /// `Advisory`, or an unknown status.
+    Advisory,
+}
+
+impl Kind {
+    /// The `transition` label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Kind::Scheduled => "scheduled",
+            Kind::Started => "started",
+            Kind::Updated => "updated",
+            Kind::Completed => "completed",
+            Kind::Cancelled => "cancelled",
+            Kind::Advisory => "advisory",
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How `DocumentIncarnation` moved between the last document and this one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IncarnationChange {
+    /// The first document the tracker sees.
+    First(DocumentIncarnation),
+    Unchanged,
+    /// Up by exactly one.
+    Next,
+    /// Up by more than one: documents were published that this agent never saw.
+    Jumped {
+        from: DocumentIncarnation,
+        to: DocumentIncarnation,
+    },
+    /// Down: the service was disabled (24 h without a request) or reset, and numbering restarted.
+    Restarted {
+        from: DocumentIncarnation,
+        to: DocumentIncarnation,
+    },
+}
+
+impl IncarnationChange {
+    fn between(from: Option<DocumentIncarnation>, to: DocumentIncarnation) -> Self {
+        match from {
+            None => Self::First(to),
+            Some(from) if to == from => Self::Unchanged,
+            Some(from) if to.0 == from.0.saturating_add(1) => Self::Next,
+            Some(from) if to > from => Self::Jumped { from, to },
+            Some(from) => Self::Restarted { from, to },
+        }
+    }
+
+    /// Whether documents may have been published that this agent did not see.
+    fn missed_documents(self) -> bool {
+        matches!(self, Self::Jumped { .. } | Self::Restarted { .. })
+    }
+}
+
+/// What one document changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observation {
+    pub incarnation: IncarnationChange,
+    pub transitions: Vec<Transition>,
+    /// Event ids that appeared more than once in the document; only the first was kept.
+    pub duplicates: Vec<EventId>,
+    /// In the first document after [`Tracker::resume`]: the remembered events it no longer holds,
+    /// which ended while the agent was down.
+    pub ended_while_down: Vec<Tracked>,
+}
+
+/// Every event in the last document read, in document order.
+#[derive(Debug, Clone, Default)]
+pub struct Tracker {
+    incarnation: Option<DocumentIncarnation>,
+    events: Vec<Tracked>,
+    /// What an earlier run knew, until the first document is observed.
+    remembered: Vec<Tracked>,
+}
+
+impl Tracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The incarnation of the last document observed.
+    pub fn incarnation(&self) -> Option<DocumentIncarnation> {
+        self.incarnation
+    }
+
+    /// The events of the last document observed, in its order.
+    pub fn events(&self) -> &[Tracked] {
+        &self.events
+    }
+
+    /// Starts from what an earlier run of the agent knew (from the state file): the next document
+    /// reports those events it still holds as [`Transition::Resumed`] and the others as ended
+    /// while the agent was down. Only before the first document; later calls are ignored.
+    pub fn resume(&mut self, remembered: Vec<Tracked>) {
+        if self.incarnation.is_none() {
+            self.remembered = remembered;
+        }
+    }
+
+    /// Takes in a document read at `now` and returns what changed since the last one.
+    pub fn observe(&mut self, document: Document, now: DateTime<Utc>) -> Observation {
+        let incarnation = IncarnationChange::between(self.incarnation, document.incarnation);
+        let previous = std::mem::take(&mut self.events);
+        // What the earlier run knew; what the document still holds is taken out below, so what
+        // stays ended while the agent was down (in the state file's order).
+        let mut remembered = std::mem::take(&mut self.remembered);
+        let mut transitions = Vec::new();
+        let mut duplicates = Vec::new();
+        let mut current = Vec::with_capacity(document.events.len());
+        let mut still_present = vec![false; previous.len()];
+        // Both lookups borrow the ids in place: an unchanged poll allocates no strings.
+        let repeated: Vec<bool> = {
+            let mut seen = HashSet::with_capacity(document.events.len());
+            document
+                .events
+                .iter()
+                .map(|e| !seen.insert(e.id.as_str()))
+                .collect()
+        };
+        let index: HashMap<&str, usize> = previous
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.event.id.as_str(), i))
+            .collect();
+
+        for (event, repeated) in document.events.into_iter().zip(repeated) {
+            if repeated {
+                duplicates.push(event.id);
+                continue;
+            }
+            let started = event.status == EventStatus::Started;
+            let old = index.get(event.id.as_str()).and_then(|&i| {
+                still_present[i] = true;
+                previous.get(i)
+            });
+            let earlier = match old {
+                Some(_) => None,
+                None => remembered
+                    .iter()
+                    .position(|r| r.event.id == event.id)
+                    .map(|i| remembered.remove(i)),
+            };
+            current.push(match (old, earlier) {
+                (None, None) => {
+                    transitions.push(Transition::Appeared(event.clone()));
+                    Tracked {
+                        event,
+                        first_seen: now,
+                        seen_started: started,
+                    }
+                }
+                (None, Some(earlier)) => {
+                    let tracked = Tracked {
+                        event,
+                        first_seen: earlier.first_seen.min(now),
+                        seen_started: earlier.seen_started || started,
+                    };
+                    transitions.push(Transition::Resumed {
+                        event: tracked.event.clone(),
+                        first_seen: tracked.first_seen,
+                        seen_started: tracked.seen_started,
+                    });
+                    tracked
+                }
+                (Some(old), _) => {
+                    transitions.extend(compare(&old.event, &event));
+                    Tracked {
+                        event,
+                        first_seen: old.first_seen,
+                        seen_started: old.seen_started || started,
+                    }
+                }
+            });
+        }
+        drop(index);
+
+        // Gone from the document: finished or called off, reported in the previous document's order.
+        let removed = previous
+            .into_iter()
+            .zip(still_present)
+            .filter(|(_, present)| !present);
+        for (
+            Tracked {
+                event,
+                seen_started,
+                ..
+            },
+            _,
+        ) in removed
+        {
+            let overdue = event.not_before.at().is_some_and(|at| at <= now);
+            transitions.push(
+                if seen_started || overdue || incarnation.missed_documents() {
+                    Transition::Completed {
+                        event,
+                        seen_started,
+                    }
+                } else {
+                    Transition::Cancelled(event)
+                },
+            );
+        }
+
+        self.incarnation = Some(document.incarnation);
+        self.events = current;
+        Observation {
+            incarnation,
+            transitions,
+            duplicates,
+            ended_while_down: remembered,
+        }
+    }
+}
+
+/// The transition, if any, from `old` to `new` (same `EventId`).
+fn compare(old: &Event, new: &Event) -> Option<Transition> {
+    if new.status == EventStatus::Started && old.status != EventStatus::Started {
+        return Some(Transition::Started(new.clone()));
+    }
+    let changed: Vec<Field> = [
+        (Field::EventType, old.event_type != new.event_type),
+        (Field::EventStatus, old.status != new.status),
+        (Field::ResourceType, old.resource_type != new.resource_type),
+        (Field::Resources, old.resources != new.resources),
+        (Field::NotBefore, old.not_before != new.not_before),
+        (Field::Description, old.description != new.description),
+        (Field::EventSource, old.source != new.source),
+        (Field::DurationInSeconds, old.duration != new.duration),
+    ]
+    .into_iter()
+    .filter_map(|(field, differs)| differs.then_some(field))
+    .collect();
+    (!changed.is_empty()).then(|| Transition::Updated {
+        event: new.clone(),
+        changed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::azure::event::{DurationInSeconds, EventType};
+    use crate::azure::not_before::NotBefore;
+    use crate::azure::resources::Resources;
+    use chrono::TimeZone;
+
+    const NOT_BEFORE: &str = "Mon, 11 Apr 2022 22:26:58 GMT";
+
+    fn t(seconds_after_not_before: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_649_716_018 + seconds_after_not_before, 0)
+            .single()
+            .unwrap_or_default()
+    }
+
+    fn event(id: &str, status: EventStatus) -> Event {
+        Event {
+            id: EventId::new(id),
+            event_type: EventType::Reboot,
+            status: status.clone(),
+            resource_type: "VirtualMachine".into(),
+            resources: Resources::from_iter(["vm_0"]),
+            not_before: NotBefore::parse(Some(if status == EventStatus::Started {
+                ""
+            } else {
+                NOT_BEFORE
+            })),
+            description: Some(String::new()),
+            source: None,
+            duration: Some(DurationInSeconds(-1)),
+        }
+    }
+
+    fn document(incarnation: u64, events: &[Event]) -> Document {
+        Document {
+            incarnation: DocumentIncarnation(incarnation),
+            events: events.to_vec(),
+        }
+    }
+
+    fn kinds(observation: &Observation) -> Vec<(&'static str, &str)> {
+        observation
+            .transitions
+            .iter()
+            .map(|t| (t.kind().as_str(), t.event().id.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn an_event_is_scheduled_started_and_completed() {
+        let mut tracker = Tracker::new();
+        let first = tracker.observe(document(1, &[event("a", EventStatus::Scheduled)]), t(-900));
+        assert_eq!(
+            first.incarnation,
+            IncarnationChange::First(DocumentIncarnation(1))
+        );
+        assert_eq!(kinds(&first), [("scheduled", "a")]);
+
+        let started = tracker.observe(document(2, &[event("a", EventStatus::Started)]), t(-60));
+        assert_eq!(started.incarnation, IncarnationChange::Next);
+        assert_eq!(
+            kinds(&started),
+            [("started", "a")],
+            "NotBefore emptying is part of starting"
+        );
+
+        let done = tracker.observe(document(3, &[]), t(-30));
+        assert_eq!(kinds(&done), [("completed", "a")]);
+        assert!(matches!(
+            done.transitions[0],
+            Transition::Completed {
+                seen_started: true,
+                ..
+            }
+        ));
+        assert!(tracker.events().is_empty());
+    }
+
+    #[test]
+    fn an_event_removed_while_scheduled_before_not_before_is_cancelled() {
+        let mut tracker = Tracker::new();
+        tracker.observe(document(1, &[event("a", EventStatus::Scheduled)]), t(-900));
+        let gone = tracker.observe(document(2, &[]), t(-600));
+        assert_eq!(kinds(&gone), [("cancelled", "a")]);
+    }
+
+    #[test]
+    fn an_event_removed_after_not_before_without_a_started_document_completed() {
+        let mut tracker = Tracker::new();
+        tracker.observe(document(1, &[event("a", EventStatus::Scheduled)]), t(-900));
+        let gone = tracker.observe(document(2, &[]), t(5));
+        assert_eq!(
+            gone.transitions,
+            [Transition::Completed {
+                event: event("a", EventStatus::Scheduled),
+                seen_started: false
+            }]
+        );
+    }
+
+    #[test]
+    fn an_event_removed_across_an_incarnation_jump_completed_unseen() {
+        // Real documents 19 -> 20: approved at incarnation 2, gone at 4; document 3 (Started) was never seen.
+        let mut tracker = Tracker::new();
+        tracker.observe(document(2, &[event("a", EventStatus::Scheduled)]), t(-900));
+        let gone = tracker.observe(document(4, &[]), t(-840));
+        assert_eq!(
+            gone.incarnation,
+            IncarnationChange::Jumped {
+                from: DocumentIncarnation(2),
+                to: DocumentIncarnation(4)
+            }
+        );
+        assert!(matches!(
+            gone.transitions[..],
+            [Transition::Completed {
+                seen_started: false,
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn an_event_can_appear_already_started() {
+        let mut tracker = Tracker::new();
+        tracker.observe(document(1, &[]), t(-10));
+        let appeared = tracker.observe(document(2, &[event("hw", EventStatus::Started)]), t(0));
+        assert_eq!(kinds(&appeared), [("started", "hw")]);
+        assert!(matches!(appeared.transitions[0], Transition::Appeared(_)));
+        let done = tracker.observe(document(3, &[]), t(600));
+        assert!(matches!(
+            done.transitions[..],
+            [Transition::Completed {
+                seen_started: true,
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn an_incarnation_that_jumps_by_two_is_reported_and_events_still_diffed() {
+        let mut tracker = Tracker::new();
+        tracker.observe(document(5, &[event("a", EventStatus::Scheduled)]), t(-900));
+        let o = tracker.observe(
+            document(
+                7,
+                &[
+                    event("a", EventStatus::Scheduled),
+                    event("b", EventStatus::Scheduled),
+                ],
+            ),
+            t(-890),
+        );
+        assert_eq!(
+            o.incarnation,
+            IncarnationChange::Jumped {
+                from: DocumentIncarnation(5),
+                to: DocumentIncarnation(7)
+            }
+        );
+        assert_eq!(kinds(&o), [("scheduled", "b")]);
+        assert_eq!(tracker.incarnation(), Some(DocumentIncarnation(7)));
+    }
+
+    #[test]
+    fn an_incarnation_that_goes_down_is_a_restart() {
+        let mut tracker = Tracker::new();
+        tracker.observe(document(190, &[]), t(0));
+        let o = tracker.observe(document(1, &[]), t(1));
+        assert_eq!(
+            o.incarnation,
+            IncarnationChange::Restarted {
+                from: DocumentIncarnation(190),
+                to: DocumentIncarnation(1)
+            }
+        );
+    }
+
+    #[test]
+    fn an_identical_document_changes_nothing() {
+        let mut tracker = Tracker::new();
+        let doc = document(
+            3,
+            &[
+                event("a", EventStatus::Scheduled),
+                event("b", EventStatus::Started),
+            ],
+        );
+        tracker.observe(doc.clone(), t(-900));
+        let before = tracker.events().to_vec();
+        let again = tracker.observe(doc, t(-899));
+        assert_eq!(
+            again,
+            Observation {
+                incarnation: IncarnationChange::Unchanged,
+                transitions: vec![],
+                duplicates: vec![],
+                ended_while_down: vec![],
+            }
+        );
+        assert_eq!(tracker.events(), before, "first-seen times are kept");
+    }
+
+    #[test]
+    fn changed_not_before_duration_and_resources_are_one_update() {
+        let mut tracker = Tracker::new();
+        tracker.observe(document(1, &[event("a", EventStatus::Scheduled)]), t(-900));
+        let mut moved = event("a", EventStatus::Scheduled);
+        moved.not_before = NotBefore::parse(Some("Tue, 12 Apr 2022 22:26:58 GMT"));
+        moved.duration = Some(DurationInSeconds(30));
+        moved.resources.push("vm_1");
+        let o = tracker.observe(document(2, &[moved.clone()]), t(-800));
+        assert_eq!(
+            o.transitions,
+            [Transition::Updated {
+                event: moved,
+                changed: vec![Field::Resources, Field::NotBefore, Field::DurationInSeconds]
+            }]
+        );
+    }
+
+    #[test]
+    fn several_events_change_in_one_document() {
+        let mut tracker = Tracker::new();
+        tracker.observe(
+            document(
+                1,
+                &[
+                    event("a", EventStatus::Scheduled),
+                    event("b", EventStatus::Scheduled),
+                ],
+            ),
+            t(-900),
+        );
+        let o = tracker.observe(
+            document(
+                2,
+                &[
+                    event("b", EventStatus::Started),
+                    event("c", EventStatus::Scheduled),
+                ],
+            ),
+            t(-800),
+        );
+        assert_eq!(
+            kinds(&o),
+            [("started", "b"), ("scheduled", "c"), ("cancelled", "a")]
+        );
+        let ids: Vec<&str> = tracker
+            .events()
+            .iter()
+            .map(|t| t.event.id.as_str())
+            .collect();
+        assert_eq!(ids, ["b", "c"]);
+    }
+
+    #[test]
+    fn events_removed_together_are_reported_in_the_previous_documents_order() {
+        let mut tracker = Tracker::new();
+        let ids = ["d", "a", "c", "b"];
+        let events: Vec<Event> = ids
+            .iter()
+            .map(|id| event(id, EventStatus::Scheduled))
+            .collect();
+        tracker.observe(document(1, &events), t(-900));
+        let gone = tracker.observe(document(2, &[]), t(-600));
+        let order: Vec<&str> = gone
+            .transitions
+            .iter()
+            .map(|t| t.event().id.as_str())
+            .collect();
+        assert_eq!(order, ids);
+    }
+
+    #[test]
+    fn a_repeated_event_id_is_kept_once_and_reported() {
+        let mut tracker = Tracker::new();
+        let o = tracker.observe(
+            document(
+                1,
+                &[
+                    event("a", EventStatus::Scheduled),
+                    event("a", EventStatus::Started),
+                ],
+            ),
+            t(-900),
+        );
+        assert_eq!(kinds(&o), [("scheduled", "a")]);
+        assert_eq!(o.duplicates, [EventId::new("a")]);
+        assert_eq!(tracker.events().len(), 1);
+    }
+
+    #[test]
+    fn an_advisory_appears_as_an_advisory_and_a_preempt_after_it_as_scheduled() {
+        let mut tracker = Tracker::new();
+        let mut advisory = event("rebalance", EventStatus::Advisory);
+        advisory.event_type = EventType::SpotRebalanceRecommendation;
+        advisory.not_before = NotBefore::parse(Some(""));
+        let o = tracker.observe(document(1, std::slice::from_ref(&advisory)), t(-900));
+        assert_eq!(kinds(&o), [("advisory", "rebalance")]);
+        let mut preempt = event("evict", EventStatus::Scheduled);
+        preempt.event_type = EventType::Preempt;
+        let o = tracker.observe(document(2, &[advisory, preempt]), t(-30));
+        assert_eq!(kinds(&o), [("scheduled", "evict")]);
+        let o = tracker.observe(document(3, &[]), t(5));
+        assert_eq!(
+            kinds(&o),
+            [("cancelled", "rebalance"), ("completed", "evict")]
+        );
+    }
+
+    fn fixture(file: &str) -> Document {
+        let path = format!(
+            "{}/tests/fixtures/imds-documents/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        match std::fs::read(&path).map(|body| Document::from_json(&body)) {
+            Ok(Ok(document)) => document,
+            Ok(Err(e)) => panic!("{path}: {e}"),
+            Err(e) => panic!("{path}: {e}"),
+        }
+    }
+
+    #[test]
+    fn the_real_world_shaped_advisory_then_preempt_documents_are_tracked() {
+        let mut tracker = Tracker::new();
+        let alone = tracker.observe(fixture("30-spot-rebalance-advisory-alone-di4.json"), t(0));
+        assert_eq!(
+            kinds(&alone),
+            [("advisory", "8F2D6A41-3B7C-4E19-9A5D-2C0B7E6F1D83")]
+        );
+        assert!(alone.transitions[0].event().is_advisory());
+        let then = tracker.observe(
+            fixture("31-spot-rebalance-advisory-then-preempt-di5.json"),
+            t(20),
+        );
+        assert_eq!(then.incarnation, IncarnationChange::Next);
+        assert_eq!(
+            kinds(&then),
+            [("scheduled", "D40E9B27-61C5-4F0A-B8E3-97A1C2F5E604")],
+            "the advisory is unchanged; the Preempt is the one new impact"
+        );
+        assert!(!then.transitions[0].event().is_advisory());
+    }
+
+    #[test]
+    fn an_unknown_status_appears_as_an_advisory() {
+        let mut tracker = Tracker::new();
+        let o = tracker.observe(
+            document(1, &[event("a", EventStatus::Other("Paused".into()))]),
+            t(-900),
+        );
+        assert_eq!(kinds(&o), [("advisory", "a")]);
+    }
+
+    #[test]
+    fn first_seen_is_kept_across_changes() {
+        let mut tracker = Tracker::new();
+        tracker.observe(document(1, &[event("a", EventStatus::Scheduled)]), t(-900));
+        tracker.observe(document(2, &[event("a", EventStatus::Started)]), t(-10));
+        assert_eq!(tracker.events()[0].first_seen, t(-900));
+        assert!(tracker.events()[0].seen_started);
+    }
+}

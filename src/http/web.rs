@@ -1,0 +1,359 @@
+//! The agent's listener, with what Prometheus exporters built on the exporter-toolkit offer:
+//! TLS and basic authentication from `--web.config.file` ([`crate::config::web`]), gzip when the
+//! scraper accepts it, at most `--web.max-requests` concurrent scrapes (beyond it a 503, as in
+//! node_exporter), and at most `--web.max-connections` open connections. Scrapes are answered
+//! from [`crate::http::exposition`]: encoded off the poll loop's thread, once for all the scrapes that
+//! wait at the same time.
+//!
+//! The connection bound is what keeps a flood of idle connections from taking every file
+//! descriptor of the agent (and with them the sockets it polls IMDS with): when it is reached,
+//! the oldest connection is closed to make room for the new one. A scraper therefore always gets
+//! in, and an idle connection only ever holds its place until newer ones push it out or hyper's
+//! header timeout closes it.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{
+    ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, HeaderValue, VARY, WWW_AUTHENTICATE,
+};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::task::AbortHandle;
+
+use crate::config::web::{Access, WebConfigFile, WebSettings};
+use crate::http::exposition::{Encoded, Exposition};
+use azure_scheduled_events_protocol::http::{accept, drain, respond};
+
+use crate::http::server::{EXPOSITION, Endpoints};
+
+/// How long a client has to send a request's headers (hyper's timer) and, with TLS, to finish
+/// its handshake. Scrapers send at once; a connection that sends nothing is closed.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What every connection's task shares.
+#[derive(Debug)]
+struct Shared {
+    endpoints: Arc<Endpoints>,
+    exposition: Arc<Exposition>,
+    config: Option<Arc<WebConfigFile>>,
+    scrapes: Option<Semaphore>,
+    connections: Mutex<Connections>,
+    /// Unix seconds of the last warning about closed connections, to warn once a minute.
+    last_eviction_warning: AtomicU64,
+}
+
+/// Open connections, oldest first.
+#[derive(Debug, Default)]
+struct Connections {
+    next_id: u64,
+    open: VecDeque<(u64, Option<AbortHandle>)>,
+}
+
+/// Removes its connection from [`Connections`] when the connection's task ends or is aborted.
+struct Registration {
+    id: u64,
+    shared: Arc<Shared>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut connections = self.shared.connections();
+        if let Some(index) = connections.open.iter().position(|(id, _)| *id == self.id) {
+            connections.open.remove(index);
+        }
+    }
+}
+
+impl Shared {
+    fn connections(&self) -> std::sync::MutexGuard<'_, Connections> {
+        self.connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers a new connection, closing the oldest ones while there are too many.
+    fn register(self: &Arc<Self>, max: usize) -> Registration {
+        let mut connections = self.connections();
+        let mut evicted = 0;
+        while connections.open.len() >= max {
+            let Some((_, handle)) = connections.open.pop_front() else {
+                break;
+            };
+            if let Some(handle) = handle {
+                handle.abort();
+            }
+            evicted += 1;
+        }
+        let id = connections.next_id;
+        connections.next_id += 1;
+        connections.open.push_back((id, None));
+        drop(connections);
+        if evicted > 0 {
+            self.warn_eviction(max);
+        }
+        Registration {
+            id,
+            shared: Arc::clone(self),
+        }
+    }
+
+    fn set_handle(&self, id: u64, handle: AbortHandle) {
+        let mut connections = self.connections();
+        if let Some(entry) = connections.open.iter_mut().find(|(i, _)| *i == id) {
+            entry.1 = Some(handle);
+        }
+    }
+
+    fn warn_eviction(&self, max: usize) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default();
+        let last = self.last_eviction_warning.load(Ordering::Relaxed);
+        if now >= last + 60
+            && self
+                .last_eviction_warning
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                max_connections = max,
+                "too many open connections: closing the oldest ones (logged at most once a minute)"
+            );
+        }
+    }
+}
+
+/// Serves the agent's endpoints until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    endpoints: Arc<Endpoints>,
+    settings: WebSettings,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let shared = Arc::new(Shared {
+        exposition: Exposition::new(Arc::clone(&endpoints.metrics)),
+        endpoints,
+        config: settings.config,
+        scrapes: settings.max_requests.map(Semaphore::new),
+        connections: Mutex::default(),
+        last_eviction_warning: AtomicU64::new(0),
+    });
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            stream = accept(&listener) => {
+                let registration = shared.register(settings.max_connections);
+                let id = registration.id;
+                let task = tokio::spawn(connection(
+                    stream,
+                    Arc::clone(&shared),
+                    graceful.watcher(),
+                    registration,
+                ));
+                shared.set_handle(id, task.abort_handle());
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    drain(graceful).await;
+    Ok(())
+}
+
+/// One connection: the TLS handshake when configured, then HTTP/1.
+async fn connection(
+    stream: TcpStream,
+    shared: Arc<Shared>,
+    watcher: Watcher,
+    _registration: Registration,
+) {
+    let tls = match shared.config.as_ref().filter(|c| c.tls()) {
+        None => None,
+        Some(config) => match config.load() {
+            Ok(loaded) => match loaded.tls.clone() {
+                Some(tls) => Some(tls),
+                None => {
+                    tracing::warn!(
+                        "the web configuration file no longer has tls_server_config; refusing connections until it does (TLS is chosen at startup)"
+                    );
+                    return;
+                }
+            },
+            Err(error) => {
+                tracing::warn!(%error, "cannot use the web configuration file; refusing the connection");
+                return;
+            }
+        },
+    };
+    match tls {
+        None => http(stream, shared, watcher).await,
+        Some(tls) => {
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+            match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => http(stream, shared, watcher).await,
+                Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
+                Err(_) => tracing::debug!("TLS handshake timed out"),
+            }
+        }
+    }
+}
+
+async fn http<I>(io: I, shared: Arc<Shared>, watcher: Watcher)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request| answer(Arc::clone(&shared), request));
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(io), service);
+    if let Err(error) = watcher.watch(connection).await {
+        tracing::debug!(%error, "connection ended with an error");
+    }
+}
+
+const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
+
+async fn answer(
+    shared: Arc<Shared>,
+    request: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    let endpoints = &shared.endpoints;
+    let scrape = request.uri().path() == endpoints.telemetry_path;
+    // A scrape holds its place from the start, through authentication (bcrypt runs off this
+    // thread, so that is where scrapes overlap) to the last byte encoded.
+    let _permit = match (&shared.scrapes, scrape) {
+        (Some(scrapes), true) => match scrapes.try_acquire() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                return Ok(respond(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    TEXT,
+                    "too many concurrent scrapes (--web.max-requests)\n",
+                ));
+            }
+        },
+        _ => None,
+    };
+    if let Some(config) = &shared.config {
+        let loaded = match config.load() {
+            Ok(loaded) => loaded,
+            Err(error) => {
+                tracing::warn!(%error, "cannot use the web configuration file; refusing the request");
+                return Ok(respond(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    TEXT,
+                    "the web configuration file is invalid\n",
+                ));
+            }
+        };
+        if loaded.requires_auth() {
+            let header = request
+                .headers()
+                .get(AUTHORIZATION)
+                .map(|v| v.as_bytes().to_vec());
+            // bcrypt takes tens of milliseconds by design: off the thread that polls IMDS.
+            let access = tokio::task::spawn_blocking(move || loaded.check(header.as_deref()))
+                .await
+                .unwrap_or(Access::Denied);
+            if access == Access::Denied {
+                let mut response = respond(StatusCode::UNAUTHORIZED, TEXT, "Unauthorized\n");
+                response.headers_mut().insert(
+                    WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Basic realm=\"azure-scheduled-events-exporter\""),
+                );
+                return Ok(response);
+            }
+        }
+    }
+    if !scrape || !matches!(*request.method(), Method::GET | Method::HEAD) {
+        return Ok(endpoints.answer(&request));
+    }
+    let gzip = accepts_gzip(&request);
+    Ok(scrape_response(
+        &*shared.exposition.encoded(gzip).await,
+        gzip,
+    ))
+}
+
+/// The answer to a scrape from its encoding: gzipped when the scraper accepts it and the
+/// encoding has it.
+fn scrape_response(encoded: &Encoded, gzip: bool) -> Response<Full<Bytes>> {
+    let text = match &encoded.text {
+        Ok(text) => text,
+        Err(error) => {
+            return respond(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                TEXT,
+                format!("cannot encode metrics: {error}\n"),
+            );
+        }
+    };
+    match encoded.gzip.as_ref().filter(|_| gzip) {
+        None => respond(StatusCode::OK, EXPOSITION, text.clone()),
+        Some(compressed) => {
+            let mut response = respond(StatusCode::OK, EXPOSITION, compressed.clone());
+            let headers = response.headers_mut();
+            headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            headers.insert(VARY, HeaderValue::from_static("Accept-Encoding"));
+            response
+        }
+    }
+}
+
+/// Whether `Accept-Encoding` lists gzip (or `*`) with a non-zero quality.
+fn accepts_gzip<B>(request: &Request<B>) -> bool {
+    request
+        .headers()
+        .get_all(ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let coding = parts.next().unwrap_or_default();
+            let zero = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !zero
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_encoding(value: &str) -> Request<()> {
+        let mut request = Request::new(());
+        if let Ok(value) = HeaderValue::from_str(value) {
+            request.headers_mut().insert(ACCEPT_ENCODING, value);
+        }
+        request
+    }
+
+    #[test]
+    fn gzip_is_used_only_when_accepted() {
+        assert!(accepts_gzip(&with_encoding("gzip")));
+        assert!(accepts_gzip(&with_encoding("deflate, gzip;q=0.5")));
+        assert!(accepts_gzip(&with_encoding("*")));
+        assert!(!accepts_gzip(&with_encoding("gzip;q=0")));
+        assert!(!accepts_gzip(&with_encoding("identity")));
+        assert!(!accepts_gzip(&Request::new(())));
+    }
+}

@@ -1,0 +1,14 @@
+//! The imperative shell: where the layers below are wired and run.
+//!
+//! [`agent`] builds every part from the resolved settings, [`poll_loop`] runs the one poll loop
+//! (a single request in flight) and hands each poll's occurrences to the outputs, [`commands`]
+//! runs `demo` and `simulator`, [`logging`] installs the log subscriber, [`systemd`] speaks
+//! systemd's notify protocol and `service` the Windows service control manager.
+
+pub mod agent;
+pub mod commands;
+pub mod logging;
+pub(crate) mod poll_loop;
+#[cfg(windows)]
+pub mod service;
+pub(crate) mod systemd;
