@@ -5,8 +5,8 @@
 //! [`azure`] speaks the Instance Metadata Service (documents, api-versions, the client);
 //! [`config`] turns flags, environment and files into resolved settings; [`core`] is the pure
 //! functional core that turns each poll into a list of occurrences; [`output`] hands that list to
-//! each consumer (log, metrics, spans, state, hooks, approval, notifications, Kubernetes) and
-//! [`telemetry`] exports the spans over OTLP; [`http`] serves `/metrics` and health; [`shell`]
+//! each consumer (log, metrics, spans exported over OTLP, state, hooks, approval, notifications,
+//! Kubernetes); [`http`] serves `/metrics` and health; [`shell`]
 //! wires it all, runs the one poll loop and the subcommands. The simulated IMDS that `demo` and
 //! `simulator` run is its own crate, `azure-scheduled-events-simulator`.
 
@@ -16,7 +16,6 @@ pub mod core;
 pub mod http;
 pub mod output;
 pub mod shell;
-pub mod telemetry;
 
 /// The notification metrics, for tests that check the exposition with receivers configured.
 pub use output::notify::metrics::NotifyMetrics;

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use azure_scheduled_events_exporter::config::{
     AgentArgs, Cli, Command, Config, ConfigError, EXIT_USAGE, LogFormat,
 };
+use azure_scheduled_events_exporter::output::telemetry::{ProcessEnv, Telemetry, lenient};
 use azure_scheduled_events_exporter::shell::{agent, commands, logging};
-use azure_scheduled_events_exporter::telemetry::{ProcessEnv, Telemetry, lenient};
 use clap::Parser;
 use clap::error::ErrorKind;
 

@@ -42,12 +42,15 @@ pub const DEFAULT_BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
 #[cfg(windows)]
 pub const DEFAULT_BOOT_ID_FILE: &str = "";
 
-/// The state file unless `--state.file` says otherwise: [`crate::core::state::DEFAULT_PATH`] on Linux,
+/// Where the state lives on Linux unless `--state.file` says otherwise.
+pub const DEFAULT_STATE_FILE: &str = "/var/lib/azure-scheduled-events-exporter/state.json";
+
+/// The state file unless `--state.file` says otherwise: [`DEFAULT_STATE_FILE`] on Linux,
 /// `%ProgramData%\azure-scheduled-events-exporter\state.json` on Windows (`C:\ProgramData` when
 /// the variable is unset, as it never is under the service control manager).
 #[cfg(not(windows))]
 fn default_state_file() -> PathBuf {
-    PathBuf::from(crate::core::state::DEFAULT_PATH)
+    PathBuf::from(DEFAULT_STATE_FILE)
 }
 
 #[cfg(windows)]
@@ -378,7 +381,7 @@ mod tests {
         assert_eq!(config.approval.hook, None);
         assert_eq!(
             config.state_file.as_deref(),
-            Some(std::path::Path::new(crate::core::state::DEFAULT_PATH))
+            Some(std::path::Path::new(DEFAULT_STATE_FILE))
         );
         assert_eq!(parse(&["--approve"])?.approval.mode, Mode::On);
         assert_eq!(

@@ -18,7 +18,6 @@ use serde::Deserialize;
 use super::{ConfigError, duration, invalid, one_line};
 use crate::azure::event::{EventSource, EventType};
 use crate::config::file_input;
-use crate::core::view::EventView;
 
 /// Where PagerDuty's Events API v2 takes events.
 pub const PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";
@@ -29,15 +28,39 @@ pub const DEFAULT_RESEND_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Where an alert's `runbook_url` points unless a receiver says otherwise: the runbook's section
 /// on the agent's own alerts, at the base the monitoring mixin uses (`runbookUrlBase`).
-pub const DEFAULT_RUNBOOK_URL: &str = "https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledevent";
+pub const DEFAULT_RUNBOOK_URL: &str = concat!(
+    env!("CARGO_PKG_REPOSITORY"),
+    "/blob/main/docs/runbook.md#azurescheduledevent"
+);
 
 /// Time one delivery attempt has, unless a receiver says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The fields of every notification: the event's view, as in the event's log line
-/// ([`EventView::FIELDS`]), with `timestamp` and `transition` before it and `changed`,
+/// ([`EVENT_FIELDS`]), with `timestamp` and `transition` before it and `changed`,
 /// `seen_started` and `hardware_failure_predicted` after. A template may use these and
 /// `receiver`, nothing else.
+/// The fields of one event as every output says it (the event's view in the core, its log line,
+/// its span), in order: the event's part of the template fields of notifications.
+pub const EVENT_FIELDS: [&str; 16] = [
+    "event_id",
+    "trace_id",
+    "span_id",
+    "vm_name",
+    "event_type",
+    "event_status",
+    "advisory",
+    "event_source",
+    "resource_type",
+    "resources",
+    "not_before",
+    "duration_in_seconds",
+    "description",
+    "cause",
+    "affects_this_vm",
+    "document_incarnation",
+];
+
 pub const FIELDS: [&str; 21] = notification_fields();
 
 const fn notification_fields() -> [&'static str; 21] {
@@ -45,8 +68,8 @@ const fn notification_fields() -> [&'static str; 21] {
     fields[0] = "timestamp";
     fields[1] = "transition";
     let mut i = 0;
-    while i < EventView::FIELDS.len() {
-        fields[2 + i] = EventView::FIELDS[i];
+    while i < EVENT_FIELDS.len() {
+        fields[2 + i] = EVENT_FIELDS[i];
         i += 1;
     }
     fields[18] = "changed";

@@ -8,9 +8,17 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use crate::azure::imds::{ImdsError, Polled};
+use crate::azure::imds::Polled;
 use crate::core::occurrence::{Imds, Occurrence};
 use crate::core::tracker::{IncarnationChange, Tracked, Tracker};
+
+/// Why a poll brought no document, as the core needs it: a bounded kind (the `reason` label and
+/// `error.type`) and the message to log. The shell makes one from the IMDS client's error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PollFailure {
+    pub kind: &'static str,
+    pub message: String,
+}
 
 /// Whether the last poll succeeded, with what is needed to report the next change of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +77,7 @@ impl Monitor {
     /// Takes in one poll's outcome, read at `now`.
     pub fn observe(
         &mut self,
-        outcome: Result<Polled, &ImdsError>,
+        outcome: Result<Polled, &PollFailure>,
         now: DateTime<Utc>,
     ) -> Vec<Occurrence> {
         match outcome {
@@ -134,7 +142,7 @@ impl Monitor {
         }
     }
 
-    fn failed(&mut self, error: &ImdsError, now: DateTime<Utc>) -> Option<Occurrence> {
+    fn failed(&mut self, failure: &PollFailure, now: DateTime<Utc>) -> Option<Occurrence> {
         match &mut self.reachability {
             Reachability::Unreachable { failed_polls, .. } => {
                 *failed_polls += 1;
@@ -146,8 +154,8 @@ impl Monitor {
                     failed_polls: 1,
                 };
                 Some(Occurrence::Imds(Imds::Unreachable {
-                    reason: error.kind(),
-                    error: error.to_string(),
+                    reason: failure.kind,
+                    error: failure.message.clone(),
                 }))
             }
         }
@@ -167,6 +175,13 @@ mod tests {
             .unwrap_or_default()
     }
 
+    fn failure(kind: &'static str) -> PollFailure {
+        PollFailure {
+            kind,
+            message: format!("a {kind} failure"),
+        }
+    }
+
     fn doc(json: &str) -> Polled {
         Polled::Changed(Document::from_json(json.as_bytes()).unwrap_or_else(|e| panic!("{e}")))
     }
@@ -180,13 +195,9 @@ mod tests {
         monitor.observe(Ok(doc(SCHEDULED)), t(0));
         let known = monitor.tracker().events().to_vec();
 
-        for error in [
-            ImdsError::Timeout(std::time::Duration::from_secs(2)),
-            ImdsError::Decode("garbage".into()),
-            ImdsError::Transport("connection closed".into()),
-        ] {
-            monitor.observe(Err(&error), t(1));
-            assert_eq!(monitor.tracker().events(), known, "{error}");
+        for kind in ["timeout", "decode", "transport"] {
+            monitor.observe(Err(&failure(kind)), t(1));
+            assert_eq!(monitor.tracker().events(), known, "{kind}");
             assert_eq!(
                 monitor.tracker().incarnation(),
                 Some(DocumentIncarnation(2))
@@ -210,8 +221,7 @@ mod tests {
         monitor.observe(Ok(doc(SCHEDULED)), t(0));
         let known = monitor.tracker().events().to_vec();
         assert!(monitor.observe(Ok(Polled::Unchanged), t(1)).is_empty());
-        let error = ImdsError::Timeout(std::time::Duration::from_secs(2));
-        monitor.observe(Err(&error), t(2));
+        monitor.observe(Err(&failure("timeout")), t(2));
         assert_eq!(
             monitor.observe(Ok(Polled::Unchanged), t(3)),
             [Occurrence::Imds(Imds::Reachable {
@@ -227,11 +237,7 @@ mod tests {
     fn unreachable_is_reported_once_per_outage() {
         let mut monitor = Monitor::new();
         monitor.observe(Ok(doc(SCHEDULED)), t(0));
-        let error = ImdsError::Status {
-            status: reqwest::StatusCode::SERVICE_UNAVAILABLE,
-            retry_after: None,
-            body: String::new(),
-        };
+        let error = failure("http_5xx");
         let first = monitor.observe(Err(&error), t(1));
         assert!(matches!(
             first[..],

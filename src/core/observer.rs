@@ -10,12 +10,12 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use crate::azure::event::{Affects, Event, EventId};
-use crate::azure::imds::{ImdsError, Polled};
+use crate::azure::imds::Polled;
 use crate::config::approval::ApprovalConfig;
 use crate::config::notify::NotifyConfig;
 use crate::core::approval::decide::{Decided, Decider};
 use crate::core::approval::{Decision, HookKind, Outcome};
-use crate::core::monitor::Monitor;
+use crate::core::monitor::{Monitor, PollFailure};
 use crate::core::notices::Notices;
 use crate::core::occurrence::{Occurrence, Report};
 use crate::core::state::{KnownEvent, State};
@@ -67,7 +67,7 @@ impl Observer {
     /// Takes in one poll's outcome, read at `now` by the VM called `vm`.
     pub fn poll(
         &mut self,
-        outcome: Result<Polled, &ImdsError>,
+        outcome: Result<Polled, &PollFailure>,
         vm: Option<&str>,
         now: DateTime<Utc>,
     ) -> Vec<Occurrence> {

@@ -20,9 +20,6 @@ use crate::core::tracker::Tracked;
 /// The format version this agent writes. A file with a higher version is set aside, not read.
 pub const VERSION: u32 = 1;
 
-/// Where the state lives unless `--state.file` says otherwise.
-pub const DEFAULT_PATH: &str = "/var/lib/azure-scheduled-events-exporter/state.json";
-
 /// Approvals are forgotten this long after they were sent, once their event has left the
 /// document, so the file stays small.
 const APPROVAL_RETENTION: chrono::TimeDelta = chrono::TimeDelta::days(7);

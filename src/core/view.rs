@@ -148,26 +148,6 @@ impl EventView {
             document_incarnation: incarnation,
         }
     }
-
-    /// The field names a view serialises to, in order: the template fields of notifications.
-    pub const FIELDS: [&'static str; 16] = [
-        "event_id",
-        "trace_id",
-        "span_id",
-        "vm_name",
-        "event_type",
-        "event_status",
-        "advisory",
-        "event_source",
-        "resource_type",
-        "resources",
-        "not_before",
-        "duration_in_seconds",
-        "description",
-        "cause",
-        "affects_this_vm",
-        "document_incarnation",
-    ];
 }
 
 #[cfg(test)]
@@ -234,7 +214,7 @@ mod tests {
             .as_object()
             .map(|o| o.keys().map(String::as_str).collect())
             .unwrap_or_default();
-        let mut fields = EventView::FIELDS.to_vec();
+        let mut fields = crate::config::notify::EVENT_FIELDS.to_vec();
         fields.sort_unstable();
         assert_eq!(keys, fields);
         Ok(())

@@ -106,7 +106,8 @@ mod tests {
             StatusCode::SERVICE_UNAVAILABLE
         );
         e.health.set_ready();
-        e.health.expect_back_within(std::time::Duration::from_secs(60));
+        e.health
+            .expect_back_within(std::time::Duration::from_secs(60));
         assert_eq!(get(&e, "/readyz").status(), StatusCode::OK);
         assert_eq!(get(&e, "/healthz").status(), StatusCode::OK);
         let post = e.answer(&Request::post("/metrics").body(()).unwrap_or_default());

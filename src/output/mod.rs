@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod notify;
 pub mod spans;
 pub mod state;
+pub mod telemetry;
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;

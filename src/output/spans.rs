@@ -5,7 +5,7 @@
 //! `..._otlp_spans_dropped_total`), never a poll. Wired only when traces are on.
 
 use crate::core::occurrence::{Context, Occurrence};
-use crate::telemetry::{Traces, VmIdentity};
+use crate::output::telemetry::{Traces, VmIdentity};
 
 use self::event_spans::EventSpans;
 use super::Output;

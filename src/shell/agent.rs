@@ -32,9 +32,9 @@ use crate::output::notify::metrics::NotifyMetrics;
 use crate::output::spans::Spans;
 use crate::output::state::StateFile;
 use crate::output::state::store::{Opened, StateStore};
+use crate::output::telemetry::{Telemetry, Traces, VmIdentity};
 use crate::output::{Outputs, Reports};
 use crate::shell::poll_loop::{Poller, until_stopped};
-use crate::telemetry::{Telemetry, Traces, VmIdentity};
 
 /// A running agent.
 #[derive(Debug)]

@@ -9,8 +9,8 @@ use reqwest::Url;
 use tokio::net::TcpListener;
 
 use crate::config::{Config, PrepareStateDirArgs, SimulatorArgs};
+use crate::output::telemetry::Telemetry;
 use crate::shell::agent;
-use crate::telemetry::Telemetry;
 use azure_scheduled_events_simulator::{
     DEMO_OTHER_VM, DEMO_VM, RunningSimulator, Scenario, SimulatorHandle, example_compute,
 };

@@ -19,6 +19,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::azure::backoff;
 use crate::azure::imds::{ImdsClient, ImdsError};
 use crate::config::Config;
+use crate::core::monitor::PollFailure;
 use crate::core::observer::Observer;
 use crate::core::occurrence::{Context, Occurrence, Report};
 use crate::http::health::Health;
@@ -212,7 +213,13 @@ impl Poller {
         let vm = vm_name.as_deref();
         occurrences.extend(match result {
             Ok(document) => self.observer.poll(Ok(document), vm, now),
-            Err(error) => self.observer.poll(Err(&error), vm, now),
+            Err(error) => {
+                let failure = PollFailure {
+                    kind: error.kind(),
+                    message: error.to_string(),
+                };
+                self.observer.poll(Err(&failure), vm, now)
+            }
         });
         let notices = self.observer.notices(&occurrences, vm);
         occurrences.extend(notices);

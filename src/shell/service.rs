@@ -24,8 +24,8 @@ use windows_service::service_control_handler::{self, ServiceControlHandlerResult
 use windows_service::{define_windows_service, service_dispatcher};
 
 use crate::config::{Config, default_data_dir};
+use crate::output::telemetry::Telemetry;
 use crate::shell::{agent, logging};
-use crate::telemetry::Telemetry;
 
 /// The name the install script gives the service. The dispatcher of a service that runs in a
 /// process of its own ignores it, so a service installed under another name works the same.

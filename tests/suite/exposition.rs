@@ -12,7 +12,7 @@ use azure_scheduled_events_exporter::azure::wire::Compute;
 use azure_scheduled_events_exporter::config::approval::Mode;
 use azure_scheduled_events_exporter::core::tracker::Tracker;
 use azure_scheduled_events_exporter::output::metrics::{EventSeries, Families, Metrics};
-use azure_scheduled_events_exporter::telemetry::ExportCounters;
+use azure_scheduled_events_exporter::output::telemetry::ExportCounters;
 use chrono::{DateTime, TimeZone, Utc};
 
 use crate::common::TestResult;

@@ -25,7 +25,7 @@ use crate::core::approval::{Decision, Outcome};
 use crate::core::occurrence::Context;
 use crate::core::trace_id::trace_id_u128;
 use crate::core::tracker::{Kind, Tracked, Transition};
-use crate::telemetry::SCOPE;
+use crate::output::telemetry::SCOPE;
 
 /// The namespace of every span attribute of ours.
 pub const NAMESPACE: &str = "azure.scheduled_event";

@@ -11,8 +11,8 @@ pub mod process;
 use std::time::Duration;
 
 use azure_scheduled_events_exporter::config::{Cli, LogFormat};
+use azure_scheduled_events_exporter::output::telemetry::Telemetry;
 use azure_scheduled_events_exporter::shell::agent::{self, RunningAgent};
-use azure_scheduled_events_exporter::telemetry::Telemetry;
 use azure_scheduled_events_simulator::{RunningSimulator, SimulatorHandle, example_compute};
 use clap::Parser;
 
