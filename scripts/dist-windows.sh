@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 name=azure-scheduled-events-exporter
 target=x86_64-pc-windows-gnu
-version=$(awk -F'"' '/^\[/ { section = $0 } section == "[package]" && /^version *=/ { print $2; exit }' Cargo.toml)
+version=$(awk -F'"' '/^\[/ { section = $0 } section == "[workspace.package]" && /^version *=/ { print $2; exit }' Cargo.toml)
 [ -n "$version" ] || { echo "dist-windows.sh: no version in Cargo.toml" >&2; exit 1; }
 dist=target/dist
 stem="$name-$version-x86_64-windows"

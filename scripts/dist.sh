@@ -36,8 +36,8 @@ case "$target" in
         exit 64
         ;;
 esac
-# The package's version, the first `version =` of Cargo.toml's [package] table.
-version=$(awk -F'"' '/^\[/ { section = $0 } section == "[package]" && /^version *=/ { print $2; exit }' Cargo.toml)
+# The release's version: Cargo.toml's [workspace.package] version, which every crate of the workspace takes.
+version=$(awk -F'"' '/^\[/ { section = $0 } section == "[workspace.package]" && /^version *=/ { print $2; exit }' Cargo.toml)
 [ -n "$version" ] || { echo "dist.sh: no version in Cargo.toml" >&2; exit 1; }
 dist=target/dist
 stem="$name-$version-$arch-linux-gnu"
