@@ -6,7 +6,7 @@
 //! e.g. `AZURE_SCHEDULED_EVENTS_POLL_INTERVAL`). Parsing never touches the process environment
 //! except through clap, so tests parse argument lists.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,10 +14,24 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use super::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE, DEMO_VM, notify, otlp};
 
+/// What `--version` says after the version: where the binary came from, for bug reports.
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\n  revision: ",
+    env!("BUILD_REVISION"),
+    "\n  build date: ",
+    env!("BUILD_DATE"),
+    "\n  target: ",
+    env!("BUILD_TARGET"),
+    "\n  features: ",
+    env!("BUILD_FEATURES"),
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "azure-scheduled-events-exporter",
     version,
+    long_version = LONG_VERSION,
     about = "Exports Azure Scheduled Events as Prometheus metrics and structured logs.",
     args_conflicts_with_subcommands = true,
     args_override_self = true
@@ -131,10 +145,18 @@ pub struct AgentArgs {
     /// Which name in an event's Resources means this VM [default: compute.name from instance metadata].
     #[arg(long = "vm.name", env = "AZURE_SCHEDULED_EVENTS_VM_NAME")]
     pub vm_name: Option<String>,
-    /// Export per-event series for every event in the document, not only those naming this VM.
+    /// Report every event in the document, not only those naming this VM: per-event series, and
+    /// event log lines at info level (a neighbour's are at debug level otherwise).
+    #[arg(
+        long = "report.neighbours",
+        env = "AZURE_SCHEDULED_EVENTS_REPORT_NEIGHBOURS"
+    )]
+    pub report_neighbours: bool,
+    /// The former name of --report.neighbours, still read.
     #[arg(
         long = "metrics.all-events",
-        env = "AZURE_SCHEDULED_EVENTS_METRICS_ALL_EVENTS"
+        env = "AZURE_SCHEDULED_EVENTS_METRICS_ALL_EVENTS",
+        hide = true
     )]
     pub metrics_all_events: bool,
     /// Log format [default: json; text for demo].
@@ -452,15 +474,28 @@ fn any_path(text: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(text))
 }
 
+/// `:PORT` (every address), `IP:PORT`, `[IPv6]:PORT`, or `HOST:PORT` as exporters accept it: a
+/// host name is resolved once, here, and the listener takes its first address (`localhost` is
+/// the loopback address /etc/hosts gives first).
 fn listen_address(text: &str) -> Result<SocketAddr, String> {
-    let parsed = match text.strip_prefix(':') {
-        Some(port) => port
-            .parse()
-            .map(|port| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))
-            .ok(),
-        None => text.parse().ok(),
-    };
-    parsed.ok_or_else(|| format!("{text:?} is not :PORT, IP:PORT or [IPv6]:PORT"))
+    let refused = || format!("{text:?} is not :PORT, IP:PORT, [IPv6]:PORT or HOST:PORT");
+    if let Some(port) = text.strip_prefix(':') {
+        let port = port.parse().map_err(|_| refused())?;
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port));
+    }
+    if let Ok(address) = text.parse() {
+        return Ok(address);
+    }
+    let (host, port) = text.rsplit_once(':').ok_or_else(refused)?;
+    let port: u16 = port.parse().map_err(|_| refused())?;
+    if host.is_empty() || host.contains(':') || host.contains('[') {
+        return Err(refused());
+    }
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|error| format!("{text:?}: cannot resolve {host:?}: {error}"))?
+        .next()
+        .ok_or_else(|| format!("{text:?}: {host:?} resolves to no address"))
 }
 
 #[cfg(test)]
@@ -479,5 +514,17 @@ mod tests {
         );
         assert!(listen_address("[::1]:10188").is_ok());
         assert!(listen_address("localhost").is_err());
+        assert!(listen_address("localhost:port").is_err());
+    }
+
+    #[test]
+    fn a_host_name_in_the_listen_address_is_resolved_to_its_first_address() {
+        let address = listen_address("localhost:10188");
+        assert!(
+            address
+                .as_ref()
+                .is_ok_and(|a| a.ip().is_loopback() && a.port() == 10188),
+            "{address:?}"
+        );
     }
 }

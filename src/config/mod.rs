@@ -70,7 +70,8 @@ pub fn default_data_dir() -> PathBuf {
 
 pub use azure_scheduled_events_simulator::{DEMO_OTHER_VM, DEMO_VM};
 
-/// Which events get per-event series.
+/// Which events are reported: per-event series, and event log lines at info level
+/// (`--report.neighbours`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventSeries {
     /// Events naming this VM, and every event while this VM's name is unknown.
@@ -258,7 +259,7 @@ impl AgentArgs {
             telemetry_path: self.web_telemetry_path,
             web,
             vm_name,
-            event_series: if self.metrics_all_events {
+            event_series: if self.report_neighbours || self.metrics_all_events {
                 EventSeries::All
             } else {
                 EventSeries::ThisVm

@@ -2,15 +2,22 @@
 //!
 //! Event lines carry `event_id`, `trace_id` (the EventId as the exported traces' trace id),
 //! `span_id` (this VM's lifecycle span of the event), the event's fields, `affects_this_vm`,
-//! `vm_name` and `document_incarnation`, so a search for one EventId finds every VM that saw it.
+//! `vm_name` and `document_incarnation`, so a search for one EventId finds every VM that saw it,
+//! and a `summary` that says the event in one sentence, which the text format puts first.
+//! Events that do not name this VM are logged at debug level unless `--report.neighbours`, as
+//! their series are only exported then.
 
+use chrono::{DateTime, Utc};
+
+use crate::azure::event::{Affects, EventSource, EventStatus};
 use crate::azure::wire;
+use crate::config::EventSeries;
 use crate::config::approval::Mode;
 use crate::core::approval::{Decision, HookKind, Outcome, SkipReason};
 use crate::core::boot::Restart;
 use crate::core::occurrence::{Context, Imds, Occurrence};
 use crate::core::trace_id::trace_id;
-use crate::core::tracker::{IncarnationChange, Transition};
+use crate::core::tracker::{IncarnationChange, Kind, Transition};
 
 use super::Output;
 
@@ -19,13 +26,15 @@ pub struct Log {
     /// `--vm.name` as given, to warn when instance metadata names this VM otherwise.
     configured_vm: Option<String>,
     approval: Mode,
+    events: EventSeries,
 }
 
 impl Log {
-    pub fn new(configured_vm: Option<String>, approval: Mode) -> Self {
+    pub fn new(configured_vm: Option<String>, approval: Mode, events: EventSeries) -> Self {
         Self {
             configured_vm,
             approval,
+            events,
         }
     }
 
@@ -84,7 +93,12 @@ impl Output for Log {
                     retry_every = ?retry_every,
                     "cannot read instance metadata; vm_info is missing until it can"
                 ),
-                Occurrence::Transition(transition) => log_transition(transition, context),
+                Occurrence::Transition(transition) => {
+                    log_transition(transition, context, self.events);
+                    if self.approval == Mode::Off {
+                        waits_for_not_before(transition, context);
+                    }
+                }
                 Occurrence::Imds(Imds::Incarnation(IncarnationChange::Jumped { from, to })) => {
                     tracing::info!(
                         vm_name,
@@ -192,7 +206,7 @@ fn restarted(restart: &Restart, vm_name: Option<&str>) {
     }
 }
 
-fn log_transition(transition: &Transition, context: &Context) {
+fn log_transition(transition: &Transition, context: &Context, events: EventSeries) {
     let view = context.view(transition.event());
     let changed = transition.changed_fields();
     let seen_started = transition.seen_started();
@@ -208,30 +222,128 @@ fn log_transition(transition: &Transition, context: &Context) {
     };
     let hardware_failure_predicted = first_seen
         .map(|seen| crate::azure::hardware_failure::predicted(transition.event(), Some(seen)));
+    let summary = summary(transition, context.at);
+    macro_rules! line {
+        ($level:ident) => {
+            tracing::$level!(
+                vm_name = view.vm_name,
+                transition = transition.kind().as_str(),
+                summary,
+                event_id = view.event_id,
+                trace_id = view.trace_id,
+                span_id = view.span_id,
+                event_type = view.event_type,
+                event_status = view.event_status,
+                advisory = view.advisory,
+                event_source = view.event_source,
+                resource_type = view.resource_type,
+                resources = view.resources,
+                not_before = view.not_before,
+                duration_in_seconds = view.duration_in_seconds,
+                description = view.description,
+                cause = view.cause,
+                affects_this_vm = view.affects_this_vm.as_str(),
+                document_incarnation = view.document_incarnation,
+                changed,
+                seen_started,
+                hardware_failure_predicted,
+                "event {}",
+                transition.kind()
+            )
+        };
+    }
+    // A scale set delivers every VM's events to every VM: a neighbour's event is reported as
+    // its series are, only when asked for.
+    if events == EventSeries::ThisVm && view.affects_this_vm == Affects::No {
+        line!(debug);
+    } else {
+        line!(info);
+    }
+}
+
+/// With approval off, a user-initiated event of this VM (a restart or redeploy started from the
+/// portal or CLI) waits until its NotBefore: said when it appears, with the flag that lets such
+/// events start at once.
+fn waits_for_not_before(transition: &Transition, context: &Context) {
+    let event = transition.event();
+    if transition.kind() != Kind::Scheduled
+        || !matches!(transition, Transition::Appeared(_))
+        || event.status != EventStatus::Scheduled
+        || event.source != Some(EventSource::User)
+        || event.affects(context.vm_name()) != Affects::Yes
+    {
+        return;
+    }
+    let view = context.view(event);
     tracing::info!(
         vm_name = view.vm_name,
-        transition = transition.kind().as_str(),
         event_id = view.event_id,
         trace_id = view.trace_id,
-        span_id = view.span_id,
         event_type = view.event_type,
-        event_status = view.event_status,
-        advisory = view.advisory,
-        event_source = view.event_source,
-        resource_type = view.resource_type,
-        resources = view.resources,
         not_before = view.not_before,
-        duration_in_seconds = view.duration_in_seconds,
-        description = view.description,
-        cause = view.cause,
-        affects_this_vm = view.affects_this_vm.as_str(),
-        document_incarnation = view.document_incarnation,
-        changed,
-        seen_started,
-        hardware_failure_predicted,
-        "event {}",
-        transition.kind()
+        approve_with = "--approve",
+        "this {} was started by a user (portal, CLI or API) and waits until NotBefore ({}) because approval is off; --approve lets user-initiated events start at once",
+        view.event_type,
+        until(event.not_before.seconds_from(context.at)),
     );
+}
+
+/// The event in one sentence, for people reading the log: what, to which VMs, when, for how long
+/// and why, e.g. "Freeze of vm_0, vm_1 in 60 s, for 5 s, live migration".
+fn summary(transition: &Transition, at: DateTime<Utc>) -> String {
+    let event = transition.event();
+    let mut names = event.resources.iter();
+    let mut text = format!("{} of ", event.event_type);
+    for (i, name) in names.by_ref().take(SUMMARY_NAMES).enumerate() {
+        if i > 0 {
+            text.push_str(", ");
+        }
+        text.push_str(name);
+    }
+    match names.len() {
+        0 if event.resources.is_empty() => text.push_str("no VM named"),
+        0 => {}
+        more => text.push_str(&format!(" and {more} more")),
+    }
+    text.push(' ');
+    text.push_str(&match transition.kind() {
+        Kind::Scheduled => until(event.not_before.seconds_from(at)),
+        Kind::Updated => format!("changed, {}", until(event.not_before.seconds_from(at))),
+        kind => kind.as_str().to_owned(),
+    });
+    if let Some(duration) = event.duration.filter(|d| d.0 >= 0) {
+        text.push_str(", for ");
+        text.push_str(&human_seconds(duration.0 as f64));
+    }
+    let cause = event.cause();
+    if cause != crate::azure::cause::Cause::Other {
+        text.push_str(", ");
+        text.push_str(&cause.as_str().replace('_', " "));
+    }
+    text
+}
+
+/// Names of `Resources` a summary lists before "and N more".
+const SUMMARY_NAMES: usize = 3;
+
+/// When NotBefore comes, from now: "in 60 s", "30 s overdue", or "with no NotBefore".
+fn until(seconds: Option<f64>) -> String {
+    match seconds {
+        Some(s) if s >= 0.0 => format!("in {}", human_seconds(s)),
+        Some(s) => format!("{} overdue", human_seconds(-s)),
+        None => "with no NotBefore".to_owned(),
+    }
+}
+
+/// Seconds as a person says them: "45 s", "15 min", "3 h", "6 days" (rounded).
+fn human_seconds(seconds: f64) -> String {
+    let s = seconds.round() as i64;
+    match s {
+        ..120 => format!("{s} s"),
+        120..7_200 => format!("{} min", (s + 30) / 60),
+        7_200..172_800 => format!("{} h", (s + 1_800) / 3_600),
+        _ => format!("{} days", (s + 43_200) / 86_400),
+    }
 }
 
 /// The decision's one log line. Skips of other VMs' events are at debug level: a scale set
@@ -312,5 +424,66 @@ fn log_decision(decision: &Decision, context: &Context) {
                 "approval POST refused: not sent again"
             ),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+    use crate::azure::event::{Document, Event};
+
+    fn event(json: &str) -> Result<Event, Box<dyn std::error::Error>> {
+        let body = format!(r#"{{"DocumentIncarnation":1,"Events":[{json}]}}"#);
+        Document::from_json(body.as_bytes())?
+            .events
+            .pop()
+            .ok_or_else(|| "no event".into())
+    }
+
+    fn at() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 27, 10, 0, 0)
+            .single()
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_summary_says_what_to_whom_when_for_how_long_and_why()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let freeze = event(
+            r#"{"EventId":"A","EventType":"Freeze","ResourceType":"VirtualMachine",
+            "Resources":["demo-vmss_0","demo-vmss_1"],"EventStatus":"Scheduled",
+            "NotBefore":"Fri, 27 Nov 2026 10:01:00 GMT","Description":"Virtual machine is being paused because of a memory-preserving Live Migration operation.",
+            "EventSource":"Platform","DurationInSeconds":5}"#,
+        )?;
+        assert_eq!(
+            summary(&Transition::Appeared(freeze.clone()), at()),
+            "Freeze of demo-vmss_0, demo-vmss_1 in 60 s, for 5 s, live migration"
+        );
+        assert_eq!(
+            summary(&Transition::Started(freeze), at()),
+            "Freeze of demo-vmss_0, demo-vmss_1 started, for 5 s, live migration"
+        );
+        let reboot = event(
+            r#"{"EventId":"B","EventType":"Reboot","ResourceType":"VirtualMachine",
+            "Resources":["a","b","c","d","e"],"EventStatus":"Scheduled",
+            "NotBefore":"Fri, 27 Nov 2026 10:15:00 GMT","EventSource":"User","DurationInSeconds":-1}"#,
+        )?;
+        assert_eq!(
+            summary(&Transition::Appeared(reboot), at()),
+            "Reboot of a, b, c and 2 more in 15 min"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn durations_read_as_a_person_says_them() {
+        assert_eq!(human_seconds(45.2), "45 s");
+        assert_eq!(human_seconds(900.0), "15 min");
+        assert_eq!(human_seconds(3.0 * 3600.0), "3 h");
+        assert_eq!(human_seconds(6.0 * 86_400.0), "6 days");
+        assert_eq!(until(Some(-30.0)), "30 s overdue");
+        assert_eq!(until(None), "with no NotBefore");
     }
 }

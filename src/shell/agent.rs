@@ -94,6 +94,15 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         tracing::warn!(poll_interval = ?config.poll_interval, "polling faster than 5 requests per second: Azure IMDS answers 429 beyond that");
     }
     metrics.set_approval_mode(config.approval.mode);
+    if config.approval.mode == Mode::Off {
+        // Installing the agent enabled Scheduled Events on this VM: from now on Azure holds a
+        // restart or redeploy started from the portal or CLI until it is approved or NotBefore
+        // passes.
+        tracing::info!(
+            approve_with = "--approve",
+            "approval is off: a restart or redeploy of this VM started from the portal, CLI or API waits until its NotBefore, up to 15 minutes; --approve lets user-initiated events start at once"
+        );
+    }
     if let Some(otlp) = telemetry.config() {
         tracing::info!(
             endpoint = %otlp.endpoint,
@@ -206,7 +215,11 @@ async fn outputs(
 ) -> anyhow::Result<Outputs> {
     let approval = &config.approval;
     let mut outputs = Outputs::new()
-        .with(Log::new(config.vm_name.clone(), approval.mode))
+        .with(Log::new(
+            config.vm_name.clone(),
+            approval.mode,
+            config.event_series,
+        ))
         .with(MetricsOutput::new(Arc::clone(metrics)));
     if let Some(traces) = traces {
         outputs = outputs.with(Spans::new(traces));

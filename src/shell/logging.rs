@@ -5,11 +5,19 @@
 //! crate, and only at the levels the log filter lets through, so the per-poll IMDS request spans
 //! (debug) are exported only with `--log.level=debug`, and the exporter's own HTTP and gRPC
 //! internals never feed back into it.
+//!
+//! The text format reads as a sentence first: the message, then an event's `summary`, then the
+//! ids and the other fields as `key=value`.
 
+use std::fmt::Write as _;
 use std::io::IsTerminal;
 
 use opentelemetry_sdk::trace::Tracer;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::filter::{EnvFilter, FilterExt, filter_fn};
+use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, fmt};
@@ -49,6 +57,7 @@ pub fn init_with_writer<W>(
             .with_writer(writer)
             .boxed(),
         LogFormat::Text => fmt::layer()
+            .fmt_fields(SentenceFirst)
             .with_target(false)
             .with_ansi(ansi)
             .with_writer(writer)
@@ -65,4 +74,100 @@ pub fn init_with_writer<W>(
         .with(spans)
         .with(lines.with_filter(filter()))
         .try_init();
+}
+
+/// Fields as the text format writes them: the message and the summary first, as a sentence,
+/// then every other field as `key=value` in the order given.
+#[derive(Debug, Clone, Copy)]
+struct SentenceFirst;
+
+impl<'writer> FormatFields<'writer> for SentenceFirst {
+    fn format_fields<R: RecordFields>(
+        &self,
+        mut writer: Writer<'writer>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut collected = Collected::default();
+        fields.record(&mut collected);
+        writer.write_str(&collected.sentence())?;
+        writer.write_str(&collected.rest)
+    }
+}
+
+/// One line's fields, sorted into the sentence and the rest.
+#[derive(Debug, Default)]
+struct Collected {
+    message: String,
+    summary: String,
+    rest: String,
+}
+
+impl Collected {
+    fn sentence(&self) -> String {
+        match (self.message.is_empty(), self.summary.is_empty()) {
+            (_, true) => self.message.clone(),
+            (true, false) => self.summary.clone(),
+            (false, false) => format!("{}: {}", self.message, self.summary),
+        }
+    }
+}
+
+impl Visit for Collected {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "message" => self.message = value.to_owned(),
+            "summary" => self.summary = value.to_owned(),
+            name => {
+                let _ = write!(self.rest, " {name}={value:?}");
+            }
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "message" => self.message = format!("{value:?}"),
+            "summary" => self.summary = format!("{value:?}"),
+            name => {
+                let _ = write!(self.rest, " {name}={value:?}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_lines_read_as_a_sentence_first_with_the_ids_after() {
+        let mut collected = Collected::default();
+        let callsite_fields = tracing::field::FieldSet::new(
+            &["event_id", "summary", "message"],
+            tracing::callsite::Identifier(&CALLSITE),
+        );
+        let mut fields = callsite_fields.iter();
+        let (id, summary, message) = (fields.next(), fields.next(), fields.next());
+        let (Some(id), Some(summary), Some(message)) = (id, summary, message) else {
+            panic!("three fields");
+        };
+        collected.record_str(&id, "A1B2");
+        collected.record_str(
+            &summary,
+            "Freeze of vm_0, vm_1 in 60 s, for 5 s, live migration",
+        );
+        collected.record_debug(&message, &format_args!("event scheduled"));
+        assert_eq!(
+            format!("{}{}", collected.sentence(), collected.rest),
+            "event scheduled: Freeze of vm_0, vm_1 in 60 s, for 5 s, live migration event_id=\"A1B2\""
+        );
+    }
+
+    struct Callsite;
+    static CALLSITE: Callsite = Callsite;
+    impl tracing::callsite::Callsite for Callsite {
+        fn set_interest(&self, _: tracing::subscriber::Interest) {}
+        fn metadata(&self) -> &tracing::Metadata<'_> {
+            unreachable!("never registered")
+        }
+    }
 }

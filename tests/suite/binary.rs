@@ -15,8 +15,26 @@ async fn wait_for_message(
     process: AgentProcess,
     message: &'static str,
 ) -> Result<(AgentProcess, serde_json::Value), Box<dyn std::error::Error>> {
+    wait_for_line(process, move |l| l["message"] == message).await
+}
+
+/// Waits, off the async runtime, for the log line whose `message` starts with `start`.
+async fn wait_for_message_starting(
+    process: AgentProcess,
+    start: &'static str,
+) -> Result<(AgentProcess, serde_json::Value), Box<dyn std::error::Error>> {
+    wait_for_line(process, move |l| {
+        l["message"].as_str().is_some_and(|m| m.starts_with(start))
+    })
+    .await
+}
+
+async fn wait_for_line(
+    process: AgentProcess,
+    matches: impl Fn(&serde_json::Value) -> bool + Send + 'static,
+) -> Result<(AgentProcess, serde_json::Value), Box<dyn std::error::Error>> {
     let (process, line) = tokio::task::spawn_blocking(move || {
-        let line = process.next_line_where(|l| l["message"] == message);
+        let line = process.next_line_where(matches);
         (process, line)
     })
     .await?;
@@ -86,6 +104,10 @@ fn help_and_version_exit_0() -> TestResult {
     for flag in ["--help", "--version"] {
         let output = command(&[flag]).output()?;
         assert_eq!(output.status.code(), Some(0), "{flag}");
+    }
+    let version = String::from_utf8(command(&["--version"]).output()?.stdout)?;
+    for part in ["revision: ", "build date: ", "target: ", "features: "] {
+        assert!(version.contains(part), "--version says {part}: {version}");
     }
     let help = String::from_utf8(command(&["--help"]).output()?.stdout)?;
     for flag in [
@@ -159,6 +181,18 @@ async fn logs_one_json_line_per_change_never_one_per_poll() -> TestResult {
     assert_eq!(scheduled["vm_name"], THIS_VM);
     assert_eq!(scheduled["affects_this_vm"], "true");
     assert_eq!(scheduled["event_source"], "User");
+    assert!(
+        scheduled["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with(&format!("Reboot of {THIS_VM} in "))),
+        "{scheduled}"
+    );
+    // Approval is off: this user-initiated event of this VM waits for NotBefore, and the agent
+    // says so once, with the flag that lets it start at once.
+    let (process, waits) =
+        wait_for_message_starting(process, "this Reboot was started by a user").await?;
+    assert_eq!(waits["event_id"], EVENT);
+    assert_eq!(waits["approve_with"], "--approve");
 
     // Twenty more polls of an unchanged document: not one more line.
     imds.polled(20).await?;
@@ -227,5 +261,90 @@ events:
         report.trim().is_empty(),
         "promtool found problems:\n{report}"
     );
+    Ok(())
+}
+
+/// A neighbour's event (a scale set delivers every VM's events to every VM) and one of this VM,
+/// in one document.
+async fn imds_with_a_neighbours_event() -> Result<Imds, Box<dyn std::error::Error>> {
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        "events:\n  \
+         - {{ id: \"{NEIGHBOUR_EVENT}\", type: Freeze, resources: [test-vmss_7], notice: 10m }}\n  \
+         - {{ id: \"{EVENT}\", type: Reboot, source: User, resources: [{THIS_VM}], notice: 10m }}\n"
+    ))?);
+    Ok(imds)
+}
+
+const NEIGHBOUR_EVENT: &str = "0E1F2A3B-4C5D-4E6F-8091-A2B3C4D5E6F7";
+
+/// The first `event scheduled` line of an agent started with `args`.
+async fn first_scheduled_line(
+    mut args: Vec<String>,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let imds = imds_with_a_neighbours_event().await?;
+    args.extend(agent_args(&imds));
+    let process = AgentProcess::spawn(command(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    ))?;
+    let (_, line) = wait_for_message(process, "event scheduled").await?;
+    Ok(line)
+}
+
+#[tokio::test]
+async fn a_neighbours_event_is_logged_only_with_report_neighbours() -> TestResult {
+    // Events are told in the document's order, where the neighbour's comes first: the first
+    // line is the neighbour's when it is logged at all.
+    let default = first_scheduled_line(Vec::new()).await?;
+    assert_eq!(
+        default["event_id"], EVENT,
+        "a neighbour's event logged by default: {default}"
+    );
+    let neighbours = first_scheduled_line(vec!["--report.neighbours".into()]).await?;
+    assert_eq!(neighbours["event_id"], NEIGHBOUR_EVENT, "{neighbours}");
+    assert_eq!(neighbours["affects_this_vm"], "false", "{neighbours}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_text_log_line_reads_as_a_sentence_first_with_the_ids_after() -> TestResult {
+    let imds = imds_with_one_event().await?;
+    let mut args = agent_args(&imds);
+    args.push("--log.format=text".into());
+    let mut child = command(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (send, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let line = tokio::task::spawn_blocking(move || {
+        lines
+            .iter()
+            .find(|l| l.contains("event scheduled"))
+            .ok_or("no event scheduled line")
+    })
+    .await?;
+    child.kill()?;
+    child.wait()?;
+    let line = line?;
+    let sentence = format!("INFO event scheduled: Reboot of {THIS_VM} in ");
+    let at = line
+        .find(&sentence)
+        .ok_or_else(|| format!("no sentence first: {line}"))?;
+    let id = line
+        .find(&format!("event_id=\"{EVENT}\""))
+        .ok_or_else(|| format!("no event_id: {line}"))?;
+    assert!(at < id, "the ids come after the sentence: {line}");
     Ok(())
 }

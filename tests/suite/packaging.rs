@@ -225,12 +225,44 @@ fn the_release_binary_needs_nothing_newer_than_glibc_2_28() -> TestResult {
     Ok(())
 }
 
+/// `--version` of a VM package: the version first, then where the binary came from: a real
+/// revision, the build date, the target, and no Kubernetes client.
+fn assert_vm_package_version(printed: &str) {
+    let mut lines = printed.lines();
+    assert_eq!(
+        lines.next(),
+        Some(format!("{NAME} {VERSION}").as_str()),
+        "{printed}"
+    );
+    let revision = printed
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("revision: "));
+    assert!(
+        revision.is_some_and(|r| r.len() == 12 && r.chars().all(|c| c.is_ascii_hexdigit())),
+        "{printed}"
+    );
+    let date = printed
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("build date: "));
+    assert!(
+        date.is_some_and(|d| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok()),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("\n  target: x86_64-unknown-linux-gnu\n"),
+        "{printed}"
+    );
+    assert!(
+        printed.trim_end().ends_with("\n  features: none"),
+        "{printed}"
+    );
+}
+
 #[test]
 fn the_release_binary_prints_its_version_and_runs_the_demo() -> TestResult {
     let (_dir, top) = unpacked_tarball()?;
     let binary = top.join(NAME);
-    let version = ok(&binary, &["--version"])?;
-    assert_eq!(version.trim(), format!("{NAME} {VERSION}"));
+    assert_vm_package_version(&ok(&binary, &["--version"])?);
 
     let mut command = Command::new(&binary);
     command
@@ -426,10 +458,7 @@ fn dpkg_installs_removes_and_purges_the_deb_in_a_scratch_root() -> TestResult {
     }
 
     let binary = root.path(&format!("usr/bin/{NAME}"));
-    assert_eq!(
-        ok(&binary, &["--version"])?.trim(),
-        format!("{NAME} {VERSION}")
-    );
+    assert_vm_package_version(&ok(&binary, &["--version"])?);
     let unit = std::fs::read_to_string(root.path(&format!("lib/systemd/system/{NAME}.service")))?;
     let shipped =
         std::fs::read_to_string(ops::repo().join(format!("deploy/systemd/{NAME}.service")))?;
