@@ -28,7 +28,7 @@ in %ProgramData%\azure-scheduled-events-exporter are kept (delete that folder to
 param(
     # Where the binary is installed.
     [string]$InstallDir = (Join-Path $env:ProgramFiles 'azure-scheduled-events-exporter'),
-    # The agent's flags, one per element (see README.md); the service runs the binary with them.
+    # The agent's flags, one per element (docs/configuration.md); the service runs the binary with them.
     [string[]]$Arguments = @(),
     # The port opened in Windows Firewall: the port of --web.listen-address (default :10188).
     [ValidateRange(1, 65535)]
