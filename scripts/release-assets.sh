@@ -38,8 +38,9 @@ for dist in "$@"; do
 done
 (
     cd "$out"
+    shopt -s nullglob
     files=(*)
-    [ "${#files[@]}" -gt 0 ] && [ -e "${files[0]}" ] || { echo "release-assets.sh: nothing to publish" >&2; exit 1; }
+    [ "${#files[@]}" -gt 0 ] || { echo "release-assets.sh: nothing to publish" >&2; exit 1; }
     sha256sum -- "${files[@]}" >SHA256SUMS.tmp
     mv SHA256SUMS.tmp SHA256SUMS
 )
