@@ -5,6 +5,8 @@
 #                                                                          install-service.ps1 (the service,
 #                                                                          the firewall rule; docs/install.md)
 #   azure-scheduled-events-exporter-<version>-x86_64-windows.zip.sha256   its checksum (`sha256sum --check`)
+#   azure-scheduled-events-exporter-<version>-x86_64-windows.cdx.json     the SBOM of its .exe (CycloneDX,
+#                                                                          scripts/sbom.py)
 #
 # One release build for x86_64-pc-windows-gnu (in target/x86_64-pc-windows-gnu/release), linked by Debian's
 # mingw-w64 (package gcc-mingw-w64-x86-64, the target's default linker x86_64-w64-mingw32-gcc). The target's
@@ -45,4 +47,5 @@ find "$stage/$stem" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 echo "== $stem.zip"
 (cd "$stage" && find "$stem" -type f | LC_ALL=C sort | TZ=UTC zip -X -q -D "$OLDPWD/$dist/$stem.zip" -@)
 (cd "$dist" && sha256sum -- "$stem.zip" >"$stem.zip.sha256")
+python3 scripts/sbom.py --target "$target" --output "$dist/$stem.cdx.json"
 (cd "$dist" && ls -l -- "$stem.zip" && cat "$stem.zip.sha256")

@@ -5,6 +5,8 @@
 #                                                                        unit, example environment file
 #   azure-scheduled-events-exporter_<version>-1_<debian arch>.deb       /usr/bin, the unit, /etc/default
 #   SHA256SUMS                                                          of both
+#   azure-scheduled-events-exporter-<version>-<arch>-linux-gnu.cdx.json  the SBOM of their binary
+#                                                                        (CycloneDX, scripts/sbom.py)
 #
 #   scripts/dist.sh                                          x86_64 (the artefacts the test suite checks)
 #   TARGET=aarch64-unknown-linux-gnu scripts/dist.sh         arm64, on a machine with that Rust target
@@ -108,6 +110,7 @@ find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 dpkg-deb --root-owner-group -Zxz --build "$root" "$dist/$deb" >/dev/null
 
 (cd "$dist" && sha256sum -- *.tar.gz *.deb >SHA256SUMS)
+python3 scripts/sbom.py --target "$target" --no-default-features --output "$dist/$stem.cdx.json"
 echo "== $dist"
 (cd "$dist" && ls -l -- * && cat SHA256SUMS)
 [ "${DIST_WINDOWS:-1}" = 0 ] || bash scripts/dist-windows.sh # the Windows zip and its .sha256 (DIST_WINDOWS=0 skips it)

@@ -30,7 +30,7 @@ daemonset() {
 # scripts/render-manifests.sh: change the chart, not this file.
 #   kubectl apply -k deploy/kubernetes                   # this file, through kustomization.yaml
 #   kubectl apply -f deploy/kubernetes/podmonitor.yaml   # with the Prometheus Operator
-# Build the image from the Dockerfile and push it to your registry first: docs/install.md.
+# The image is the one each release publishes (docs/releasing.md); kustomization.yaml can name a copy.
 HEADER
     render --set namespace.create=true | sed "1{/^---$/d}"
 }
