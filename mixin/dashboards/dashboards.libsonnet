@@ -275,30 +275,35 @@ local g = import 'grafana.libsonnet';
   // Whether the recording rules are loaded, per cluster: most panels read recorded series, and
   // without the rules they are empty (or show 0) with nothing to say why. A shared store may have
   // them for some clusters only (Azure Monitor's rule groups deployed per cluster, a Prometheus
-  // per cluster). An agent is there when its build_info is (and its vm_info, the only series with
-  // its place); its recorded place (azure_scheduled_events:target_place:info, group .targets)
-  // is there for every target that was the agent, with the same place labels. An agent without
-  // instance metadata has none on either side and passes the location, scale-set and zone
-  // variables only at All: both sides select the same agents whatever the variables, and where
-  // there is no agent at all nothing is said to be missing.
+  // per cluster). 0 for each cluster with recorded series, 1 for each with the agents' series
+  // only: an agent is there when its build_info is (and its vm_info, the only series with its
+  // place); its recorded place (azure_scheduled_events:target_place:info, group .targets) is
+  // there for every target that was the agent within agentSeenLookback, with the same place
+  // labels. An agent without instance metadata has none on either side and passes the location,
+  // scale-set and zone variables only at All: both sides select the same agents whatever the
+  // variables, and where there is no agent nothing is said to be missing. Each side is read
+  // once, grouped by cluster first (three series of every agent): a single tile when all is well
+  // would read them three times over.
   local rulesStatus =
     local on = if cl == '' then '' else ' on (%s)' % cl;
-    local perCluster(expr) = if cl == '' then 'group (\n  %s\n)' % expr else 'group by (%s) (\n  %s\n)' % [cl, expr];
-    local agents = perCluster('%s\n  or\n  %s' % [s('azure_scheduled_events_build_info', place), s('azure_scheduled_events_vm_info', place)]);
-    // 1 for each cluster with agents and no recorded series, 0 for each with both.
-    local status = '(\n  %(agents)s\n  unless%(on)s\n  %(recorded)s\n)\nor%(on)s\n%(agents)s * 0' % {
-      agents: agents,
+    local perCluster(expr) = if cl == '' then 'group (%s)' % expr else 'group by (%s) (%s)' % [cl, expr];
+    'sort_desc(
+  %(recorded)s * 0
+  or%(on)s
+  %(build)s
+  or%(on)s
+  %(info)s
+)' % {
       on: on,
       recorded: perCluster(rec(r.targetPlace, matchers + place)),
-    };
-    // Every cluster's status while one lacks the rules (scalar() of nothing is NaN, which >= 0
-    // drops), else one 0 for all: a fleet of tens of clusters shows one tile when all is well.
-    '(\n(\n%(status)s\n)\n+ 0 * scalar(max(\n%(status)s\n) > 0)\n) >= 0\nor\nmax(\n%(status)s\n) == 0' % { status: status },
+      build: perCluster(s('azure_scheduled_events_build_info', place)),
+      info: perCluster(s('azure_scheduled_events_vm_info', place)),
+    },
   local rulesHelp = c.dashboardDocsUrl + '#load-the-recording-rules',
   local rulesPanel = g.stat(
     'Recording rules (alerts/azure-scheduled-events.yml)',
     |||
-      Whether Prometheus has the recording rules of `alerts/azure-scheduled-events.yml`, which most panels read: without them those panels are empty or show 0. *Not loaded* means that the agents' own series are there (`azure_scheduled_events_build_info`) and no recorded series is (`azure_scheduled_events:target_place:info`); with several clusters, each cluster gets its own tile then. Load them with one of:
+      Whether Prometheus has the recording rules of `alerts/azure-scheduled-events.yml`, which most panels read: without them those panels are empty or show 0. *Not loaded* means that the agents' own series are there (`azure_scheduled_events_build_info`) and no recorded series is (`azure_scheduled_events:target_place:info`); with several clusters, each has its own tile, those without the rules first. Load them with one of:
 
       - **Prometheus**: the file under `rule_files:`, then reload Prometheus.
       - **Helm chart**: `--set prometheusRule.enabled=true`, a PrometheusRule for the Prometheus Operator; with kube-prometheus-stack also `--set prometheusRule.labels.release=<its release>` (`examples/helm-kube-prometheus-stack.yaml`), elsewhere the labels your Prometheus' `ruleSelector` picks.
