@@ -163,5 +163,8 @@
     // 'grafana-azureprometheus-datasource' (the Azure Monitor Managed Service for Prometheus
     // data source plugin).
     datasourceType: 'prometheus',
+    // Where the dashboards link to docs/dashboards.md (how to load the recording rules): absolute,
+    // as a Grafana link must be; point it at your own copy to add your own steps.
+    dashboardDocsUrl: 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/dashboards.md',
   },
 }

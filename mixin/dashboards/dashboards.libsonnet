@@ -272,6 +272,82 @@ local g = import 'grafana.libsonnet';
   local clusterColumn = if cl == '' then [] else [[cl, 'Cluster']],
   local durationColumn(name) = [name, g.unit('s') + [{ id: 'mappings', value: [{ type: 'value', options: { '-1': { text: 'unknown', index: 0 } } }] }]],
 
+  // Whether the recording rules are loaded, per cluster: most panels read recorded series, and
+  // without the rules they are empty (or show 0) with nothing to say why. A shared store may have
+  // them for some clusters only (Azure Monitor's rule groups deployed per cluster, a Prometheus
+  // per cluster). 0 for each cluster with recorded series, 1 for each with the agents' series
+  // only: an agent is there when its build_info is (and its vm_info, the only series with its
+  // place); its recorded place (azure_scheduled_events:target_place:info, group .targets) is
+  // there for every target that was the agent within agentSeenLookback, with the same place
+  // labels. An agent without instance metadata has none on either side and passes the location,
+  // scale-set and zone variables only at All: both sides select the same agents whatever the
+  // variables, and where there is no agent nothing is said to be missing. Each side is read
+  // once, grouped by cluster first (three series of every agent): a single tile when all is well
+  // would read them three times over.
+  local rulesStatus =
+    local on = if cl == '' then '' else ' on (%s)' % cl;
+    local perCluster(expr) = if cl == '' then 'group (%s)' % expr else 'group by (%s) (%s)' % [cl, expr];
+    'sort_desc(
+  %(recorded)s * 0
+  or%(on)s
+  %(build)s
+  or%(on)s
+  %(info)s
+)' % {
+      on: on,
+      recorded: perCluster(rec(r.targetPlace, matchers + place)),
+      build: perCluster(s('azure_scheduled_events_build_info', place)),
+      info: perCluster(s('azure_scheduled_events_vm_info', place)),
+    },
+  local rulesHelp = c.dashboardDocsUrl + '#load-the-recording-rules',
+  local rulesPanel = g.stat(
+    'Recording rules (alerts/azure-scheduled-events.yml)',
+    |||
+      Whether Prometheus has the recording rules of `alerts/azure-scheduled-events.yml`, which most panels read: without them those panels are empty or show 0. *Not loaded* means that the agents' own series are there (`azure_scheduled_events_build_info`) and no recorded series is (`azure_scheduled_events:target_place:info`); with several clusters, each has its own tile, those without the rules first. Load them with one of:
+
+      - **Prometheus**: the file under `rule_files:`, then reload Prometheus.
+      - **Helm chart**: `--set prometheusRule.enabled=true`, a PrometheusRule for the Prometheus Operator; with kube-prometheus-stack also `--set prometheusRule.labels.release=<its release>` (`examples/helm-kube-prometheus-stack.yaml`), elsewhere the labels your Prometheus' `ruleSelector` picks.
+      - **Azure Monitor managed Prometheus**: the rule groups of `deploy/azure-monitor/prometheus-rule-groups.bicep` (`az deployment group create`), one deployment per cluster or one for all.
+      - **Thanos, Mimir, Cortex**: the file in their ruler.
+
+      The rules record these series within %(interval)s of being loaded. Click the value for the steps.
+    ||| % { interval: if c.targetsInterval == '' then "an evaluation interval" else c.targetsInterval },
+    rulesStatus,
+    steps=['text', [0, 'green'], [1, 'red']],
+    legend=if cl == '' then null else '{{%s}}' % cl,
+    w=24,
+    h=3,
+    noValue="No agent's series for these variables: is the agent scraped?",
+  ) + {
+    fieldConfig+: {
+      defaults+: {
+        mappings: [{
+          type: 'value',
+          options: {
+            '0': { text: 'Loaded', color: 'green', index: 0 },
+            '1': { text: 'Not loaded: most panels below stay empty or at 0 (click for how to load them)', color: 'red', index: 1 },
+          },
+        }],
+        // oneClick: Grafana 11.3 and later open it on a click on the value, without a menu.
+        links: [{ title: 'How to load the recording rules', url: rulesHelp, targetBlank: true, oneClick: true }],
+      },
+    },
+    // With several clusters, each one's name above its state, at the tile's full width.
+    options+: { colorMode: 'background', wideLayout: false },
+    links: [{
+      title: 'How to load the recording rules',
+      type: 'link',
+      url: rulesHelp,
+      icon: 'doc',
+      tooltip: 'Prometheus, the Helm chart, the Prometheus Operator, Azure Monitor',
+      asDropdown: false,
+      includeVars: false,
+      keepTime: false,
+      targetBlank: true,
+      tags: [],
+    }],
+  },
+
   grafanaDashboards+:: {
     'fleet-overview.json': g.dashboard(
       c,
@@ -280,6 +356,7 @@ local g = import 'grafana.libsonnet';
       'Which VMs face Freeze, Reboot, Redeploy, Spot eviction or scale-set deletion, when, for how long, where, and which scale sets lose several VMs at once.',
       variables(),
       [
+        rulesPanel,
         g.row('Now: which VMs face an event'),
         g.stat('VMs with a pending event', "VMs whose scheduled-events document holds an event that names them (any type, Scheduled or Started), each VM counted once however many jobs scrape its agent.",
                'count(%s) or vector(0)' % perVm(s('azure_scheduled_events_event_info', affects + inDocument))),
@@ -433,6 +510,7 @@ local g = import 'grafana.libsonnet';
       local eid = ['event_id="$event_id"'];
       local seen = traced(filtered(join('max by (%s) (last_over_time(%s[$__range]))' % [by(q.vm + eventLabels), s('azure_scheduled_events_event_info', eid)], ['event_id'], ['vm_name', cap, 'zone', 'platform_fault_domain', 'platform_update_domain'])));
       [
+        rulesPanel,
         g.row('The event'),
         g.stat('Type', 'EventType and EventSource, as the agents saw it during the time range.',
                'max by (%s) (%s)' % [by(withCluster(['event_type', 'event_source'])), filtered('last_over_time(%s[$__range])' % s('azure_scheduled_events_event_info', eid))],
@@ -504,6 +582,7 @@ local g = import 'grafana.libsonnet';
       'Is every agent scraped and polling, is IMDS answering, how fast, what fails, and what the approvals, the state file, the trace export, the notifications and the Kubernetes output do.',
       variables(),
       [
+        rulesPanel,
         g.row('Is every agent watching?'),
         g.stat('Agents scraped', 'Agents whose last scrape succeeded.', 'sum(%s)' % filtered(s('up')), steps=['text'], w=3),
         g.stat('Agents down', 'Agents Prometheus cannot scrape.', 'count(%s) or vector(0)' % filtered('%s == 0' % s('up')), steps=['green', [1, 'red']], w=3),
