@@ -479,7 +479,7 @@ async fn every_real_world_document_is_read_right() -> TestResult {
     for expected in DOCUMENTS {
         let imds = Imds::start().await?;
         imds.sim.set_document(fixture(expected.file)?);
-        let agent = Agent::start(&imds, &["--metrics.all-events"]).await?;
+        let agent = Agent::start(&imds, &["--report.neighbours"]).await?;
         let m = agent
             .wait_for(expected.file, |m| {
                 m.up() == Some(1.0)

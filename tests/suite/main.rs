@@ -19,9 +19,9 @@
 //! | `mixin` | the monitoring mixin: alerts/ and dashboards/ are its rendering, its config, the Alertmanager example |
 //! | `notify` | notifications as receivers get them: schemas, retries, refusals, hangs, restarts, an HTTPS proxy |
 //! | `packaging` | what `scripts/dist.sh` leaves in target/dist (tarball, .deb) and the Helm chart |
+//! | `release` | the release workflows (actionlint, zizmor), what a release publishes, one version and one home for the binary, the chart and the image |
 //! | `prometheus` | the alert rules and dashboards against promtool and a real Prometheus scraping real agents |
 //! | `signals` | what Azure sends beyond 2020-07-01: Spot rebalance advisories (never pending, never approved), a newer api-version, a blocked connect, the cause of an event, predicted hardware failure |
-//! | `simulator` | the IMDS simulator as a client sees it, steered through its control API |
 //! | `span_ids` | one lifecycle span id per event in every log line, notification and span, also when instance metadata fails at first, and across a restart |
 //! | `state` | the state file: never fatal, never half-written, and what a restart makes of it |
 //! | `systemd` | systemd's notify protocol over a real unix datagram socket |
@@ -60,6 +60,7 @@ mod mixin;
 mod notify;
 mod packaging;
 mod prometheus;
+mod release;
 mod signals;
 mod span_ids;
 mod state;

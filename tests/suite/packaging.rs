@@ -957,7 +957,7 @@ fn the_chart_passes_flags_and_variables_the_agent_reads() -> TestResult {
         [
             "--approve.dry-run",
             "--log.level=debug",
-            "--metrics.all-events",
+            "--report.neighbours",
             "--web.telemetry-path=/custom-metrics",
             "--imds.timeout=3s"
         ],
