@@ -687,3 +687,62 @@ fn the_kube_prometheus_stack_quickstart_renders_objects_its_selectors_pick() -> 
     );
     Ok(())
 }
+
+/// The panel at the top of each dashboard that says whether the recording rules are loaded.
+const RULES_PANEL: &str = "Recording rules (alerts/azure-scheduled-events.yml)";
+
+#[test]
+fn every_dashboard_starts_by_saying_whether_the_recording_rules_are_loaded() -> TestResult {
+    let docs = std::fs::read_to_string(ops::repo().join("docs/dashboards.md"))?;
+    assert!(
+        docs.contains("\n## Load the recording rules\n"),
+        "docs/dashboards.md has no section for the panel's link"
+    );
+    let mut exprs = BTreeSet::new();
+    for (name, json) in ops::dashboards()? {
+        let first = &json["panels"][0];
+        assert_eq!(first["title"], RULES_PANEL, "{name}: not the first panel");
+        assert_eq!(first["type"], "stat", "{name}");
+        assert_eq!(
+            first["gridPos"]["w"], 24,
+            "{name}: not the dashboard's width"
+        );
+        let expr = first["targets"][0]["expr"].as_str().unwrap_or_default();
+        for series in [
+            "azure_scheduled_events_build_info{",
+            "azure_scheduled_events_vm_info{",
+            "azure_scheduled_events:target_place:info{",
+        ] {
+            assert!(
+                expr.contains(series),
+                "{name}: does not read {series}: {expr}"
+            );
+        }
+        exprs.insert(expr.to_owned());
+        let defaults = &first["fieldConfig"]["defaults"];
+        let mapped = &defaults["mappings"][0]["options"];
+        assert_eq!(mapped["0"]["text"], "Loaded", "{name}");
+        assert!(
+            mapped["1"]["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("Not loaded")),
+            "{name}: {mapped}"
+        );
+        assert!(
+            defaults["noValue"]
+                .as_str()
+                .is_some_and(|t| t.contains("agent")),
+            "{name}: without agents it must not say the rules are missing"
+        );
+        for link in [&defaults["links"][0], &first["links"][0]] {
+            assert!(
+                link["url"]
+                    .as_str()
+                    .is_some_and(|u| u.ends_with("docs/dashboards.md#load-the-recording-rules")),
+                "{name}: {link}"
+            );
+        }
+    }
+    assert_eq!(exprs.len(), 1, "the dashboards ask differently: {exprs:?}");
+    Ok(())
+}
