@@ -912,3 +912,58 @@ fn docs_releasing_names_what_a_release_publishes_and_how_to_verify_it() -> TestR
     }
     Ok(())
 }
+
+#[test]
+fn every_link_to_the_projects_home_and_image_is_cargo_tomls_repository() -> TestResult {
+    // A fork changes Cargo.toml's `repository`; this names every place still pointing elsewhere
+    // (runbook links, the dashboards' links, the chart's image, the docs).
+    let path = home_path()?;
+    let name = path.rsplit('/').next().unwrap_or_default();
+    let owner = path.split('/').next().unwrap_or_default();
+    let listed = run("git", &["ls-files"])?;
+    let mut elsewhere = Vec::new();
+    for file in String::from_utf8_lossy(&listed.stdout).lines() {
+        let Ok(text) = std::fs::read_to_string(ops::repo().join(file)) else {
+            continue; // not text
+        };
+        for (number, line) in text.lines().enumerate() {
+            for (start, _) in line.match_indices(&format!("/{name}")) {
+                let before = &line[..start];
+                let host = ["github.com/", "ghcr.io/"]
+                    .into_iter()
+                    .find_map(|host| before.rfind(host).map(|at| &before[at + host.len()..]));
+                if let Some(found_owner) = host
+                    && !found_owner.contains(['/', ' ', '"', '\''])
+                    && found_owner != owner
+                {
+                    elsewhere.push(format!("{file}:{}: {}", number + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        elsewhere.is_empty(),
+        "not at the home Cargo.toml names ({HOME}):\n{}",
+        elsewhere.join("\n")
+    );
+    for (file, expected) in [
+        (
+            "mixin/config.libsonnet",
+            format!("{HOME}/blob/main/docs/runbook.md#"),
+        ),
+        (
+            "mixin/config.libsonnet",
+            format!("{HOME}/blob/main/docs/dashboards.md"),
+        ),
+        (
+            "deploy/helm/azure-scheduled-events-exporter/values.yaml",
+            format!("ghcr.io/{path}"),
+        ),
+    ] {
+        assert!(
+            read(file)?.contains(&expected),
+            "{file} does not name {expected}"
+        );
+    }
+    Ok(())
+}
