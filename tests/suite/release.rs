@@ -927,6 +927,18 @@ fn every_link_to_the_projects_home_and_image_is_cargo_tomls_repository() -> Test
             continue; // not text
         };
         for (number, line) in text.lines().enumerate() {
+            // An image named with a version is this release's (a tag in examples and docs that
+            // users copy).
+            let image = format!("ghcr.io/{path}:");
+            for (start, _) in line.match_indices(&image) {
+                let tag: String = line[start + image.len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || ".-_".contains(*c))
+                    .collect();
+                if tag.chars().next().is_some_and(|c| c.is_ascii_digit()) && tag != VERSION {
+                    elsewhere.push(format!("{file}:{}: {}", number + 1, line.trim()));
+                }
+            }
             for (start, _) in line.match_indices(&format!("/{name}")) {
                 let before = &line[..start];
                 let host = ["github.com/", "ghcr.io/"]
