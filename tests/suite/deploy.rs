@@ -465,3 +465,39 @@ async fn the_agent_makes_a_missing_state_directory_or_keeps_state_in_memory_sayi
     agent.terminate()?;
     Ok(())
 }
+
+#[test]
+fn the_hooks_drop_in_verifies_and_lifts_no_new_privileges_for_sudo() -> TestResult {
+    let (dir, path) = unit_for_verify()?;
+    let drop_ins = dir.0.join("azure-scheduled-events-exporter.service.d");
+    std::fs::create_dir(&drop_ins)?;
+    std::fs::copy(
+        ops::repo().join("deploy/systemd/hooks.conf.example"),
+        drop_ins.join("hooks.conf"),
+    )?;
+    let output = systemd_analyze(&["verify", &path.to_string_lossy()])?;
+    assert!(
+        output.status.success() && report(&output).trim().is_empty(),
+        "systemd-analyze verify with the drop-in:\n{}",
+        report(&output)
+    );
+    // What sudo needs: no_new_privs off, and the set-user-ID bit honoured.
+    let output = systemd_analyze(&["security", "--offline=yes", &path.to_string_lossy()])?;
+    let text = report(&output);
+    for lifted in ["NoNewPrivileges=", "RestrictSUIDSGID="] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(lifted) && l.trim_start().starts_with('✗')),
+            "{lifted} is not lifted by the drop-in:\n{text}"
+        );
+    }
+    // The file system stays read-only and /home hidden.
+    for kept in ["ProtectSystem=", "ProtectHome="] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(kept) && l.trim_start().starts_with('✓')),
+            "{kept} no longer holds with the drop-in:\n{text}"
+        );
+    }
+    Ok(())
+}
