@@ -77,6 +77,7 @@ fn populated_with(families: Families) -> Result<Metrics, Box<dyn std::error::Err
         platform_fault_domain: "0".into(),
         platform_update_domain: "3".into(),
         vm_size: "Standard_D4s_v5".into(),
+        priority: "Spot".into(),
     };
     metrics.set_vm(Some("WestNO_0"), &compute);
     metrics.record_request(Operation::Instance, Duration::from_millis(4), None);

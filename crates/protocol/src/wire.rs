@@ -103,4 +103,6 @@ pub struct Compute {
     pub platform_fault_domain: String,
     pub platform_update_domain: String,
     pub vm_size: String,
+    /// `Regular`, `Spot` or, since Compute API 2026-04-01, `SpotPlus`.
+    pub priority: String,
 }

@@ -63,6 +63,7 @@ pub fn example_compute(name: &str) -> Compute {
         platform_fault_domain: "0".to_owned(),
         platform_update_domain: "0".to_owned(),
         vm_size: "Standard_D2s_v5".to_owned(),
+        priority: "Regular".to_owned(),
     }
 }
 

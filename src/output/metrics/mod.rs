@@ -294,6 +294,7 @@ impl Metrics {
                 "platform_fault_domain",
                 "platform_update_domain",
                 "vm_size",
+                "priority",
             ],
         )?;
         let events = Arc::new(EventsCollector::new(series, clock)?);
@@ -468,6 +469,7 @@ impl Metrics {
                 &c.platform_fault_domain,
                 &c.platform_update_domain,
                 &c.vm_size,
+                priority(&c.priority),
             ])
             .set(1);
     }
@@ -721,5 +723,29 @@ impl Collector for SharedCollector {
 
     fn collect(&self) -> Vec<MetricFamily> {
         self.0.collect()
+    }
+}
+
+/// The `priority` label: instance metadata's `compute.priority` when it is one Azure documents
+/// (`Regular`, `Spot`, `SpotPlus`, and `Low`, the scale sets' former name of Spot), empty when
+/// absent, `other` for anything else, so the label stays bounded.
+fn priority(given: &str) -> &str {
+    match given {
+        "" | "Regular" | "Spot" | "SpotPlus" | "Low" => given,
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::priority;
+
+    #[test]
+    fn the_priority_label_is_what_azure_documents_or_other() {
+        for known in ["", "Regular", "Spot", "SpotPlus", "Low"] {
+            assert_eq!(priority(known), known);
+        }
+        assert_eq!(priority("spot"), "other");
+        assert_eq!(priority(&"x".repeat(1000)), "other");
     }
 }

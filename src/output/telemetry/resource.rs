@@ -128,6 +128,7 @@ mod tests {
             platform_fault_domain: "1".into(),
             platform_update_domain: "4".into(),
             vm_size: "Standard_E8s_v5".into(),
+            priority: "Regular".into(),
         }
     }
 
