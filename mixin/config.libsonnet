@@ -74,12 +74,16 @@
     // of one capacity group (capacityLabel) in one cluster face one of `eventTypes` with
     // NotBefore within impactSoonSeconds, passed, or already Started. Terminate (scale-in,
     // usually wanted) and Preempt (Spot pools are built for evictions: spotWave) are left out;
-    // add 'Preempt' to page for Spot waves too.
+    // add 'Preempt' to page for Spot waves too. VMs whose priority (the `priority` label of
+    // azure_scheduled_events_vm_info, from instance metadata) is one of `exemptPriorities` are
+    // never counted: a Spot pool is built to lose VMs, whatever the event. A VM without a
+    // priority counts as Regular.
     capacity: {
       eventTypes: ['Reboot', 'Redeploy'],
       minVMs: 2,
       fraction: 0.25,
       'for': '1m',
+      exemptPriorities: ['Spot', 'SpotPlus'],
     },
     // A Spot wave: the same thresholds for evictions, reported at `severity`, never paged.
     spotWave: {

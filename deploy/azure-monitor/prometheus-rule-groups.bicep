@@ -38,7 +38,7 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'max by (cluster, job, instance, vm_id, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (\n  azure_scheduled_events_vm_info{vm_id!=""}\n  or\n  label_join(azure_scheduled_events_vm_info{vm_id=""}, "vm_id", "/", "cluster", "job", "instance")\n)\nor on (cluster, job, instance)\n(\n  last_over_time(azure_scheduled_events:target_vm_info:last[10m])\n  and on (cluster, job, instance)\n  (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 3600)\n)'
+        expression: 'max by (cluster, job, instance, vm_id, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node, priority) (\n  azure_scheduled_events_vm_info{vm_id!=""}\n  or\n  label_join(azure_scheduled_events_vm_info{vm_id=""}, "vm_id", "/", "cluster", "job", "instance")\n)\nor on (cluster, job, instance)\n(\n  last_over_time(azure_scheduled_events:target_vm_info:last[10m])\n  and on (cluster, job, instance)\n  (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 3600)\n)'
         record: 'azure_scheduled_events:target_vm_info:last'
       }
       {
@@ -48,12 +48,12 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'topk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (azure_scheduled_events:target_vm_info:last{node!=""})\n)\nor on (cluster, vm_id)\ntopk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (azure_scheduled_events:target_vm_info:last)\n)'
+        expression: 'topk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node, priority) (azure_scheduled_events:target_vm_info:last{node!=""})\n)\nor on (cluster, vm_id)\ntopk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node, priority) (azure_scheduled_events:target_vm_info:last)\n)'
         record: 'azure_scheduled_events:vm_info:last'
       }
       {
         enabled: true
-        expression: 'max by (cluster, job, instance, vm_id) (azure_scheduled_events:target_vm_info:last)\n* on (cluster, vm_id) group_left (vm_instance, vm_name, vm_scale_set_name, node)\nlabel_replace(azure_scheduled_events:vm_info:last, "vm_instance", "\$1", "instance", "(.*)")'
+        expression: 'max by (cluster, job, instance, vm_id) (azure_scheduled_events:target_vm_info:last)\n* on (cluster, vm_id) group_left (vm_instance, vm_name, vm_scale_set_name, node, priority)\nlabel_replace(azure_scheduled_events:vm_info:last, "vm_instance", "\$1", "instance", "(.*)")'
         record: 'azure_scheduled_events:target_vm:info'
       }
       {
@@ -209,7 +209,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: '{{ \$value }} VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} go down at once'
         }
         enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy"}\n  )\n) >= 2\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_at_risk:count\n  / azure_scheduled_events:capacity_vms:count\n) > 0.25'
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy", priority!~"Spot|SpotPlus"}\n  )\n) >= 2\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_at_risk:count\n  / azure_scheduled_events:capacity_vms:count\n) > 0.25'
         'for': 'PT1M'
         labels: {
           severity: 'critical'
@@ -299,17 +299,17 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: '(\nazure_scheduled_events:target_alert:value\nor\nazure_scheduled_events:target_event_impact:held\n)\n* on (cluster, job, instance) group_left (vm_id, vm_instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:target_vm:info'
+        expression: '(\nazure_scheduled_events:target_alert:value\nor\nazure_scheduled_events:target_event_impact:held\n)\n* on (cluster, job, instance) group_left (vm_id, vm_instance, vm_name, vm_scale_set_name, node, priority)\nazure_scheduled_events:target_vm:info'
         record: 'azure_scheduled_events:target_alert_vm:value'
       }
       {
         enabled: true
-        expression: 'max by (cluster, vm_id, vm_scale_set_name, event_id, event_type, event_source) (\n  azure_scheduled_events:target_alert_vm:value{alert=""}\n)'
+        expression: 'max by (cluster, vm_id, vm_scale_set_name, priority, event_id, event_type, event_source) (\n  azure_scheduled_events:target_alert_vm:value{alert=""}\n)'
         record: 'azure_scheduled_events:vm_event_impact:held'
       }
       {
         enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy"}\n  )\n)'
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy", priority!~"Spot|SpotPlus"}\n  )\n)'
         record: 'azure_scheduled_events:capacity_vms_at_risk:count'
       }
       {

@@ -104,11 +104,7 @@ local promql = import '../lib/promql.libsonnet';
   // event of `types` (recorded per VM), over the group's recorded size.
   local groupAtRisk(settings, recorded) =
     '%(count)s >= %(min)s\nand on (%(group)s)\n(\n  %(recorded)s\n  / %(size)s\n) > %(fraction)s' % {
-      count: 'count by (%s) (\n  max by (%s) (\n    %s\n  )\n)' % [
-        q.groupBy,
-        q.list(q.vmId + [c.capacityLabel]),
-        q.rec(r.vmImpactHeld, ['%s!=""' % c.capacityLabel, 'event_type=~"%s"' % q.types(settings.eventTypes)]),
-      ],
+      count: $.groupCount(settings),
       min: number(settings.minVMs),
       group: q.groupBy,
       recorded: recorded,

@@ -22,8 +22,10 @@ local promql = import '../lib/promql.libsonnet';
     if std.objectHas(factor, unit) then number * factor[unit]
     else error 'duration %s: expected a number and one of s, m, h, d, w' % duration,
 
-  local infoLabels = q.list(q.vm + [c.vmIdLabel] + c.vmInfoRecordLabels),
-  local vmInfoLabels = q.list(q.vmId + ['instance'] + c.vmInfoRecordLabels),
+  // The recorded vm_info keeps the VM's priority besides vmInfoRecordLabels: the page leaves
+  // Spot pools out by it.
+  local infoLabels = q.list(q.vm + [c.vmIdLabel] + c.vmInfoRecordLabels + [q.priority]),
+  local vmInfoLabels = q.list(q.vmId + ['instance'] + c.vmInfoRecordLabels + [q.priority]),
   // Every event type a rule below looks at: the quiet agent-down, the page, the Spot wave and
   // AzureScheduledEventImpactSoon read one record. (The Helm chart's placeholders for the page's
   // and the Spot wave's types are left out: the chart allows interruptingTypes only there.)
@@ -35,12 +37,15 @@ local promql = import '../lib/promql.libsonnet';
   local statuses = 'event_status=~"%s"' % q.types(c.impactStatuses),
   local record(name, expr) = { record: name, expr: expr + '\n' },
 
-  // VMs of each capacity group with a held event of `types`, counted by VM.
-  local groupCount(types) =
+  // VMs of each capacity group with a held event of `settings.eventTypes`, counted by VM, but for
+  // VMs of a priority in `settings.exemptPriorities` (Spot pools).
+  groupCount(settings)::
     'count by (%(group)s) (\n  max by (%(vm)s) (\n    %(held)s\n  )\n)' % {
       group: q.groupBy,
       vm: q.list(q.vmId + [cap]),
-      held: q.rec(r.vmImpactHeld, ['%s!=""' % cap, 'event_type=~"%s"' % q.types(types)]),
+      held: q.rec(r.vmImpactHeld, ['%s!=""' % cap, 'event_type=~"%s"' % q.types(settings.eventTypes)] + (
+        if std.objectHas(settings, 'exemptPriorities') && settings.exemptPriorities != [] then ['%s!~"%s"' % [q.priority, q.types(settings.exemptPriorities)]] else []
+      )),
     },
 
   // Node names of kube_node_info, under nodeLabel.
@@ -100,7 +105,7 @@ local promql = import '../lib/promql.libsonnet';
     ),
   ],
 
-  // The held impact by VM (vmIdLabel), with its capacity group, and the VMs of each capacity group
+  // The held impact by VM (vmIdLabel), with its capacity group and priority, and the VMs of each capacity group
   // it counts: recorded in the group azure-scheduled-events.vms from `joined`, the targets' held
   // impacts (and the per-VM alerts' conditions) joined once with their VM
   // (azure_scheduled_events:target_alert_vm:value, whose impacts have no label `alert`). Only
@@ -108,10 +113,10 @@ local promql = import '../lib/promql.libsonnet';
   vmImpactRules(joined):: [
     record(
       r.vmImpactHeld,
-      'max by (%s) (\n  %s\n)' % [q.list(q.vmId + [cap, 'event_id', 'event_type', 'event_source']), q.rec(joined, ['alert=""'])],
+      'max by (%s) (\n  %s\n)' % [q.list(q.vmId + [cap, q.priority, 'event_id', 'event_type', 'event_source']), q.rec(joined, ['alert=""'])],
     ),
-    record(r.capacityAtRisk, groupCount(c.capacity.eventTypes)),
-    record(r.capacityEvicted, groupCount(c.spotWave.eventTypes)),
+    record(r.capacityAtRisk, $.groupCount(c.capacity)),
+    record(r.capacityEvicted, $.groupCount(c.spotWave)),
   ],
 
   prometheusRules+:: {
@@ -182,7 +187,7 @@ local promql = import '../lib/promql.libsonnet';
               id: c.vmIdLabel,
               targetInfo: r.targetVmInfo,
               vmId: q.vmIdBy,
-              labels: q.list(['vm_instance'] + q.withCapacity(c.vmInfoLabels)),
+              labels: q.list(['vm_instance'] + q.joined(c.vmInfoLabels)),
               vmInfo: r.vmInfo,
             },
           ),
