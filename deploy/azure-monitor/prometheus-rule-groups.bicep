@@ -294,7 +294,7 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'label_replace(\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"},\n  "alert", "AzureScheduledEventImpactSoon", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n  ),\n  "alert", "AzureSpotEviction", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n  ),\n  "alert", "AzureScaleSetDelete", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_status="Started"}\n  ),\n  "alert", "AzureScheduledEventStuckStarted", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_event_seconds_until_not_before\n  * on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n  )\n  or\n  (azure_scheduled_events_event_seconds_until_not_before > 86400)\n  * on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n  ),\n  "alert", "AzureRedeployAnnouncedDaysAhead", "", ""\n)\nor\nazure_scheduled_events:target_agent_alert:value'
+        expression: 'label_replace(\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"},\n  "alert", "AzureScheduledEventImpactSoon", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n  ),\n  "alert", "AzureSpotEviction", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n  ),\n  "alert", "AzureScaleSetDelete", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_event_seconds_until_not_before\n  * on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n  )\n  or\n  (azure_scheduled_events_event_seconds_until_not_before > 86400)\n  * on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n  ),\n  "alert", "AzureRedeployAnnouncedDaysAhead", "", ""\n)\nor\nazure_scheduled_events:target_agent_alert:value'
         record: 'azure_scheduled_events:target_alert:value'
       }
       {
@@ -378,21 +378,21 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureScaleSetDelete'
         annotations: {
-          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) is being deleted by its scale set: Terminate event {{ \$labels.event_id }} {{ with printf "azure_scheduled_events_event_seconds_until_not_before{cluster=%q,instance=%q,event_id=%q} > 0" \$labels.cluster \$labels.instance \$labels.event_id | query }}in {{ . | first | value | humanizeDuration }}{{ else }}now{{ end }}.'
+          description: '{{ \$value }} VMs{{ with \$labels.vm_scale_set_name }} of scale set {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} are being deleted by their scale set: {{ if eq \$labels.event_source "User" }}requested (a scale-in, a delete by a user or an automation){{ else }}Terminate events from {{ or \$labels.event_source "an unknown source" }}{{ end }}, the first {{ with printf "min(azure_scheduled_events_event_seconds_until_not_before{cluster=%q} and on (cluster, instance, event_id) azure_scheduled_events:vm_alert:value{alert=\\"AzureScaleSetDelete\\",cluster=%q,vm_scale_set_name=%q,event_source=%q})" \$labels.cluster \$labels.cluster \$labels.vm_scale_set_name \$labels.event_source | query }}{{ with . | first | value }}{{ if gt . 0.0 }}in {{ humanizeDuration . }}{{ else }}now{{ end }}{{ end }}{{ else }}now{{ end }}. Informational: a scale set deletes VMs on purpose. (VM, event: {{ range printf "azure_scheduled_events:vm_alert:value{alert=\\"AzureScaleSetDelete\\",cluster=%q,vm_scale_set_name=%q,event_source=%q}" \$labels.cluster \$labels.vm_scale_set_name \$labels.event_source | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}) {{ .Labels.event_id }}; {{ end }})'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescalesetdelete'
-          summary: 'Scale set deletes VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}'
+          summary: '{{ \$value }} VMs{{ with \$labels.vm_scale_set_name }} of scale set {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} deleted by their scale set'
         }
         enabled: true
-        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScaleSetDelete"}\n)'
+        expression: 'count by (cluster, vm_scale_set_name, event_source) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScaleSetDelete"}\n)'
         'for': 'PT0S'
         labels: {
-          severity: 'warning'
+          severity: 'info'
         }
         resolveConfiguration: {
           autoResolved: true
           timeToResolve: 'PT10M'
         }
-        severity: 2
+        severity: 3
       }
       {
         actions: [
@@ -402,12 +402,12 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureScheduledEventStuckStarted'
         annotations: {
-          description: '{{ if \$labels.instance }}VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) has shown {{ \$labels.event_type }} event {{ \$labels.event_id }} as Started for more than 30m.{{ else }}{{ \$labels.event_type }} event {{ \$labels.event_id }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} has been Started for more than 30m, on a VM no agent reports as its own (seen by: {{ range printf "max by (instance) (azure_scheduled_events_event_info{event_id=%q,cluster=%q})" \$labels.event_id \$labels.cluster | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ end }}).{{ end }}'
+          description: '{{ \$labels.event_type }} event {{ \$labels.event_id }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} has been Started for more than 30m. VMs it names (as their agents report): {{ range printf "max by (instance, vm_name) (azure_scheduled_events_event_info{event_id=%q,affects_this_vm=\\"true\\",cluster=%q} * on (cluster, job, instance) group_left (vm_name) azure_scheduled_events_vm_info{cluster=%q} or on (cluster, job, instance) azure_scheduled_events_event_info{event_id=%q,affects_this_vm=\\"true\\",cluster=%q})" \$labels.event_id \$labels.cluster \$labels.cluster \$labels.event_id \$labels.cluster | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ else }}none whose agent reports it; {{ end }}seen by {{ with printf "count(max by (instance) (azure_scheduled_events_event_info{event_id=%q,cluster=%q}))" \$labels.event_id \$labels.cluster | query }}{{ . | first | value }}{{ end }} agents.'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventstuckstarted'
-          summary: '{{ if \$labels.instance }}{{ \$labels.event_type }} of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} Started for over 30m{{ else }}{{ \$labels.event_type }} event {{ \$labels.event_id }} Started for over 30m{{ end }}'
+          summary: '{{ \$labels.event_type }} event {{ \$labels.event_id }} Started for over 30m{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}'
         }
         enabled: true
-        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventStuckStarted"}\n)\nor on (cluster, event_id)\nmax by (cluster, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{event_status="Started"}\n)'
+        expression: 'max by (cluster, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{event_status="Started"}\n)'
         'for': 'PT30M'
         labels: {
           severity: 'warning'

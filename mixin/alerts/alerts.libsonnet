@@ -43,13 +43,16 @@ local promql = import '../lib/promql.libsonnet';
   // `slow`: a condition on every agent's own series (agent health), recorded every
   // agentsInterval in the group azure-scheduled-events.agents rather than at every evaluation;
   // the others read only the series of events, which few VMs have.
+  // `alertExpr(selector)`, when given, is the alert's expression over its recorded per-VM
+  // conditions (`selector`) instead of one alert per VM.
   local perVm(expr, key=[], slow=false) = { expr: expr, key: key, slow: slow },
   local alert(name, expr, for_, severity, summary, description) = {
     alert: name,
     expr: (
       if std.isObject(expr) then
-        'max without (alert) (\n  %s\n)' % q.rec(r.vmAlert, ['alert="%s"' % name])
-        + (if std.objectHas(expr, 'orElse') then '\n' + expr.orElse else '')
+        local selector = q.rec(r.vmAlert, ['alert="%s"' % name]);
+        if std.objectHas(expr, 'alertExpr') then expr.alertExpr(selector)
+        else 'max without (alert) (\n  %s\n)' % selector
       else expr
     ) + '\n',
     // The condition of a per-VM alert, read by the recording rules (not rendered).
@@ -122,8 +125,18 @@ local promql = import '../lib/promql.libsonnet';
       clusterArg: if cl == '' then '' else ' $labels.%s' % cl,
     } + '{{ .Labels.vm_name }} ({{ .Labels.instance }}) {{ .Labels.event_type }} {{ .Labels.event_id }}; {{ end }})',
 
+  // " of scale set X " when the alert has a capacity group.
+  local ofGroup = '{{ with $labels.%s }} of %s {{ . }}{{ end }}' % [c.capacityLabel, c.capacityName],
+  // The VMs a scale set is deleting (AzureScaleSetDelete's conditions), in a template query, and
+  // the printf arguments that follow the cluster's.
+  local deletedVms = 'azure_scheduled_events:vm_alert:value{alert=\\"AzureScaleSetDelete\\"%s,%s=%%q,event_source=%%q}' % [
+    if cl == '' then '' else ',%s=%%q' % cl,
+    c.capacityLabel,
+  ],
+  local deletedArgs = ' $labels.%s $labels.event_source' % c.capacityLabel,
+
   prometheusAlerts+:: {
-    local vmAlerts = [g for g in self.groups if g.name == 'azure-scheduled-events.vms'][0].alerts,
+    local vmAlerts = [a for a in [g for g in self.groups if g.name == 'azure-scheduled-events.vms'][0].alerts if a.condition != null],
     groups+: [
       {
         name: 'azure-scheduled-events.capacity',
@@ -176,9 +189,10 @@ local promql = import '../lib/promql.libsonnet';
         // them at the same evaluation.
         // The held impacts are joined with the conditions: the VMs of the page's counts, read
         // with the per-VM alerts' in one join (rules.libsonnet: vmImpactRules).
-        local join = q.vmJoin(r.targetAlert, r.targetImpactHeld, r.targetAlertVm, ['alert'] + keys(self.alerts)),
+        local perVmAlerts = [a for a in self.alerts if a.condition != null],
+        local join = q.vmJoin(r.targetAlert, r.targetImpactHeld, r.targetAlertVm, ['alert'] + keys(perVmAlerts)),
         rules: $.impactRules + [
-          record(r.targetAlert, conditions([a for a in self.alerts if !a.condition.slow]) + '\nor\n' + r.targetAgentAlert),
+          record(r.targetAlert, conditions([a for a in perVmAlerts if !a.condition.slow]) + '\nor\n' + r.targetAgentAlert),
           record(r.targetAlertVm, join.joined),
         ] + $.vmImpactRules(r.targetAlertVm) + [
           record(r.vmAlert, join.byVm),
@@ -221,50 +235,60 @@ local promql = import '../lib/promql.libsonnet';
           ),
           alert(
             'AzureScaleSetDelete',
-            perVm(events(['event_type="Terminate"']), eventKey),
+            // One alert per capacity group (scale set) and source, with the number of its VMs
+            // being deleted: a scale-in deletes many VMs at once, on purpose. Informational.
+            perVm(events(['event_type="Terminate"']), eventKey) + {
+              alertExpr(selector): 'count by (%s) (\n  %s\n)' % [q.list([cl, c.capacityLabel, 'event_source']), selector],
+            },
             '0s',
-            c.severities.vm,
-            'Scale set deletes VM %s' % vmName,
-            ('VM %(vm)s (%(instance)s%(cluster)s) is being deleted by its scale set: Terminate event %(id)s ' +
-             '{{ with %(q)s | query }}in {{ . | first | value | humanizeDuration }}{{ else }}now{{ end }}.') % {
-              vm: vmName,
-              instance: label('instance'),
-              cluster: inCluster,
-              id: label('event_id'),
-              q: vmQuery('azure_scheduled_events_event_seconds_until_not_before', ',event_id=%q', ' > 0') + ' $labels.event_id',
+            c.severities.info,
+            '{{ $value }} VMs%s%s deleted by their %s' % [ofGroup, inClusterOnly, c.capacityName],
+            ('{{ $value }} VMs%(of)s%(cluster)s are being deleted by their %(capacityName)s: ' +
+             '{{ if eq $labels.event_source "User" }}requested (a scale-in, a delete by a user or an automation){{ else }}Terminate events from {{ or $labels.event_source "an unknown source" }}{{ end }}, ' +
+             'the first {{ with printf "min(%(until)s)"%(untilArgs)s | query }}{{ with . | first | value }}{{ if gt . 0.0 }}in {{ humanizeDuration . }}{{ else }}now{{ end }}{{ end }}{{ else }}now{{ end }}. ' +
+             'Informational: a scale set deletes VMs on purpose. (VM, event: {{ range printf "%(vms)s"%(args)s | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}) {{ .Labels.event_id }}; {{ end }})') % {
+              of: ofGroup,
+              cluster: inClusterOnly,
+              capacityName: c.capacityName,
+              vms: deletedVms,
+              until: 'azure_scheduled_events_event_seconds_until_not_before%s and on (%s) %s' % [
+                if cl == '' then '' else '{%s=%%q}' % cl,
+                q.list([cl, 'instance', 'event_id']),
+                deletedVms,
+              ],
+              args: (if cl == '' then '' else ' $labels.%s' % cl) + deletedArgs,
+              untilArgs: (if cl == '' then '' else ' $labels.%s $labels.%s' % [cl, cl]) + deletedArgs,
             },
           ),
           alert(
             'AzureScheduledEventStuckStarted',
-            // One alert per event: by the VM it affects when an agent reports it as its own, else
-            // once, without a VM (every VM of an availability set or scale set sees its
-            // neighbours' events).
-            perVm(events(['event_status="Started"']), eventKey) + {
-              orElse: 'or on (%s)\nmax by (%s) (\n  %s\n)' % [
-                q.list([cl, 'event_id']),
-                q.list([cl] + eventKey),
-                q.sel('azure_scheduled_events_event_info', ['event_status="Started"']),
-              ],
-            },
+            // One alert per event (EventId), however many VMs it names or see it (every VM of an
+            // availability set or scale set sees its neighbours' events); the description lists the
+            // VMs whose agents report it as their own.
+            'max by (%s) (\n  %s\n)' % [
+              q.list([cl] + eventKey),
+              q.sel('azure_scheduled_events_event_info', ['event_status="Started"']),
+            ],
             c.stuckStarted,
             c.severities.vm,
-            '{{ if $labels.instance }}%s of VM %s Started for over %s{{ else }}%s event %s Started for over %s{{ end }}' % [
-              label('event_type'),
-              vmName,
-              c.stuckStarted,
-              label('event_type'),
-              label('event_id'),
-              c.stuckStarted,
-            ],
-            ('{{ if $labels.instance }}VM %(vm)s (%(instance)s%(cluster)s) has shown %(type)s event %(id)s as Started for more than %(stuck)s.' +
-             '{{ else }}%(type)s event %(id)s%(cluster)s has been Started for more than %(stuck)s, on a VM no agent reports as its own ' +
-             '(seen by: {{ range printf "max by (instance) (azure_scheduled_events_event_info{event_id=%%q%(clusterMatch)s})" $labels.event_id%(clusterArg)s | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ end }}).{{ end }}') % {
-              vm: vmName,
-              instance: label('instance'),
-              cluster: inCluster,
+            '%s event %s Started for over %s%s' % [label('event_type'), label('event_id'), c.stuckStarted, inClusterOnly],
+            ('%(type)s event %(id)s%(cluster)s has been Started for more than %(stuck)s. ' +
+             'VMs it names (as their agents report): {{ range printf "%(named)s"%(namedArgs)s | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ else }}none whose agent reports it; {{ end }}' +
+             'seen by {{ with printf "count(max by (%(by)s) (azure_scheduled_events_event_info{event_id=%%q%(clusterMatch)s}))" $labels.event_id%(clusterArg)s | query }}{{ . | first | value }}{{ end }} agents.') % {
               type: label('event_type'),
               id: label('event_id'),
+              cluster: inClusterOnly,
               stuck: c.stuckStarted,
+              // The VMs whose agent has the event as its own, with their names where known.
+              local named = 'azure_scheduled_events_event_info{event_id=%%q,affects_this_vm=\\"true\\"%s}' % (if cl == '' then '' else ',%s=%%q' % cl),
+              named: 'max by (instance, vm_name) (%(named)s * on (%(vm)s) group_left (vm_name) azure_scheduled_events_vm_info%(clusterOnly)s or on (%(vm)s) %(named)s)' % {
+                named: named,
+                vm: q.vmBy,
+                clusterOnly: if cl == '' then '' else '{%s=%%q}' % cl,
+              },
+              local one = ' $labels.event_id' + (if cl == '' then '' else ' $labels.%s' % cl),
+              namedArgs: one + (if cl == '' then '' else ' $labels.%s' % cl) + one,
+              by: 'instance',
               clusterMatch: if cl == '' then '' else ',%s=%%q' % cl,
               clusterArg: if cl == '' then '' else ' $labels.%s' % cl,
             },
