@@ -181,7 +181,7 @@ local promql = import '../lib/promql.libsonnet';
         name: 'azure-scheduled-events.agents',
       } + (if c.agentsInterval == '' then {} else { interval: c.agentsInterval }) + {
         // The conditions of the agent-health alerts (slow): each reads a series of every agent.
-        rules: [$.targetGoneRule, record(r.targetAgentAlert, conditions([a for a in vmAlerts if a.condition.slow]))],
+        rules: [$.targetDownRule, $.targetGoneRule, record(r.targetAgentAlert, conditions([a for a in vmAlerts if a.condition.slow]))],
       },
       {
         name: 'azure-scheduled-events.vms',
@@ -327,11 +327,9 @@ local promql = import '../lib/promql.libsonnet';
             // scrape, unless its VM is down on purpose: under one of its own interruptingTypes
             // events (held for impactHold while it reboots), or deleted or evicted (goneTypes)
             // with its target lingering. One removed from service discovery has no `up` left.
-            perVm('(%(up)s == 0)\nand on (%(t)s)\n  (%(seen)s > time() - %(lookback)d)\nunless on (%(t)s)\n  %(held)s\nunless on (%(t)s)\n  %(gone)s' % {
-              up: up,
+            perVm('%(down)s\nunless on (%(t)s)\n  %(held)s\nunless on (%(t)s)\n  %(gone)s' % {
+              down: r.targetDown,
               t: q.vmBy,
-              seen: r.targetLastSeen,
-              lookback: seconds(c.agentSeenLookback),
               held: impact(c.interruptingTypes),
               gone: r.targetGone,
             }, slow=true),

@@ -58,18 +58,58 @@ local promql = import '../lib/promql.libsonnet';
     else 'label_replace(%s, "%s", "$1", "node", "(.*)")' % [sel, c.nodeLabel],
 
 
-  // When each target last showed a goneTypes event of its own (deleted, evicted), kept for
-  // agentSeenLookback while the target is not up again: it reads its own last value instead of a
-  // day of samples. Recorded in the group azure-scheduled-events.agents, before the condition of
-  // AzureScheduledEventsAgentDown that reads it: an event seen at any scrape since the group's
-  // previous evaluation counts (a Spot VM's Preempt lasts 30 seconds), its time that evaluation's.
+  // Targets that were the agent within agentSeenLookback and fail their scrape now, with the node
+  // they run on (nodeLabel, when the scrape sets it); the value is when each was last the agent,
+  // the same throughout one failure: a new value is a new failure. Recorded in the group
+  // azure-scheduled-events.agents, first: the condition of AzureScheduledEventsAgentDown and the
+  // gone targets read it.
+  targetDownRule:: record(
+    r.targetDown,
+    'max by (%(by)s) (\n  (%(up)s == 0)\n  + on (%(t)s) group_left ()\n  (%(seen)s > time() - %(lookback)d)\n)' % {
+      by: q.list(q.vm + [c.nodeLabel]),
+      up: q.sel('up'),
+      t: target,
+      seen: r.targetLastSeen,
+      lookback: seconds(c.agentSeenLookback),
+    },
+  ),
+
+  // When each target's VM was last seen gone, kept for agentSeenLookback while the target is not up
+  // again (it reads its own last value instead of a day of samples), by `reason`:
+  // - `event`: a goneTypes event of its own (deleted, evicted): an event seen at any scrape since
+  //   the group's previous evaluation counts (a Spot VM's Preempt lasts 30 seconds), its time that
+  //   evaluation's;
+  // - `discovery`: a target whose impacts are held (its VM reboots, its agent cannot be scraped)
+  //   and that has left service discovery (no `up` any more), unless the node it names is still a
+  //   node of kube_node_info (a collector on the node itself goes down with it);
+  // - `replaced`: the same, and its node answers again with instance metadata, from another
+  //   target: another VM (or the same VM under another scrape target).
+  // Recorded in the group azure-scheduled-events.agents, before the condition of
+  // AzureScheduledEventsAgentDown that reads it; the held impacts of `discovery` and `replaced`
+  // end (azure_scheduled_events:target_event_impact:held).
   targetGoneRule:: record(
     r.targetGone,
-    'max by (%(t)s) (\n  last_over_time(%(gone)s[%(window)s]) * 0 + time()\n)\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[10m]) > time() - %(lookback)d\n)\nunless on (%(t)s) (%(up)s == 1)' % {
+    local heldOnly(matchers) = '%s unless on (%s) %s' % [q.rec(r.targetImpactHeld, matchers), q.list(q.vm + ['event_id']), r.targetImpactSoon];
+    local stamp(reason, expr) = 'label_replace(\n  max by (%s) (\n    %s\n  ) * 0 + time(),\n  "reason", "%s", "", ""\n)' % [target, std.strReplace(expr, '\n', '\n    '), reason];
+    std.join('\nor\n', [
+      stamp('event', 'last_over_time(%s[%s])' % [
+        q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(c.goneTypes), statuses]),
+        // Twice the group's interval: no scrape between two evaluations is missed.
+        if c.agentsInterval == '' then '2m' else '%ds' % (2 * seconds(c.agentsInterval)),
+      ]),
+      stamp('discovery', '%s\nunless on (%s) %s' % [heldOnly([]), target, r.targetDown] + (
+        if c.nodeLabel == '' then '' else '\nunless on (%s) %s' % [q.list([cl, c.nodeLabel]), kubeNodes]
+      )),
+    ] + (
+      if c.nodeLabel == '' then [] else [
+        stamp('replaced', '%s\nand on (%s) %s' % [
+          heldOnly(['%s!=""' % c.nodeLabel]),
+          q.list([cl, c.nodeLabel]),
+          q.sel('azure_scheduled_events_vm_info', ['%s!=""' % c.nodeLabel]),
+        ]),
+      ]
+    )) + '\nor on (%(t)s, reason)\n(\n  last_over_time(%(prev)s[10m]) > time() - %(lookback)d\n)\nunless on (%(t)s) (%(up)s == 1)' % {
       t: target,
-      gone: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(c.goneTypes), statuses]),
-      // Twice the group's interval: no scrape between two evaluations is missed.
-      window: if c.agentsInterval == '' then '2m' else '%ds' % (2 * seconds(c.agentsInterval)),
       prev: r.targetGone,
       lookback: seconds(c.agentSeenLookback),
       up: q.sel('up'),
@@ -84,23 +124,25 @@ local promql = import '../lib/promql.libsonnet';
     record(
       r.targetImpactSoon,
       'max by (%(key)s) (\n  %(events)s\n)\nunless on (%(on)s)\n  (%(until)s > %(soon)d)' % {
-        key: q.list(q.vm + ['event_id', 'event_type', 'event_source']),
+        key: q.list(q.vm + ['event_id', 'event_type', 'event_source', c.nodeLabel]),
         events: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes), statuses]),
         on: q.list(q.vm + ['event_id']),
         until: q.sel('azure_scheduled_events_event_seconds_until_not_before'),
         soon: c.impactSoonSeconds,
       },
     ),
-    // The same, held for impactHold after its last sighting while the target is not up:
-    // the VM is rebooting, its agent is not scraped.
+    // The same, held for impactHold after its last sighting while the target is not up: the VM
+    // is rebooting, its agent is not scraped. Not for a target recorded gone from service
+    // discovery or replaced on its node (azure_scheduled_events:target_gone:timestamp_seconds).
     record(
       r.targetImpactHeld,
-      '%(soon)s\nor on (%(key)s)\n(\n  max_over_time(%(soon)s[%(hold)s])\n  unless on (%(t)s) (%(up)s == 1)\n)' % {
+      '%(soon)s\nor on (%(key)s)\n(\n  max_over_time(%(soon)s[%(hold)s])\n  unless on (%(t)s) (%(up)s == 1)\n  unless on (%(t)s) %(gone)s\n)' % {
         soon: r.targetImpactSoon,
         key: q.list(q.vm + ['event_id']),
         hold: c.impactHold,
         t: target,
         up: q.sel('up'),
+        gone: q.rec(r.targetGone, ['reason=~"discovery|replaced"']),
       },
     ),
   ],

@@ -47,6 +47,7 @@
       targetImpactSoon: 'azure_scheduled_events:target_event_impact:soon',
       targetImpactHeld: 'azure_scheduled_events:target_event_impact:held',
       targetGone: 'azure_scheduled_events:target_gone:timestamp_seconds',
+      targetDown: 'azure_scheduled_events:target_down:timestamp_seconds',
       vmImpactHeld: 'azure_scheduled_events:vm_event_impact:held',
       capacityVms: 'azure_scheduled_events:capacity_vms:count',
       capacityAtRisk: 'azure_scheduled_events:capacity_vms_at_risk:count',
