@@ -122,6 +122,22 @@
       'for': '15m',
     },
 
+    // AzureScheduledEventsAgentDown. `for`: how long a target fails its scrapes before it alerts,
+    // longer than a clean OS reboot takes (kured, unattended upgrades: a few minutes), which then
+    // raises nothing. `flaps`: that many separate failures within `flapWindow` (a crash loop, a
+    // scrape that comes and goes) keep it firing between them, rather than firing and resolving
+    // once per loop. On Kubernetes (nodeLabel, kube-state-metrics), an agent down on a node that
+    // was cordoned (`cordonedMatchers` of kube_node_spec_taint: the taint Kubernetes adds to a
+    // cordoned node) within `cordonHold` raises nothing: the node is being drained or rebooted on
+    // purpose.
+    agentDown: {
+      'for': '5m',
+      flaps: 3,
+      flapWindow: '30m',
+      cordonedMatchers: ['key="node.kubernetes.io/unschedulable"'],
+      cordonHold: '10m',
+    },
+
     // A Started event older than this is stuck.
     stuckStarted: '30m',
     // A Redeploy announced further ahead than this is a degraded-hardware migration, for agents

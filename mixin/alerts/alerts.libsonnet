@@ -323,21 +323,43 @@ local promql = import '../lib/promql.libsonnet';
 
           alert(
             'AzureScheduledEventsAgentDown',
-            // A target that was the agent within agentSeenLookback (recorded) and now fails its
-            // scrape, unless its VM is down on purpose: under one of its own interruptingTypes
-            // events (held for impactHold while it reboots), or deleted or evicted (goneTypes)
-            // with its target lingering. One removed from service discovery has no `up` left.
-            perVm('%(down)s\nunless on (%(t)s)\n  %(held)s\nunless on (%(t)s)\n  %(gone)s' % {
-              down: r.targetDown,
-              t: q.vmBy,
-              held: impact(c.interruptingTypes),
-              gone: r.targetGone,
-            }, slow=true),
-            '2m',
+            // A target that was the agent within agentSeenLookback and now fails its scrape
+            // (recorded), unless its VM is down on purpose: under one of its own interruptingTypes
+            // events (held for impactHold while it reboots), deleted, evicted or replaced (gone),
+            // or on a node cordoned within agentDown.cordonHold. One removed from service discovery
+            // has no `up` left. The value is when this failure began, as recorded at the group's
+            // previous evaluation: a new value is a new failure, which the alert counts.
+            perVm(
+              local down = '%(down)s\nunless on (%(t)s) %(held)s\nunless on (%(t)s) %(gone)s%(cordoned)s' % {
+                down: r.targetDown,
+                t: q.vmBy,
+                held: impact(c.interruptingTypes),
+                gone: r.targetGone,
+                cordoned: if c.nodeLabel == '' then '' else '\nunless on (%s) max by (%s) (\n  %s\n)' % [
+                  q.list([cl, c.nodeLabel]),
+                  q.list([cl, c.nodeLabel]),
+                  q.underNodeLabel('max_over_time(%s[%s])' % [q.kubeStateMetrics('kube_node_spec_taint', c.agentDown.cordonedMatchers), c.agentDown.cordonHold]),
+                ],
+              };
+              '(\n  max without (alert) (%(prev)s)\n  and on (%(t)s)\n  (\n    %(down)s\n  )\n)\nor on (%(t)s)\n(\n  (\n    %(down)s\n  ) * 0 + time()\n)' % {
+                prev: q.rec(r.targetAgentAlert, ['alert="AzureScheduledEventsAgentDown"']),
+                t: q.vmBy,
+                down: std.strReplace(down, '\n', '\n    '),
+              },
+              slow=true,
+            ) + {
+              // Down now, or that many separate failures within agentDown.flapWindow.
+              alertExpr(selector): 'max without (alert) (\n  %(s)s\n)\nor\nmax without (alert) (\n  changes(%(s)s[%(window)s]) >= %(changes)d\n)' % {
+                s: selector,
+                window: c.agentDown.flapWindow,
+                changes: c.agentDown.flaps - 1,
+              },
+            },
+            c.agentDown['for'],
             c.severities.vm,
             'Scheduled-events agent down on VM %s' % vmName,
-            ('Prometheus cannot scrape the agent on VM %s (%s{{ with $labels.job }}, job {{ . }}{{ end }}%s): ' +
-             'scheduled events of this VM go unseen.') % [vmName, label('instance'), inCluster],
+            ('Prometheus cannot scrape the agent on VM %s (%s{{ with $labels.job }}, job {{ . }}{{ end }}%s), ' +
+             'or could not %d times or more in %s (a crash loop): scheduled events of this VM go unseen.') % [vmName, label('instance'), inCluster, c.agentDown.flaps, c.agentDown.flapWindow],
           ),
           alert(
             'AzureScheduledEventsPollLoopStuck',
@@ -496,8 +518,8 @@ unless on (%(on)s)
       c.coverage['for'],
       c.severities.vm,
       '{{ $value }} nodes%s without a working scheduled-events agent' % inClusterOnly,
-      ('{{ $value }} nodes%(cluster)s have no working agent: their scheduled events go unseen, and the capacity page does not count them. ' +
-       '(Nodes without an agent: {{ range printf "%(kube)s unless on (%(on)s) azure_scheduled_events_build_info%(upMatch)s and on (%(clusterOn)s) azure_scheduled_events_build_info{%(node)s!=\\"\\"%(clusterMatch)s}" %(args3)s | query | sortByLabel "%(node)s" }}{{ .Labels.%(node)s }} {{ else }}not named (the agents\' series carry no %(node)s label) {{ end }}; ' +
+      ('{{ $value }} nodes%(cluster)s have no working agent (and no agent that AzureScheduledEventsAgentDown names): their scheduled events go unseen, and the capacity page does not count them. ' +
+       '(Nodes without an agent: {{ range printf "%(kube)s unless on (%(on)s) azure_scheduled_events_build_info%(upMatch)s unless on (%(on)s) azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventsAgentDown\\"%(clusterMatch)s} and on (%(clusterOn)s) azure_scheduled_events_build_info{%(node)s!=\\"\\"%(clusterMatch)s}" %(args4)s | query | sortByLabel "%(node)s" }}{{ .Labels.%(node)s }} {{ else }}not named (the agents\' series carry no %(node)s label) {{ end }}; ' +
        'targets never up: {{ range printf "up%(upMatch)s == 0 and on (%(job)s) azure_scheduled_events_build_info%(upMatch)s unless on (%(t)s) %(seen)s%(upMatch)s" %(args3)s | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)') % {
         cluster: inClusterOnly,
         // kube_node_info's node names under nodeLabel. The chart's placeholders for
@@ -522,6 +544,7 @@ unless on (%(on)s)
         // evaluation, and reads one cluster's series, not the fleet's.
         clusterMatch: if cl == '' then '' else ',%s=%%q' % cl,
         args3: if cl == '' then '' else std.join(' ', std.repeat(['$labels.%s' % cl], 3)),
+        args4: if cl == '' then '' else std.join(' ', std.repeat(['$labels.%s' % cl], 4)),
       },
     ),
 }

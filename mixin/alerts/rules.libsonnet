@@ -49,14 +49,7 @@ local promql = import '../lib/promql.libsonnet';
     },
 
   // Node names of kube_node_info, under nodeLabel.
-  local kubeNodes =
-    local sel = if c.coverage.kubeStateMetricsSelector == '' && c.coverage.nodeMatchers == [] then 'kube_node_info'
-    else 'kube_node_info{%s}' % std.join(', ', nonEmpty([c.coverage.kubeStateMetricsSelector] + c.coverage.nodeMatchers));
-    if c.nodeLabel == 'node' || c.nodeLabel == '' then sel
-    // The Helm chart's placeholder: label_replace unless its nodeLabel is node.
-    else if std.startsWith(c.nodeLabel, '@@') then '@@nodeRelabel.open@@%s@@nodeRelabel.close@@' % sel
-    else 'label_replace(%s, "%s", "$1", "node", "(.*)")' % [sel, c.nodeLabel],
-
+  local kubeNodes = q.underNodeLabel(q.kubeStateMetrics('kube_node_info', c.coverage.nodeMatchers)),
 
   // Targets that were the agent within agentSeenLookback and fail their scrape now, with the node
   // they run on (nodeLabel, when the scrape sets it); the value is when each was last the agent,
@@ -266,24 +259,31 @@ local promql = import '../lib/promql.libsonnet';
             },
           ),
           record(r.nodes, 'count by (%s) (%s)' % [q.list([cl]), kubeNodes]),
-          // Nodes without a working agent (one scraped now): by name where the agent's series
-          // carry nodeLabel (its build_info, whether or not it has read instance metadata), by
-          // count where kube_node_info is present but they do not; without kube-state-metrics,
+          // Nodes without a working agent (one scraped now) that AzureScheduledEventsAgentDown does
+          // not name: by name where the agent's series carry nodeLabel (its build_info, whether or
+          // not it has read instance metadata), by count where kube_node_info is present but they
+          // do not; without kube-state-metrics,
           // targets of a job with agents that never were the agent (never up, image not pulled,
           // wrong architecture).
           record(
             r.nodesWithoutAgent,
-            local byCount = '(\n    %(nodes)s\n    - (%(reporting)s or on (%(cluster)s) %(nodes)s * 0)\n  ) > 0' % {
+            // AzureScheduledEventsAgentDown's VMs: their nodes have an agent, which that alert
+            // names (now, or within agentDown.flapWindow by name: a crash loop between failures).
+            local agentDown = q.rec(r.vmAlert, ['alert="AzureScheduledEventsAgentDown"']);
+            local byCount = '(\n    %(nodes)s\n    - (%(reporting)s or on (%(cluster)s) %(nodes)s * 0)\n    - (count by (%(cluster)s) (%(down)s) or on (%(cluster)s) %(nodes)s * 0)\n  ) > 0' % {
               nodes: r.nodes,
               reporting: r.vmsReporting,
               cluster: q.list([cl]),
+              down: agentDown,
             };
             local named = 'count by (%s) (%s)' % [q.list([cl]), q.sel('azure_scheduled_events_build_info', ['%s!=""' % c.nodeLabel])];
-            local byName = 'count by (%(cluster)s) (\n    max by (%(on)s) (%(kube)s)\n    unless on (%(on)s)\n    %(agents)s\n  )\n  and on (%(cluster)s) %(named)s' % {
+            local byName = 'count by (%(cluster)s) (\n    max by (%(on)s) (%(kube)s)\n    unless on (%(on)s)\n    %(agents)s\n    unless on (%(on)s)\n    max_over_time(%(down)s[%(window)s])\n  )\n  and on (%(cluster)s) %(named)s' % {
               cluster: q.list([cl]),
               on: q.list([cl, c.nodeLabel]),
               kube: kubeNodes,
               agents: q.sel('azure_scheduled_events_build_info', ['%s!=""' % c.nodeLabel]),
+              down: q.rec(r.vmAlert, ['alert="AzureScheduledEventsAgentDown"', '%s!=""' % c.nodeLabel]),
+              window: c.agentDown.flapWindow,
               named: named,
             };
             local kube =

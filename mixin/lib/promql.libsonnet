@@ -31,6 +31,19 @@
       if l != name
     ],
 
+    // kube-state-metrics' `metric` with its selector (coverage.kubeStateMetricsSelector) and
+    // `matchers`.
+    kubeStateMetrics(metric, matchers=[])::
+      local all = nonEmpty([c.coverage.kubeStateMetricsSelector] + matchers);
+      if all == [] then metric else '%s{%s}' % [metric, std.join(', ', all)],
+    // `expr`, a vector of kube-state-metrics with its `node` label, with that label under
+    // nodeLabel.
+    underNodeLabel(expr)::
+      if c.nodeLabel == 'node' || c.nodeLabel == '' then expr
+      // The Helm chart's placeholder: label_replace unless its nodeLabel is node.
+      else if std.startsWith(c.nodeLabel, '@@') then '@@nodeRelabel.open@@%s@@nodeRelabel.close@@' % expr
+      else 'label_replace(%s, "%s", "$1", "node", "(.*)")' % [expr, c.nodeLabel],
+
     // An alternation regex of event types.
     types(list):: std.join('|', list),
 
