@@ -46,13 +46,26 @@ local promql = import '../lib/promql.libsonnet';
   // `alertExpr(selector)`, when given, is the alert's expression over its recorded per-VM
   // conditions (`selector`) instead of one alert per VM.
   local perVm(expr, key=[], slow=false) = { expr: expr, key: key, slow: slow },
+  // `rollup`, when given: `share` (one alert for a cluster where many VMs have the condition, for
+  // each value of the labels `key`, instead of theirs) or `always` (one alert per cluster and
+  // `key`, never per VM), from azure_scheduled_events:shared_alert:value.
+  local rollup(kind, key=[]) = { rollup: { kind: kind, key: key } },
   local alert(name, expr, for_, severity, summary, description) = {
     alert: name,
     expr: (
       if std.isObject(expr) then
         local selector = q.rec(r.vmAlert, ['alert="%s"' % name]);
-        if std.objectHas(expr, 'alertExpr') then expr.alertExpr(selector)
-        else 'max without (alert) (\n  %s\n)' % selector
+        local vms = if std.objectHas(expr, 'alertExpr') then expr.alertExpr(selector)
+        else 'max without (alert) (\n  %s\n)' % selector;
+        local cluster = 'max without (alert) (\n  %s\n)' % q.rec(r.clusterAlert, ['alert="%s"' % name]);
+        if !std.objectHas(expr, 'rollup') then vms
+        else if expr.rollup.kind == 'always' then cluster
+        else '(\n  %s\n)\nunless on (%s) %s\nor\n%s' % [
+          std.strReplace(vms, '\n', '\n  '),
+          q.list([cl] + expr.rollup.key),
+          q.rec(r.clusterAlert, ['alert="%s"' % name]),
+          cluster,
+        ]
       else expr
     ) + '\n',
     // The condition of a per-VM alert, read by the recording rules (not rendered).
@@ -102,6 +115,42 @@ local promql = import '../lib/promql.libsonnet';
   ]),
   // The labels the conditions keep besides the target's.
   local keys(alerts) = std.uniq(std.sort(std.flattenArrays([a.condition.key for a in alerts]))),
+
+  // The rolled-up alerts' conditions per cluster (and key), their value the number of VMs: for
+  // `share`, where at least rollup.minVMs VMs and more than rollup.fraction of the cluster's VMs
+  // have it, for `always`, wherever one has it. Read from the per-VM conditions, a few series.
+  local rollups(alerts) = std.join('\nor\n', [
+    local key = q.list([cl, 'alert'] + a.condition.rollup.key);
+    local vms = 'count by (%s) (\n  count by (%s) (%s)\n)' % [
+      key,
+      q.list(q.vmId + c.vmLabels + ['alert'] + a.condition.rollup.key),
+      q.rec(r.vmAlert, ['alert="%s"' % a.alert]),
+    ];
+    if a.condition.rollup.kind == 'always' then vms
+    else '(\n  %(vms)s >= %(min)s\n)\nand on (%(key)s)\n(\n  %(vms)s\n  / on (%(cluster)s) group_left ()\n  %(known)s > %(fraction)s\n  or\n  %(vms)s\n  unless on (%(cluster)s) %(known)s\n)' % {
+      vms: std.strReplace(vms, '\n', '\n  '),
+      min: number(c.rollup.minVMs),
+      key: key,
+      cluster: q.list([cl]),
+      known: r.vmsKnown,
+      fraction: number(c.rollup.fraction),
+    }
+    for a in alerts
+  ]),
+  // Texts of an alert in both forms: one VM's (with an instance) or the cluster's.
+  local forms(vm, cluster) = '{{ if $labels.instance }}%s{{ else }}%s{{ end }}' % [vm, cluster],
+  // A cluster alert's sample of VMs: `(VM: name (instance); ...)`.
+  local sample(name, key=[]) =
+    '{{ range printf "topk(%(n)d, azure_scheduled_events:vm_alert:value{alert=\\"%(name)s\\"%(matchers)s})"%(args)s | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }}' % {
+      n: c.rollup.sampleVMs,
+      name: name,
+      matchers: std.join('', [',%s=%%q' % l for l in std.filter(function(l) l != '', [cl] + key)]),
+      args: std.join('', [' $labels.%s' % l for l in std.filter(function(l) l != '', [cl] + key)]),
+    },
+  // " in cluster X" or " in the fleet".
+  local inClusterOrFleet = if cl == '' then ' in the fleet' else '{{ with $labels.%s }} in cluster {{ . }}{{ end }}' % cl,
+  // What "many" means, for texts.
+  local many = 'at least %d and more than %g %% of its VMs' % [c.rollup.minVMs, c.rollup.fraction * 100],
 
   // At least `minVMs` VMs (by vmIdLabel) and more than `fraction` of a capacity group face an
   // event of `types` (recorded per VM), over the group's recorded size.
@@ -196,6 +245,7 @@ local promql = import '../lib/promql.libsonnet';
           record(r.targetAlertVm, join.joined),
         ] + $.vmImpactRules(r.targetAlertVm) + [
           record(r.vmAlert, join.byVm),
+          record(r.clusterAlert, rollups([a for a in perVmAlerts if std.objectHas(a.condition, 'rollup')])),
         ] + self.alerts,
         alerts:: [
           alert(
@@ -347,7 +397,7 @@ local promql = import '../lib/promql.libsonnet';
                 down: std.strReplace(down, '\n', '\n    '),
               },
               slow=true,
-            ) + {
+            ) + rollup('share') + {
               // Down now, or that many separate failures within agentDown.flapWindow.
               alertExpr(selector): 'max without (alert) (\n  %(s)s\n)\nor\nmax without (alert) (\n  changes(%(s)s[%(window)s]) >= %(changes)d\n)' % {
                 s: selector,
@@ -357,9 +407,13 @@ local promql = import '../lib/promql.libsonnet';
             },
             c.agentDown['for'],
             c.severities.vm,
-            'Scheduled-events agent down on VM %s' % vmName,
-            ('Prometheus cannot scrape the agent on VM %s (%s{{ with $labels.job }}, job {{ . }}{{ end }}%s), ' +
-             'or could not %d times or more in %s (a crash loop): scheduled events of this VM go unseen.') % [vmName, label('instance'), inCluster, c.agentDown.flaps, c.agentDown.flapWindow],
+            forms('Scheduled-events agent down on VM %s' % vmName, 'Scheduled-events agents down on {{ $value }} VMs%s' % inClusterOrFleet),
+            forms(
+              ('Prometheus cannot scrape the agent on VM %s (%s{{ with $labels.job }}, job {{ . }}{{ end }}%s), ' +
+               'or could not %d times or more in %s (a crash loop): scheduled events of this VM go unseen.') % [vmName, label('instance'), inCluster, c.agentDown.flaps, c.agentDown.flapWindow],
+              ('Prometheus cannot scrape the agents of {{ $value }} VMs%s (%s): one cause for them all, ' +
+               'such as a NetworkPolicy, the scrape configuration or the agent\'s release, rather than each VM\'s. Scheduled events of these VMs go unseen. (VM: %s)') % [inClusterOrFleet, many, sample('AzureScheduledEventsAgentDown')],
+            ),
           ),
           alert(
             'AzureScheduledEventsPollLoopStuck',
@@ -368,35 +422,51 @@ local promql = import '../lib/promql.libsonnet';
             perVm('time() - %s > %d' % [
               q.sel('azure_scheduled_events_last_poll_timestamp_seconds'),
               c.pollStuckSeconds,
-            ], slow=true),
+            ], slow=true) + rollup('share'),
             '5m',
             c.severities.vm,
-            'The agent on VM %s no longer polls IMDS' % vmName,
-            ('The agent on VM %s (%s%s) answers scrapes but its last poll ended {{ $value | humanizeDuration }} ago: ' +
-             'its poll loop is stuck and new events of this VM go unseen, while the last known ones stay exported.') % [
-              vmName,
-              label('instance'),
-              inCluster,
-            ],
+            forms('The agent on VM %s no longer polls IMDS' % vmName, 'The agents of {{ $value }} VMs%s no longer poll IMDS' % inClusterOrFleet),
+            forms(
+              ('The agent on VM %s (%s%s) answers scrapes but its last poll ended {{ $value | humanizeDuration }} ago: ' +
+               'its poll loop is stuck and new events of this VM go unseen, while the last known ones stay exported.') % [
+                vmName,
+                label('instance'),
+                inCluster,
+              ],
+              ('The agents of {{ $value }} VMs%s (%s) answer scrapes but have not finished a poll for more than %s: one cause for them all, ' +
+               'such as a release of the agent or the nodes\' network, rather than each VM\'s. New events of these VMs go unseen. (VM: %s)') % [inClusterOrFleet, many, '%d seconds' % c.pollStuckSeconds, sample('AzureScheduledEventsPollLoopStuck')],
+            ),
           ),
           alert(
             'AzureImdsUnreachable',
             // azure_scheduled_events_up is 0 until the first document; Azure may take 2 minutes
             // to answer the very first request.
-            perVm('%s == 0' % q.sel('azure_scheduled_events_up'), slow=true),
+            perVm('%s == 0' % q.sel('azure_scheduled_events_up'), slow=true) + rollup('share'),
             c.imdsUnreachableFor,
             c.severities.vm,
-            'IMDS scheduled events unreachable from VM %s' % vmName,
-            ('The agent on VM %s (%s%s) has had no valid scheduled-events document for %s' +
-             '{{- with printf "topk(1, increase(azure_scheduled_events_imds_request_failures_total{%s,operation=\\"events\\"}[5m]) > 0)" %s | query }} (most failures: {{ . | first | label "reason" }}){{ end }}: ' +
-             'no events of this VM are seen; the last known ones stay exported.') % [
-              vmName,
-              label('instance'),
-              inCluster,
-              c.imdsUnreachableFor,
-              vmMatchers,
-              vmValues,
-            ],
+            forms('IMDS scheduled events unreachable from VM %s' % vmName, 'IMDS scheduled events unreachable from {{ $value }} VMs%s' % inClusterOrFleet),
+            forms(
+              ('The agent on VM %s (%s%s) has had no valid scheduled-events document for %s' +
+               '{{- with printf "topk(1, increase(azure_scheduled_events_imds_request_failures_total{%s,operation=\\"events\\"}[5m]) > 0)" %s | query }} (most failures: {{ . | first | label "reason" }}){{ end }}: ' +
+               'no events of this VM are seen; the last known ones stay exported.') % [
+                vmName,
+                label('instance'),
+                inCluster,
+                c.imdsUnreachableFor,
+                vmMatchers,
+                vmValues,
+              ],
+              ('The agents of {{ $value }} VMs%s (%s) have had no valid scheduled-events document for %s' +
+               '{{- with printf "topk(1, sum by (reason) (increase(azure_scheduled_events_imds_request_failures_total{operation=\\"events\\"%s}[5m])) > 0)"%s | query }} (most failures: {{ . | first | label "reason" }}){{ end }}: ' +
+               'one cause for them all, such as AKS\' IMDS restriction, a NetworkPolicy or the pods\' host network, rather than each VM\'s. No events of these VMs are seen. (VM: %s)') % [
+                inClusterOrFleet,
+                many,
+                c.imdsUnreachableFor,
+                if cl == '' then '' else ',%s=%%q' % cl,
+                if cl == '' then '' else ' $labels.%s' % cl,
+                sample('AzureImdsUnreachable'),
+              ],
+            ),
           ),
           alert(
             'AzureScheduledEventApprovalsFailing',
@@ -410,21 +480,35 @@ local promql = import '../lib/promql.libsonnet';
                 approvals: q.sel('azure_scheduled_events_approvals_total'),
               },
               ['event_type', 'reason'],
-             slow=true),
+             slow=true) + rollup('share', ['event_type', 'reason']),
             '1m',
             c.severities.vm,
-            'Approvals of %s events fail on VM %s (%s)' % [label('event_type'), vmName, label('reason')],
-            ('The agent on VM %s (%s%s) failed to approve %s events {{ printf "%%.0f" $value }} times in 10 minutes (%s) and approved none ' +
-             '(Scheduled %s events now: {{ range %s $labels.event_type | query | sortByLabel "event_id" }}{{ .Labels.event_id }} {{ else }}none {{ end }}). ' +
-             'They will start at NotBefore instead, ready or not.') % [
-              vmName,
-              label('instance'),
-              inCluster,
-              label('event_type'),
-              label('reason'),
-              label('event_type'),
-              vmQuery('azure_scheduled_events_event_info', ',event_type=%q,event_status=\\"Scheduled\\"'),
-            ],
+            forms(
+              'Approvals of %s events fail on VM %s (%s)' % [label('event_type'), vmName, label('reason')],
+              'Approvals of %s events fail on {{ $value }} VMs%s (%s)' % [label('event_type'), inClusterOrFleet, label('reason')],
+            ),
+            forms(
+              ('The agent on VM %s (%s%s) failed to approve %s events {{ printf "%%.0f" $value }} times in 10 minutes (%s) and approved none ' +
+               '(Scheduled %s events now: {{ range %s $labels.event_type | query | sortByLabel "event_id" }}{{ .Labels.event_id }} {{ else }}none {{ end }}). ' +
+               'They will start at NotBefore instead, ready or not.') % [
+                vmName,
+                label('instance'),
+                inCluster,
+                label('event_type'),
+                label('reason'),
+                label('event_type'),
+                vmQuery('azure_scheduled_events_event_info', ',event_type=%q,event_status=\\"Scheduled\\"'),
+              ],
+              ('The agents of {{ $value }} VMs%s (%s) failed to approve %s events in 10 minutes (%s) and approved none: ' +
+               'one cause for them all, such as the approval hook or policy as deployed, or IMDS refusing the POSTs, rather than each VM\'s. ' +
+               'Their events will start at NotBefore instead, ready or not. (VM: %s)') % [
+                inClusterOrFleet,
+                many,
+                label('event_type'),
+                label('reason'),
+                sample('AzureScheduledEventApprovalsFailing', ['event_type', 'reason']),
+              ],
+            ),
           ),
           alert(
             'AzureScheduledEventNotificationsFailing',
@@ -442,17 +526,23 @@ local promql = import '../lib/promql.libsonnet';
                 dropped: q.sel('azure_scheduled_events_notifications_dropped_total'),
               },
               ['receiver'],
-             slow=true),
+             slow=true) + rollup('always', ['receiver']),
             '1m',
             c.severities.vm,
-            'Notifications from VM %s to receiver %s are lost' % [vmName, label('receiver')],
-            ('The agent on VM %s (%s%s) could not deliver {{ printf "%%.0f" $value }} notifications to receiver %s in 10 minutes ' +
-             '(refused, retries exhausted, or dropped from a full queue). Whoever relies on that receiver is not told of this VM\'s events.') % [
-              vmName,
-              label('instance'),
-              inCluster,
-              label('receiver'),
-            ],
+            'Notifications to receiver %s are lost%s' % [label('receiver'), inClusterOrFleet],
+            ('The agents of {{ $value }} VMs%(cluster)s could not deliver %(lost)s notifications to receiver %(receiver)s in 10 minutes ' +
+             '(refused, retries exhausted, or dropped from a full queue). A receiver is shared: one cause for them all, such as a rotated or revoked URL, ' +
+             'the receiver down or a proxy. Whoever relies on it is not told of these VMs\' events. (VM: %(sample)s)') % {
+              cluster: inClusterOrFleet,
+              receiver: label('receiver'),
+              // Counted once per agent, however many jobs scrape it.
+              lost: '{{ with printf "sum(max by (instance) (sum by (%(t)s) (increase(azure_scheduled_events_notifications_total{result!=\\"delivered\\",receiver=%%q%(m)s}[10m]) or increase(azure_scheduled_events_notifications_dropped_total{receiver=%%q%(m)s}[10m]))))" $labels.receiver%(a)s $labels.receiver%(a)s | query }}{{ . | first | value | printf "%%.0f" }}{{ end }}' % {
+                t: q.vmBy,
+                m: if cl == '' then '' else ',%s=%%q' % cl,
+                a: if cl == '' then '' else ' $labels.%s' % cl,
+              },
+              sample: sample('AzureScheduledEventNotificationsFailing', ['receiver']),
+            },
           ),
           alert(
             'AzureScheduledEventsKubernetesRequestsFailing',
@@ -471,30 +561,35 @@ unless on (%(on)s)
                 ok: q.sel('azure_scheduled_events_kubernetes_requests_total', ['result="ok"']),
               },
               ['operation', 'result'],
-             slow=true),
+             slow=true) + rollup('always', ['operation']),
             '5m',
             c.severities.vm,
-            'The agent on VM %s cannot %s (%s)' % [vmName, label('operation'), label('result')],
-            ('The agent on VM %s (%s%s) failed {{ printf "%%.0f" $value }} %s requests to the Kubernetes API server in 10 minutes (%s) and none succeeded. ' +
-             'Its Node may lack the AzureScheduledEvent condition, Events, or the taint and cordon of a pending event.') % [
-              vmName,
-              label('instance'),
-              inCluster,
-              label('operation'),
-              label('result'),
-            ],
+            'The agents of {{ $value }} VMs%s cannot %s' % [inClusterOrFleet, label('operation')],
+            ('The agents of {{ $value }} VMs%(cluster)s failed %(operation)s requests to the Kubernetes API server in 10 minutes and none succeeded ' +
+             '(results: {{ range printf "count by (result) (azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventsKubernetesRequestsFailing\\",operation=%%q%(m)s})" $labels.operation%(a)s | query | sortByLabel "result" }}{{ .Labels.result }} on {{ .Value }} VMs; {{ end }}). ' +
+             'The API server and the agents\' RBAC are the cluster\'s: one cause for them all. Their Nodes may lack the AzureScheduledEvent condition, Events, or the taint and cordon of a pending event. (VM: %(sample)s)') % {
+              cluster: inClusterOrFleet,
+              operation: label('operation'),
+              m: if cl == '' then '' else ',%s=%%q' % cl,
+              a: if cl == '' then '' else ' $labels.%s' % cl,
+              sample: sample('AzureScheduledEventsKubernetesRequestsFailing', ['operation']),
+            },
           ),
           alert(
             'AzureVMRebootedUnexpectedly',
             // The counter starts at 1 in the agent started after the reboot; increase() sees it
             // rise from the previous process' 0, and the alert clears itself 30 minutes later.
             // A clean reboot (the agent was stopped before it, clean="true") is not unexpected.
-            perVm('increase(%s[30m]) > 0' % q.sel('azure_scheduled_events_reboots_total', ['expected="false"', 'clean!="true"']), slow=true),
+            perVm('increase(%s[30m]) > 0' % q.sel('azure_scheduled_events_reboots_total', ['expected="false"', 'clean!="true"']), slow=true) + rollup('share'),
             '0s',
             c.severities.vm,
-            'VM %s rebooted without a scheduled event' % vmName,
-            ('VM %s (%s%s) rebooted, and no Reboot, Redeploy, Freeze or Preempt event of its own was seen Started before: ' +
-             'a crash, a manual restart, or an event missed while the agent was down.') % [vmName, label('instance'), inCluster],
+            forms('VM %s rebooted without a scheduled event' % vmName, '{{ $value }} VMs%s rebooted without a scheduled event' % inClusterOrFleet),
+            forms(
+              ('VM %s (%s%s) rebooted, and no Reboot, Redeploy, Freeze or Preempt event of its own was seen Started before: ' +
+               'a crash, a manual restart, or an event missed while the agent was down.') % [vmName, label('instance'), inCluster],
+              ('{{ $value }} VMs%s (%s) rebooted within 30 minutes, uncleanly and with no Reboot, Redeploy, Freeze or Preempt event of their own seen Started before: ' +
+               'one cause for them all, such as a node image or kernel, a host or zone outage, or someone restarting them. (VM: %s)') % [inClusterOrFleet, many, sample('AzureVMRebootedUnexpectedly')],
+            ),
           ),
         ],
       },

@@ -78,6 +78,7 @@
       targetAlert: 'azure_scheduled_events:target_alert:value',
       targetAlertVm: 'azure_scheduled_events:target_alert_vm:value',
       vmAlert: 'azure_scheduled_events:vm_alert:value',
+      clusterAlert: 'azure_scheduled_events:shared_alert:value',
     },
     // The label of azure_scheduled_events_vm_info with the VM's priority from instance metadata
     // (Regular, Spot, SpotPlus; empty or absent when instance metadata has none: Regular).
