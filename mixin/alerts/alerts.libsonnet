@@ -348,13 +348,15 @@ local promql = import '../lib/promql.libsonnet';
             // The agent's own mark (hardware_failure_predicted: a Reboot or Redeploy first seen more
             // than a day ahead, or a Description of degraded hardware), or, from agents that do not
             // export it, a Redeploy due further ahead than redeployDaysAheadSeconds.
+            // The seconds until NotBefore of every event are read once, compared with a threshold
+            // per event: none for a marked one, redeployDaysAheadSeconds for a Redeploy.
             perVm(
-              '%(until)s\n* on (%(on)s) group_left (event_type, event_source)\n%(marked)s\nor\n(%(until)s > %(ahead)d)\n* on (%(on)s) group_left (event_type, event_source)\n%(redeploy)s' % {
+              '%(until)s\n> on (%(on)s) group_left (event_type, event_source)\n(\n  %(marked)s * 0 - Inf\n  or on (%(on)s)\n  %(redeploy)s * 0 + %(ahead)d\n)' % {
                 until: q.sel('azure_scheduled_events_event_seconds_until_not_before'),
                 on: q.list(q.vm + ['event_id']),
-                marked: events(['hardware_failure_predicted="true"']),
+                marked: std.strReplace(events(['hardware_failure_predicted="true"']), '\n', '\n  '),
                 ahead: c.redeployDaysAheadSeconds,
-                redeploy: events(['event_type="Redeploy"']),
+                redeploy: std.strReplace(events(['event_type="Redeploy"']), '\n', '\n  '),
               },
               eventKey,
             ),
