@@ -1,9 +1,6 @@
 // Generated from mixin/ by scripts/render-mixin.sh: edit the mixin, not this file.
 // The rules of alerts/ as Azure Monitor managed Prometheus rule groups, one resource per group.
 
-@description('Resource ID of the action group every alert notifies (the pager route).')
-param actionGroupId string
-
 @description('Resource ID of the Azure Monitor workspace that holds the metrics.')
 param azureMonitorWorkspaceId string
 
@@ -13,6 +10,12 @@ param clusterName string = ''
 @description('Resource ID of the AKS cluster, added to the scopes (optional).')
 param clusterResourceId string = ''
 
+@description('Resource ID of the action group that critical alerts notify (Azure severity 0): the page, AzureScheduledEventsCapacityAtRisk, alone. Point it at the pager. Empty: no action.')
+param criticalActionGroupId string = ''
+
+@description('Resource ID of the action group that info alerts notify (Azure severity 3): Spot evictions and scale sets deleting VMs. A chat channel, or empty: no action.')
+param infoActionGroupId string = ''
+
 @description('How often the rule groups of events and the capacity page are evaluated (ISO 8601, PT1M to PT15M); the groups with an interval of their own in the mixin (targets, agent health, coverage, dashboards) keep it.')
 param interval string = 'PT1M'
 
@@ -21,6 +24,9 @@ param location string = resourceGroup().location
 
 @description('Prefix of the rule group names, e.g. the cluster name when each cluster has its own groups.')
 param ruleGroupPrefix string = ''
+
+@description('Resource ID of the action group that warning alerts notify (Azure severity 2): a VM\'s event, an event stuck in Started, agent health, Spot waves, nodes without an agent. A ticket queue or a chat channel, not the pager. Empty: no action.')
+param warningActionGroupId string = ''
 
 resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
   name: '${ruleGroupPrefix}azure-scheduled-events.targets'
@@ -96,9 +102,9 @@ resource ruleGroup1 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         record: 'azure_scheduled_events:nodes_without_agent:count'
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventsNodesWithoutAgent'
@@ -197,9 +203,9 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     interval: interval
     rules: [
       {
-        actions: [
+        actions: empty(criticalActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: criticalActionGroupId
           }
         ]
         alert: 'AzureScheduledEventsCapacityAtRisk'
@@ -221,9 +227,9 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 0
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureSpotEvictionWave'
@@ -333,9 +339,9 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         record: 'azure_scheduled_events:shared_alert:value'
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventImpactSoon'
@@ -357,9 +363,9 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(infoActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: infoActionGroupId
           }
         ]
         alert: 'AzureSpotEviction'
@@ -381,9 +387,9 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 3
       }
       {
-        actions: [
+        actions: empty(infoActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: infoActionGroupId
           }
         ]
         alert: 'AzureScaleSetDelete'
@@ -405,9 +411,9 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 3
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventStuckStarted'
@@ -429,9 +435,9 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureRedeployAnnouncedDaysAhead'
@@ -453,9 +459,9 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventsAgentDown'
@@ -477,9 +483,9 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventsPollLoopStuck'
@@ -501,9 +507,9 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureImdsUnreachable'
@@ -525,9 +531,9 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventApprovalsFailing'
@@ -549,9 +555,9 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventNotificationsFailing'
@@ -573,9 +579,9 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventsKubernetesRequestsFailing'
@@ -597,9 +603,9 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureVMRebootedUnexpectedly'
