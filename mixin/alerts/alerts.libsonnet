@@ -1,6 +1,8 @@
 // The alert rules. Paging policy: one VM's event or one agent's trouble is `severities.vm` (or
 // `severities.info`); only a capacity group (scale set) losing several VMs at once in one cluster
-// is `severities.page`. docs/runbook.md has one section per alert.
+// is `severities.page`. One message per cause: a cause shared by many VMs of a cluster (rollup) is
+// one alert for the cluster, a stuck event one per EventId, a scale-in one per scale set.
+// docs/runbook.md has one section per alert.
 local promql = import '../lib/promql.libsonnet';
 
 {
