@@ -46,19 +46,22 @@ local promql = import '../lib/promql.libsonnet';
   // agentsInterval in the group azure-scheduled-events.agents rather than at every evaluation;
   // the others read only the series of events, which few VMs have.
   // `alertExpr(selector)`, when given, is the alert's expression over its recorded per-VM
-  // conditions (`selector`) instead of one alert per VM.
+  // conditions (`selector`) instead of one alert per VM; `vmExpr(selector)`, when given, is which
+  // VMs alert (with their labels, `alert` among them) instead of those of `selector`: the alert and
+  // its rollup read it.
   local perVm(expr, key=[], slow=false) = { expr: expr, key: key, slow: slow },
   // `rollup`, when given: `share` (one alert for a cluster where many VMs have the condition, for
   // each value of the labels `key`, instead of theirs) or `always` (one alert per cluster and
   // `key`, never per VM), from azure_scheduled_events:shared_alert:value.
   local rollup(kind, key=[]) = { rollup: { kind: kind, key: key } },
+  local vmExpr(condition, selector) = if std.objectHas(condition, 'vmExpr') then condition.vmExpr(selector) else selector,
   local alert(name, expr, for_, severity, summary, description) = {
     alert: name,
     expr: (
       if std.isObject(expr) then
         local selector = q.rec(r.vmAlert, ['alert="%s"' % name]);
         local vms = if std.objectHas(expr, 'alertExpr') then expr.alertExpr(selector)
-        else 'max without (alert) (\n  %s\n)' % selector;
+        else 'max without (alert) (\n  %s\n)' % std.strReplace(vmExpr(expr, selector), '\n', '\n  ');
         local cluster = 'max without (alert) (\n  %s\n)' % q.rec(r.clusterAlert, ['alert="%s"' % name]);
         if !std.objectHas(expr, 'rollup') then vms
         else if expr.rollup.kind == 'always' then cluster
@@ -123,10 +126,10 @@ local promql = import '../lib/promql.libsonnet';
   // have it, for `always`, wherever one has it. Read from the per-VM conditions, a few series.
   local rollups(alerts) = std.join('\nor\n', [
     local key = q.list([cl, 'alert'] + a.condition.rollup.key);
-    local vms = 'count by (%s) (\n  count by (%s) (%s)\n)' % [
+    local vms = 'count by (%s) (\n  count by (%s) (\n    %s\n  )\n)' % [
       key,
       q.list(q.vmId + c.vmLabels + ['alert'] + a.condition.rollup.key),
-      q.rec(r.vmAlert, ['alert="%s"' % a.alert]),
+      std.strReplace(vmExpr(a.condition, q.rec(r.vmAlert, ['alert="%s"' % a.alert])), '\n', '\n    '),
     ];
     if a.condition.rollup.kind == 'always' then vms
     else '(\n  %(vms)s >= %(min)s\n)\nand on (%(key)s)\n(\n  %(vms)s\n  / on (%(cluster)s) group_left ()\n  %(known)s > %(fraction)s\n  or\n  %(vms)s\n  unless on (%(cluster)s) %(known)s\n)' % {
@@ -141,13 +144,15 @@ local promql = import '../lib/promql.libsonnet';
   ]),
   // Texts of an alert in both forms: one VM's (with an instance) or the cluster's.
   local forms(vm, cluster) = '{{ if $labels.instance }}%s{{ else }}%s{{ end }}' % [vm, cluster],
-  // A cluster alert's sample of VMs: `(VM: name (instance); ...)`.
-  local sample(name, key=[]) =
-    '{{ range printf "topk(%(n)d, azure_scheduled_events:vm_alert:value{alert=\\"%(name)s\\"%(matchers)s})"%(args)s | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }}' % {
+  // A cluster alert's sample of VMs: `(VM: name (instance); ...)`, of the VMs `flaps(selector)`
+  // returns when given (a template's selector, whose printf arguments come twice).
+  local sample(name, key=[], flaps=null) =
+    local selector = 'azure_scheduled_events:vm_alert:value{alert=\\"%s\\"%s}' % [name, std.join('', [',%s=%%q' % l for l in std.filter(function(l) l != '', [cl] + key)])];
+    local args = std.join('', [' $labels.%s' % l for l in std.filter(function(l) l != '', [cl] + key)]);
+    '{{ range printf "topk(%(n)d, %(vms)s)"%(args)s | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }}' % {
       n: c.rollup.sampleVMs,
-      name: name,
-      matchers: std.join('', [',%s=%%q' % l for l in std.filter(function(l) l != '', [cl] + key)]),
-      args: std.join('', [' $labels.%s' % l for l in std.filter(function(l) l != '', [cl] + key)]),
+      vms: if flaps == null then selector else flaps(selector),
+      args: if flaps == null then args else args + args,
     },
   // " in cluster X" or " in the fleet".
   local inClusterOrFleet = if cl == '' then ' in the fleet' else '{{ with $labels.%s }} in cluster {{ . }}{{ end }}' % cl,
@@ -403,7 +408,7 @@ local promql = import '../lib/promql.libsonnet';
               slow=true,
             ) + rollup('share') + {
               // Down now, or that many separate failures within agentDown.flapWindow.
-              alertExpr(selector): 'max without (alert) (\n  %(s)s\n)\nor\nmax without (alert) (\n  changes(%(s)s[%(window)s]) >= %(changes)d\n)' % {
+              vmExpr(selector): '%(s)s\nor\nchanges(%(s)s[%(window)s]) >= %(changes)d' % {
                 s: selector,
                 window: c.agentDown.flapWindow,
                 changes: c.agentDown.flaps - 1,
@@ -416,7 +421,7 @@ local promql = import '../lib/promql.libsonnet';
               ('Prometheus cannot scrape the agent on VM %s (%s{{ with $labels.job }}, job {{ . }}{{ end }}%s), ' +
                'or could not %d times or more in %s (a crash loop): scheduled events of this VM go unseen.') % [vmName, label('instance'), inCluster, c.agentDown.flaps, c.agentDown.flapWindow],
               ('Prometheus cannot scrape the agents of {{ $value }} VMs%s (%s): one cause for them all, ' +
-               'such as a NetworkPolicy, the scrape configuration or the agent\'s release, rather than each VM\'s. Scheduled events of these VMs go unseen. (VM: %s)') % [inClusterOrFleet, many, sample('AzureScheduledEventsAgentDown')],
+               'such as a NetworkPolicy, the scrape configuration or the agent\'s release, rather than each VM\'s. Scheduled events of these VMs go unseen. (VM: %s)') % [inClusterOrFleet, many, sample('AzureScheduledEventsAgentDown', flaps=function(s) '%s or changes(%s[%s]) >= %d' % [s, s, c.agentDown.flapWindow, c.agentDown.flaps - 1])],
             ),
           ),
           alert(
