@@ -3,8 +3,8 @@
 // templates/prometheusrule.yaml replaces each with its value (docs/dashboards.md, "The Helm
 // chart"). A list setting is one placeholder: a regex alternation where it is matched
 // (`@@capacity.eventTypes@@`), words joined by "or" in texts (`@@text.capacity.eventTypes@@`).
-// `@@percent.X@@` is 100 times the fraction X. `@@vmInfoLabels.withCapacity@@` is vmInfoLabels and
-// capacityLabel, each once. `@@vmLabels.without.L@@` is vmLabels without L,
+// `@@percent.X@@` is 100 times the fraction X. `@@vmInfoLabels.joined@@` is vmInfoLabels,
+// capacityLabel and priority, each once. `@@vmLabels.without.L@@` is vmLabels without L,
 // and `"@@vmLabels@@"` its labels each quoted; `@@escaped.X@@` is the matchers X with their quotes
 // escaped (inside a template's string). An empty clusterLabel is a rendering of its own,
 // files/prometheus-rules-single-cluster.yml: the placeholder scheme cannot drop a label from a

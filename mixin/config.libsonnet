@@ -74,12 +74,16 @@
     // of one capacity group (capacityLabel) in one cluster face one of `eventTypes` with
     // NotBefore within impactSoonSeconds, passed, or already Started. Terminate (scale-in,
     // usually wanted) and Preempt (Spot pools are built for evictions: spotWave) are left out;
-    // add 'Preempt' to page for Spot waves too.
+    // add 'Preempt' to page for Spot waves too. VMs whose priority (the `priority` label of
+    // azure_scheduled_events_vm_info, from instance metadata) is one of `exemptPriorities` are
+    // never counted: a Spot pool is built to lose VMs, whatever the event. A VM without a
+    // priority counts as Regular.
     capacity: {
       eventTypes: ['Reboot', 'Redeploy'],
       minVMs: 2,
       fraction: 0.25,
       'for': '1m',
+      exemptPriorities: ['Spot', 'SpotPlus'],
     },
     // A Spot wave: the same thresholds for evictions, reported at `severity`, never paged.
     spotWave: {
@@ -116,6 +120,37 @@
       // Label matchers of kube-state-metrics' series, e.g. 'job="kube-state-metrics"'.
       kubeStateMetricsSelector: '',
       'for': '15m',
+    },
+
+    // AzureScheduledEventsAgentDown. `for`: how long a target fails its scrapes before it alerts,
+    // longer than a clean OS reboot takes (kured, unattended upgrades: a few minutes), which then
+    // raises nothing. `flaps`: that many separate failures within `flapWindow` (a crash loop, a
+    // scrape that comes and goes) keep it firing between them, rather than firing and resolving
+    // once per loop. On Kubernetes (nodeLabel, kube-state-metrics), an agent down on a node that
+    // was cordoned (`cordonedMatchers` of kube_node_spec_taint: the taint Kubernetes adds to a
+    // cordoned node) within `cordonHold` raises nothing: the node is being drained or rebooted on
+    // purpose.
+    agentDown: {
+      'for': '5m',
+      flaps: 3,
+      flapWindow: '30m',
+      cordonedMatchers: ['key="node.kubernetes.io/unschedulable"'],
+      cordonHold: '10m',
+    },
+
+    // Shared causes. When at least `minVMs` VMs and more than `fraction` of a cluster's VMs (those
+    // seen within vmInfoLookback; with none known, the count alone decides) have the same
+    // agent-health condition (AzureScheduledEventsAgentDown, AzureScheduledEventsPollLoopStuck,
+    // AzureImdsUnreachable, AzureScheduledEventApprovalsFailing for one event type and reason,
+    // AzureVMRebootedUnexpectedly), one alert for the cluster, with the number of VMs and
+    // `sampleVMs` of them, replaces theirs. Notification receivers and the Kubernetes API server
+    // are shared by nature: AzureScheduledEventNotificationsFailing and
+    // AzureScheduledEventsKubernetesRequestsFailing are always one alert per cluster and receiver
+    // or operation.
+    rollup: {
+      minVMs: 3,
+      fraction: 0.1,
+      sampleVMs: 10,
     },
 
     // A Started event older than this is stuck.

@@ -3,7 +3,9 @@
 // Prometheus rule groups (Microsoft.AlertsManagement/prometheusRuleGroups), one resource per rule
 // group, as an ARM template and as Bicep, both from the same data. Azure Monitor has no
 // Alertmanager: each alert rule carries an integer severity (0 critical to 4 verbose) and the
-// action group to notify. `config` (a Jsonnet object, --tla-code) is merged into the config.
+// action group to notify, one parameter per severity (critical, warning, info; empty: no action),
+// so that only the page reaches the pager. `config` (a Jsonnet object, --tla-code) is merged into
+// the config.
 function(config={})
   local mixin = (import 'mixin.libsonnet') + { _config+:: config };
   local c = mixin._config;
@@ -16,6 +18,11 @@ function(config={})
     local labels = if std.objectHas(rule, 'labels') then rule.labels else {};
     local s = if std.objectHas(labels, 'severity') then labels.severity else '';
     if std.objectHas(azureSeverity, s) then azureSeverity[s] else 4;
+  // The action group parameter of each Azure severity: 0 the page, 1 and 2 the team's queue, 3
+  // and 4 informational.
+  local actionGroup(rule) =
+    local s = severity(rule);
+    if s == 0 then 'criticalActionGroupId' else if s <= 2 then 'warningActionGroupId' else 'infoActionGroupId';
   // A Prometheus duration ('1m', '90s', '1h30m', '0s') as ISO 8601 ('PT1M').
   local iso(duration) =
     local units = { d: 'D', h: 'H', m: 'M', s: 'S' };
@@ -38,8 +45,9 @@ function(config={})
 
   // A string ARM would read as an expression ('[...') is escaped by doubling its bracket.
   local armLiteral(s) = if std.startsWith(s, '[') then '[' + s else s;
-  // Each rule as Azure Monitor wants it; `actions` is the action group reference in the output's
-  // own syntax, `text` maps the rule's own strings into it.
+  // Each rule as Azure Monitor wants it; `actions(parameter)` is the list of action groups to
+  // notify in the output's own syntax, none when the parameter is empty; `text` maps the rule's own
+  // strings into it.
   local rule(r, actions, text=function(s) s) =
     if std.objectHas(r, 'record') then {
       record: r.record,
@@ -52,7 +60,7 @@ function(config={})
       enabled: true,
       severity: severity(r),
       resolveConfiguration: { autoResolved: true, timeToResolve: 'PT10M' },
-      actions: actions,
+      actions: actions(actionGroup(r)),
     } + (if std.objectHas(r, 'for') then { 'for': iso(r['for']) } else {})
     + (if std.objectHas(r, 'labels') then { labels: { [k]: text(r.labels[k]) for k in std.objectFields(r.labels) } } else {})
     + (if std.objectHas(r, 'annotations') then { annotations: { [k]: text(r.annotations[k]) for k in std.objectFields(r.annotations) } } else {});
@@ -71,12 +79,17 @@ function(config={})
       clusterName: "[if(empty(parameters('clusterName')), null(), parameters('clusterName'))]",
       enabled: true,
       interval: if std.objectHas(group, 'interval') then iso(group.interval) else "[parameters('interval')]",
-      rules: [rule(r, [{ actionGroupId: "[parameters('actionGroupId')]" }], armLiteral) for r in group.rules],
+      rules: [
+        rule(r, function(p) "[if(empty(parameters('%s')), createArray(), createArray(createObject('actionGroupId', parameters('%s'))))]" % [p, p], armLiteral)
+        for r in group.rules
+      ],
     },
   };
   local parameters = {
     azureMonitorWorkspaceId: { type: 'string', description: 'Resource ID of the Azure Monitor workspace that holds the metrics.' },
-    actionGroupId: { type: 'string', description: 'Resource ID of the action group every alert notifies (the pager route).' },
+    criticalActionGroupId: { type: 'string', default: '', description: 'Resource ID of the action group that critical alerts notify (Azure severity 0): the page, AzureScheduledEventsCapacityAtRisk, alone. Point it at the pager. Empty: no action.' },
+    warningActionGroupId: { type: 'string', default: '', description: 'Resource ID of the action group that warning alerts notify (Azure severity 2): a VM\'s event, an event stuck in Started, agent health, Spot waves, nodes without an agent. A ticket queue or a chat channel, not the pager. Empty: no action.' },
+    infoActionGroupId: { type: 'string', default: '', description: 'Resource ID of the action group that info alerts notify (Azure severity 3): Spot evictions and scale sets deleting VMs. A chat channel, or empty: no action.' },
     clusterName: { type: 'string', default: '', description: 'Evaluate the rules on this cluster only (the cluster label Azure Monitor adds); empty: every cluster of the workspace, kept apart by the rules themselves.' },
     clusterResourceId: { type: 'string', default: '', description: 'Resource ID of the AKS cluster, added to the scopes (optional).' },
     location: { type: 'string', default: '[resourceGroup().location]', description: 'Region of the rule groups: the Azure Monitor workspace\'s.' },
@@ -121,10 +134,12 @@ function(config={})
         for k in std.objectFields(value)
       ]) + indent + '}'
     else error 'no Bicep literal for %s' % std.toString(value);
-  // Raw Bicep expressions, kept apart from strings by a marker object.
+  // Raw Bicep expressions, kept apart from strings by a marker object; `expression` is a string, or
+  // a function of the indentation for one of several lines.
   local raw(expression) = { __bicep__: expression };
   local bicepValue(value, indent) =
-    if std.isObject(value) && std.objectHas(value, '__bicep__') then value.__bicep__
+    if std.isObject(value) && std.objectHas(value, '__bicep__') then
+      if std.isFunction(value.__bicep__) then value.__bicep__(indent) else value.__bicep__
     else if std.isArray(value) then
       if value == [] then '[]'
       else '[\n' + std.join('', [indent + '  ' + bicepValue(v, indent + '  ') + '\n' for v in value]) + indent + ']'
@@ -147,7 +162,10 @@ function(config={})
         clusterName: raw('empty(clusterName) ? null : clusterName'),
         enabled: true,
         interval: if std.objectHas(group, 'interval') then iso(group.interval) else raw('interval'),
-        rules: [rule(r, [{ actionGroupId: raw('actionGroupId') }]) for r in group.rules],
+        rules: [
+          rule(r, function(p) raw(function(indent) 'empty(%(p)s) ? [] : [\n%(i)s  {\n%(i)s    actionGroupId: %(p)s\n%(i)s  }\n%(i)s]' % { p: p, i: indent }))
+          for r in group.rules
+        ],
       }, '  '),
     ];
   local bicepParam(name) =

@@ -1,9 +1,6 @@
 // Generated from mixin/ by scripts/render-mixin.sh: edit the mixin, not this file.
 // The rules of alerts/ as Azure Monitor managed Prometheus rule groups, one resource per group.
 
-@description('Resource ID of the action group every alert notifies (the pager route).')
-param actionGroupId string
-
 @description('Resource ID of the Azure Monitor workspace that holds the metrics.')
 param azureMonitorWorkspaceId string
 
@@ -13,6 +10,12 @@ param clusterName string = ''
 @description('Resource ID of the AKS cluster, added to the scopes (optional).')
 param clusterResourceId string = ''
 
+@description('Resource ID of the action group that critical alerts notify (Azure severity 0): the page, AzureScheduledEventsCapacityAtRisk, alone. Point it at the pager. Empty: no action.')
+param criticalActionGroupId string = ''
+
+@description('Resource ID of the action group that info alerts notify (Azure severity 3): Spot evictions and scale sets deleting VMs. A chat channel, or empty: no action.')
+param infoActionGroupId string = ''
+
 @description('How often the rule groups of events and the capacity page are evaluated (ISO 8601, PT1M to PT15M); the groups with an interval of their own in the mixin (targets, agent health, coverage, dashboards) keep it.')
 param interval string = 'PT1M'
 
@@ -21,6 +24,9 @@ param location string = resourceGroup().location
 
 @description('Prefix of the rule group names, e.g. the cluster name when each cluster has its own groups.')
 param ruleGroupPrefix string = ''
+
+@description('Resource ID of the action group that warning alerts notify (Azure severity 2): a VM\'s event, an event stuck in Started, agent health, Spot waves, nodes without an agent. A ticket queue or a chat channel, not the pager. Empty: no action.')
+param warningActionGroupId string = ''
 
 resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
   name: '${ruleGroupPrefix}azure-scheduled-events.targets'
@@ -38,7 +44,7 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'max by (cluster, job, instance, vm_id, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (\n  azure_scheduled_events_vm_info{vm_id!=""}\n  or\n  label_join(azure_scheduled_events_vm_info{vm_id=""}, "vm_id", "/", "cluster", "job", "instance")\n)\nor on (cluster, job, instance)\n(\n  last_over_time(azure_scheduled_events:target_vm_info:last[10m])\n  and on (cluster, job, instance)\n  (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 3600)\n)'
+        expression: 'max by (cluster, job, instance, vm_id, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node, priority) (\n  azure_scheduled_events_vm_info{vm_id!=""}\n  or\n  label_join(azure_scheduled_events_vm_info{vm_id=""}, "vm_id", "/", "cluster", "job", "instance")\n)\nor on (cluster, job, instance)\n(\n  last_over_time(azure_scheduled_events:target_vm_info:last[10m])\n  and on (cluster, job, instance)\n  (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 3600)\n)'
         record: 'azure_scheduled_events:target_vm_info:last'
       }
       {
@@ -48,12 +54,12 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'topk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (azure_scheduled_events:target_vm_info:last{node!=""})\n)\nor on (cluster, vm_id)\ntopk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (azure_scheduled_events:target_vm_info:last)\n)'
+        expression: 'topk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node, priority) (azure_scheduled_events:target_vm_info:last{node!=""})\n)\nor on (cluster, vm_id)\ntopk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node, priority) (azure_scheduled_events:target_vm_info:last)\n)'
         record: 'azure_scheduled_events:vm_info:last'
       }
       {
         enabled: true
-        expression: 'max by (cluster, job, instance, vm_id) (azure_scheduled_events:target_vm_info:last)\n* on (cluster, vm_id) group_left (vm_instance, vm_name, vm_scale_set_name, node)\nlabel_replace(azure_scheduled_events:vm_info:last, "vm_instance", "\$1", "instance", "(.*)")'
+        expression: 'max by (cluster, job, instance, vm_id) (azure_scheduled_events:target_vm_info:last)\n* on (cluster, vm_id) group_left (vm_instance, vm_name, vm_scale_set_name, node, priority)\nlabel_replace(azure_scheduled_events:vm_info:last, "vm_instance", "\$1", "instance", "(.*)")'
         record: 'azure_scheduled_events:target_vm:info'
       }
       {
@@ -92,18 +98,18 @@ resource ruleGroup1 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: '(\n  count by (cluster) (\n    max by (cluster, node) (kube_node_info{os_image!~"Windows.*"})\n    unless on (cluster, node)\n    azure_scheduled_events_build_info{node!=""}\n  )\n  and on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  or on (cluster)\n  (\n  (\n    azure_scheduled_events:nodes:count\n    - (azure_scheduled_events:vms_reporting:count or on (cluster) azure_scheduled_events:nodes:count * 0)\n  ) > 0\n  unless on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  )\n)\nor on (cluster)\n(\n  count by (cluster) (\n    (up == 0)\n    and on (cluster, job) count by (cluster, job) (azure_scheduled_events_build_info)\n    unless on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds\n  )\n  unless on (cluster) azure_scheduled_events:nodes:count\n)'
+        expression: '(\n  count by (cluster) (\n    max by (cluster, node) (kube_node_info{os_image!~"Windows.*"})\n    unless on (cluster, node)\n    azure_scheduled_events_build_info{node!=""}\n    unless on (cluster, node)\n    max_over_time(azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown", node!=""}[30m])\n  )\n  and on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  or on (cluster)\n  (\n  (\n    azure_scheduled_events:nodes:count\n    - (azure_scheduled_events:vms_reporting:count or on (cluster) azure_scheduled_events:nodes:count * 0)\n    - (count by (cluster) (azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}) or on (cluster) azure_scheduled_events:nodes:count * 0)\n  ) > 0\n  unless on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  )\n)\nor on (cluster)\n(\n  count by (cluster) (\n    (up == 0)\n    and on (cluster, job) count by (cluster, job) (azure_scheduled_events_build_info)\n    unless on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds\n  )\n  unless on (cluster) azure_scheduled_events:nodes:count\n)'
         record: 'azure_scheduled_events:nodes_without_agent:count'
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventsNodesWithoutAgent'
         annotations: {
-          description: '{{ \$value }} nodes{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} have no working agent: their scheduled events go unseen, and the capacity page does not count them. (Nodes without an agent: {{ range printf "kube_node_info{os_image!~\\"Windows.*\\",cluster=%q} unless on (cluster, node) azure_scheduled_events_build_info{cluster=%q} and on (cluster) azure_scheduled_events_build_info{node!=\\"\\",cluster=%q}" \$labels.cluster \$labels.cluster \$labels.cluster | query | sortByLabel "node" }}{{ .Labels.node }} {{ else }}not named (the agents\' series carry no node label) {{ end }}; targets never up: {{ range printf "up{cluster=%q} == 0 and on (cluster, job) azure_scheduled_events_build_info{cluster=%q} unless on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds{cluster=%q}" \$labels.cluster \$labels.cluster \$labels.cluster | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)'
+          description: '{{ \$value }} nodes{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} have no working agent (and no agent that AzureScheduledEventsAgentDown names): their scheduled events go unseen, and the capacity page does not count them. (Nodes without an agent: {{ range printf "kube_node_info{os_image!~\\"Windows.*\\",cluster=%q} unless on (cluster, node) azure_scheduled_events_build_info{cluster=%q} unless on (cluster, node) azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventsAgentDown\\",cluster=%q} and on (cluster) azure_scheduled_events_build_info{node!=\\"\\",cluster=%q}" \$labels.cluster \$labels.cluster \$labels.cluster \$labels.cluster | query | sortByLabel "node" }}{{ .Labels.node }} {{ else }}not named (the agents\' series carry no node label) {{ end }}; targets never up: {{ range printf "up{cluster=%q} == 0 and on (cluster, job) azure_scheduled_events_build_info{cluster=%q} unless on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds{cluster=%q}" \$labels.cluster \$labels.cluster \$labels.cluster | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventsnodeswithoutagent'
           summary: '{{ \$value }} nodes{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} without a working scheduled-events agent'
         }
@@ -197,9 +203,9 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     interval: interval
     rules: [
       {
-        actions: [
+        actions: empty(criticalActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: criticalActionGroupId
           }
         ]
         alert: 'AzureScheduledEventsCapacityAtRisk'
@@ -209,7 +215,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: '{{ \$value }} VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} go down at once'
         }
         enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy"}\n  )\n) >= 2\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_at_risk:count\n  / azure_scheduled_events:capacity_vms:count\n) > 0.25'
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy", priority!~"Spot|SpotPlus"}\n  )\n) >= 2\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_at_risk:count\n  / azure_scheduled_events:capacity_vms:count\n) > 0.25'
         'for': 'PT1M'
         labels: {
           severity: 'critical'
@@ -221,9 +227,9 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 0
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureSpotEvictionWave'
@@ -260,12 +266,17 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: 'max by (cluster, job, instance) (\n  last_over_time(azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Terminate", event_status=~"Scheduled|Started"}[240s]) * 0 + time()\n)\nor on (cluster, job, instance)\n(\n  last_over_time(azure_scheduled_events:target_gone:timestamp_seconds[10m]) > time() - 86400\n)\nunless on (cluster, job, instance) (up == 1)'
+        expression: 'max by (cluster, job, instance, node) (\n  (up == 0)\n  + on (cluster, job, instance) group_left ()\n  (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 86400)\n)'
+        record: 'azure_scheduled_events:target_down:timestamp_seconds'
+      }
+      {
+        enabled: true
+        expression: 'label_replace(\n  max by (cluster, job, instance) (\n    last_over_time(azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Terminate", event_status=~"Scheduled|Started"}[240s])\n  ) * 0 + time(),\n  "reason", "event", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance) (\n    azure_scheduled_events:target_event_impact:held unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon\n    unless on (cluster, job, instance) azure_scheduled_events:target_down:timestamp_seconds\n    unless on (cluster, node) kube_node_info{os_image!~"Windows.*"}\n  ) * 0 + time(),\n  "reason", "discovery", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance) (\n    azure_scheduled_events:target_event_impact:held{node!=""} unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon\n    and on (cluster, node) azure_scheduled_events_vm_info{node!=""}\n  ) * 0 + time(),\n  "reason", "replaced", "", ""\n)\nor on (cluster, job, instance, reason)\n(\n  last_over_time(azure_scheduled_events:target_gone:timestamp_seconds[10m]) > time() - 86400\n)\nunless on (cluster, job, instance) (up == 1)'
         record: 'azure_scheduled_events:target_gone:timestamp_seconds'
       }
       {
         enabled: true
-        expression: 'label_replace(\n  (up == 0)\n  and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 86400)\n  unless on (cluster, job, instance)\n    azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n  unless on (cluster, job, instance)\n    azure_scheduled_events:target_gone:timestamp_seconds,\n  "alert", "AzureScheduledEventsAgentDown", "", ""\n)\nor\nlabel_replace(\n  time() - azure_scheduled_events_last_poll_timestamp_seconds > 180,\n  "alert", "AzureScheduledEventsPollLoopStuck", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_up == 0,\n  "alert", "AzureImdsUnreachable", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, event_type, reason) (\n    increase(azure_scheduled_events_approval_failures_total[10m])\n  ) > 0\n  unless on (cluster, job, instance, event_type)\n    sum by (cluster, job, instance, event_type) (increase(azure_scheduled_events_approvals_total[10m])) > 0,\n  "alert", "AzureScheduledEventApprovalsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, receiver) (\n    increase(azure_scheduled_events_notifications_total{result!="delivered"}[10m])\n    or\n    increase(azure_scheduled_events_notifications_dropped_total[10m])\n  ) > 0,\n  "alert", "AzureScheduledEventNotificationsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, operation, result) (\n    increase(azure_scheduled_events_kubernetes_requests_total{result!~"ok|conflict|already_exists"}[10m])\n  ) > 0\n  unless on (cluster, job, instance, operation)\n    sum by (cluster, job, instance, operation) (increase(azure_scheduled_events_kubernetes_requests_total{result="ok"}[10m])) > 0,\n  "alert", "AzureScheduledEventsKubernetesRequestsFailing", "", ""\n)\nor\nlabel_replace(\n  increase(azure_scheduled_events_reboots_total{expected="false", clean!="true"}[30m]) > 0,\n  "alert", "AzureVMRebootedUnexpectedly", "", ""\n)'
+        expression: 'label_replace(\n  (\n    max without (alert) (azure_scheduled_events:target_agent_alert:value{alert="AzureScheduledEventsAgentDown"})\n    and on (cluster, job, instance)\n    (\n      azure_scheduled_events:target_down:timestamp_seconds\n      unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n      unless on (cluster, job, instance) azure_scheduled_events:target_gone:timestamp_seconds\n      unless on (cluster, node) max by (cluster, node) (\n        max_over_time(kube_node_spec_taint{key="node.kubernetes.io/unschedulable"}[10m])\n      )\n    )\n  )\n  or on (cluster, job, instance)\n  (\n    (\n      azure_scheduled_events:target_down:timestamp_seconds\n      unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n      unless on (cluster, job, instance) azure_scheduled_events:target_gone:timestamp_seconds\n      unless on (cluster, node) max by (cluster, node) (\n        max_over_time(kube_node_spec_taint{key="node.kubernetes.io/unschedulable"}[10m])\n      )\n    ) * 0 + time()\n  ),\n  "alert", "AzureScheduledEventsAgentDown", "", ""\n)\nor\nlabel_replace(\n  time() - azure_scheduled_events_last_poll_timestamp_seconds > 180,\n  "alert", "AzureScheduledEventsPollLoopStuck", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_up == 0,\n  "alert", "AzureImdsUnreachable", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, event_type, reason) (\n    increase(azure_scheduled_events_approval_failures_total[10m])\n  ) > 0\n  unless on (cluster, job, instance, event_type)\n    sum by (cluster, job, instance, event_type) (increase(azure_scheduled_events_approvals_total[10m])) > 0,\n  "alert", "AzureScheduledEventApprovalsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, receiver) (\n    increase(azure_scheduled_events_notifications_total{result!="delivered"}[10m])\n    or\n    increase(azure_scheduled_events_notifications_dropped_total[10m])\n  ) > 0,\n  "alert", "AzureScheduledEventNotificationsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, operation, result) (\n    increase(azure_scheduled_events_kubernetes_requests_total{result!~"ok|conflict|already_exists"}[10m])\n  ) > 0\n  unless on (cluster, job, instance, operation)\n    sum by (cluster, job, instance, operation) (increase(azure_scheduled_events_kubernetes_requests_total{result="ok"}[10m])) > 0,\n  "alert", "AzureScheduledEventsKubernetesRequestsFailing", "", ""\n)\nor\nlabel_replace(\n  increase(azure_scheduled_events_reboots_total{expected="false", clean!="true"}[30m]) > 0,\n  "alert", "AzureVMRebootedUnexpectedly", "", ""\n)'
         record: 'azure_scheduled_events:target_agent_alert:value'
       }
     ]
@@ -284,32 +295,32 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: 'max by (cluster, job, instance, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"}\n)\nunless on (cluster, job, instance, event_id)\n  (azure_scheduled_events_event_seconds_until_not_before > 900)'
+        expression: 'max by (cluster, job, instance, event_id, event_type, event_source, node) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"}\n)\nunless on (cluster, job, instance, event_id)\n  (azure_scheduled_events_event_seconds_until_not_before > 900)'
         record: 'azure_scheduled_events:target_event_impact:soon'
       }
       {
         enabled: true
-        expression: 'azure_scheduled_events:target_event_impact:soon\nor on (cluster, job, instance, event_id)\n(\n  max_over_time(azure_scheduled_events:target_event_impact:soon[15m])\n  unless on (cluster, job, instance) (up == 1)\n)'
+        expression: 'azure_scheduled_events:target_event_impact:soon\nor on (cluster, job, instance, event_id)\n(\n  max_over_time(azure_scheduled_events:target_event_impact:soon[15m])\n  unless on (cluster, job, instance) (up == 1)\n  unless on (cluster, job, instance) azure_scheduled_events:target_gone:timestamp_seconds{reason=~"discovery|replaced"}\n)'
         record: 'azure_scheduled_events:target_event_impact:held'
       }
       {
         enabled: true
-        expression: 'label_replace(\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"},\n  "alert", "AzureScheduledEventImpactSoon", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n  ),\n  "alert", "AzureSpotEviction", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n  ),\n  "alert", "AzureScaleSetDelete", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_status="Started"}\n  ),\n  "alert", "AzureScheduledEventStuckStarted", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_event_seconds_until_not_before\n  * on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n  )\n  or\n  (azure_scheduled_events_event_seconds_until_not_before > 86400)\n  * on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n  ),\n  "alert", "AzureRedeployAnnouncedDaysAhead", "", ""\n)\nor\nazure_scheduled_events:target_agent_alert:value'
+        expression: 'label_replace(\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"},\n  "alert", "AzureScheduledEventImpactSoon", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n  ),\n  "alert", "AzureSpotEviction", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n  ),\n  "alert", "AzureScaleSetDelete", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_event_seconds_until_not_before\n  > on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  (\n    max by (cluster, job, instance, event_id, event_type, event_source) (\n      azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n    ) * 0 - Inf\n    or on (cluster, job, instance, event_id)\n    max by (cluster, job, instance, event_id, event_type, event_source) (\n      azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n    ) * 0 + 86400\n  ),\n  "alert", "AzureRedeployAnnouncedDaysAhead", "", ""\n)\nor\nazure_scheduled_events:target_agent_alert:value'
         record: 'azure_scheduled_events:target_alert:value'
       }
       {
         enabled: true
-        expression: '(\nazure_scheduled_events:target_alert:value\nor\nazure_scheduled_events:target_event_impact:held\n)\n* on (cluster, job, instance) group_left (vm_id, vm_instance, vm_name, vm_scale_set_name, node)\nazure_scheduled_events:target_vm:info'
+        expression: '(\nazure_scheduled_events:target_alert:value\nor\nazure_scheduled_events:target_event_impact:held\n)\n* on (cluster, job, instance) group_left (vm_id, vm_instance, vm_name, vm_scale_set_name, node, priority)\nazure_scheduled_events:target_vm:info'
         record: 'azure_scheduled_events:target_alert_vm:value'
       }
       {
         enabled: true
-        expression: 'max by (cluster, vm_id, vm_scale_set_name, event_id, event_type, event_source) (\n  azure_scheduled_events:target_alert_vm:value{alert=""}\n)'
+        expression: 'max by (cluster, vm_id, vm_scale_set_name, priority, event_id, event_type, event_source) (\n  azure_scheduled_events:target_alert_vm:value{alert=""}\n)'
         record: 'azure_scheduled_events:vm_event_impact:held'
       }
       {
         enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy"}\n  )\n)'
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy", priority!~"Spot|SpotPlus"}\n  )\n)'
         record: 'azure_scheduled_events:capacity_vms_at_risk:count'
       }
       {
@@ -323,9 +334,14 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         record: 'azure_scheduled_events:vm_alert:value'
       }
       {
-        actions: [
+        enabled: true
+        expression: '(\n  count by (cluster, alert) (\n    count by (cluster, vm_id, job, instance, alert) (\n      azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}\n      or\n      changes(azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}[30m]) >= 2\n    )\n  ) >= 3\n)\nand on (cluster, alert)\n(\n  count by (cluster, alert) (\n    count by (cluster, vm_id, job, instance, alert) (\n      azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}\n      or\n      changes(azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}[30m]) >= 2\n    )\n  )\n  / on (cluster) group_left ()\n  azure_scheduled_events:vms_known:count > 0.1\n  or\n  count by (cluster, alert) (\n    count by (cluster, vm_id, job, instance, alert) (\n      azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}\n      or\n      changes(azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}[30m]) >= 2\n    )\n  )\n  unless on (cluster) azure_scheduled_events:vms_known:count\n)\nor\n(\n  count by (cluster, alert) (\n    count by (cluster, vm_id, job, instance, alert) (\n      azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n    )\n  ) >= 3\n)\nand on (cluster, alert)\n(\n  count by (cluster, alert) (\n    count by (cluster, vm_id, job, instance, alert) (\n      azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n    )\n  )\n  / on (cluster) group_left ()\n  azure_scheduled_events:vms_known:count > 0.1\n  or\n  count by (cluster, alert) (\n    count by (cluster, vm_id, job, instance, alert) (\n      azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n    )\n  )\n  unless on (cluster) azure_scheduled_events:vms_known:count\n)\nor\n(\n  count by (cluster, alert) (\n    count by (cluster, vm_id, job, instance, alert) (\n      azure_scheduled_events:vm_alert:value{alert="AzureImdsUnreachable"}\n    )\n  ) >= 3\n)\nand on (cluster, alert)\n(\n  count by (cluster, alert) (\n    count by (cluster, vm_id, job, instance, alert) (\n      azure_scheduled_events:vm_alert:value{alert="AzureImdsUnreachable"}\n    )\n  )\n  / on (cluster) group_left ()\n  azure_scheduled_events:vms_known:count > 0.1\n  or\n  count by (cluster, alert) (\n    count by (cluster, vm_id, job, instance, alert) (\n      azure_scheduled_events:vm_alert:value{alert="AzureImdsUnreachable"}\n    )\n  )\n  unless on (cluster) azure_scheduled_events:vms_known:count\n)\nor\n(\n  count by (cluster, alert, event_type, reason) (\n    count by (cluster, vm_id, job, instance, alert, event_type, reason) (\n      azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n    )\n  ) >= 3\n)\nand on (cluster, alert, event_type, reason)\n(\n  count by (cluster, alert, event_type, reason) (\n    count by (cluster, vm_id, job, instance, alert, event_type, reason) (\n      azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n    )\n  )\n  / on (cluster) group_left ()\n  azure_scheduled_events:vms_known:count > 0.1\n  or\n  count by (cluster, alert, event_type, reason) (\n    count by (cluster, vm_id, job, instance, alert, event_type, reason) (\n      azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n    )\n  )\n  unless on (cluster) azure_scheduled_events:vms_known:count\n)\nor\ncount by (cluster, alert, receiver) (\n  count by (cluster, vm_id, job, instance, alert, receiver) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventNotificationsFailing"}\n  )\n)\nor\ncount by (cluster, alert, operation) (\n  count by (cluster, vm_id, job, instance, alert, operation) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsKubernetesRequestsFailing"}\n  )\n)\nor\n(\n  count by (cluster, alert) (\n    count by (cluster, vm_id, job, instance, alert) (\n      azure_scheduled_events:vm_alert:value{alert="AzureVMRebootedUnexpectedly"}\n    )\n  ) >= 3\n)\nand on (cluster, alert)\n(\n  count by (cluster, alert) (\n    count by (cluster, vm_id, job, instance, alert) (\n      azure_scheduled_events:vm_alert:value{alert="AzureVMRebootedUnexpectedly"}\n    )\n  )\n  / on (cluster) group_left ()\n  azure_scheduled_events:vms_known:count > 0.1\n  or\n  count by (cluster, alert) (\n    count by (cluster, vm_id, job, instance, alert) (\n      azure_scheduled_events:vm_alert:value{alert="AzureVMRebootedUnexpectedly"}\n    )\n  )\n  unless on (cluster) azure_scheduled_events:vms_known:count\n)'
+        record: 'azure_scheduled_events:shared_alert:value'
+      }
+      {
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventImpactSoon'
@@ -347,9 +363,9 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(infoActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: infoActionGroupId
           }
         ]
         alert: 'AzureSpotEviction'
@@ -371,43 +387,43 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 3
       }
       {
-        actions: [
+        actions: empty(infoActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: infoActionGroupId
           }
         ]
         alert: 'AzureScaleSetDelete'
         annotations: {
-          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) is being deleted by its scale set: Terminate event {{ \$labels.event_id }} {{ with printf "azure_scheduled_events_event_seconds_until_not_before{cluster=%q,instance=%q,event_id=%q} > 0" \$labels.cluster \$labels.instance \$labels.event_id | query }}in {{ . | first | value | humanizeDuration }}{{ else }}now{{ end }}.'
+          description: '{{ \$value }} VMs{{ with \$labels.vm_scale_set_name }} of scale set {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} are being deleted by their scale set: {{ if eq \$labels.event_source "User" }}requested (a scale-in, a delete by a user or an automation){{ else }}Terminate events from {{ or \$labels.event_source "an unknown source" }}{{ end }}, the first {{ with printf "min(azure_scheduled_events_event_seconds_until_not_before{cluster=%q} and on (cluster, instance, event_id) azure_scheduled_events:vm_alert:value{alert=\\"AzureScaleSetDelete\\",cluster=%q,vm_scale_set_name=%q,event_source=%q})" \$labels.cluster \$labels.cluster \$labels.vm_scale_set_name \$labels.event_source | query }}{{ with . | first | value }}{{ if gt . 0.0 }}in {{ humanizeDuration . }}{{ else }}now{{ end }}{{ end }}{{ else }}now{{ end }}. Informational: a scale set deletes VMs on purpose. (VM, event: {{ range printf "azure_scheduled_events:vm_alert:value{alert=\\"AzureScaleSetDelete\\",cluster=%q,vm_scale_set_name=%q,event_source=%q}" \$labels.cluster \$labels.vm_scale_set_name \$labels.event_source | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}) {{ .Labels.event_id }}; {{ end }})'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescalesetdelete'
-          summary: 'Scale set deletes VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}'
+          summary: '{{ \$value }} VMs{{ with \$labels.vm_scale_set_name }} of scale set {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} deleted by their scale set'
         }
         enabled: true
-        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScaleSetDelete"}\n)'
+        expression: 'count by (cluster, vm_scale_set_name, event_source) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScaleSetDelete"}\n)'
         'for': 'PT0S'
         labels: {
-          severity: 'warning'
+          severity: 'info'
         }
         resolveConfiguration: {
           autoResolved: true
           timeToResolve: 'PT10M'
         }
-        severity: 2
+        severity: 3
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventStuckStarted'
         annotations: {
-          description: '{{ if \$labels.instance }}VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) has shown {{ \$labels.event_type }} event {{ \$labels.event_id }} as Started for more than 30m.{{ else }}{{ \$labels.event_type }} event {{ \$labels.event_id }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} has been Started for more than 30m, on a VM no agent reports as its own (seen by: {{ range printf "max by (instance) (azure_scheduled_events_event_info{event_id=%q,cluster=%q})" \$labels.event_id \$labels.cluster | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ end }}).{{ end }}'
+          description: '{{ \$labels.event_type }} event {{ \$labels.event_id }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} has been Started for more than 30m. VMs it names (as their agents report): {{ range printf "max by (instance, vm_name) (azure_scheduled_events_event_info{event_id=%q,affects_this_vm=\\"true\\",cluster=%q} * on (cluster, job, instance) group_left (vm_name) azure_scheduled_events_vm_info{cluster=%q} or on (cluster, job, instance) azure_scheduled_events_event_info{event_id=%q,affects_this_vm=\\"true\\",cluster=%q})" \$labels.event_id \$labels.cluster \$labels.cluster \$labels.event_id \$labels.cluster | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ else }}none whose agent reports it; {{ end }}seen by {{ with printf "count(max by (instance) (azure_scheduled_events_event_info{event_id=%q,cluster=%q}))" \$labels.event_id \$labels.cluster | query }}{{ . | first | value }}{{ end }} agents.'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventstuckstarted'
-          summary: '{{ if \$labels.instance }}{{ \$labels.event_type }} of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} Started for over 30m{{ else }}{{ \$labels.event_type }} event {{ \$labels.event_id }} Started for over 30m{{ end }}'
+          summary: '{{ \$labels.event_type }} event {{ \$labels.event_id }} Started for over 30m{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}'
         }
         enabled: true
-        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventStuckStarted"}\n)\nor on (cluster, event_id)\nmax by (cluster, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{event_status="Started"}\n)'
+        expression: 'max by (cluster, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{event_status="Started"}\n)'
         'for': 'PT30M'
         labels: {
           severity: 'warning'
@@ -419,9 +435,9 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureRedeployAnnouncedDaysAhead'
@@ -443,20 +459,20 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventsAgentDown'
         annotations: {
-          description: 'Prometheus cannot scrape the agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.job }}, job {{ . }}{{ end }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}): scheduled events of this VM go unseen.'
+          description: '{{ if \$labels.instance }}Prometheus cannot scrape the agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.job }}, job {{ . }}{{ end }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}), or could not 3 times or more in 30m (a crash loop): scheduled events of this VM go unseen.{{ else }}Prometheus cannot scrape the agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs): one cause for them all, such as a NetworkPolicy, the scrape configuration or the agent\'s release, rather than each VM\'s. Scheduled events of these VMs go unseen. (VM: {{ range printf "topk(10, azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventsAgentDown\\",cluster=%q} or changes(azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventsAgentDown\\",cluster=%q}[30m]) >= 2)" \$labels.cluster \$labels.cluster | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }}){{ end }}'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventsagentdown'
-          summary: 'Scheduled-events agent down on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}'
+          summary: '{{ if \$labels.instance }}Scheduled-events agent down on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}{{ else }}Scheduled-events agents down on {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}{{ end }}'
         }
         enabled: true
-        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}\n)'
-        'for': 'PT2M'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}\n    or\n    changes(azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}[30m]) >= 2\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsAgentDown"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsAgentDown"}\n)'
+        'for': 'PT5M'
         labels: {
           severity: 'warning'
         }
@@ -467,19 +483,19 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventsPollLoopStuck'
         annotations: {
-          description: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) answers scrapes but its last poll ended {{ \$value | humanizeDuration }} ago: its poll loop is stuck and new events of this VM go unseen, while the last known ones stay exported.'
+          description: '{{ if \$labels.instance }}The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) answers scrapes but its last poll ended {{ \$value | humanizeDuration }} ago: its poll loop is stuck and new events of this VM go unseen, while the last known ones stay exported.{{ else }}The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs) answer scrapes but have not finished a poll for more than 180 seconds: one cause for them all, such as a release of the agent or the nodes\' network, rather than each VM\'s. New events of these VMs go unseen. (VM: {{ range printf "topk(10, azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventsPollLoopStuck\\",cluster=%q})" \$labels.cluster | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }}){{ end }}'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventspollloopstuck'
-          summary: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} no longer polls IMDS'
+          summary: '{{ if \$labels.instance }}The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} no longer polls IMDS{{ else }}The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} no longer poll IMDS{{ end }}'
         }
         enabled: true
-        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n)'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'
@@ -491,19 +507,19 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureImdsUnreachable'
         annotations: {
-          description: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) has had no valid scheduled-events document for 5m{{- with printf "topk(1, increase(azure_scheduled_events_imds_request_failures_total{cluster=%q,instance=%q,operation=\\"events\\"}[5m]) > 0)" \$labels.cluster \$labels.instance | query }} (most failures: {{ . | first | label "reason" }}){{ end }}: no events of this VM are seen; the last known ones stay exported.'
+          description: '{{ if \$labels.instance }}The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) has had no valid scheduled-events document for 5m{{- with printf "topk(1, increase(azure_scheduled_events_imds_request_failures_total{cluster=%q,instance=%q,operation=\\"events\\"}[5m]) > 0)" \$labels.cluster \$labels.instance | query }} (most failures: {{ . | first | label "reason" }}){{ end }}: no events of this VM are seen; the last known ones stay exported.{{ else }}The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs) have had no valid scheduled-events document for 5m{{- with printf "topk(1, sum by (reason) (increase(azure_scheduled_events_imds_request_failures_total{operation=\\"events\\",cluster=%q}[5m])) > 0)" \$labels.cluster | query }} (most failures: {{ . | first | label "reason" }}){{ end }}: one cause for them all, such as AKS\' IMDS restriction, a NetworkPolicy or the pods\' host network, rather than each VM\'s. No events of these VMs are seen. (VM: {{ range printf "topk(10, azure_scheduled_events:vm_alert:value{alert=\\"AzureImdsUnreachable\\",cluster=%q})" \$labels.cluster | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }}){{ end }}'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azureimdsunreachable'
-          summary: 'IMDS scheduled events unreachable from VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}'
+          summary: '{{ if \$labels.instance }}IMDS scheduled events unreachable from VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}{{ else }}IMDS scheduled events unreachable from {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}{{ end }}'
         }
         enabled: true
-        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureImdsUnreachable"}\n)'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureImdsUnreachable"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureImdsUnreachable"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureImdsUnreachable"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'
@@ -515,19 +531,19 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventApprovalsFailing'
         annotations: {
-          description: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) failed to approve {{ \$labels.event_type }} events {{ printf "%.0f" \$value }} times in 10 minutes ({{ \$labels.reason }}) and approved none (Scheduled {{ \$labels.event_type }} events now: {{ range printf "azure_scheduled_events_event_info{cluster=%q,instance=%q,event_type=%q,event_status=\\"Scheduled\\"}" \$labels.cluster \$labels.instance \$labels.event_type | query | sortByLabel "event_id" }}{{ .Labels.event_id }} {{ else }}none {{ end }}). They will start at NotBefore instead, ready or not.'
+          description: '{{ if \$labels.instance }}The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) failed to approve {{ \$labels.event_type }} events {{ printf "%.0f" \$value }} times in 10 minutes ({{ \$labels.reason }}) and approved none (Scheduled {{ \$labels.event_type }} events now: {{ range printf "azure_scheduled_events_event_info{cluster=%q,instance=%q,event_type=%q,event_status=\\"Scheduled\\"}" \$labels.cluster \$labels.instance \$labels.event_type | query | sortByLabel "event_id" }}{{ .Labels.event_id }} {{ else }}none {{ end }}). They will start at NotBefore instead, ready or not.{{ else }}The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs) failed to approve {{ \$labels.event_type }} events in 10 minutes ({{ \$labels.reason }}) and approved none: one cause for them all, such as the approval hook or policy as deployed, or IMDS refusing the POSTs, rather than each VM\'s. Their events will start at NotBefore instead, ready or not. (VM: {{ range printf "topk(10, azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventApprovalsFailing\\",cluster=%q,event_type=%q,reason=%q})" \$labels.cluster \$labels.event_type \$labels.reason | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }}){{ end }}'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventapprovalsfailing'
-          summary: 'Approvals of {{ \$labels.event_type }} events fail on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.reason }})'
+          summary: '{{ if \$labels.instance }}Approvals of {{ \$labels.event_type }} events fail on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.reason }}){{ else }}Approvals of {{ \$labels.event_type }} events fail on {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} ({{ \$labels.reason }}){{ end }}'
         }
         enabled: true
-        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n)'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n  )\n)\nunless on (cluster, event_type, reason) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventApprovalsFailing"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n)'
         'for': 'PT1M'
         labels: {
           severity: 'warning'
@@ -539,19 +555,19 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventNotificationsFailing'
         annotations: {
-          description: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) could not deliver {{ printf "%.0f" \$value }} notifications to receiver {{ \$labels.receiver }} in 10 minutes (refused, retries exhausted, or dropped from a full queue). Whoever relies on that receiver is not told of this VM\'s events.'
+          description: 'The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} could not deliver {{ with printf "sum(max by (instance) (sum by (cluster, job, instance) (increase(azure_scheduled_events_notifications_total{result!=\\"delivered\\",receiver=%q,cluster=%q}[10m]) or increase(azure_scheduled_events_notifications_dropped_total{receiver=%q,cluster=%q}[10m]))))" \$labels.receiver \$labels.cluster \$labels.receiver \$labels.cluster | query }}{{ . | first | value | printf "%.0f" }}{{ end }} notifications to receiver {{ \$labels.receiver }} in 10 minutes (refused, retries exhausted, or dropped from a full queue). A receiver is shared: one cause for them all, such as a rotated or revoked URL, the receiver down or a proxy. Whoever relies on it is not told of these VMs\' events. (VM: {{ range printf "topk(10, azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventNotificationsFailing\\",cluster=%q,receiver=%q})" \$labels.cluster \$labels.receiver | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }})'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventnotificationsfailing'
-          summary: 'Notifications from VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} to receiver {{ \$labels.receiver }} are lost'
+          summary: 'Notifications to receiver {{ \$labels.receiver }} are lost{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}'
         }
         enabled: true
-        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventNotificationsFailing"}\n)'
+        expression: 'max without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventNotificationsFailing"}\n)'
         'for': 'PT1M'
         labels: {
           severity: 'warning'
@@ -563,19 +579,19 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureScheduledEventsKubernetesRequestsFailing'
         annotations: {
-          description: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) failed {{ printf "%.0f" \$value }} {{ \$labels.operation }} requests to the Kubernetes API server in 10 minutes ({{ \$labels.result }}) and none succeeded. Its Node may lack the AzureScheduledEvent condition, Events, or the taint and cordon of a pending event.'
+          description: 'The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} failed {{ \$labels.operation }} requests to the Kubernetes API server in 10 minutes and none succeeded (results: {{ range printf "count by (result) (azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventsKubernetesRequestsFailing\\",operation=%q,cluster=%q})" \$labels.operation \$labels.cluster | query | sortByLabel "result" }}{{ .Labels.result }} on {{ .Value }} VMs; {{ end }}). The API server and the agents\' RBAC are the cluster\'s: one cause for them all. Their Nodes may lack the AzureScheduledEvent condition, Events, or the taint and cordon of a pending event. (VM: {{ range printf "topk(10, azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventsKubernetesRequestsFailing\\",cluster=%q,operation=%q})" \$labels.cluster \$labels.operation | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }})'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventskubernetesrequestsfailing'
-          summary: 'The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} cannot {{ \$labels.operation }} ({{ \$labels.result }})'
+          summary: 'The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} cannot {{ \$labels.operation }}'
         }
         enabled: true
-        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsKubernetesRequestsFailing"}\n)'
+        expression: 'max without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsKubernetesRequestsFailing"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'
@@ -587,19 +603,19 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
-        actions: [
+        actions: empty(warningActionGroupId) ? [] : [
           {
-            actionGroupId: actionGroupId
+            actionGroupId: warningActionGroupId
           }
         ]
         alert: 'AzureVMRebootedUnexpectedly'
         annotations: {
-          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) rebooted, and no Reboot, Redeploy, Freeze or Preempt event of its own was seen Started before: a crash, a manual restart, or an event missed while the agent was down.'
+          description: '{{ if \$labels.instance }}VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) rebooted, and no Reboot, Redeploy, Freeze or Preempt event of its own was seen Started before: a crash, a manual restart, or an event missed while the agent was down.{{ else }}{{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs) rebooted within 30 minutes, uncleanly and with no Reboot, Redeploy, Freeze or Preempt event of their own seen Started before: one cause for them all, such as a node image or kernel, a host or zone outage, or someone restarting them. (VM: {{ range printf "topk(10, azure_scheduled_events:vm_alert:value{alert=\\"AzureVMRebootedUnexpectedly\\",cluster=%q})" \$labels.cluster | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }}){{ end }}'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurevmrebootedunexpectedly'
-          summary: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} rebooted without a scheduled event'
+          summary: '{{ if \$labels.instance }}VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} rebooted without a scheduled event{{ else }}{{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} rebooted without a scheduled event{{ end }}'
         }
         enabled: true
-        expression: 'max without (alert) (\n  azure_scheduled_events:vm_alert:value{alert="AzureVMRebootedUnexpectedly"}\n)'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureVMRebootedUnexpectedly"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureVMRebootedUnexpectedly"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureVMRebootedUnexpectedly"}\n)'
         'for': 'PT0S'
         labels: {
           severity: 'warning'

@@ -22,8 +22,10 @@ local promql = import '../lib/promql.libsonnet';
     if std.objectHas(factor, unit) then number * factor[unit]
     else error 'duration %s: expected a number and one of s, m, h, d, w' % duration,
 
-  local infoLabels = q.list(q.vm + [c.vmIdLabel] + c.vmInfoRecordLabels),
-  local vmInfoLabels = q.list(q.vmId + ['instance'] + c.vmInfoRecordLabels),
+  // The recorded vm_info keeps the VM's priority besides vmInfoRecordLabels: the page leaves
+  // Spot pools out by it.
+  local infoLabels = q.list(q.vm + [c.vmIdLabel] + c.vmInfoRecordLabels + [q.priority]),
+  local vmInfoLabels = q.list(q.vmId + ['instance'] + c.vmInfoRecordLabels + [q.priority]),
   // Every event type a rule below looks at: the quiet agent-down, the page, the Spot wave and
   // AzureScheduledEventImpactSoon read one record. (The Helm chart's placeholders for the page's
   // and the Spot wave's types are left out: the chart allows interruptingTypes only there.)
@@ -35,36 +37,72 @@ local promql = import '../lib/promql.libsonnet';
   local statuses = 'event_status=~"%s"' % q.types(c.impactStatuses),
   local record(name, expr) = { record: name, expr: expr + '\n' },
 
-  // VMs of each capacity group with a held event of `types`, counted by VM.
-  local groupCount(types) =
+  // VMs of each capacity group with a held event of `settings.eventTypes`, counted by VM, but for
+  // VMs of a priority in `settings.exemptPriorities` (Spot pools).
+  groupCount(settings)::
     'count by (%(group)s) (\n  max by (%(vm)s) (\n    %(held)s\n  )\n)' % {
       group: q.groupBy,
       vm: q.list(q.vmId + [cap]),
-      held: q.rec(r.vmImpactHeld, ['%s!=""' % cap, 'event_type=~"%s"' % q.types(types)]),
+      held: q.rec(r.vmImpactHeld, ['%s!=""' % cap, 'event_type=~"%s"' % q.types(settings.eventTypes)] + (
+        if std.objectHas(settings, 'exemptPriorities') && settings.exemptPriorities != [] then ['%s!~"%s"' % [q.priority, q.types(settings.exemptPriorities)]] else []
+      )),
     },
 
   // Node names of kube_node_info, under nodeLabel.
-  local kubeNodes =
-    local sel = if c.coverage.kubeStateMetricsSelector == '' && c.coverage.nodeMatchers == [] then 'kube_node_info'
-    else 'kube_node_info{%s}' % std.join(', ', nonEmpty([c.coverage.kubeStateMetricsSelector] + c.coverage.nodeMatchers));
-    if c.nodeLabel == 'node' || c.nodeLabel == '' then sel
-    // The Helm chart's placeholder: label_replace unless its nodeLabel is node.
-    else if std.startsWith(c.nodeLabel, '@@') then '@@nodeRelabel.open@@%s@@nodeRelabel.close@@' % sel
-    else 'label_replace(%s, "%s", "$1", "node", "(.*)")' % [sel, c.nodeLabel],
+  local kubeNodes = q.underNodeLabel(q.kubeStateMetrics('kube_node_info', c.coverage.nodeMatchers)),
 
+  // Targets that were the agent within agentSeenLookback and fail their scrape now, with the node
+  // they run on (nodeLabel, when the scrape sets it); the value is when each was last the agent,
+  // the same throughout one failure: a new value is a new failure. Recorded in the group
+  // azure-scheduled-events.agents, first: the condition of AzureScheduledEventsAgentDown and the
+  // gone targets read it.
+  targetDownRule:: record(
+    r.targetDown,
+    'max by (%(by)s) (\n  (%(up)s == 0)\n  + on (%(t)s) group_left ()\n  (%(seen)s > time() - %(lookback)d)\n)' % {
+      by: q.list(q.vm + [c.nodeLabel]),
+      up: q.sel('up'),
+      t: target,
+      seen: r.targetLastSeen,
+      lookback: seconds(c.agentSeenLookback),
+    },
+  ),
 
-  // When each target last showed a goneTypes event of its own (deleted, evicted), kept for
-  // agentSeenLookback while the target is not up again: it reads its own last value instead of a
-  // day of samples. Recorded in the group azure-scheduled-events.agents, before the condition of
-  // AzureScheduledEventsAgentDown that reads it: an event seen at any scrape since the group's
-  // previous evaluation counts (a Spot VM's Preempt lasts 30 seconds), its time that evaluation's.
+  // When each target's VM was last seen gone, kept for agentSeenLookback while the target is not up
+  // again (it reads its own last value instead of a day of samples), by `reason`:
+  // - `event`: a goneTypes event of its own (deleted, evicted): an event seen at any scrape since
+  //   the group's previous evaluation counts (a Spot VM's Preempt lasts 30 seconds), its time that
+  //   evaluation's;
+  // - `discovery`: a target whose impacts are held (its VM reboots, its agent cannot be scraped)
+  //   and that has left service discovery (no `up` any more), unless the node it names is still a
+  //   node of kube_node_info (a collector on the node itself goes down with it);
+  // - `replaced`: the same, and its node answers again with instance metadata, from another
+  //   target: another VM (or the same VM under another scrape target).
+  // Recorded in the group azure-scheduled-events.agents, before the condition of
+  // AzureScheduledEventsAgentDown that reads it; the held impacts of `discovery` and `replaced`
+  // end (azure_scheduled_events:target_event_impact:held).
   targetGoneRule:: record(
     r.targetGone,
-    'max by (%(t)s) (\n  last_over_time(%(gone)s[%(window)s]) * 0 + time()\n)\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[10m]) > time() - %(lookback)d\n)\nunless on (%(t)s) (%(up)s == 1)' % {
+    local heldOnly(matchers) = '%s unless on (%s) %s' % [q.rec(r.targetImpactHeld, matchers), q.list(q.vm + ['event_id']), r.targetImpactSoon];
+    local stamp(reason, expr) = 'label_replace(\n  max by (%s) (\n    %s\n  ) * 0 + time(),\n  "reason", "%s", "", ""\n)' % [target, std.strReplace(expr, '\n', '\n    '), reason];
+    std.join('\nor\n', [
+      stamp('event', 'last_over_time(%s[%s])' % [
+        q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(c.goneTypes), statuses]),
+        // Twice the group's interval: no scrape between two evaluations is missed.
+        if c.agentsInterval == '' then '2m' else '%ds' % (2 * seconds(c.agentsInterval)),
+      ]),
+      stamp('discovery', '%s\nunless on (%s) %s' % [heldOnly([]), target, r.targetDown] + (
+        if c.nodeLabel == '' then '' else '\nunless on (%s) %s' % [q.list([cl, c.nodeLabel]), kubeNodes]
+      )),
+    ] + (
+      if c.nodeLabel == '' then [] else [
+        stamp('replaced', '%s\nand on (%s) %s' % [
+          heldOnly(['%s!=""' % c.nodeLabel]),
+          q.list([cl, c.nodeLabel]),
+          q.sel('azure_scheduled_events_vm_info', ['%s!=""' % c.nodeLabel]),
+        ]),
+      ]
+    )) + '\nor on (%(t)s, reason)\n(\n  last_over_time(%(prev)s[10m]) > time() - %(lookback)d\n)\nunless on (%(t)s) (%(up)s == 1)' % {
       t: target,
-      gone: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(c.goneTypes), statuses]),
-      // Twice the group's interval: no scrape between two evaluations is missed.
-      window: if c.agentsInterval == '' then '2m' else '%ds' % (2 * seconds(c.agentsInterval)),
       prev: r.targetGone,
       lookback: seconds(c.agentSeenLookback),
       up: q.sel('up'),
@@ -79,28 +117,30 @@ local promql = import '../lib/promql.libsonnet';
     record(
       r.targetImpactSoon,
       'max by (%(key)s) (\n  %(events)s\n)\nunless on (%(on)s)\n  (%(until)s > %(soon)d)' % {
-        key: q.list(q.vm + ['event_id', 'event_type', 'event_source']),
+        key: q.list(q.vm + ['event_id', 'event_type', 'event_source', c.nodeLabel]),
         events: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes), statuses]),
         on: q.list(q.vm + ['event_id']),
         until: q.sel('azure_scheduled_events_event_seconds_until_not_before'),
         soon: c.impactSoonSeconds,
       },
     ),
-    // The same, held for impactHold after its last sighting while the target is not up:
-    // the VM is rebooting, its agent is not scraped.
+    // The same, held for impactHold after its last sighting while the target is not up: the VM
+    // is rebooting, its agent is not scraped. Not for a target recorded gone from service
+    // discovery or replaced on its node (azure_scheduled_events:target_gone:timestamp_seconds).
     record(
       r.targetImpactHeld,
-      '%(soon)s\nor on (%(key)s)\n(\n  max_over_time(%(soon)s[%(hold)s])\n  unless on (%(t)s) (%(up)s == 1)\n)' % {
+      '%(soon)s\nor on (%(key)s)\n(\n  max_over_time(%(soon)s[%(hold)s])\n  unless on (%(t)s) (%(up)s == 1)\n  unless on (%(t)s) %(gone)s\n)' % {
         soon: r.targetImpactSoon,
         key: q.list(q.vm + ['event_id']),
         hold: c.impactHold,
         t: target,
         up: q.sel('up'),
+        gone: q.rec(r.targetGone, ['reason=~"discovery|replaced"']),
       },
     ),
   ],
 
-  // The held impact by VM (vmIdLabel), with its capacity group, and the VMs of each capacity group
+  // The held impact by VM (vmIdLabel), with its capacity group and priority, and the VMs of each capacity group
   // it counts: recorded in the group azure-scheduled-events.vms from `joined`, the targets' held
   // impacts (and the per-VM alerts' conditions) joined once with their VM
   // (azure_scheduled_events:target_alert_vm:value, whose impacts have no label `alert`). Only
@@ -108,10 +148,10 @@ local promql = import '../lib/promql.libsonnet';
   vmImpactRules(joined):: [
     record(
       r.vmImpactHeld,
-      'max by (%s) (\n  %s\n)' % [q.list(q.vmId + [cap, 'event_id', 'event_type', 'event_source']), q.rec(joined, ['alert=""'])],
+      'max by (%s) (\n  %s\n)' % [q.list(q.vmId + [cap, q.priority, 'event_id', 'event_type', 'event_source']), q.rec(joined, ['alert=""'])],
     ),
-    record(r.capacityAtRisk, groupCount(c.capacity.eventTypes)),
-    record(r.capacityEvicted, groupCount(c.spotWave.eventTypes)),
+    record(r.capacityAtRisk, $.groupCount(c.capacity)),
+    record(r.capacityEvicted, $.groupCount(c.spotWave)),
   ],
 
   prometheusRules+:: {
@@ -182,7 +222,7 @@ local promql = import '../lib/promql.libsonnet';
               id: c.vmIdLabel,
               targetInfo: r.targetVmInfo,
               vmId: q.vmIdBy,
-              labels: q.list(['vm_instance'] + q.withCapacity(c.vmInfoLabels)),
+              labels: q.list(['vm_instance'] + q.joined(c.vmInfoLabels)),
               vmInfo: r.vmInfo,
             },
           ),
@@ -219,24 +259,31 @@ local promql = import '../lib/promql.libsonnet';
             },
           ),
           record(r.nodes, 'count by (%s) (%s)' % [q.list([cl]), kubeNodes]),
-          // Nodes without a working agent (one scraped now): by name where the agent's series
-          // carry nodeLabel (its build_info, whether or not it has read instance metadata), by
-          // count where kube_node_info is present but they do not; without kube-state-metrics,
+          // Nodes without a working agent (one scraped now) that AzureScheduledEventsAgentDown does
+          // not name: by name where the agent's series carry nodeLabel (its build_info, whether or
+          // not it has read instance metadata), by count where kube_node_info is present but they
+          // do not; without kube-state-metrics,
           // targets of a job with agents that never were the agent (never up, image not pulled,
           // wrong architecture).
           record(
             r.nodesWithoutAgent,
-            local byCount = '(\n    %(nodes)s\n    - (%(reporting)s or on (%(cluster)s) %(nodes)s * 0)\n  ) > 0' % {
+            // AzureScheduledEventsAgentDown's VMs: their nodes have an agent, which that alert
+            // names (now, or within agentDown.flapWindow by name: a crash loop between failures).
+            local agentDown = q.rec(r.vmAlert, ['alert="AzureScheduledEventsAgentDown"']);
+            local byCount = '(\n    %(nodes)s\n    - (%(reporting)s or on (%(cluster)s) %(nodes)s * 0)\n    - (count by (%(cluster)s) (%(down)s) or on (%(cluster)s) %(nodes)s * 0)\n  ) > 0' % {
               nodes: r.nodes,
               reporting: r.vmsReporting,
               cluster: q.list([cl]),
+              down: agentDown,
             };
             local named = 'count by (%s) (%s)' % [q.list([cl]), q.sel('azure_scheduled_events_build_info', ['%s!=""' % c.nodeLabel])];
-            local byName = 'count by (%(cluster)s) (\n    max by (%(on)s) (%(kube)s)\n    unless on (%(on)s)\n    %(agents)s\n  )\n  and on (%(cluster)s) %(named)s' % {
+            local byName = 'count by (%(cluster)s) (\n    max by (%(on)s) (%(kube)s)\n    unless on (%(on)s)\n    %(agents)s\n    unless on (%(on)s)\n    max_over_time(%(down)s[%(window)s])\n  )\n  and on (%(cluster)s) %(named)s' % {
               cluster: q.list([cl]),
               on: q.list([cl, c.nodeLabel]),
               kube: kubeNodes,
               agents: q.sel('azure_scheduled_events_build_info', ['%s!=""' % c.nodeLabel]),
+              down: q.rec(r.vmAlert, ['alert="AzureScheduledEventsAgentDown"', '%s!=""' % c.nodeLabel]),
+              window: c.agentDown.flapWindow,
               named: named,
             };
             local kube =

@@ -31,6 +31,19 @@
       if l != name
     ],
 
+    // kube-state-metrics' `metric` with its selector (coverage.kubeStateMetricsSelector) and
+    // `matchers`.
+    kubeStateMetrics(metric, matchers=[])::
+      local all = nonEmpty([c.coverage.kubeStateMetricsSelector] + matchers);
+      if all == [] then metric else '%s{%s}' % [metric, std.join(', ', all)],
+    // `expr`, a vector of kube-state-metrics with its `node` label, with that label under
+    // nodeLabel.
+    underNodeLabel(expr)::
+      if c.nodeLabel == 'node' || c.nodeLabel == '' then expr
+      // The Helm chart's placeholder: label_replace unless its nodeLabel is node.
+      else if std.startsWith(c.nodeLabel, '@@') then '@@nodeRelabel.open@@%s@@nodeRelabel.close@@' % expr
+      else 'label_replace(%s, "%s", "$1", "node", "(.*)")' % [expr, c.nodeLabel],
+
     // An alternation regex of event types.
     types(list):: std.join('|', list),
 
@@ -47,6 +60,7 @@
       targetImpactSoon: 'azure_scheduled_events:target_event_impact:soon',
       targetImpactHeld: 'azure_scheduled_events:target_event_impact:held',
       targetGone: 'azure_scheduled_events:target_gone:timestamp_seconds',
+      targetDown: 'azure_scheduled_events:target_down:timestamp_seconds',
       vmImpactHeld: 'azure_scheduled_events:vm_event_impact:held',
       capacityVms: 'azure_scheduled_events:capacity_vms:count',
       capacityAtRisk: 'azure_scheduled_events:capacity_vms_at_risk:count',
@@ -64,11 +78,16 @@
       targetAlert: 'azure_scheduled_events:target_alert:value',
       targetAlertVm: 'azure_scheduled_events:target_alert_vm:value',
       vmAlert: 'azure_scheduled_events:vm_alert:value',
+      clusterAlert: 'azure_scheduled_events:shared_alert:value',
     },
-    // `labels` and capacityLabel, each once. The Helm chart's placeholder for vmInfoLabels stands
-    // for a list the chart knows only when it fills it in: it becomes a placeholder of its own.
-    withCapacity(labels)::
-      if labels == ['@@vmInfoLabels@@'] then ['@@vmInfoLabels.withCapacity@@'] else labels + [c.capacityLabel],
+    // The label of azure_scheduled_events_vm_info with the VM's priority from instance metadata
+    // (Regular, Spot, SpotPlus; empty or absent when instance metadata has none: Regular).
+    priority:: 'priority',
+    // The VM labels a target is joined with: `labels`, capacityLabel and the priority, each once.
+    // The Helm chart's placeholder for vmInfoLabels stands for a list the chart knows only when it
+    // fills it in: it becomes a placeholder of its own.
+    joined(labels)::
+      if labels == ['@@vmInfoLabels@@'] then ['@@vmInfoLabels.joined@@'] else labels + [c.capacityLabel, self.priority],
     // The labels of one VM: the cluster and its id.
     vmId:: nonEmpty([c.clusterLabel, c.vmIdLabel]),
     vmIdBy:: self.list(self.vmId),
@@ -80,7 +99,7 @@
     // `expr` (one series per scrape target, or per target and `key` labels) with each target's
     // VM. The rule of `joined` (recorded first) is the targets of `expr` and of `held` (series
     // without the label `alert`, recorded with the others to read the targets' VMs once) whose
-    // VM is known, with its vmIdLabel, alert labels and capacityLabel
+    // VM is known, with its vmIdLabel, alert labels, capacityLabel and priority
     // (azure_scheduled_events:target_vm:info). `byVm` makes those of `expr` ONE series per VM and
     // `key`, however many scrape jobs scrape its agent (the max of the targets' values), with the
     // VM's instance and vmInfoLabels, and keeps the other targets' own labels, unchanged, while
@@ -88,7 +107,7 @@
     // target's that the alert keeps, `alert` among them.
     vmJoin(expr, held, joined, key=[]):: {
       local q = $.new(c),
-      joined: '(\n%s\nor\n%s\n)\n* on (%s) group_left (%s)\n%s' % [expr, held, q.vmBy, q.list([c.vmIdLabel, 'vm_instance'] + q.withCapacity(c.vmInfoLabels)), q.records.targetVm],
+      joined: '(\n%s\nor\n%s\n)\n* on (%s) group_left (%s)\n%s' % [expr, held, q.vmBy, q.list([c.vmIdLabel, 'vm_instance'] + q.joined(c.vmInfoLabels)), q.records.targetVm],
       byVm:
         'max without (vm_instance) (\n  label_replace(\n    max by (%(by)s) (%(joined)s),\n    "instance", "$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\n%(expr)s\n)\nunless on (%(t)s) %(all)s' % {
           by: q.list(q.vmId + key + ['vm_instance'] + c.vmInfoLabels),
