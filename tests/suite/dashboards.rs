@@ -511,16 +511,33 @@ fn the_azure_monitor_rule_groups_are_the_mixins_rendering_one_resource_per_group
     let arm: Value = serde_json::from_str(&std::fs::read_to_string(
         ops::repo().join("deploy/azure-monitor/prometheus-rule-groups.json"),
     )?)?;
-    for parameter in ["azureMonitorWorkspaceId", "actionGroupId", "clusterName"] {
+    // One action group per severity, each empty by default (no action), so that only what is
+    // pointed at the pager pages.
+    const ACTION_GROUPS: [&str; 3] = [
+        "criticalActionGroupId",
+        "warningActionGroupId",
+        "infoActionGroupId",
+    ];
+    for parameter in ["azureMonitorWorkspaceId", "clusterName"]
+        .into_iter()
+        .chain(ACTION_GROUPS)
+    {
         assert_eq!(
             arm["parameters"][parameter]["type"], "string",
             "no parameter {parameter}"
         );
     }
-    assert!(
-        arm["parameters"]["actionGroupId"]["defaultValue"].is_null(),
-        "the action group must be given"
-    );
+    for parameter in ACTION_GROUPS {
+        assert_eq!(
+            arm["parameters"][parameter]["defaultValue"], "",
+            "{parameter}: empty means no action"
+        );
+    }
+    let action_group = |severity| match severity {
+        0 => "criticalActionGroupId",
+        1 | 2 => "warningActionGroupId",
+        _ => "infoActionGroupId",
+    };
     let resources = arm["resources"].as_array().ok_or("no resources")?;
     let mut groups = Vec::new();
     for path in ops::rule_files()? {
@@ -530,6 +547,7 @@ fn the_azure_monitor_rule_groups_are_the_mixins_rendering_one_resource_per_group
     assert_eq!(resources.len(), groups.len(), "one resource per rule group");
     let severities = BTreeMap::from([("critical", 0), ("warning", 2), ("info", 3)]);
     let mut alerts = 0;
+    let mut pages = BTreeSet::new();
     for (resource, group) in resources.iter().zip(&groups) {
         let group_name = group["name"].as_str().ok_or("a group without a name")?;
         assert_eq!(
@@ -579,10 +597,17 @@ fn the_azure_monitor_rule_groups_are_the_mixins_rendering_one_resource_per_group
                     "{name}: for {}",
                     rule["for"]
                 );
+                let group = action_group(want);
                 assert_eq!(
-                    rule["actions"][0]["actionGroupId"], "[parameters('actionGroupId')]",
+                    rule["actions"],
+                    format!(
+                        "[if(empty(parameters('{group}')), createArray(), createArray(createObject('actionGroupId', parameters('{group}'))))]"
+                    ),
                     "{name}"
                 );
+                if want == 0 {
+                    pages.insert(name.to_owned());
+                }
                 assert_eq!(rule["annotations"], source["annotations"], "{name}");
             } else {
                 assert_eq!(rule["record"], source["record"], "{group_name}");
@@ -591,6 +616,11 @@ fn the_azure_monitor_rule_groups_are_the_mixins_rendering_one_resource_per_group
         }
     }
     assert!(alerts >= 10, "only {alerts} alerts");
+    assert_eq!(
+        pages,
+        BTreeSet::from(["AzureScheduledEventsCapacityAtRisk".to_owned()]),
+        "only the capacity page reaches the critical action group"
+    );
 
     // Bicep, from the same data: one resource per group, the same parameters.
     let bicep = std::fs::read_to_string(
@@ -609,13 +639,26 @@ fn the_azure_monitor_rule_groups_are_the_mixins_rendering_one_resource_per_group
             "bicep lacks {name}"
         );
     }
-    for parameter in ["azureMonitorWorkspaceId", "actionGroupId", "clusterName"] {
+    for parameter in ["azureMonitorWorkspaceId", "clusterName"] {
         assert!(bicep.contains(&format!("param {parameter} string")));
     }
+    for parameter in ACTION_GROUPS {
+        assert!(bicep.contains(&format!("param {parameter} string = ''")));
+    }
     assert_eq!(
-        bicep.matches("actionGroupId: actionGroupId").count(),
+        bicep
+            .matches("actionGroupId: criticalActionGroupId")
+            .count(),
+        1,
+        "one alert pages"
+    );
+    assert_eq!(
+        ACTION_GROUPS
+            .iter()
+            .map(|p| bicep.matches(&format!("actionGroupId: {p}")).count())
+            .sum::<usize>(),
         alerts,
-        "every alert notifies the action group"
+        "every alert notifies the action group of its severity"
     );
     // The Azure dashboards differ from dashboards/ only in the type of $datasource.
     for (name, json) in ops::dashboards()? {

@@ -281,7 +281,7 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
     let joined = record_expr(&groups, "azure_scheduled_events:target_alert_vm:value")?;
     assert!(
         joined.contains(
-            "* on (k8s_cluster, job, instance, pod) group_left (vm_id, vm_instance, vm_name, zone, vm_scale_set_name)"
+            "* on (k8s_cluster, job, instance, pod) group_left (vm_id, vm_instance, vm_name, zone, vm_scale_set_name, priority)"
         ),
         "{joined}"
     );
@@ -291,9 +291,14 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
             && per_vm.contains("unless on (k8s_cluster, job, instance, pod)"),
         "{per_vm}"
     );
+    let down = record_expr(
+        &groups,
+        "azure_scheduled_events:target_down:timestamp_seconds",
+    )?;
+    assert!(down.contains("(up{job=\"ase\"} == 0)"), "{down}");
     let conditions = record_expr(&groups, "azure_scheduled_events:target_agent_alert:value")?;
     assert!(
-        conditions.contains("(up{job=\"ase\"} == 0)")
+        conditions.contains("azure_scheduled_events:target_down:timestamp_seconds")
             && conditions.contains("\"alert\", \"AzureScheduledEventsAgentDown\""),
         "{conditions}"
     );
