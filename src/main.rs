@@ -2,13 +2,15 @@
 
 use std::process::ExitCode;
 
+use std::io::Write as _;
+
 use azure_scheduled_events_exporter::config::{
-    AgentArgs, Cli, Command, Config, ConfigError, EXIT_USAGE, LogFormat,
+    AgentArgs, Cli, Command, Config, ConfigError, EXIT_USAGE, LogFormat, environment, usage,
 };
 use azure_scheduled_events_exporter::output::telemetry::{ProcessEnv, Telemetry, lenient};
-use azure_scheduled_events_exporter::shell::{agent, commands, logging};
-use clap::Parser;
+use azure_scheduled_events_exporter::shell::{agent, check_config, commands, logging};
 use clap::error::ErrorKind;
+use clap::{CommandFactory as _, Parser as _};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -22,17 +24,9 @@ fn main() -> ExitCode {
             let _ = error.print();
             return ExitCode::SUCCESS;
         }
-        Err(error) => {
-            return usage_error(
-                error
-                    .render()
-                    .to_string()
-                    .lines()
-                    .next()
-                    .unwrap_or("invalid arguments"),
-            );
-        }
+        Err(error) => return usage_error(&usage::one_line(&error)),
     };
+    let unknown = environment::unknown_variables(&Cli::command(), std::env::vars_os());
     // One thread is plenty for one request a second and a few scrapes, and keeps the agent small.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -44,7 +38,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(Command::CheckConfig(args)) = cli.command {
+        let checked =
+            runtime.block_on(async { check_config::check(args.agent, &ProcessEnv, &unknown) });
+        return report(&checked);
+    }
+    if let Some(variable) = unknown.first() {
+        return usage_error(&variable.to_string());
+    }
     let result = match cli.command {
+        // Answered above.
+        Some(Command::CheckConfig(_)) => Ok(()),
         None => match prepare(cli.agent, LogFormat::Json) {
             Ok((config, telemetry)) => {
                 logging::init(config.log_format, &config.log_level, telemetry.tracer());
@@ -98,6 +102,24 @@ fn prepare(args: AgentArgs, default_format: LogFormat) -> Result<(Config, Teleme
     let config = args.validate(default_format)?;
     let otlp = lenient::resolve(&config.otlp, &ProcessEnv)?;
     Ok((config, Telemetry::resolved(otlp)))
+}
+
+/// `check-config`'s answer: every problem and warning on stderr, or the summary on stdout.
+fn report(checked: &check_config::Checked) -> ExitCode {
+    for problem in &checked.problems {
+        eprintln!("error: {problem}");
+    }
+    for warning in &checked.warnings {
+        eprintln!("warning: {warning}");
+    }
+    if let Some(summary) = &checked.summary {
+        let _ = writeln!(std::io::stdout(), "{summary}");
+    }
+    if checked.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_USAGE as u8)
+    }
 }
 
 fn usage_error(line: &str) -> ExitCode {

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use super::values::EventTypes;
 use super::{ApproveArgs, ConfigError, duration, invalid};
 use crate::azure::event::EventType;
 use crate::config::file_input;
@@ -183,21 +184,14 @@ impl ApproveArgs {
             .transpose()
         };
         let defaults = Policy::default();
-        let event_types = |flag: &'static str, arg: Option<String>, listed: Option<Vec<String>>| {
-            let names: Vec<String> = match arg {
-                Some(text) => text
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|t| !t.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
-                None => listed.unwrap_or_default(),
+        // A flag given wins over the file's list; both are read by the one parser of event types.
+        let event_types =
+            |flag: &'static str, arg: Option<EventTypes>, listed: Option<Vec<String>>| match arg {
+                Some(types) => Ok(types.into_vec()),
+                None => EventTypes::from_names(listed.iter().flatten().map(String::as_str))
+                    .map(EventTypes::into_vec)
+                    .map_err(|e| invalid(flag, format!("in the policy file: {e}"))),
             };
-            names
-                .iter()
-                .map(|name| EventType::parse_known(name).map_err(|e| invalid(flag, e)))
-                .collect::<Result<Vec<_>, _>>()
-        };
         let when_text = self.before_not_before.or(file.before_not_before);
         let when = match when_text.as_deref().map(str::trim) {
             None | Some("immediately") => When::Immediately,

@@ -29,16 +29,17 @@ pub struct Cli {
     pub agent: AgentArgs,
 }
 
-#[expect(
-    clippy::large_enum_variant,
-    reason = "parsed once at startup; the agent's flags are the large part"
-)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the agent against a built-in simulator playing a scenario on a loop: see it work anywhere.
     Demo(DemoArgs),
     /// Serve the simulator alone, as a local IMDS for your own tests.
     Simulator(SimulatorArgs),
+    /// Check a configuration without starting the agent: read the flags, the environment and
+    /// every file the agent reads at start (policy, receivers, web configuration, kubeconfig,
+    /// certificates, state), print every problem, or one line saying what would run; exit 0 or
+    /// 64. Sends no request and opens no port. Accepts the agent's flags.
+    CheckConfig(CheckConfigArgs),
     /// Create the state directory if missing (mode 0700) and, with --owner, give it to that user and
     /// exit: run as root with only CAP_CHOWN before the agent (the Helm chart's init container).
     PrepareStateDir(PrepareStateDirArgs),
@@ -87,8 +88,10 @@ pub enum LogFormat {
     Text,
 }
 
-/// The agent's flags (also accepted by `demo`).
+/// The agent's flags (also accepted by `demo` and `check-config`). Every boolean among them
+/// takes the one style of [`super::values::boolean_style`].
 #[derive(Debug, Clone, Args)]
+#[command(mut_args = super::values::boolean_style)]
 pub struct AgentArgs {
     /// Base URL of the Instance Metadata Service.
     #[arg(
@@ -155,122 +158,8 @@ pub struct AgentArgs {
     pub approve: ApproveArgs,
     #[command(flatten)]
     pub notify: notify::NotifyArgs,
-    #[cfg(feature = "kubernetes")]
     #[command(flatten)]
     pub kubernetes: super::kubernetes::KubernetesArgs,
-    #[cfg(not(feature = "kubernetes"))]
-    #[command(flatten)]
-    pub kubernetes: WithoutKubernetesArgs,
-}
-
-/// In a build without the cargo feature `kubernetes`: the `--kubernetes.*` flags and variables,
-/// hidden, read only to refuse them (exit 64) rather than ignore a setting that does nothing.
-#[cfg(not(feature = "kubernetes"))]
-#[derive(Debug, Clone, Args)]
-pub struct WithoutKubernetesArgs {
-    #[arg(
-        long = "kubernetes.node-name",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_NODE_NAME",
-        hide = true
-    )]
-    node_name: Option<String>,
-    #[arg(
-        long = "kubernetes.taint-events",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_TAINT_EVENTS",
-        hide = true
-    )]
-    taint_events: Option<String>,
-    #[arg(
-        long = "kubernetes.cordon-events",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_CORDON_EVENTS",
-        hide = true
-    )]
-    cordon_events: Option<String>,
-    #[arg(
-        long = "kubernetes.resync-interval",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL",
-        hide = true
-    )]
-    resync_interval: Option<String>,
-    #[arg(
-        long = "kubernetes.kubeconfig",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_KUBECONFIG",
-        hide = true
-    )]
-    kubeconfig: Option<String>,
-    #[arg(
-        long = "kubernetes.drain-events",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_EVENTS",
-        hide = true
-    )]
-    drain_events: Option<String>,
-    #[arg(
-        long = "kubernetes.drain-margin",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_MARGIN",
-        hide = true
-    )]
-    drain_margin: Option<String>,
-    #[arg(
-        long = "kubernetes.exclude-from-load-balancers-events",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_EXCLUDE_FROM_LOAD_BALANCERS_EVENTS",
-        hide = true
-    )]
-    exclude_from_load_balancers_events: Option<String>,
-    #[arg(
-        id = "kubernetes_advisory_taint",
-        long = "kubernetes.advisory-taint",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_ADVISORY_TAINT",
-        hide = true
-    )]
-    advisory_taint: bool,
-    #[arg(
-        id = "kubernetes_dry_run",
-        long = "kubernetes.dry-run",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRY_RUN",
-        hide = true
-    )]
-    dry_run: bool,
-}
-
-#[cfg(not(feature = "kubernetes"))]
-impl WithoutKubernetesArgs {
-    /// The first `--kubernetes.*` setting given, as an error: this build cannot act on it.
-    pub fn refuse(&self) -> Result<(), super::ConfigError> {
-        let given = [
-            ("kubernetes.node-name", &self.node_name),
-            ("kubernetes.taint-events", &self.taint_events),
-            ("kubernetes.cordon-events", &self.cordon_events),
-            ("kubernetes.resync-interval", &self.resync_interval),
-            ("kubernetes.kubeconfig", &self.kubeconfig),
-            ("kubernetes.drain-events", &self.drain_events),
-            ("kubernetes.drain-margin", &self.drain_margin),
-            (
-                "kubernetes.exclude-from-load-balancers-events",
-                &self.exclude_from_load_balancers_events,
-            ),
-        ];
-        let switches = [
-            ("kubernetes.advisory-taint", self.advisory_taint),
-            ("kubernetes.dry-run", self.dry_run),
-        ];
-        let first = given
-            .into_iter()
-            .find(|(_, value)| value.is_some())
-            .map(|(flag, _)| flag)
-            .or_else(|| {
-                switches
-                    .into_iter()
-                    .find(|(_, on)| *on)
-                    .map(|(flag, _)| flag)
-            });
-        match first {
-            Some(flag) => Err(super::invalid(
-                flag,
-                "this build has no Kubernetes output (built without the cargo feature `kubernetes`; the container image has it)".to_owned(),
-            )),
-            None => Ok(()),
-        }
-    }
 }
 
 /// `--state.file`'s help, with the default of the system the agent was built for (the flag has no
@@ -301,8 +190,7 @@ pub struct ApproveArgs {
     /// Approve user-initiated events (EventSource User) [default: true].
     #[arg(
         long = "approve.user-events",
-        env = "AZURE_SCHEDULED_EVENTS_APPROVE_USER_EVENTS",
-        value_name = "BOOL"
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_USER_EVENTS"
     )]
     pub user_events: Option<bool>,
     /// Approve at once, without waiting for --approve.before-not-before, a Reboot or Redeploy
@@ -310,10 +198,7 @@ pub struct ApproveArgs {
     /// recommends acting on as soon as possible) [default: false].
     #[arg(
         long = "approve.predicted-hardware-failure",
-        env = "AZURE_SCHEDULED_EVENTS_APPROVE_PREDICTED_HARDWARE_FAILURE",
-        value_name = "BOOL",
-        num_args = 0..=1,
-        default_missing_value = "true"
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_PREDICTED_HARDWARE_FAILURE"
     )]
     pub predicted_hardware_failure: Option<bool>,
     /// Approve Freezes with 0 <= DurationInSeconds < this; 0s turns the rule off [default: 9s].
@@ -322,15 +207,19 @@ pub struct ApproveArgs {
     /// Approve every event of these types (comma-separated, e.g. Reboot,Redeploy) [default: none].
     #[arg(
         long = "approve.event-types",
-        env = "AZURE_SCHEDULED_EVENTS_APPROVE_EVENT_TYPES"
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_EVENT_TYPES",
+        value_name = "EVENT_TYPES",
+        value_parser = super::values::EventTypes::parse
     )]
-    pub event_types: Option<String>,
+    pub event_types: Option<super::values::EventTypes>,
     /// Never approve events of these types (comma-separated); wins over every other rule.
     #[arg(
         long = "approve.deny-event-types",
-        env = "AZURE_SCHEDULED_EVENTS_APPROVE_DENY_EVENT_TYPES"
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_DENY_EVENT_TYPES",
+        value_name = "EVENT_TYPES",
+        value_parser = super::values::EventTypes::parse
     )]
-    pub deny_event_types: Option<String>,
+    pub deny_event_types: Option<super::values::EventTypes>,
     /// When to approve: `immediately`, or a duration before NotBefore such as 30s [default: immediately].
     #[arg(
         long = "approve.before-not-before",
@@ -384,6 +273,13 @@ impl DemoArgs {
             .get_or_insert_with(String::new);
         self.agent
     }
+}
+
+/// The agent's flags, to check.
+#[derive(Debug, Clone, Args)]
+pub struct CheckConfigArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
 }
 
 #[cfg(windows)]

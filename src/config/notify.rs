@@ -15,6 +15,7 @@ use reqwest::Url;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
+use super::values::EventTypes;
 use super::{ConfigError, duration, invalid, one_line};
 use crate::azure::event::{EventSource, EventType};
 use crate::config::file_input;
@@ -572,11 +573,9 @@ impl FileReceiver {
                 })
                 .collect::<Result<_, _>>()?,
         };
-        let event_types: Vec<EventType> = self
-            .event_types
-            .iter()
-            .map(|name| EventType::parse_known(name).map_err(|e| format!("event type {e}")))
-            .collect::<Result<_, _>>()?;
+        let event_types = EventTypes::from_names(self.event_types.iter().map(String::as_str))
+            .map_err(|e| format!("event type {e}"))?
+            .into_vec();
         let event_sources = self
             .event_sources
             .iter()
