@@ -81,6 +81,18 @@ pub enum When {
     BeforeNotBefore(Duration),
 }
 
+impl When {
+    /// `immediately`, or a duration: as the flag and the policy file write it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "immediately" => Ok(When::Immediately),
+            lead => duration(lead)
+                .map(When::BeforeNotBefore)
+                .map_err(|e| format!("{lead:?}: use immediately or a duration: {e}")),
+        }
+    }
+}
+
 /// What may be approved. The default is Microsoft's sample policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
@@ -192,15 +204,15 @@ impl ApproveArgs {
                     .map(EventTypes::into_vec)
                     .map_err(|e| invalid(flag, format!("in the policy file: {e}"))),
             };
-        let when_text = self.before_not_before.or(file.before_not_before);
-        let when = match when_text.as_deref().map(str::trim) {
-            None | Some("immediately") => When::Immediately,
-            Some(text) => When::BeforeNotBefore(duration(text).map_err(|e| {
+        let when = match (self.before_not_before, file.before_not_before) {
+            (Some(when), _) => when,
+            (None, Some(text)) => When::parse(&text).map_err(|e| {
                 invalid(
                     "approve.before-not-before",
-                    format!("{text:?}: use immediately or a duration: {e}"),
+                    format!("in the policy file: {e}"),
                 )
-            })?),
+            })?,
+            (None, None) => When::Immediately,
         };
         let policy = Policy {
             user_events: self

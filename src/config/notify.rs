@@ -110,7 +110,10 @@ fn default_transitions(format: Format) -> Vec<&'static str> {
 /// The `--notify.*` flags.
 #[derive(Debug, Clone, Args)]
 pub struct NotifyArgs {
-    /// POST each transition of this VM's events as generic JSON to this URL; repeatable.
+    /// POST each transition of this VM's events as generic JSON to this URL; repeatable or
+    /// comma-separated.
+    ///
+    /// The transitions scheduled, started, completed and cancelled (docs/notifications.md).
     #[arg(
         long = "notify.webhook-url",
         env = "AZURE_SCHEDULED_EVENTS_NOTIFY_WEBHOOK_URL",
@@ -119,6 +122,10 @@ pub struct NotifyArgs {
     pub webhook_urls: Vec<String>,
     /// Receivers file (YAML): named receivers with format (json, slack, teams, pagerduty,
     /// alertmanager), URL or url_file, template, headers and filters (docs/notifications.md).
+    ///
+    /// `teams` is a Workflows webhook (Adaptive Card), `pagerduty` Events v2 (one incident per
+    /// EventId), `alertmanager` its API v2 (one alert per event and VM, `urls` for an HA
+    /// cluster).
     #[arg(
         id = "notify.config-file",
         long = "notify.config-file",
