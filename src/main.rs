@@ -1,8 +1,8 @@
 //! Entry point: parse the command line, start logging, run, map errors to exit codes.
 
-use std::process::ExitCode;
-
+use std::ffi::OsString;
 use std::io::Write as _;
+use std::process::ExitCode;
 
 use azure_scheduled_events_exporter::config::{
     AgentArgs, Cli, Command, Config, ConfigError, EXIT_USAGE, LogFormat, environment, usage,
@@ -13,8 +13,9 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory as _, Parser as _};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let (cli, usage_errors) = match Cli::try_parse_from(&args) {
+        Ok(cli) => (Some(cli), Vec::new()),
         Err(error)
             if matches!(
                 error.kind(),
@@ -23,6 +24,11 @@ fn main() -> ExitCode {
         {
             let _ = error.print();
             return ExitCode::SUCCESS;
+        }
+        // check-config reports every usage error, and checks what the rest of the command line
+        // holds.
+        Err(_) if args.get(1).is_some_and(|a| a == "check-config") => {
+            usage::parse_all::<Cli>(&args)
         }
         Err(error) => return usage_error(&usage::one_line(&error)),
     };
@@ -38,11 +44,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Some(Command::CheckConfig(args)) = cli.command {
-        let checked =
-            runtime.block_on(async { check_config::check(args.agent, &ProcessEnv, &unknown) });
-        return report(&checked);
-    }
+    let cli = match cli {
+        Some(Cli {
+            command: Some(Command::CheckConfig(args)),
+            ..
+        }) => return check(&runtime, Some(args.agent), usage_errors, &unknown),
+        Some(cli) => cli,
+        None => return check(&runtime, None, usage_errors, &unknown),
+    };
     if let Some(variable) = unknown.first() {
         return usage_error(&variable.to_string());
     }
@@ -102,6 +111,28 @@ fn prepare(args: AgentArgs, default_format: LogFormat) -> Result<(Config, Teleme
     let config = args.validate(default_format)?;
     let otlp = lenient::resolve(&config.otlp, &ProcessEnv)?;
     Ok((config, Telemetry::resolved(otlp)))
+}
+
+/// `check-config`: the usage errors, then what checking the rest finds (`agent`: the agent's flags,
+/// unless the command line could not be read at all).
+fn check(
+    runtime: &tokio::runtime::Runtime,
+    agent: Option<AgentArgs>,
+    usage_errors: Vec<String>,
+    unknown: &[environment::UnknownVariable],
+) -> ExitCode {
+    let mut checked = match agent {
+        Some(agent) => runtime.block_on(async { check_config::check(agent, &ProcessEnv, unknown) }),
+        None => check_config::Checked {
+            problems: unknown.iter().map(ToString::to_string).collect(),
+            ..check_config::Checked::default()
+        },
+    };
+    if !usage_errors.is_empty() {
+        checked.summary = None;
+        checked.problems.splice(0..0, usage_errors);
+    }
+    report(&checked)
 }
 
 /// `check-config`'s answer: every problem and warning on stderr, or the summary on stdout.

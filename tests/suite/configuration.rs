@@ -246,6 +246,30 @@ fn check_config_prints_every_problem_and_exits_64() -> TestResult {
 }
 
 #[test]
+fn check_config_reports_every_usage_error_and_checks_the_rest() -> TestResult {
+    let mut command = command(&[
+        "check-config",
+        "--log.format=yaml",
+        "--poll.intervl=1s",
+        "--imds.url=ftp://169.254.169.254",
+    ]);
+    command.env("AZURE_SCHEDULED_EVENTS_IMDS_TIMEOUT", "often");
+    let output = command.output()?;
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(64), "{text}");
+    for named in [
+        "[possible values: json, text]",
+        "a similar argument exists: '--poll.interval'",
+        "'often' for '--imds.timeout",
+        "invalid value for --imds.url",
+    ] {
+        assert!(text.contains(named), "{named}:\n{text}");
+    }
+    assert_eq!(text.lines().count(), 4, "one line each:\n{text}");
+    Ok(())
+}
+
+#[test]
 fn what_the_agent_would_run_on_is_a_warning_that_passes_the_check() -> TestResult {
     let dir = TempDir::new("check-config-warnings")?;
     let state = dir.path("state.json");
