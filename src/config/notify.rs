@@ -15,7 +15,7 @@ use reqwest::Url;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
-use super::values::EventTypes;
+use super::values::{EventTypes, list};
 use super::{ConfigError, duration, invalid, one_line};
 use crate::azure::event::{EventSource, EventType};
 use crate::config::file_input;
@@ -117,7 +117,7 @@ pub struct NotifyArgs {
     #[arg(
         long = "notify.webhook-url",
         env = "AZURE_SCHEDULED_EVENTS_NOTIFY_WEBHOOK_URL",
-        value_delimiter = ','
+        value_name = "URLS"
     )]
     pub webhook_urls: Vec<String>,
     /// Receivers file (YAML): named receivers with format (json, slack, teams, pagerduty,
@@ -375,11 +375,8 @@ const FILE_FLAG: &str = "notify.config-file";
 impl NotifyArgs {
     pub(super) fn validate(self) -> Result<NotifyConfig, ConfigError> {
         let mut receivers = Vec::new();
-        for (index, url) in self.webhook_urls.iter().enumerate() {
-            let url = url.trim();
-            if url.is_empty() {
-                continue;
-            }
+        let urls = self.webhook_urls.iter().flat_map(|given| list(given));
+        for (index, url) in urls.enumerate() {
             receivers.push(Receiver::new(
                 &format!("webhook-{}", index + 1),
                 Format::Json,
@@ -683,6 +680,32 @@ fn check_template(text: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn webhook_urls_are_a_list_given_once_or_repeated() -> Result<(), ConfigError> {
+        let args = NotifyArgs {
+            webhook_urls: vec![
+                "http://a.example/, ,http://b.example/".into(),
+                "http://c.example/".into(),
+            ],
+            config_file: None,
+        };
+        let names: Vec<String> = args
+            .validate()?
+            .receivers
+            .into_iter()
+            .map(|r| format!("{} {}", r.name, r.url))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "webhook-1 http://a.example/",
+                "webhook-2 http://b.example/",
+                "webhook-3 http://c.example/"
+            ]
+        );
+        Ok(())
+    }
 
     #[test]
     fn a_template_may_name_only_notification_fields() {
