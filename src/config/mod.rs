@@ -21,7 +21,7 @@ pub mod kubernetes;
 pub mod nearest;
 pub mod notify;
 pub mod otlp;
-#[cfg(test)]
+#[cfg(all(test, feature = "kubernetes", not(windows)))]
 mod reference;
 pub mod usage;
 pub mod values;

@@ -9,6 +9,10 @@
 //! UPDATE_GENERATED=1 cargo test --lib config::reference
 //! ```
 //!
+//! The files are those of the build the image ships, on Linux: a build without the Kubernetes
+//! output hides the `--kubernetes.*` flags, and Windows has other defaults, so the module is
+//! compiled for that build only.
+//!
 //! A setting's syntax comes from the type its value parser produces ([`super::values`]): a
 //! duration, a boolean, a set of event types, a number, or one of clap's possible values.
 
