@@ -23,7 +23,7 @@ pub const DEFAULT_DRAIN_MARGIN: Duration = Duration::from_secs(15);
 /// Default of `--kubernetes.resync-interval`.
 pub const DEFAULT_RESYNC_INTERVAL: Duration = Duration::from_secs(3600);
 
-/// Whether this build has the Kubernetes output: the flags below are hidden without it.
+/// Whether this build lacks the Kubernetes output: the flags below are hidden then.
 const WITHOUT_CLIENT: bool = cfg!(not(feature = "kubernetes"));
 
 /// The `--kubernetes.*` flags.

@@ -1,9 +1,9 @@
 //! `check-config`, as `promtool check config` and `amtool check-config`: reads what the agent
 //! reads at start (its flags and their variables, the `OTEL_*` variables, the approval policy,
 //! the receivers file and the files it names, the web configuration and its certificates, the
-//! kubeconfig or service account, the OTLP certificates, the state file) through the same code as
-//! the agent's start, without starting anything: no request to IMDS or any receiver, no
-//! listener, no file written. Every problem is one line; none is one line saying what would run.
+//! kubeconfig or service account, the OTLP certificates, the state and boot id files) through the
+//! same code as the agent's start, without starting anything: no request to IMDS or any receiver,
+//! no listener, no file written. Every problem is one line; none is one line saying what would run.
 //!
 //! A problem is what would stop the agent (exit 64 at start). A warning is what the agent would
 //! log and run on (a bad `OTEL_*` value, a state file it would set aside): printed, but the check
@@ -92,6 +92,12 @@ pub fn check(args: AgentArgs, env: &impl EnvSource, unknown: &[UnknownVariable])
         checked.warnings.push(format!(
             "state file {}: {error}; the agent would set it aside and start fresh",
             path.display()
+        ));
+    }
+    if crate::core::boot::read_boot_id(&config.boot_id_file).is_none() {
+        checked.warnings.push(format!(
+            "boot id file {}: unreadable or empty; the agent would not tell a reboot from a restart",
+            config.boot_id_file.display()
         ));
     }
     if checked.passed() {
