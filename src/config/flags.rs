@@ -142,7 +142,7 @@ pub struct AgentArgs {
     /// Address for /metrics and health: `:PORT` (all IPv4 interfaces), `IP:PORT` or `[IPv6]:PORT`.
     #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_WEB_LISTEN_ADDRESS", default_value = ":10188", value_parser = listen_address)]
     pub web_listen_address: SocketAddr,
-    /// Path under which metrics are served: not /, /healthz or /readyz.
+    /// Path under which metrics are served.
     #[arg(
         long = "web.telemetry-path",
         env = "AZURE_SCHEDULED_EVENTS_WEB_TELEMETRY_PATH",

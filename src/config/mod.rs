@@ -218,8 +218,12 @@ impl AgentArgs {
     /// Validates the flags; `default_log_format` applies when `--log.format` was not given. The
     /// first problem is the error: the agent exits with one line.
     pub fn validate(self, default_log_format: LogFormat) -> Result<Config, ConfigError> {
-        self.check(default_log_format)
-            .map_err(|mut problems| problems.swap_remove(0))
+        self.check(default_log_format).map_err(|problems| {
+            problems
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| invalid("", "invalid configuration"))
+        })
     }
 
     /// As [`AgentArgs::validate`], with every problem found (never an empty list): each setting,
