@@ -36,8 +36,9 @@ pub fn boolean_parser() -> ValueParser {
 
 /// The one style of every boolean flag, as node_exporter's `--flag=true|false`: `--flag` alone
 /// means `--flag=true`, `--flag=false` turns it off (also a setting that is on by default), and the
-/// variable takes `true` or `false`. The equals sign is required, so `--flag false` is an error
-/// rather than a flag followed by a stray word.
+/// variable takes `true` or `false`. As with every flag, the value may also follow as the next
+/// word (`--approve.user-events false`, which users' command lines have written since that flag
+/// took a value); a word that is neither is an error listing both.
 ///
 /// Applied to every argument of a command (`#[command(mut_args = ...)]`): a `bool` field (clap's
 /// `SetTrue`) gets the default `false`; an `Option<bool>` field (a setting whose default lies
@@ -52,7 +53,6 @@ pub fn boolean_style(arg: Arg) -> Arg {
     let arg = arg
         .action(ArgAction::Set)
         .num_args(0..=1)
-        .require_equals(true)
         .default_missing_value("true")
         .ignore_case(true)
         .value_name("BOOL")
