@@ -168,6 +168,11 @@ fn settings(command: &clap::Command) -> Vec<Setting> {
             ),
             _ => (help, None),
         };
+        // clap drops the last full stop of a one-paragraph help, not of a longer one.
+        let meaning = match meaning.strip_suffix('.') {
+            Some(sentence) => format!("{sentence}."),
+            None => format!("{meaning}."),
+        };
         let clap_default: Vec<String> = arg
             .get_default_values()
             .iter()
