@@ -121,12 +121,16 @@ env (which may use $(K8S_NODE_NAME)). */}}
   value: {{ .taintEvents | quote }}
 - name: AZURE_SCHEDULED_EVENTS_KUBERNETES_CORDON_EVENTS
   value: {{ .cordonEvents | quote }}
+{{- with .resyncInterval }}
 - name: AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL
-  value: {{ .resyncInterval | quote }}
+  value: {{ . | quote }}
+{{- end }}
 - name: AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_EVENTS
   value: {{ .drainEvents | quote }}
+{{- with .drainMargin }}
 - name: AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_MARGIN
-  value: {{ .drainMargin | quote }}
+  value: {{ . | quote }}
+{{- end }}
 - name: AZURE_SCHEDULED_EVENTS_KUBERNETES_EXCLUDE_FROM_LOAD_BALANCERS_EVENTS
   value: {{ .excludeFromLoadBalancersEvents | quote }}
 {{- if .advisoryTaint }}
