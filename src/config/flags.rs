@@ -35,10 +35,12 @@ pub enum Command {
     Demo(DemoArgs),
     /// Serve the simulator alone, as a local IMDS for your own tests.
     Simulator(SimulatorArgs),
-    /// Check a configuration without starting the agent: read the flags, the environment and
-    /// every file the agent reads at start (policy, receivers, web configuration, kubeconfig,
-    /// certificates, state), print every problem, or one line saying what would run; exit 0 or
-    /// 64. Sends no request and opens no port. Accepts the agent's flags.
+    /// Check a configuration without starting the agent: print every problem, exit 0 or 64.
+    ///
+    /// Reads the agent's flags, its environment and every file it reads at start (policy,
+    /// receivers, web configuration, kubeconfig, certificates, state) as the agent would, and
+    /// prints every problem, or one line saying what would run. Sends no request, opens no port,
+    /// writes nothing (docs/configuration.md).
     CheckConfig(CheckConfigArgs),
     /// Create the state directory if missing (mode 0700) and, with --owner, give it to that user and
     /// exit: run as root with only CAP_CHOWN before the agent (the Helm chart's init container).
