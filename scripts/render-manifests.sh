@@ -32,7 +32,8 @@ daemonset() {
 #   kubectl apply -f deploy/kubernetes/podmonitor.yaml   # with the Prometheus Operator
 # The image is the one each release publishes (docs/releasing.md); kustomization.yaml can name a copy.
 HEADER
-    render --set namespace.create=true | sed "1{/^---$/d}"
+    # The test hook (`helm test`) is no object to apply.
+    render --set namespace.create=true --skip-tests | sed "1{/^---$/d}"
 }
 
 podmonitor() {

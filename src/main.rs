@@ -1,18 +1,21 @@
 //! Entry point: parse the command line, start logging, run, map errors to exit codes.
 
+use std::ffi::OsString;
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use azure_scheduled_events_exporter::config::{
-    AgentArgs, Cli, Command, Config, ConfigError, EXIT_USAGE, LogFormat,
+    AgentArgs, Cli, Command, Config, ConfigError, EXIT_USAGE, LogFormat, environment, usage,
 };
 use azure_scheduled_events_exporter::output::telemetry::{ProcessEnv, Telemetry, lenient};
-use azure_scheduled_events_exporter::shell::{agent, commands, logging};
-use clap::Parser;
+use azure_scheduled_events_exporter::shell::{agent, check_config, commands, logging};
 use clap::error::ErrorKind;
+use clap::{CommandFactory as _, Parser as _};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let (cli, usage_errors) = match Cli::try_parse_from(&args) {
+        Ok(cli) => (Some(cli), Vec::new()),
         Err(error)
             if matches!(
                 error.kind(),
@@ -22,17 +25,14 @@ fn main() -> ExitCode {
             let _ = error.print();
             return ExitCode::SUCCESS;
         }
-        Err(error) => {
-            return usage_error(
-                error
-                    .render()
-                    .to_string()
-                    .lines()
-                    .next()
-                    .unwrap_or("invalid arguments"),
-            );
+        // check-config reports every usage error, and checks what the rest of the command line
+        // holds.
+        Err(_) if args.get(1).is_some_and(|a| a == "check-config") => {
+            usage::parse_all::<Cli>(&args)
         }
+        Err(error) => return usage_error(&usage::one_line(&error)),
     };
+    let unknown = environment::unknown_variables(&Cli::command(), std::env::vars_os());
     // One thread is plenty for one request a second and a few scrapes, and keeps the agent small.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -44,7 +44,20 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let cli = match cli {
+        Some(Cli {
+            command: Some(Command::CheckConfig(args)),
+            ..
+        }) => return check(&runtime, Some(args.agent), usage_errors, &unknown),
+        Some(cli) => cli,
+        None => return check(&runtime, None, usage_errors, &unknown),
+    };
+    if let Some(variable) = unknown.first() {
+        return usage_error(&variable.to_string());
+    }
     let result = match cli.command {
+        // Answered above.
+        Some(Command::CheckConfig(_)) => Ok(()),
         None => match prepare(cli.agent, LogFormat::Json) {
             Ok((config, telemetry)) => {
                 logging::init(config.log_format, &config.log_level, telemetry.tracer());
@@ -98,6 +111,46 @@ fn prepare(args: AgentArgs, default_format: LogFormat) -> Result<(Config, Teleme
     let config = args.validate(default_format)?;
     let otlp = lenient::resolve(&config.otlp, &ProcessEnv)?;
     Ok((config, Telemetry::resolved(otlp)))
+}
+
+/// `check-config`: the usage errors, then what checking the rest finds (`agent`: the agent's flags,
+/// unless the command line could not be read at all).
+fn check(
+    runtime: &tokio::runtime::Runtime,
+    agent: Option<AgentArgs>,
+    usage_errors: Vec<String>,
+    unknown: &[environment::UnknownVariable],
+) -> ExitCode {
+    let mut checked = match agent {
+        Some(agent) => runtime.block_on(async { check_config::check(agent, &ProcessEnv, unknown) }),
+        None => check_config::Checked {
+            problems: unknown.iter().map(ToString::to_string).collect(),
+            ..check_config::Checked::default()
+        },
+    };
+    if !usage_errors.is_empty() {
+        checked.summary = None;
+        checked.problems.splice(0..0, usage_errors);
+    }
+    report(&checked)
+}
+
+/// `check-config`'s answer: every problem and warning on stderr, or the summary on stdout.
+fn report(checked: &check_config::Checked) -> ExitCode {
+    for problem in &checked.problems {
+        eprintln!("error: {problem}");
+    }
+    for warning in &checked.warnings {
+        eprintln!("warning: {warning}");
+    }
+    if let Some(summary) = &checked.summary {
+        let _ = writeln!(std::io::stdout(), "{summary}");
+    }
+    if checked.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_USAGE as u8)
+    }
 }
 
 fn usage_error(line: &str) -> ExitCode {

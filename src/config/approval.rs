@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use super::values::EventTypes;
 use super::{ApproveArgs, ConfigError, duration, invalid};
 use crate::azure::event::EventType;
 use crate::config::file_input;
@@ -78,6 +79,18 @@ pub enum When {
     Immediately,
     /// No earlier than this long before `NotBefore` (the case study drains 30 s before).
     BeforeNotBefore(Duration),
+}
+
+impl When {
+    /// `immediately`, or a duration: as the flag and the policy file write it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "immediately" => Ok(When::Immediately),
+            lead => duration(lead)
+                .map(When::BeforeNotBefore)
+                .map_err(|e| format!("{lead:?}: use immediately or a duration: {e}")),
+        }
+    }
 }
 
 /// What may be approved. The default is Microsoft's sample policy.
@@ -183,30 +196,23 @@ impl ApproveArgs {
             .transpose()
         };
         let defaults = Policy::default();
-        let event_types = |flag: &'static str, arg: Option<String>, listed: Option<Vec<String>>| {
-            let names: Vec<String> = match arg {
-                Some(text) => text
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|t| !t.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
-                None => listed.unwrap_or_default(),
+        // A flag given wins over the file's list; both are read by the one parser of event types.
+        let event_types =
+            |flag: &'static str, arg: Option<EventTypes>, listed: Option<Vec<String>>| match arg {
+                Some(types) => Ok(types.into_vec()),
+                None => EventTypes::from_names(listed.iter().flatten().map(String::as_str))
+                    .map(EventTypes::into_vec)
+                    .map_err(|e| invalid(flag, format!("in the policy file: {e}"))),
             };
-            names
-                .iter()
-                .map(|name| EventType::parse_known(name).map_err(|e| invalid(flag, e)))
-                .collect::<Result<Vec<_>, _>>()
-        };
-        let when_text = self.before_not_before.or(file.before_not_before);
-        let when = match when_text.as_deref().map(str::trim) {
-            None | Some("immediately") => When::Immediately,
-            Some(text) => When::BeforeNotBefore(duration(text).map_err(|e| {
+        let when = match (self.before_not_before, file.before_not_before) {
+            (Some(when), _) => when,
+            (None, Some(text)) => When::parse(&text).map_err(|e| {
                 invalid(
                     "approve.before-not-before",
-                    format!("{text:?}: use immediately or a duration: {e}"),
+                    format!("in the policy file: {e}"),
                 )
-            })?),
+            })?,
+            (None, None) => When::Immediately,
         };
         let policy = Policy {
             user_events: self

@@ -43,16 +43,19 @@ pub struct Cli {
     pub agent: AgentArgs,
 }
 
-#[expect(
-    clippy::large_enum_variant,
-    reason = "parsed once at startup; the agent's flags are the large part"
-)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the agent against a built-in simulator playing a scenario on a loop: see it work anywhere.
     Demo(DemoArgs),
     /// Serve the simulator alone, as a local IMDS for your own tests.
     Simulator(SimulatorArgs),
+    /// Check a configuration without starting the agent: print every problem, exit 0 or 64.
+    ///
+    /// Reads the agent's flags, its environment and every file it reads at start (policy,
+    /// receivers, web configuration, kubeconfig, certificates, state) as the agent would, and
+    /// prints every problem, or one line saying what would run. Sends no request, opens no port,
+    /// writes nothing (docs/configuration.md).
+    CheckConfig(CheckConfigArgs),
     /// Create the state directory if missing (mode 0700) and, with --owner, give it to that user and
     /// exit: run as root with only CAP_CHOWN before the agent (the Helm chart's init container).
     PrepareStateDir(PrepareStateDirArgs),
@@ -101,10 +104,16 @@ pub enum LogFormat {
     Text,
 }
 
-/// The agent's flags (also accepted by `demo`).
+/// The agent's flags (also accepted by `demo` and `check-config`). Every boolean among them
+/// takes the one style of [`super::values::boolean_style`].
 #[derive(Debug, Clone, Args)]
+#[command(mut_args = super::values::boolean_style)]
 pub struct AgentArgs {
     /// Base URL of the Instance Metadata Service.
+    ///
+    /// A user and password in it (for a proxy in front of IMDS) are sent as basic auth and never
+    /// printed: the startup line shows `redacted@`, and an invalid URL is not repeated in the
+    /// error.
     #[arg(
         long = "imds.url",
         env = "AZURE_SCHEDULED_EVENTS_IMDS_URL",
@@ -112,24 +121,38 @@ pub struct AgentArgs {
     )]
     pub imds_url: String,
     /// Scheduled-events api-version to request (YYYY-MM-DD). Never changed automatically.
+    ///
+    /// Older versions omit newer fields (Description, EventSource, DurationInSeconds) and event
+    /// types. For Spot Plus rebalance recommendations set the newer, unpublished version Azure
+    /// gives you: the agent reads documents of a newer version, ignoring fields it does not know,
+    /// and shows advisories without counting them as pending (docs/simulator.md).
     #[arg(long = "imds.api-version", env = "AZURE_SCHEDULED_EVENTS_IMDS_API_VERSION", default_value = DEFAULT_API_VERSION)]
     pub imds_api_version: String,
-    /// Timeout of each poll once IMDS has answered.
+    /// Timeout of each poll once IMDS has answered; at most 5m.
     #[arg(long = "imds.timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_TIMEOUT", default_value = "2s", value_parser = duration)]
     pub imds_timeout: Duration,
     /// Timeout of polls until the first valid document: Azure enables Scheduled Events on the first
-    /// request and may take up to two minutes to answer it.
+    /// request and may take up to two minutes to answer it. At most 10m.
     #[arg(long = "imds.first-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_FIRST_TIMEOUT", default_value = "2m", value_parser = duration)]
     pub imds_first_timeout: Duration,
     /// Time a TCP connect to IMDS has before it counts as blocked (reason connect_timeout):
     /// IMDS is link-local, so a connect that takes longer never completes (a pod outside the
     /// host network, AKS's IMDS restriction, a NetworkPolicy). At most half of --imds.timeout.
+    ///
+    /// Such a connect fails at once instead of waiting for the first call's timeout. The fix is
+    /// `hostNetwork: true`.
     #[arg(long = "imds.connect-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_CONNECT_TIMEOUT", default_value = "1s", value_parser = duration)]
     pub imds_connect_timeout: Duration,
-    /// Longest wait between polls when IMDS answers 429, 410 or 5xx.
+    /// Longest wait between polls when IMDS answers 429, 410 or 5xx; at most 5m.
+    ///
+    /// The wait doubles from the poll interval and honours `Retry-After`, capped so that a 30 s
+    /// Spot notice is still seen; a larger `Retry-After` is cut to it.
     #[arg(long = "imds.max-backoff", env = "AZURE_SCHEDULED_EVENTS_IMDS_MAX_BACKOFF", default_value = "10s", value_parser = duration)]
     pub imds_max_backoff: Duration,
     /// Time between polls. Azure recommends 1s; Spot evictions can come with 30s notice.
+    ///
+    /// At most 5m. Sub-second values are accepted (benchmarks); below 200 ms the agent warns that
+    /// IMDS allows 5 requests per second.
     #[arg(long = "poll.interval", env = "AZURE_SCHEDULED_EVENTS_POLL_INTERVAL", default_value = "1s", value_parser = duration)]
     pub poll_interval: Duration,
     /// Address for /metrics and health: `:PORT` (all IPv4 interfaces), `IP:PORT` or `[IPv6]:PORT`.
@@ -177,122 +200,8 @@ pub struct AgentArgs {
     pub approve: ApproveArgs,
     #[command(flatten)]
     pub notify: notify::NotifyArgs,
-    #[cfg(feature = "kubernetes")]
     #[command(flatten)]
     pub kubernetes: super::kubernetes::KubernetesArgs,
-    #[cfg(not(feature = "kubernetes"))]
-    #[command(flatten)]
-    pub kubernetes: WithoutKubernetesArgs,
-}
-
-/// In a build without the cargo feature `kubernetes`: the `--kubernetes.*` flags and variables,
-/// hidden, read only to refuse them (exit 64) rather than ignore a setting that does nothing.
-#[cfg(not(feature = "kubernetes"))]
-#[derive(Debug, Clone, Args)]
-pub struct WithoutKubernetesArgs {
-    #[arg(
-        long = "kubernetes.node-name",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_NODE_NAME",
-        hide = true
-    )]
-    node_name: Option<String>,
-    #[arg(
-        long = "kubernetes.taint-events",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_TAINT_EVENTS",
-        hide = true
-    )]
-    taint_events: Option<String>,
-    #[arg(
-        long = "kubernetes.cordon-events",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_CORDON_EVENTS",
-        hide = true
-    )]
-    cordon_events: Option<String>,
-    #[arg(
-        long = "kubernetes.resync-interval",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL",
-        hide = true
-    )]
-    resync_interval: Option<String>,
-    #[arg(
-        long = "kubernetes.kubeconfig",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_KUBECONFIG",
-        hide = true
-    )]
-    kubeconfig: Option<String>,
-    #[arg(
-        long = "kubernetes.drain-events",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_EVENTS",
-        hide = true
-    )]
-    drain_events: Option<String>,
-    #[arg(
-        long = "kubernetes.drain-margin",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_MARGIN",
-        hide = true
-    )]
-    drain_margin: Option<String>,
-    #[arg(
-        long = "kubernetes.exclude-from-load-balancers-events",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_EXCLUDE_FROM_LOAD_BALANCERS_EVENTS",
-        hide = true
-    )]
-    exclude_from_load_balancers_events: Option<String>,
-    #[arg(
-        id = "kubernetes_advisory_taint",
-        long = "kubernetes.advisory-taint",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_ADVISORY_TAINT",
-        hide = true
-    )]
-    advisory_taint: bool,
-    #[arg(
-        id = "kubernetes_dry_run",
-        long = "kubernetes.dry-run",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRY_RUN",
-        hide = true
-    )]
-    dry_run: bool,
-}
-
-#[cfg(not(feature = "kubernetes"))]
-impl WithoutKubernetesArgs {
-    /// The first `--kubernetes.*` setting given, as an error: this build cannot act on it.
-    pub fn refuse(&self) -> Result<(), super::ConfigError> {
-        let given = [
-            ("kubernetes.node-name", &self.node_name),
-            ("kubernetes.taint-events", &self.taint_events),
-            ("kubernetes.cordon-events", &self.cordon_events),
-            ("kubernetes.resync-interval", &self.resync_interval),
-            ("kubernetes.kubeconfig", &self.kubeconfig),
-            ("kubernetes.drain-events", &self.drain_events),
-            ("kubernetes.drain-margin", &self.drain_margin),
-            (
-                "kubernetes.exclude-from-load-balancers-events",
-                &self.exclude_from_load_balancers_events,
-            ),
-        ];
-        let switches = [
-            ("kubernetes.advisory-taint", self.advisory_taint),
-            ("kubernetes.dry-run", self.dry_run),
-        ];
-        let first = given
-            .into_iter()
-            .find(|(_, value)| value.is_some())
-            .map(|(flag, _)| flag)
-            .or_else(|| {
-                switches
-                    .into_iter()
-                    .find(|(_, on)| *on)
-                    .map(|(flag, _)| flag)
-            });
-        match first {
-            Some(flag) => Err(super::invalid(
-                flag,
-                "this build has no Kubernetes output (built without the cargo feature `kubernetes`; the container image has it)".to_owned(),
-            )),
-            None => Ok(()),
-        }
-    }
 }
 
 /// `--state.file`'s help, with the default of the system the agent was built for (the flag has no
@@ -306,15 +215,21 @@ const STATE_FILE_HELP: &str = "State file (approvals sent, first-seen times, exp
 #[derive(Debug, Clone, Args)]
 pub struct ApproveArgs {
     /// Approve the events the policy allows (POST StartRequests to IMDS). Off by default.
+    ///
+    /// Nothing is ever POSTed without it (docs/approval.md).
     #[arg(long = "approve", env = "AZURE_SCHEDULED_EVENTS_APPROVE")]
     pub approve: bool,
-    /// Decide, log and count approvals, but never run the approval hook nor POST.
+    /// Decide, log and count approvals, but never run the approval hook nor POST; wins over
+    /// --approve.
     #[arg(
         long = "approve.dry-run",
         env = "AZURE_SCHEDULED_EVENTS_APPROVE_DRY_RUN"
     )]
     pub dry_run: bool,
     /// Policy file (YAML or JSON) with the keys of the policy flags; a flag given wins over it.
+    ///
+    /// Its keys are the policy flags' names without `approve.` and with underscores
+    /// (examples/approval-policy.yaml); an unknown key is an error.
     #[arg(
         long = "approve.policy-file",
         env = "AZURE_SCHEDULED_EVENTS_APPROVE_POLICY_FILE"
@@ -323,43 +238,50 @@ pub struct ApproveArgs {
     /// Approve user-initiated events (EventSource User) [default: true].
     #[arg(
         long = "approve.user-events",
-        env = "AZURE_SCHEDULED_EVENTS_APPROVE_USER_EVENTS",
-        value_name = "BOOL"
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_USER_EVENTS"
     )]
     pub user_events: Option<bool>,
     /// Approve at once, without waiting for --approve.before-not-before, a Reboot or Redeploy
     /// that Azure announced more than a day ahead (a predicted hardware failure, which Azure
     /// recommends acting on as soon as possible) [default: false].
+    ///
+    /// See docs/approval.md#predicted-hardware-failure.
     #[arg(
         long = "approve.predicted-hardware-failure",
-        env = "AZURE_SCHEDULED_EVENTS_APPROVE_PREDICTED_HARDWARE_FAILURE",
-        value_name = "BOOL",
-        num_args = 0..=1,
-        default_missing_value = "true"
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_PREDICTED_HARDWARE_FAILURE"
     )]
     pub predicted_hardware_failure: Option<bool>,
-    /// Approve Freezes with 0 <= DurationInSeconds < this; 0s turns the rule off [default: 9s].
+    /// Approve Freezes with 0 <= DurationInSeconds < this; 0s turns the rule off; at most 7d
+    /// [default: 9s].
     #[arg(long = "approve.freeze-max-duration", env = "AZURE_SCHEDULED_EVENTS_APPROVE_FREEZE_MAX_DURATION", value_parser = duration)]
     pub freeze_max_duration: Option<Duration>,
     /// Approve every event of these types (comma-separated, e.g. Reboot,Redeploy) [default: none].
     #[arg(
         long = "approve.event-types",
-        env = "AZURE_SCHEDULED_EVENTS_APPROVE_EVENT_TYPES"
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_EVENT_TYPES",
+        value_name = "EVENT_TYPES",
+        value_parser = super::values::EventTypes::parse
     )]
-    pub event_types: Option<String>,
+    pub event_types: Option<super::values::EventTypes>,
     /// Never approve events of these types (comma-separated); wins over every other rule.
     #[arg(
         long = "approve.deny-event-types",
-        env = "AZURE_SCHEDULED_EVENTS_APPROVE_DENY_EVENT_TYPES"
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_DENY_EVENT_TYPES",
+        value_name = "EVENT_TYPES",
+        value_parser = super::values::EventTypes::parse
     )]
-    pub deny_event_types: Option<String>,
-    /// When to approve: `immediately`, or a duration before NotBefore such as 30s [default: immediately].
+    pub deny_event_types: Option<super::values::EventTypes>,
+    /// When to approve: `immediately`, or a duration such as 30s: no earlier than this long before
+    /// NotBefore; at most 7d [default: immediately].
     #[arg(
         long = "approve.before-not-before",
-        env = "AZURE_SCHEDULED_EVENTS_APPROVE_BEFORE_NOT_BEFORE"
+        env = "AZURE_SCHEDULED_EVENTS_APPROVE_BEFORE_NOT_BEFORE",
+        value_name = "WHEN",
+        value_parser = super::approval::When::parse
     )]
-    pub before_not_before: Option<String>,
-    /// Shared events: the k-th VM in Resources approves only after k times this delay [default: 30s].
+    pub before_not_before: Option<super::approval::When>,
+    /// Shared events: the k-th VM in Resources approves only if the event is still Scheduled k
+    /// times this delay after it first saw it; at most 7d [default: 30s].
     #[arg(long = "approve.takeover-delay", env = "AZURE_SCHEDULED_EVENTS_APPROVE_TAKEOVER_DELAY", value_parser = duration)]
     pub takeover_delay: Option<Duration>,
     /// Command that must exit 0 before an event is approved: a JSON array or words (no shell).
@@ -377,7 +299,8 @@ pub struct ApproveArgs {
         env = "AZURE_SCHEDULED_EVENTS_APPROVE_RECOVER_HOOK"
     )]
     pub recover_hook: Option<String>,
-    /// Time a hook has to exit before it is killed and counted as failed.
+    /// Time a hook has to exit before it is killed and counted as failed, with every process it
+    /// started (its process group; on Windows its Job object); at most 1h.
     #[arg(long = "approve.hook-timeout", env = "AZURE_SCHEDULED_EVENTS_APPROVE_HOOK_TIMEOUT", default_value = "2m", value_parser = duration)]
     pub hook_timeout: Duration,
     /// State file (approvals sent, first-seen times, expected impact); empty keeps state in memory,
@@ -406,6 +329,13 @@ impl DemoArgs {
             .get_or_insert_with(String::new);
         self.agent
     }
+}
+
+/// The agent's flags, to check.
+#[derive(Debug, Clone, Args)]
+pub struct CheckConfigArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
 }
 
 #[cfg(windows)]

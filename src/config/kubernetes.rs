@@ -1,64 +1,102 @@
 //! The Kubernetes node output's settings: which Node is this machine, which event types taint,
-//! cordon, drain it or take it out of load balancers ([`Actions`]), and how the agent reaches the API server (`--kubernetes.kubeconfig` when given, else
-//! the pod's service account, else the kubeconfig file named by `KUBECONFIG`). Resolved once at startup; anything unusable is a
+//! cordon, drain it or take it out of load balancers ([`Actions`]), and how the agent reaches the
+//! API server (`--kubernetes.kubeconfig` when given, else the pod's service account, else the
+//! kubeconfig file named by `KUBECONFIG`). Resolved once at startup; anything unusable is a
 //! [`ConfigError`] (one line, exit 64).
+//!
+//! The flags are defined once, in every build: a build without the cargo feature `kubernetes`
+//! (the VM packages) has no client, hides them from `--help` and refuses any of them that is
+//! given, rather than ignore a setting that could do nothing.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
 
+use super::values::{EventTypes, ImpactEventTypes};
 use super::{ConfigError, invalid};
+#[cfg(feature = "kubernetes")]
 use crate::azure::event::EventType;
 
+/// Default of `--kubernetes.drain-margin`.
+pub const DEFAULT_DRAIN_MARGIN: Duration = Duration::from_secs(15);
+/// Default of `--kubernetes.resync-interval`.
+pub const DEFAULT_RESYNC_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// Whether this build lacks the Kubernetes output: the flags below are hidden then.
+const WITHOUT_CLIENT: bool = cfg!(not(feature = "kubernetes"));
+
 /// The `--kubernetes.*` flags.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct KubernetesArgs {
     /// This machine's Node name (a DaemonSet sets it from spec.nodeName): turns on the node
-    /// condition, Events, and the taint and cordon asked for below. Off when not set.
+    /// condition `AzureScheduledEvent`, one Event per transition of an event naming this VM, and
+    /// the taint, cordon and drain asked for below (docs/kubernetes.md) [default: none: off].
     #[arg(
         long = "kubernetes.node-name",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_NODE_NAME"
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_NODE_NAME",
+        hide = WITHOUT_CLIENT
     )]
     pub node_name: Option<String>,
-    /// Taint the node (azure-scheduled-events/impact=<EventType>:NoSchedule) while an event of
-    /// these types (comma-separated, e.g. Reboot,Redeploy,Preempt,Terminate) names this VM [default: none].
+    /// Taint the node `azure-scheduled-events/impact=<EventType>:NoSchedule` while an event of
+    /// these types (comma-separated, e.g. Reboot,Redeploy,Preempt,Terminate) names this VM
+    /// [default: none].
     #[arg(
         long = "kubernetes.taint-events",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_TAINT_EVENTS"
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_TAINT_EVENTS",
+        value_name = "EVENT_TYPES",
+        value_parser = EventTypes::parse,
+        hide = WITHOUT_CLIENT
     )]
-    pub taint_events: Option<String>,
-    /// Cordon the node while an event of these types (comma-separated) names this VM [default: none].
+    pub taint_events: Option<EventTypes>,
+    /// Cordon the node while an event of these types (comma-separated) names this VM; a node an
+    /// operator cordoned is never uncordoned [default: none].
     #[arg(
         long = "kubernetes.cordon-events",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_CORDON_EVENTS"
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_CORDON_EVENTS",
+        value_name = "EVENT_TYPES",
+        value_parser = EventTypes::parse,
+        hide = WITHOUT_CLIENT
     )]
-    pub cordon_events: Option<String>,
-    /// Drain the node (cordon, then evict its pods through the Eviction API, honouring
-    /// PodDisruptionBudgets and NotBefore) when an event of these types (comma-separated) names
-    /// this VM [default: none].
+    pub cordon_events: Option<EventTypes>,
+    /// Drain the node when an event of these types (comma-separated) names this VM: cordon it,
+    /// then evict its pods (but DaemonSet and mirror pods) through the Eviction API, honouring
+    /// PodDisruptionBudgets and NotBefore [default: none].
     #[arg(
         long = "kubernetes.drain-events",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_EVENTS"
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_EVENTS",
+        value_name = "EVENT_TYPES",
+        value_parser = ImpactEventTypes::parse,
+        hide = WITHOUT_CLIENT
     )]
-    pub drain_events: Option<String>,
+    pub drain_events: Option<ImpactEventTypes>,
     /// How long before NotBefore a drain stops retrying evictions that a PodDisruptionBudget
-    /// refuses, and says which pods stayed.
-    #[arg(long = "kubernetes.drain-margin", env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_MARGIN", default_value = "15s", value_parser = super::duration)]
-    pub drain_margin: Duration,
-    /// Label the node node.kubernetes.io/exclude-from-external-load-balancers=true while an
-    /// event of these types (comma-separated) names this VM [default: none].
+    /// refuses, and names the pods that stayed; at most 1h [default: 15s].
+    #[arg(
+        long = "kubernetes.drain-margin",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_MARGIN",
+        value_parser = super::duration,
+        hide = WITHOUT_CLIENT
+    )]
+    pub drain_margin: Option<Duration>,
+    /// Label the node `node.kubernetes.io/exclude-from-external-load-balancers=true` while an
+    /// event of these types (comma-separated) names this VM; lifted after, only if the agent set
+    /// it [default: none].
     #[arg(
         long = "kubernetes.exclude-from-load-balancers-events",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_EXCLUDE_FROM_LOAD_BALANCERS_EVENTS"
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_EXCLUDE_FROM_LOAD_BALANCERS_EVENTS",
+        value_name = "EVENT_TYPES",
+        value_parser = ImpactEventTypes::parse,
+        hide = WITHOUT_CLIENT
     )]
-    pub exclude_from_load_balancers_events: Option<String>,
-    /// Taint the node azure-scheduled-events/advisory=<EventType>:PreferNoSchedule while an
+    pub exclude_from_load_balancers_events: Option<ImpactEventTypes>,
+    /// Taint the node `azure-scheduled-events/advisory=<EventType>:PreferNoSchedule` while an
     /// advisory (a Spot rebalance recommendation) names this VM.
     #[arg(
         id = "kubernetes_advisory_taint",
         long = "kubernetes.advisory-taint",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_ADVISORY_TAINT"
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_ADVISORY_TAINT",
+        hide = WITHOUT_CLIENT
     )]
     pub advisory_taint: bool,
     /// Log and count every write to the API server (patches, Events, evictions) without sending
@@ -66,26 +104,77 @@ pub struct KubernetesArgs {
     #[arg(
         id = "kubernetes_dry_run",
         long = "kubernetes.dry-run",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRY_RUN"
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRY_RUN",
+        hide = WITHOUT_CLIENT
     )]
     pub dry_run: bool,
     /// How often the Node is read again in full and put back as the events want it; between
-    /// reads, a watch on the Node delivers every change (a taint removed by hand comes back at once).
-    #[arg(long = "kubernetes.resync-interval", env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL", default_value = "1h", value_parser = super::duration)]
-    pub resync_interval: Duration,
+    /// reads, a watch on the Node delivers every change (a taint removed by hand comes back at
+    /// once). From 1s to 1h [default: 1h].
+    #[arg(
+        long = "kubernetes.resync-interval",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL",
+        value_parser = super::duration,
+        hide = WITHOUT_CLIENT
+    )]
+    pub resync_interval: Option<Duration>,
     /// Kubeconfig file; when given it wins over the pod's service account [default: the service
     /// account in a pod, else KUBECONFIG].
     #[arg(
         long = "kubernetes.kubeconfig",
-        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_KUBECONFIG"
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_KUBECONFIG",
+        hide = WITHOUT_CLIENT
     )]
     pub kubeconfig: Option<PathBuf>,
-    /// `KUBECONFIG`, used only outside a pod.
+    /// `KUBECONFIG`, used only outside a pod: the standard variable, read as kubectl reads it,
+    /// not a setting of this agent's.
     #[arg(long = "kubernetes.kubeconfig-env", env = "KUBECONFIG", hide = true)]
     pub kubeconfig_env: Option<PathBuf>,
 }
 
+impl KubernetesArgs {
+    /// The flags given besides `--kubernetes.node-name`, which do nothing without it.
+    /// (`KUBECONFIG` is the environment's, not a setting: it is not among them.)
+    fn given(&self) -> Vec<&'static str> {
+        [
+            ("kubernetes.taint-events", self.taint_events.is_some()),
+            ("kubernetes.cordon-events", self.cordon_events.is_some()),
+            ("kubernetes.drain-events", self.drain_events.is_some()),
+            ("kubernetes.drain-margin", self.drain_margin.is_some()),
+            (
+                "kubernetes.exclude-from-load-balancers-events",
+                self.exclude_from_load_balancers_events.is_some(),
+            ),
+            ("kubernetes.advisory-taint", self.advisory_taint),
+            ("kubernetes.dry-run", self.dry_run),
+            ("kubernetes.resync-interval", self.resync_interval.is_some()),
+            ("kubernetes.kubeconfig", self.kubeconfig.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
+
+    /// In a build without the client: the first `--kubernetes.*` setting given, as an error.
+    #[cfg(not(feature = "kubernetes"))]
+    pub(super) fn validate(self) -> Result<Option<KubernetesConfig>, ConfigError> {
+        let first = self
+            .node_name
+            .is_some()
+            .then_some("kubernetes.node-name")
+            .or_else(|| self.given().first().copied());
+        match first {
+            Some(flag) => Err(invalid(
+                flag,
+                "this build has no Kubernetes output (built without the cargo feature `kubernetes`; the container image has it)",
+            )),
+            None => Ok(None),
+        }
+    }
+}
+
 /// How the agent reaches the API server.
+#[cfg(feature = "kubernetes")]
 #[derive(Debug, Clone)]
 pub enum ApiServer {
     /// In a pod: its service account's token and CA, `KUBERNETES_SERVICE_HOST`.
@@ -97,8 +186,15 @@ pub enum ApiServer {
     },
 }
 
+/// Without the client there is nothing to configure: no value of this type exists, and
+/// [`super::Config::kubernetes`] is always `None`.
+#[cfg(not(feature = "kubernetes"))]
+#[derive(Debug, Clone)]
+pub enum KubernetesConfig {}
+
 /// What the output does to the Node beyond the condition, the Events and the deadline labels,
 /// each for the event types listed.
+#[cfg(feature = "kubernetes")]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Actions {
     pub taint_events: Vec<EventType>,
@@ -109,6 +205,7 @@ pub struct Actions {
 }
 
 /// The Kubernetes output's resolved settings; absent unless `--kubernetes.node-name` is set.
+#[cfg(feature = "kubernetes")]
 #[derive(Debug, Clone)]
 pub struct KubernetesConfig {
     pub node_name: String,
@@ -119,23 +216,22 @@ pub struct KubernetesConfig {
     pub api_server: ApiServer,
 }
 
+#[cfg(feature = "kubernetes")]
 impl KubernetesArgs {
     pub(super) fn validate(self) -> Result<Option<KubernetesConfig>, ConfigError> {
-        let Some(node_name) = self.node_name else {
-            for (flag, given) in [
-                ("kubernetes.taint-events", self.taint_events.is_some()),
-                ("kubernetes.cordon-events", self.cordon_events.is_some()),
-                ("kubernetes.drain-events", self.drain_events.is_some()),
-                (
-                    "kubernetes.exclude-from-load-balancers-events",
-                    self.exclude_from_load_balancers_events.is_some(),
-                ),
-                ("kubernetes.advisory-taint", self.advisory_taint),
-                ("kubernetes.dry-run", self.dry_run),
-            ] {
-                if given {
-                    return Err(invalid(flag, "needs --kubernetes.node-name"));
-                }
+        let Some(node_name) = self.node_name.clone() else {
+            // The settings that act on the Node do nothing without it. (The durations and the
+            // kubeconfig are harmless alone, and a fleet may set them everywhere.)
+            let acting = [
+                "kubernetes.taint-events",
+                "kubernetes.cordon-events",
+                "kubernetes.drain-events",
+                "kubernetes.exclude-from-load-balancers-events",
+                "kubernetes.advisory-taint",
+                "kubernetes.dry-run",
+            ];
+            if let Some(flag) = self.given().into_iter().find(|f| acting.contains(f)) {
+                return Err(invalid(flag, "needs --kubernetes.node-name"));
             }
             return Ok(None);
         };
@@ -148,17 +244,18 @@ impl KubernetesArgs {
                 ),
             ));
         }
-        if self.resync_interval < Duration::from_secs(1) {
+        let resync_interval = self.resync_interval.unwrap_or(DEFAULT_RESYNC_INTERVAL);
+        if resync_interval < Duration::from_secs(1) {
             return Err(invalid("kubernetes.resync-interval", "must be at least 1s"));
         }
         super::bounded(
             "kubernetes.resync-interval",
-            self.resync_interval,
+            resync_interval,
             Duration::from_secs(3600),
         )?;
-        super::bounded(
+        let drain_margin = super::bounded(
             "kubernetes.drain-margin",
-            self.drain_margin,
+            self.drain_margin.unwrap_or(DEFAULT_DRAIN_MARGIN),
             Duration::from_secs(3600),
         )?;
         let api_server = match (self.kubeconfig, kube::Config::incluster()) {
@@ -176,27 +273,30 @@ impl KubernetesArgs {
                 }
             },
         };
+        let types = |set: Option<EventTypes>| set.map(EventTypes::into_vec).unwrap_or_default();
+        let impacts =
+            |set: Option<ImpactEventTypes>| set.map(ImpactEventTypes::into_vec).unwrap_or_default();
         Ok(Some(KubernetesConfig {
             node_name,
             actions: Actions {
-                taint_events: event_types("kubernetes.taint-events", self.taint_events)?,
-                cordon_events: event_types("kubernetes.cordon-events", self.cordon_events)?,
-                drain_events: impact_types("kubernetes.drain-events", self.drain_events)?,
-                exclude_from_load_balancers_events: impact_types(
-                    "kubernetes.exclude-from-load-balancers-events",
+                taint_events: types(self.taint_events),
+                cordon_events: types(self.cordon_events),
+                drain_events: impacts(self.drain_events),
+                exclude_from_load_balancers_events: impacts(
                     self.exclude_from_load_balancers_events,
-                )?,
+                ),
                 advisory_taint: self.advisory_taint,
             },
-            drain_margin: self.drain_margin,
+            drain_margin,
             dry_run: self.dry_run,
-            resync_interval: self.resync_interval,
+            resync_interval,
             api_server,
         }))
     }
 }
 
 /// A kubeconfig file, read and parsed.
+#[cfg(feature = "kubernetes")]
 fn kubeconfig(path: PathBuf) -> Result<ApiServer, ConfigError> {
     // kube reads the file itself (it resolves the relative paths inside), once it is checked.
     crate::config::file_input::check(&path, crate::config::file_input::KUBECONFIG)
@@ -209,37 +309,8 @@ fn kubeconfig(path: PathBuf) -> Result<ApiServer, ConfigError> {
     })
 }
 
-/// A comma-separated list of known event types.
-fn event_types(flag: &'static str, text: Option<String>) -> Result<Vec<EventType>, ConfigError> {
-    let mut types = Vec::new();
-    for name in text.iter().flat_map(|t| t.split(',')).map(str::trim) {
-        if name.is_empty() {
-            continue;
-        }
-        let known = EventType::parse_known(name).map_err(|e| invalid(flag, e))?;
-        if !types.contains(&known) {
-            types.push(known);
-        }
-    }
-    Ok(types)
-}
-
-/// A comma-separated list of known event types that announce an impact: an advisory never drains
-/// nor takes a node out of load balancers.
-fn impact_types(flag: &'static str, text: Option<String>) -> Result<Vec<EventType>, ConfigError> {
-    let types = event_types(flag, text)?;
-    match types.iter().find(|t| t.is_advisory()) {
-        Some(advisory) => Err(invalid(
-            flag,
-            format!(
-                "{advisory} is an advisory, which announces no impact (--kubernetes.advisory-taint acts on it)"
-            ),
-        )),
-        None => Ok(types),
-    }
-}
-
 /// A DNS subdomain, as Kubernetes requires of node names.
+#[cfg(feature = "kubernetes")]
 fn is_node_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
@@ -257,6 +328,7 @@ fn is_node_name(name: &str) -> bool {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "kubernetes")]
     #[test]
     fn node_names_are_dns_subdomains() {
         assert!(is_node_name("aks-pool-12345678-vmss000000"));
@@ -266,19 +338,50 @@ mod tests {
         }
     }
 
+    /// Without the client, each flag of the one definition above is refused by name (a new flag
+    /// that [`KubernetesArgs::given`] forgets fails here).
+    #[cfg(not(feature = "kubernetes"))]
     #[test]
-    fn event_type_lists_are_known_types_once() -> Result<(), ConfigError> {
-        assert_eq!(
-            event_types("f", Some("reboot, Redeploy,,Reboot".into()))?,
-            [EventType::Reboot, EventType::Redeploy]
-        );
-        assert_eq!(event_types("f", None)?, []);
-        assert!(event_types("f", Some("Reboot,Hibernate".into())).is_err());
-        assert!(impact_types("f", Some("Preempt,SpotRebalanceRecommendation".into())).is_err());
-        assert_eq!(
-            impact_types("f", Some("Preempt".into()))?,
-            [EventType::Preempt]
-        );
+    fn a_build_without_the_client_refuses_every_kubernetes_flag() -> Result<(), clap::Error> {
+        use clap::{Args as _, FromArgMatches as _};
+        use std::any::TypeId;
+
+        let command = KubernetesArgs::augment_args(clap::Command::new("x"))
+            .mut_args(super::super::values::boolean_style);
+        let mut tried = 0;
+        for arg in command
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() || a.get_env().is_some_and(|e| e != "KUBECONFIG"))
+        {
+            let Some(long) = arg.get_long() else { continue };
+            let parser = arg.get_value_parser().type_id();
+            let value = if parser == TypeId::of::<bool>() {
+                "true"
+            } else if parser == TypeId::of::<Duration>() {
+                "30s"
+            } else if parser == TypeId::of::<EventTypes>()
+                || parser == TypeId::of::<ImpactEventTypes>()
+            {
+                "Reboot"
+            } else {
+                "node-1"
+            };
+            let matches = command
+                .clone()
+                .try_get_matches_from(["x", &format!("--{long}={value}")])?;
+            let error = KubernetesArgs::from_arg_matches(&matches)?
+                .validate()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                error.contains(&format!("--{long}"))
+                    && error.contains("cargo feature `kubernetes`"),
+                "--{long}={value}: {error:?}"
+            );
+            tried += 1;
+        }
+        assert_eq!(tried, 10, "every flag but KUBECONFIG's was tried");
         Ok(())
     }
 }

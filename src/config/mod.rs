@@ -2,18 +2,29 @@
 //! approval settings and the policy file ([`approval`]), the trace export settings ([`otlp`]),
 //! the listener's limits and the exporter-toolkit web configuration file ([`web`]), the
 //! notification receivers ([`notify`]) and the Kubernetes node output's settings ([`kubernetes`]).
-//! Anything invalid is one line on stderr and exit code 64 (`EX_USAGE`).
+//! Anything invalid is one line on stderr and exit code 64 (`EX_USAGE`): a usage error of clap's
+//! as [`usage`] writes it, an unknown variable as [`environment`] finds it, a value as
+//! [`AgentArgs::validate`] refuses it. The syntaxes settings share are [`values`]'.
+//!
+//! The clap definitions are the one source of every setting: `--help`, the environment names,
+//! the reference in docs/configuration.md and the Helm chart's values schema derive from them
+//! (the last two by a test, [`reference`]).
 //!
 //! Settings only: this folder imports the domain types it needs and none of the modules that act
 //! on the settings, except for the state file's default path, which [`crate::core::state`] defines.
 
 pub mod approval;
+pub mod environment;
 pub mod file_input;
 pub mod flags;
-#[cfg(feature = "kubernetes")]
 pub mod kubernetes;
+pub mod nearest;
 pub mod notify;
 pub mod otlp;
+#[cfg(all(test, feature = "kubernetes", not(windows)))]
+mod reference;
+pub mod usage;
+pub mod values;
 pub mod web;
 
 use std::net::SocketAddr;
@@ -25,8 +36,8 @@ use reqwest::Url;
 use approval::ApprovalConfig;
 pub(crate) use flags::duration;
 pub use flags::{
-    AgentArgs, ApproveArgs, Cli, Command, DemoArgs, LogFormat, Owner, PrepareStateDirArgs,
-    SimulatorArgs,
+    AgentArgs, ApproveArgs, CheckConfigArgs, Cli, Command, DemoArgs, LogFormat, Owner,
+    PrepareStateDirArgs, SimulatorArgs,
 };
 
 /// Exit code for an invalid command line or configuration (sysexits.h `EX_USAGE`).
@@ -107,8 +118,7 @@ pub struct Config {
     /// `None` keeps state in memory.
     pub state_file: Option<PathBuf>,
     pub boot_id_file: PathBuf,
-    /// `None` unless `--kubernetes.node-name` is set.
-    #[cfg(feature = "kubernetes")]
+    /// `None` unless `--kubernetes.node-name` is set (always, in a build without the client).
     pub kubernetes: Option<kubernetes::KubernetesConfig>,
 }
 
@@ -184,23 +194,47 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// The value of `result`, or `None` with its error added to `problems`.
+fn found<T>(problems: &mut Vec<ConfigError>, result: Result<T, ConfigError>) -> Option<T> {
+    result.map_err(|e| problems.push(e)).ok()
+}
+
+/// `--imds.url`: an http or https base URL. The URL is not repeated in errors: it may hold a
+/// password.
+fn imds_url(text: &str) -> Result<Url, ConfigError> {
+    let imds_url = Url::parse(text).map_err(|e| invalid("imds.url", format!("not a URL: {e}")))?;
+    if !matches!(imds_url.scheme(), "http" | "https") || imds_url.host().is_none() {
+        return Err(invalid("imds.url", "not an http:// or https:// URL"));
+    }
+    if imds_url.query().is_some() || imds_url.fragment().is_some() {
+        return Err(invalid(
+            "imds.url",
+            "give the base URL only, without query or fragment",
+        ));
+    }
+    Ok(imds_url)
+}
+
 impl AgentArgs {
-    /// Validates the flags; `default_log_format` applies when `--log.format` was not given.
+    /// Validates the flags; `default_log_format` applies when `--log.format` was not given. The
+    /// first problem is the error: the agent exits with one line.
     pub fn validate(self, default_log_format: LogFormat) -> Result<Config, ConfigError> {
-        // The URL is not repeated in errors: it may hold a password.
-        let imds_url = Url::parse(&self.imds_url)
-            .map_err(|e| invalid("imds.url", format!("not a URL: {e}")))?;
-        if !matches!(imds_url.scheme(), "http" | "https") || imds_url.host().is_none() {
-            return Err(invalid("imds.url", "not an http:// or https:// URL"));
-        }
-        if imds_url.query().is_some() || imds_url.fragment().is_some() {
-            return Err(invalid(
-                "imds.url",
-                "give the base URL only, without query or fragment",
-            ));
-        }
+        self.check(default_log_format).map_err(|problems| {
+            problems
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| invalid("", "invalid configuration"))
+        })
+    }
+
+    /// As [`AgentArgs::validate`], with every problem found (never an empty list): each setting,
+    /// and each group of settings read together (approval, web, notifications, Kubernetes), is
+    /// checked whatever the others hold, so `check-config` can print them all at once.
+    pub fn check(self, default_log_format: LogFormat) -> Result<Config, Vec<ConfigError>> {
+        let mut problems = Vec::new();
+        let imds_url = found(&mut problems, imds_url(&self.imds_url));
         if chrono::NaiveDate::parse_from_str(&self.imds_api_version, "%Y-%m-%d").is_err() {
-            return Err(invalid(
+            problems.push(invalid(
                 "imds.api-version",
                 format!("{:?} is not a date like 2020-07-01", self.imds_api_version),
             ));
@@ -214,35 +248,45 @@ impl AgentArgs {
             ("imds.max-backoff", self.imds_max_backoff, 5 * MINUTE),
             ("poll.interval", self.poll_interval, 5 * MINUTE),
         ] {
-            bounded(flag, value, max)?;
+            found(&mut problems, bounded(flag, value, max));
         }
         let path = &self.web_telemetry_path;
         if !path.starts_with('/') || matches!(path.as_str(), "/" | "/healthz" | "/readyz") {
-            return Err(invalid(
+            problems.push(invalid(
                 "web.telemetry-path",
                 format!("{path:?} must start with / and not be /, /healthz or /readyz"),
             ));
         }
-        let vm_name = match self.vm_name {
-            Some(name) if name.trim().is_empty() => {
-                return Err(invalid("vm.name", "must not be empty"));
-            }
-            other => other,
-        };
-        log_level(&self.log_level).map_err(|e| invalid("log.level", e))?;
+        if self
+            .vm_name
+            .as_ref()
+            .is_some_and(|name| name.trim().is_empty())
+        {
+            problems.push(invalid("vm.name", "must not be empty"));
+        }
+        let vm_name = self.vm_name;
+        found(
+            &mut problems,
+            log_level(&self.log_level).map_err(|e| invalid("log.level", e)),
+        );
         let state_file = match self.approve.state_file.as_deref() {
             None => Some(default_state_file()),
             Some(path) if path.trim().is_empty() => None,
             Some(path) => Some(PathBuf::from(path)),
         };
         let boot_id_file = self.approve.boot_id_file.clone();
-        let approval = self.approve.validate()?;
-        let web = self.web.validate()?;
-        let notify = self.notify.validate()?;
-        #[cfg(feature = "kubernetes")]
-        let kubernetes = self.kubernetes.validate()?;
-        #[cfg(not(feature = "kubernetes"))]
-        self.kubernetes.refuse()?;
+        let approval = found(&mut problems, self.approve.validate());
+        let web = found(&mut problems, self.web.validate());
+        let notify = found(&mut problems, self.notify.validate());
+        let kubernetes = found(&mut problems, self.kubernetes.validate());
+        let (Some(imds_url), Some(approval), Some(web), Some(notify), Some(kubernetes)) =
+            (imds_url, approval, web, notify, kubernetes)
+        else {
+            return Err(problems);
+        };
+        if !problems.is_empty() {
+            return Err(problems);
+        }
         Ok(Config {
             imds_url,
             api_version: self.imds_api_version,
@@ -271,7 +315,6 @@ impl AgentArgs {
             notify,
             state_file,
             boot_id_file,
-            #[cfg(feature = "kubernetes")]
             kubernetes,
         })
     }

@@ -15,6 +15,7 @@ use reqwest::Url;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
+use super::values::{EventTypes, list};
 use super::{ConfigError, duration, invalid, one_line};
 use crate::azure::event::{EventSource, EventType};
 use crate::config::file_input;
@@ -109,15 +110,22 @@ fn default_transitions(format: Format) -> Vec<&'static str> {
 /// The `--notify.*` flags.
 #[derive(Debug, Clone, Args)]
 pub struct NotifyArgs {
-    /// POST each transition of this VM's events as generic JSON to this URL; repeatable.
+    /// POST each transition of this VM's events as generic JSON to this URL; repeatable or
+    /// comma-separated.
+    ///
+    /// The transitions scheduled, started, completed and cancelled (docs/notifications.md).
     #[arg(
         long = "notify.webhook-url",
         env = "AZURE_SCHEDULED_EVENTS_NOTIFY_WEBHOOK_URL",
-        value_delimiter = ','
+        value_name = "URLS"
     )]
     pub webhook_urls: Vec<String>,
     /// Receivers file (YAML): named receivers with format (json, slack, teams, pagerduty,
     /// alertmanager), URL or url_file, template, headers and filters (docs/notifications.md).
+    ///
+    /// `teams` is a Workflows webhook (Adaptive Card), `pagerduty` Events v2 (one incident per
+    /// EventId), `alertmanager` its API v2 (one alert per event and VM, `urls` for an HA
+    /// cluster).
     #[arg(
         id = "notify.config-file",
         long = "notify.config-file",
@@ -367,11 +375,8 @@ const FILE_FLAG: &str = "notify.config-file";
 impl NotifyArgs {
     pub(super) fn validate(self) -> Result<NotifyConfig, ConfigError> {
         let mut receivers = Vec::new();
-        for (index, url) in self.webhook_urls.iter().enumerate() {
-            let url = url.trim();
-            if url.is_empty() {
-                continue;
-            }
+        let urls = self.webhook_urls.iter().flat_map(|given| list(given));
+        for (index, url) in urls.enumerate() {
             receivers.push(Receiver::new(
                 &format!("webhook-{}", index + 1),
                 Format::Json,
@@ -572,11 +577,9 @@ impl FileReceiver {
                 })
                 .collect::<Result<_, _>>()?,
         };
-        let event_types: Vec<EventType> = self
-            .event_types
-            .iter()
-            .map(|name| EventType::parse_known(name).map_err(|e| format!("event type {e}")))
-            .collect::<Result<_, _>>()?;
+        let event_types = EventTypes::from_names(self.event_types.iter().map(String::as_str))
+            .map_err(|e| format!("event type {e}"))?
+            .into_vec();
         let event_sources = self
             .event_sources
             .iter()
@@ -677,6 +680,32 @@ fn check_template(text: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn webhook_urls_are_a_list_given_once_or_repeated() -> Result<(), ConfigError> {
+        let args = NotifyArgs {
+            webhook_urls: vec![
+                "http://a.example/, ,http://b.example/".into(),
+                "http://c.example/".into(),
+            ],
+            config_file: None,
+        };
+        let names: Vec<String> = args
+            .validate()?
+            .receivers
+            .into_iter()
+            .map(|r| format!("{} {}", r.name, r.url))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "webhook-1 http://a.example/",
+                "webhook-2 http://b.example/",
+                "webhook-3 http://c.example/"
+            ]
+        );
+        Ok(())
+    }
 
     #[test]
     fn a_template_may_name_only_notification_fields() {

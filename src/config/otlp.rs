@@ -85,7 +85,11 @@ impl Protocol {
 #[derive(Debug, Clone, Default, Args)]
 pub struct OtlpArgs {
     /// OTLP collector base URL, as OTEL_EXPORTER_OTLP_ENDPOINT (`/v1/traces` is appended for
-    /// http/protobuf). Traces are off unless this or an OTEL_EXPORTER_OTLP_*ENDPOINT is set.
+    /// http/protobuf). Traces are off unless this or an OTEL_EXPORTER_OTLP_*ENDPOINT is set
+    /// [default: none: traces off].
+    ///
+    /// `http://collector:4318` for http/protobuf, `http://collector:4317` for grpc; it wins over
+    /// OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (docs/traces.md).
     #[arg(long = "otlp.endpoint", env = "AZURE_SCHEDULED_EVENTS_OTLP_ENDPOINT")]
     pub endpoint: Option<String>,
     /// OTLP protocol [default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf].
@@ -95,7 +99,8 @@ pub struct OtlpArgs {
     /// OTEL_EXPORTER_OTLP_HEADERS.
     #[arg(long = "otlp.headers", env = "AZURE_SCHEDULED_EVENTS_OTLP_HEADERS")]
     pub headers: Option<String>,
-    /// Timeout of one export, retries included [default: OTEL_EXPORTER_OTLP_TIMEOUT, else 10s].
+    /// Timeout of one export, retries included; at most 5m [default: OTEL_EXPORTER_OTLP_TIMEOUT,
+    /// else 10s].
     #[arg(long = "otlp.timeout", env = "AZURE_SCHEDULED_EVENTS_OTLP_TIMEOUT", value_parser = crate::config::duration)]
     pub timeout: Option<Duration>,
 }

@@ -41,17 +41,22 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 128;
 #[derive(Debug, Clone, Args)]
 pub struct WebArgs {
     /// exporter-toolkit web configuration file (TLS, client certificates, basic auth), re-read
-    /// on every connection and request.
+    /// on every connection and request [default: none: plain HTTP, no authentication].
+    ///
+    /// A rotated certificate needs no restart; a file that is invalid at start exits 64
+    /// (docs/web.md).
     #[arg(
         id = "web.config.file",
         long = "web.config.file",
         env = "AZURE_SCHEDULED_EVENTS_WEB_CONFIG_FILE"
     )]
     pub config_file: Option<PathBuf>,
-    /// Most concurrent scrapes; more get 503. 0 means no limit.
+    /// Most concurrent scrapes, as node_exporter; more get 503. 0 means no limit.
     #[arg(long = "web.max-requests", env = "AZURE_SCHEDULED_EVENTS_WEB_MAX_REQUESTS", default_value_t = DEFAULT_MAX_REQUESTS)]
     pub max_requests: usize,
     /// Most open connections; a new one beyond it closes the oldest.
+    ///
+    /// So a flood of idle connections cannot take the agent's file descriptors (docs/web.md).
     #[arg(long = "web.max-connections", env = "AZURE_SCHEDULED_EVENTS_WEB_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
 }

@@ -10,6 +10,7 @@
 //! | `agent` | the agent against the simulator over loopback: the lifecycle on /metrics, every fault kind, health, real-world documents |
 //! | `approval` | approval: off by default, the default policy, once per EventId across restarts, shared events, hooks, failed POSTs retried or not |
 //! | `binary` | the built binary as users run it: exit codes, environment, signals, the log, promtool |
+//! | `configuration` | every setting refused before the agent runs, naming what was meant: usage errors, unknown variables, `check-config`, the chart's values schema through `helm template` and its test hook |
 //! | `dashboards` | the Grafana dashboards against Grafana's schema, import and provisioning, and the exported metrics |
 //! | `deploy` | the Dockerfile (hadolint), the systemd unit (systemd-analyze), the Kubernetes DaemonSet |
 //! | `exposition` | the exposition as a contract: the golden files and docs/metrics.md |
@@ -50,6 +51,7 @@ mod agent;
 mod alertmanager;
 mod approval;
 mod binary;
+mod configuration;
 mod dashboards;
 mod deploy;
 mod exposition;

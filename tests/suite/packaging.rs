@@ -738,11 +738,29 @@ fn a_mistyped_value_at_any_level_fails_helm_template_and_is_named() -> TestResul
 #[test]
 fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> TestResult {
     let objects = render(&[])?;
+    // `helm test`'s hook is rendered too, but never installed: only `helm test` creates it.
+    let (hooks, objects): (Vec<Value>, Vec<Value>) = objects
+        .into_iter()
+        .partition(|o| o["metadata"]["annotations"].get("helm.sh/hook").is_some());
     let kinds: BTreeSet<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
     assert_eq!(
         kinds,
         ["DaemonSet", "ServiceAccount"].into(),
         "by default only the agent: the monitoring objects need their CRDs and are opt-in"
+    );
+    let hooks: Vec<(&str, &str)> = hooks
+        .iter()
+        .filter_map(|o| {
+            Some((
+                o["kind"].as_str()?,
+                o["metadata"]["annotations"]["helm.sh/hook"].as_str()?,
+            ))
+        })
+        .collect();
+    assert_eq!(
+        hooks,
+        [("Pod", "test")],
+        "the only hook is the check-config test"
     );
     let ds = one(&objects, "DaemonSet")?;
     let pod = &ds["spec"]["template"]["spec"];
@@ -940,7 +958,7 @@ fn every_place_states_the_same_license() -> TestResult {
     Ok(())
 }
 
-/// Flags the chart passes are ones the agent has, and booleans are passed bare.
+/// Flags the chart passes are ones the agent has, and booleans are passed in the agent's one style.
 #[test]
 fn the_chart_passes_flags_and_variables_the_agent_reads() -> TestResult {
     let objects = render(ALL_ON)?;
@@ -955,13 +973,14 @@ fn the_chart_passes_flags_and_variables_the_agent_reads() -> TestResult {
     assert_eq!(
         args,
         [
+            "--approve=false",
             "--approve.dry-run",
             "--log.level=debug",
             "--report.neighbours",
             "--web.telemetry-path=/custom-metrics",
             "--imds.timeout=3s"
         ],
-        "true is a bare flag, false leaves it out"
+        "true is a bare flag, false is --flag=false (a flag on by default can be turned off)"
     );
     let help = String::from_utf8(Command::new(BIN).arg("--help").output()?.stdout)?;
     for arg in &args {

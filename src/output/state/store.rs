@@ -104,6 +104,17 @@ impl StateStore {
         }
     }
 
+    /// What [`StateStore::open`] would find at `path`, without creating, moving or writing
+    /// anything (for `check-config`): the state, `None` when there is no file yet, or why the
+    /// agent would set the file aside and start fresh.
+    pub fn inspect(path: &Path) -> Result<Option<State>, LoadError> {
+        match file_input::read(path, file_input::STATE_FILE) {
+            Err(error) if error.is_not_found() => Ok(None),
+            Err(error) => Err(LoadError::Input(error)),
+            Ok(bytes) => State::parse(&bytes).map(Some),
+        }
+    }
+
     fn in_memory() -> Self {
         Self {
             path: None,

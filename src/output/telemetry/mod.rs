@@ -172,6 +172,13 @@ impl Traces {
     }
 }
 
+/// Builds the exporter as [`Telemetry::start`] does (certificate files read, TLS and the HTTP
+/// client set up) and drops it: nothing is sent and no connection opened (gRPC connects lazily).
+/// For `check-config`; must run on the async runtime.
+pub fn check_exporter(config: &OtlpConfig) -> anyhow::Result<()> {
+    exporter(config).map(drop)
+}
+
 fn exporter(config: &OtlpConfig) -> anyhow::Result<opentelemetry_otlp::SpanExporter> {
     let builder = opentelemetry_otlp::SpanExporter::builder();
     let exporter = match config.protocol {

@@ -68,3 +68,82 @@ httpHeaders:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* The agent's arguments: the flags (docs/configuration.md), then extraArgs, for the DaemonSet and
+the test hook alike. A boolean true is the bare flag, false is --flag=false: a flag that is on by
+default (approve.user-events) can be turned off. values.schema.json has already refused an unknown
+flag or a value outside its syntax. */}}
+{{- define "ase.args" -}}
+{{- range $flag, $value := .Values.flags }}
+{{- if and (kindIs "bool" $value) $value }}
+- {{ printf "--%s" $flag | quote }}
+{{- else }}
+- {{ printf "--%s=%v" $flag $value | quote }}
+{{- end }}
+{{- end }}
+{{- range .Values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The agent's environment, for the DaemonSet and the test hook alike: the chart's settings, then
+env (which may use $(K8S_NODE_NAME)). */}}
+{{- define "ase.env" -}}
+- name: AZURE_SCHEDULED_EVENTS_WEB_LISTEN_ADDRESS
+  value: {{ printf ":%v" .Values.port | quote }}
+- name: AZURE_SCHEDULED_EVENTS_LOG_FORMAT
+  value: json
+- name: AZURE_SCHEDULED_EVENTS_STATE_FILE
+  value: /var/lib/azure-scheduled-events-exporter/state.json
+# For the traces' Resource: which node and pod saw the event.
+- name: K8S_NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: K8S_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: K8S_NAMESPACE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ include "ase.resourceAttributes" . | quote }}
+{{- with .Values.kubernetes }}
+{{- if .enabled }}
+# The Node this pod runs on; events are still matched by the VM's name (compute.name).
+- name: AZURE_SCHEDULED_EVENTS_KUBERNETES_NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: AZURE_SCHEDULED_EVENTS_KUBERNETES_TAINT_EVENTS
+  value: {{ .taintEvents | quote }}
+- name: AZURE_SCHEDULED_EVENTS_KUBERNETES_CORDON_EVENTS
+  value: {{ .cordonEvents | quote }}
+{{- with .resyncInterval }}
+- name: AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL
+  value: {{ . | quote }}
+{{- end }}
+- name: AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_EVENTS
+  value: {{ .drainEvents | quote }}
+{{- with .drainMargin }}
+- name: AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_MARGIN
+  value: {{ . | quote }}
+{{- end }}
+- name: AZURE_SCHEDULED_EVENTS_KUBERNETES_EXCLUDE_FROM_LOAD_BALANCERS_EVENTS
+  value: {{ .excludeFromLoadBalancersEvents | quote }}
+{{- if .advisoryTaint }}
+- name: AZURE_SCHEDULED_EVENTS_KUBERNETES_ADVISORY_TAINT
+  value: "true"
+{{- end }}
+{{- if .dryRun }}
+- name: AZURE_SCHEDULED_EVENTS_KUBERNETES_DRY_RUN
+  value: "true"
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with .Values.env }}
+{{- toYaml . | nindent 0 }}
+{{- end }}
+{{- end }}
