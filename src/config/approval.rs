@@ -7,8 +7,10 @@
 
 use std::time::Duration;
 
+use super::flags::ApproveArgs;
 use super::values::EventTypes;
-use super::{ApproveArgs, ConfigError, duration, invalid};
+pub use super::values::When;
+use super::values::{ConfigError, duration, invalid};
 use crate::azure::event::EventType;
 use crate::config::file_input;
 
@@ -71,27 +73,6 @@ impl Default for ApprovalConfig {
 
 /// Default time a hook has to exit.
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// When an allowed event is approved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum When {
-    /// As soon as it is seen (and this VM's takeover turn has come).
-    Immediately,
-    /// No earlier than this long before `NotBefore` (the case study drains 30 s before).
-    BeforeNotBefore(Duration),
-}
-
-impl When {
-    /// `immediately`, or a duration: as the flag and the policy file write it.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        match text.trim() {
-            "immediately" => Ok(When::Immediately),
-            lead => duration(lead)
-                .map(When::BeforeNotBefore)
-                .map_err(|e| format!("{lead:?}: use immediately or a duration: {e}")),
-        }
-    }
-}
 
 /// What may be approved. The default is Microsoft's sample policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -257,7 +238,7 @@ impl ApproveArgs {
                 "must be at most 7 days",
             ));
         }
-        super::bounded(
+        super::values::bounded(
             "approve.hook-timeout",
             self.hook_timeout,
             Duration::from_secs(3600),

@@ -12,7 +12,20 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use super::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE, DEMO_VM, notify, otlp};
+use azure_scheduled_events_simulator::DEMO_VM;
+
+use super::values::duration;
+use super::{notify, otlp};
+
+/// The default scheduled-events api-version: the newest documented, the first with DurationInSeconds.
+pub const DEFAULT_API_VERSION: &str = "2020-07-01";
+
+/// Where Linux keeps the current boot's id: the default of `--state.boot-id-file`.
+#[cfg(not(windows))]
+pub const DEFAULT_BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
+/// Windows has no boot id file: empty means the boot time Windows reports (see [`crate::core::boot`]).
+#[cfg(windows)]
+pub const DEFAULT_BOOT_ID_FILE: &str = "";
 
 /// What `--version` says after the version: where the binary came from, for bug reports.
 pub const LONG_VERSION: &str = concat!(
@@ -277,9 +290,9 @@ pub struct ApproveArgs {
         long = "approve.before-not-before",
         env = "AZURE_SCHEDULED_EVENTS_APPROVE_BEFORE_NOT_BEFORE",
         value_name = "WHEN",
-        value_parser = super::approval::When::parse
+        value_parser = super::values::When::parse
     )]
-    pub before_not_before: Option<super::approval::When>,
+    pub before_not_before: Option<super::values::When>,
     /// Shared events: the k-th VM in Resources approves only if the event is still Scheduled k
     /// times this delay after it first saw it; at most 7d [default: 30s].
     #[arg(long = "approve.takeover-delay", env = "AZURE_SCHEDULED_EVENTS_APPROVE_TAKEOVER_DELAY", value_parser = duration)]
@@ -378,23 +391,6 @@ pub struct SimulatorArgs {
         default_value = "text"
     )]
     pub log_format: LogFormat,
-}
-
-/// The longest any duration may be, flag or file; each setting has its own, shorter maximum
-/// (README). Beyond it a deadline computed from the value would overflow the clock.
-pub(crate) const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// `1s`, `250ms`, `2m`, `1h30m`; at most [`MAX_DURATION`].
-pub(crate) fn duration(text: &str) -> Result<Duration, String> {
-    let value = humantime::parse_duration(text)
-        .map_err(|e| format!("{e} (use a duration like 1s, 250ms or 2m)"))?;
-    if value > MAX_DURATION {
-        return Err(format!(
-            "{:?} is longer than 7d, the longest any duration may be",
-            text.trim()
-        ));
-    }
-    Ok(value)
 }
 
 /// `:PORT`, `IP:PORT` or `[IPv6]:PORT`, as Prometheus exporters write it.

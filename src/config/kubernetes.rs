@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::values::{ConfigError, invalid};
 use super::values::{EventTypes, ImpactEventTypes};
-use super::{ConfigError, invalid};
 #[cfg(feature = "kubernetes")]
 use crate::azure::event::EventType;
 
@@ -75,7 +75,7 @@ pub struct KubernetesArgs {
     #[arg(
         long = "kubernetes.drain-margin",
         env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_MARGIN",
-        value_parser = super::duration,
+        value_parser = super::values::duration,
         hide = WITHOUT_CLIENT
     )]
     pub drain_margin: Option<Duration>,
@@ -114,7 +114,7 @@ pub struct KubernetesArgs {
     #[arg(
         long = "kubernetes.resync-interval",
         env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_RESYNC_INTERVAL",
-        value_parser = super::duration,
+        value_parser = super::values::duration,
         hide = WITHOUT_CLIENT
     )]
     pub resync_interval: Option<Duration>,
@@ -248,12 +248,12 @@ impl KubernetesArgs {
         if resync_interval < Duration::from_secs(1) {
             return Err(invalid("kubernetes.resync-interval", "must be at least 1s"));
         }
-        super::bounded(
+        super::values::bounded(
             "kubernetes.resync-interval",
             resync_interval,
             Duration::from_secs(3600),
         )?;
-        let drain_margin = super::bounded(
+        let drain_margin = super::values::bounded(
             "kubernetes.drain-margin",
             self.drain_margin.unwrap_or(DEFAULT_DRAIN_MARGIN),
             Duration::from_secs(3600),

@@ -34,24 +34,16 @@ use std::time::Duration;
 use reqwest::Url;
 
 use approval::ApprovalConfig;
-pub(crate) use flags::duration;
 pub use flags::{
     AgentArgs, ApproveArgs, CheckConfigArgs, Cli, Command, DemoArgs, LogFormat, Owner,
     PrepareStateDirArgs, SimulatorArgs,
 };
+pub use flags::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE};
+pub use values::ConfigError;
+use values::{bounded, found, invalid};
 
 /// Exit code for an invalid command line or configuration (sysexits.h `EX_USAGE`).
 pub const EXIT_USAGE: i32 = 64;
-
-/// The default scheduled-events api-version: the newest documented, the first with DurationInSeconds.
-pub const DEFAULT_API_VERSION: &str = "2020-07-01";
-
-/// Where Linux keeps the current boot's id: the default of `--state.boot-id-file`.
-#[cfg(not(windows))]
-pub const DEFAULT_BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
-/// Windows has no boot id file: empty means the boot time Windows reports (see [`crate::core::boot`]).
-#[cfg(windows)]
-pub const DEFAULT_BOOT_ID_FILE: &str = "";
 
 /// Where the state lives on Linux unless `--state.file` says otherwise.
 pub const DEFAULT_STATE_FILE: &str = "/var/lib/azure-scheduled-events-exporter/state.json";
@@ -122,21 +114,6 @@ pub struct Config {
     pub kubernetes: Option<kubernetes::KubernetesConfig>,
 }
 
-/// An invalid setting, named by its flag.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid value for --{flag}: {reason}")]
-pub struct ConfigError {
-    pub flag: &'static str,
-    pub reason: String,
-}
-
-fn invalid(flag: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        flag,
-        reason: reason.into(),
-    }
-}
-
 /// The levels `--log.level` takes, alone or after `target=` in a directive.
 const LOG_LEVELS: &[&str] = &["off", "error", "warn", "info", "debug", "trace"];
 
@@ -168,35 +145,6 @@ fn log_level(text: &str) -> Result<(), String> {
     tracing_subscriber::EnvFilter::try_new(text)
         .map(drop)
         .map_err(|e| format!("{text:?}: {e}"))
-}
-
-/// `value` if it is greater than zero and at most `max`, the setting's documented maximum.
-fn bounded(flag: &'static str, value: Duration, max: Duration) -> Result<Duration, ConfigError> {
-    if value.is_zero() {
-        return Err(invalid(flag, "must be greater than zero"));
-    }
-    if value > max {
-        return Err(invalid(
-            flag,
-            format!(
-                "{} is longer than {}, its maximum",
-                humantime::format_duration(value),
-                humantime::format_duration(max)
-            ),
-        ));
-    }
-    Ok(value)
-}
-
-/// `text` on one line, runs of whitespace as one space: an error is the whole message of an exit
-/// at startup.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// The value of `result`, or `None` with its error added to `problems`.
-fn found<T>(problems: &mut Vec<ConfigError>, result: Result<T, ConfigError>) -> Option<T> {
-    result.map_err(|e| problems.push(e)).ok()
 }
 
 /// `--imds.url`: an http or https base URL. The URL is not repeated in errors: it may hold a

@@ -15,8 +15,8 @@ use reqwest::Url;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
+use super::values::{ConfigError, duration, invalid, one_line};
 use super::values::{EventTypes, list};
-use super::{ConfigError, duration, invalid, one_line};
 use crate::azure::event::{EventSource, EventType};
 use crate::config::file_input;
 

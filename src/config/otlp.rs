@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use reqwest::Url;
 
-use crate::config::{ConfigError, invalid};
+use super::values::{ConfigError, invalid};
 
 /// Default of `--otlp.timeout` (and of `OTEL_EXPORTER_OTLP_TIMEOUT`): the specification's 10 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -101,7 +101,7 @@ pub struct OtlpArgs {
     pub headers: Option<String>,
     /// Timeout of one export, retries included; at most 5m [default: OTEL_EXPORTER_OTLP_TIMEOUT,
     /// else 10s].
-    #[arg(long = "otlp.timeout", env = "AZURE_SCHEDULED_EVENTS_OTLP_TIMEOUT", value_parser = crate::config::duration)]
+    #[arg(long = "otlp.timeout", env = "AZURE_SCHEDULED_EVENTS_OTLP_TIMEOUT", value_parser = super::values::duration)]
     pub timeout: Option<Duration>,
 }
 
@@ -262,7 +262,7 @@ impl OtlpArgs {
             }
         }
         let timeout = match self.timeout {
-            Some(timeout) => super::bounded("otlp.timeout", timeout, MAX_TIMEOUT)?,
+            Some(timeout) => super::values::bounded("otlp.timeout", timeout, MAX_TIMEOUT)?,
             None => match first(
                 env,
                 &[

@@ -23,8 +23,8 @@ use std::time::Duration;
 use clap::{Arg, ArgAction, CommandFactory as _};
 use serde_json::{Map, Value, json};
 
-use super::Cli;
 use super::environment::variable_of;
+use super::flags::Cli;
 use super::values::{BOOLEAN_VALUES, EventTypes, ImpactEventTypes};
 use crate::azure::event::EventType;
 
@@ -68,7 +68,7 @@ impl Syntax {
             Syntax::EventTypes
         } else if parser == TypeId::of::<ImpactEventTypes>() {
             Syntax::ImpactEventTypes
-        } else if parser == TypeId::of::<super::approval::When>() {
+        } else if parser == TypeId::of::<super::values::When>() {
             Syntax::When
         } else if parser == TypeId::of::<usize>() {
             Syntax::Count

@@ -1,13 +1,15 @@
 //! The syntaxes settings share, each read by one function wherever it is written (a flag, its
 //! environment variable, the approval policy file, the receivers file): booleans ([`boolean`] and
 //! the style every boolean flag has, [`boolean_style`]), comma-separated lists ([`list`]) and sets
-//! of event types ([`EventTypes`], [`ImpactEventTypes`]). Durations are [`super::duration`]'s.
+//! of event types ([`EventTypes`], [`ImpactEventTypes`]), when to approve ([`When`]), durations ([`duration`], each within its
+//! maximum by [`bounded`]); and the error a setting's value gets, [`ConfigError`], named by its flag.
 //!
 //! clap calls these as value parsers, so a bad value is a clap error that names the flag (and its
 //! possible values), and the reference (docs/configuration.md) and the chart's values schema tell
 //! a setting's syntax by the type its parser produces.
 
 use std::any::TypeId;
+use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser as _, ValueParser};
 use clap::{Arg, ArgAction};
@@ -127,6 +129,95 @@ impl ImpactEventTypes {
 
     pub fn into_vec(self) -> Vec<EventType> {
         self.0
+    }
+}
+
+/// An invalid setting, named by its flag.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid value for --{flag}: {reason}")]
+pub struct ConfigError {
+    pub flag: &'static str,
+    pub reason: String,
+}
+
+pub(crate) fn invalid(flag: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        flag,
+        reason: reason.into(),
+    }
+}
+
+/// The longest any duration may be, flag or file; each setting has its own, shorter maximum
+/// (docs/configuration.md). Beyond it a deadline computed from the value would overflow the clock.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// `1s`, `250ms`, `2m`, `1h30m`; at most [`MAX_DURATION`].
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
+    let value = humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (use a duration like 1s, 250ms or 2m)"))?;
+    if value > MAX_DURATION {
+        return Err(format!(
+            "{:?} is longer than 7d, the longest any duration may be",
+            text.trim()
+        ));
+    }
+    Ok(value)
+}
+
+/// `value` if it is greater than zero and at most `max`, the setting's documented maximum.
+pub(crate) fn bounded(
+    flag: &'static str,
+    value: Duration,
+    max: Duration,
+) -> Result<Duration, ConfigError> {
+    if value.is_zero() {
+        return Err(invalid(flag, "must be greater than zero"));
+    }
+    if value > max {
+        return Err(invalid(
+            flag,
+            format!(
+                "{} is longer than {}, its maximum",
+                humantime::format_duration(value),
+                humantime::format_duration(max)
+            ),
+        ));
+    }
+    Ok(value)
+}
+
+/// `text` on one line, runs of whitespace as one space: an error is the whole message of an exit
+/// at startup.
+pub(crate) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The value of `result`, or `None` with its error added to `problems`.
+pub(crate) fn found<T>(
+    problems: &mut Vec<ConfigError>,
+    result: Result<T, ConfigError>,
+) -> Option<T> {
+    result.map_err(|e| problems.push(e)).ok()
+}
+
+/// When an allowed event is approved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    /// As soon as it is seen (and this VM's takeover turn has come).
+    Immediately,
+    /// No earlier than this long before `NotBefore` (the case study drains 30 s before); `--approve.before-not-before`.
+    BeforeNotBefore(Duration),
+}
+
+impl When {
+    /// `immediately`, or a duration: as the flag and the policy file write it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "immediately" => Ok(When::Immediately),
+            lead => duration(lead)
+                .map(When::BeforeNotBefore)
+                .map_err(|e| format!("{lead:?}: use immediately or a duration: {e}")),
+        }
     }
 }
 

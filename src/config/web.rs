@@ -24,7 +24,7 @@ use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::{ConfigError, invalid, one_line};
+use super::values::{ConfigError, invalid, one_line};
 use crate::config::file_input;
 
 /// Default of `--web.max-requests`: node_exporter's.
