@@ -5,16 +5,25 @@
 //! three VMs of one event open one incident.
 
 use std::collections::BTreeSet;
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use azure_scheduled_events_simulator::example_compute;
 
-use crate::common::{Agent, Imds, PATIENCE, TempDir, TestResult, document};
-use crate::notify::receiver::{Answer, Hit, Receiver};
-use crate::ops::{Process, free_port};
+use crate::common::{Agent, Imds, TempDir, TestResult, document};
+use crate::notify::receiver::{Answer, Receiver};
+use crate::ops::free_port;
+
+// What the tests that run a real Alertmanager or amtool use.
+#[cfg(feature = "external-tools")]
+use {
+    crate::common::PATIENCE,
+    crate::notify::receiver::Hit,
+    crate::ops::Process,
+    serde_json::json,
+    std::process::{Command, Stdio},
+    std::time::Duration,
+};
 
 const EVENT: &str = "9A1D3C55-7B0E-4F52-8E1C-3D4B5A6C7E8F";
 const ADVISORY: &str = "1F2E3D4C-5B6A-4798-8A9B-0C1D2E3F4A5B";
@@ -50,6 +59,7 @@ fn advisory() -> Value {
     })
 }
 
+#[cfg(feature = "external-tools")]
 /// The Alertmanager binary: Debian names it `prometheus-alertmanager`, upstream `alertmanager`.
 fn binary() -> Result<&'static str, String> {
     for name in ["prometheus-alertmanager", "alertmanager"] {
@@ -66,6 +76,7 @@ fn binary() -> Result<&'static str, String> {
     Err("Alertmanager is required (Debian package prometheus-alertmanager; .ci/run installs it): neither prometheus-alertmanager nor alertmanager is on PATH".into())
 }
 
+#[cfg(feature = "external-tools")]
 /// A real Alertmanager on 127.0.0.1:`port`, no gossip, its storage in `dir`, notifying
 /// `webhook` of groups by EventId quickly.
 struct Alertmanager {
@@ -73,6 +84,7 @@ struct Alertmanager {
     port: u16,
 }
 
+#[cfg(feature = "external-tools")]
 impl Alertmanager {
     async fn start(
         dir: &TempDir,
@@ -178,6 +190,7 @@ impl Alertmanager {
     }
 }
 
+#[cfg(feature = "external-tools")]
 fn http() -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder().no_proxy().build()
 }
@@ -188,6 +201,7 @@ fn write(dir: &TempDir, name: &str, text: &str) -> Result<String, std::io::Error
     Ok(path.display().to_string())
 }
 
+#[cfg(feature = "external-tools")]
 /// A receivers file in `dir` with one `alertmanager` receiver, `fleet-am`, posting to `url`;
 /// `extra` adds settings (lines of the receiver, e.g. `"    resend_interval: 1s\n"`).
 fn alertmanager_receiver(dir: &TempDir, url: &str, extra: &str) -> Result<String, std::io::Error> {
@@ -221,6 +235,7 @@ async fn fleet_of(
     Ok(fleet)
 }
 
+#[cfg(feature = "external-tools")]
 /// The VMs of the alerts of one Alertmanager webhook notification.
 fn vms(hit: &Hit) -> BTreeSet<String> {
     hit.json()["alerts"]
@@ -232,6 +247,7 @@ fn vms(hit: &Hit) -> BTreeSet<String> {
         .collect()
 }
 
+#[cfg(feature = "external-tools")]
 #[tokio::test]
 async fn three_vms_sharing_an_event_make_one_notification_and_one_resolved_notification()
 -> TestResult {
@@ -314,6 +330,7 @@ async fn three_vms_sharing_an_event_make_one_notification_and_one_resolved_notif
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[tokio::test]
 async fn chat_through_alertmanager_is_one_message_per_event_even_when_the_first_vms_agent_is_down()
 -> TestResult {
@@ -348,6 +365,7 @@ async fn chat_through_alertmanager_is_one_message_per_event_even_when_the_first_
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[tokio::test]
 async fn the_scale_set_label_is_the_one_instance_metadata_names() -> TestResult {
     // A Flexible scale set's VM names carry no `_<instance id>`: only instance metadata says
@@ -382,6 +400,7 @@ async fn the_scale_set_label_is_the_one_instance_metadata_names() -> TestResult 
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[tokio::test]
 async fn an_alertmanager_restarted_mid_event_holds_the_alert_again() -> TestResult {
     let webhook = Receiver::start().await?;
@@ -605,6 +624,7 @@ async fn poll_to_alertmanager_latency_over_200_transitions() -> TestResult {
     agent.stop().await
 }
 
+#[cfg(feature = "external-tools")]
 /// `amtool` with `args`, run in the repository: whether it succeeded, and what it said.
 fn amtool(args: &[&str]) -> Result<(bool, String), String> {
     let output = Command::new("amtool")
@@ -625,6 +645,7 @@ fn amtool(args: &[&str]) -> Result<(bool, String), String> {
     ))
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn the_example_route_passes_amtool_groups_by_event_and_pages_only_for_critical() -> TestResult {
     let example = "examples/alertmanager-agent-route.yml";

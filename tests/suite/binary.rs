@@ -2,6 +2,7 @@
 
 use crate::common;
 
+#[cfg(feature = "external-tools")]
 use std::process::{Command, Stdio};
 
 use azure_scheduled_events_simulator::Scenario;
@@ -183,6 +184,7 @@ async fn sigterm_stops_the_agent_cleanly() -> TestResult {
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[tokio::test]
 async fn promtool_accepts_the_live_exposition() -> TestResult {
     let imds = Imds::start().await?;

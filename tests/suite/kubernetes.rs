@@ -8,6 +8,7 @@
 use crate::apiserver;
 use crate::common;
 
+#[cfg(feature = "external-tools")]
 mod chart;
 mod drain;
 

@@ -1,25 +1,32 @@
 //! The alert rules and dashboards against Prometheus itself: promtool on every rule file and its
 //! unit tests, and a real Prometheus scraping real agents that evaluates every expression we ship.
 
-use crate::common;
 use crate::ops;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::collections::BTreeSet;
 
-use azure_scheduled_events_exporter::azure::wire::Compute;
-use azure_scheduled_events_simulator::{
-    Fault, RunningSimulator, Scenario, SimulatorHandle, example_compute,
+use ops::Error;
+
+// What the tests that run promtool and a real Prometheus use.
+#[cfg(feature = "external-tools")]
+use {
+    crate::common::TempDir,
+    crate::common::process::AgentProcess,
+    azure_scheduled_events_exporter::azure::wire::Compute,
+    azure_scheduled_events_simulator::{
+        Fault, RunningSimulator, Scenario, SimulatorHandle, example_compute,
+    },
+    ops::Process,
+    serde_json::Value,
+    std::collections::BTreeMap,
+    std::path::{Path, PathBuf},
+    std::process::{Command, Stdio},
+    std::time::Duration,
 };
-use common::TempDir;
-use common::process::AgentProcess;
-use ops::{Error, Process};
-use serde_json::Value;
 
 type TestResult = Result<(), Error>;
 
+#[cfg(feature = "external-tools")]
 fn promtool(args: &[&str]) -> Result<(bool, String), Error> {
     let output = Command::new("promtool")
         .args(args)
@@ -37,6 +44,7 @@ fn promtool(args: &[&str]) -> Result<(bool, String), Error> {
     Ok((output.status.success(), report))
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn promtool_accepts_every_rule_file_and_passes_its_unit_tests() -> TestResult {
     for rules in ops::rule_files()? {
@@ -235,18 +243,23 @@ fn the_grouping_scan_finds_aggregations_and_joins() {
 
 // ----------------------------------------------------------------------------- end to end
 
+#[cfg(feature = "external-tools")]
 const JOB: &str = "azure-scheduled-events";
+#[cfg(feature = "external-tools")]
 /// A second job scraping east's and west's pool_0 again.
 const SECOND_JOB: &str = "azure-scheduled-events-pods";
+#[cfg(feature = "external-tools")]
 /// The scenario's Freeze, shared by web_0, web_1 and web_2: the event dashboard shows it.
 const SHARED_EVENT: &str = "0E5A2C4B-7D1F-4B8E-9A36-5C2D8F1E7B90";
 
+#[cfg(feature = "external-tools")]
 /// One scrape target: the agent's address and the labels Prometheus gives it.
 struct Target {
     address: String,
     labels: Vec<(&'static str, String)>,
 }
 
+#[cfg(feature = "external-tools")]
 /// A Prometheus server on loopback, scraping `targets` every second and evaluating the rules.
 struct Prometheus {
     _process: Process,
@@ -255,6 +268,7 @@ struct Prometheus {
     http: reqwest::Client,
 }
 
+#[cfg(feature = "external-tools")]
 impl Prometheus {
     async fn start(targets: &[Target], rule_files: &[std::path::PathBuf]) -> Result<Self, Error> {
         let dir = TempDir::new("prometheus")?;
@@ -429,6 +443,7 @@ impl Prometheus {
     }
 }
 
+#[cfg(feature = "external-tools")]
 /// A simulated IMDS whose instance metadata is `compute` (the agents give their own VM names
 /// with `--vm.name`), playing `scenario`.
 struct Site {
@@ -436,6 +451,7 @@ struct Site {
     running: RunningSimulator,
 }
 
+#[cfg(feature = "external-tools")]
 impl Site {
     async fn start(compute: Compute, scenario: Scenario) -> Result<Self, Error> {
         let sim = SimulatorHandle::new(compute);
@@ -449,6 +465,7 @@ impl Site {
     }
 }
 
+#[cfg(feature = "external-tools")]
 /// The instance metadata of VM `name` in `location`: its own vmId, as Azure gives every VM (the
 /// rules count VMs by it), and the scale set `example_compute` derives from `scale_set_of`.
 fn compute(name: &str, scale_set_of: &str, location: &str, zone: &str) -> Compute {
@@ -471,6 +488,7 @@ fn compute(name: &str, scale_set_of: &str, location: &str, zone: &str) -> Comput
     compute
 }
 
+#[cfg(feature = "external-tools")]
 /// A Reboot with 12 minutes of notice for each VM named, one EventId per VM (one per host
 /// operation, as Azure does): a wave of maintenance through a scale set.
 fn reboots(name: &str, vms: &[(&str, &str)]) -> Result<Scenario, Error> {
@@ -486,6 +504,7 @@ fn reboots(name: &str, vms: &[(&str, &str)]) -> Result<Scenario, Error> {
     Ok(Scenario::parse(&text)?)
 }
 
+#[cfg(feature = "external-tools")]
 /// The agent as VM `name`, polling `imds_url` fast, its state file and boot id in `dir`.
 fn agent(name: &str, imds_url: &str, dir: &Path, extra: &[&str]) -> Result<AgentProcess, Error> {
     let boot_id = dir.join(format!("{name}.boot_id"));
@@ -517,6 +536,7 @@ fn agent(name: &str, imds_url: &str, dir: &Path, extra: &[&str]) -> Result<Agent
     ops::start_agent(name, &args)
 }
 
+#[cfg(feature = "external-tools")]
 /// The shipped rule files, copied into `dir` with every rule group evaluated each second: groups
 /// that run every few minutes in production (`interval:`) keep pace with this test's one-second
 /// scrapes and evaluations. The expressions are the shipped ones.
@@ -540,6 +560,7 @@ fn at_test_pace(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     Ok(paced)
 }
 
+#[cfg(feature = "external-tools")]
 /// The rule file rendered from the mixin with `config` (Jsonnet) merged into its config.
 fn rendered_rules(config: &str, dir: &Path) -> Result<Vec<ops::Alert>, Error> {
     let output = Command::new("bash")
@@ -559,6 +580,7 @@ fn rendered_rules(config: &str, dir: &Path) -> Result<Vec<ops::Alert>, Error> {
     ops::alerts_in(&dir.join("alerts/azure-scheduled-events.yml"))
 }
 
+#[cfg(feature = "external-tools")]
 /// `values` with the variable `name` set to `value`.
 fn set<'a, const N: usize>(
     mut values: [(&'a str, &'a str); N],
@@ -573,10 +595,12 @@ fn set<'a, const N: usize>(
     values
 }
 
+#[cfg(feature = "external-tools")]
 fn label<'a>(labels: &'a Value, name: &str) -> &'a str {
     labels[name].as_str().unwrap_or_default()
 }
 
+#[cfg(feature = "external-tools")]
 /// A query's answer as label value (of `key`, or "" without one) -> sample value.
 fn answer(result: &[Value], key: Option<&str>) -> BTreeMap<String, String> {
     result
@@ -589,6 +613,7 @@ fn answer(result: &[Value], key: Option<&str>) -> BTreeMap<String, String> {
         .collect()
 }
 
+#[cfg(feature = "external-tools")]
 /// Two clusters in one metrics store, as AKS clusters sharing a workspace: their agents'
 /// `instance` labels collide (relabelled to the same addresses) and both have a scale set
 /// `pool` of four VMs.
