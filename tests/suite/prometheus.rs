@@ -10,8 +10,8 @@ use ops::Error;
 // What the tests that run promtool and a real Prometheus use.
 #[cfg(feature = "external-tools")]
 use {
-    crate::common::TempDir,
     crate::common::process::AgentProcess,
+    crate::common::{TempDir, wait},
     azure_scheduled_events_exporter::azure::wire::Compute,
     azure_scheduled_events_simulator::{
         Fault, RunningSimulator, Scenario, SimulatorHandle, example_compute,
@@ -327,24 +327,20 @@ impl Prometheus {
                 )
             })?;
             let base = format!("http://127.0.0.1:{port}");
-            let ready = ops::eventually("Prometheus to be ready", Duration::from_secs(30), || {
-                let url = format!("{base}/-/ready");
-                let http = http.clone();
-                let exited = process.child.try_wait().ok().flatten();
-                async move {
-                    if let Some(status) = exited {
-                        return Err(format!("prometheus exited: {status}").into());
+            let url = format!("{base}/-/ready");
+            let ready = wait("Prometheus to be ready")
+                .within(Duration::from_secs(30))
+                .until(async || {
+                    if let Some(status) = process.child.try_wait().ok().flatten() {
+                        return Err(format!("prometheus exited: {status}"));
                     }
                     Ok(http
-                        .get(url)
+                        .get(&url)
                         .send()
                         .await
-                        .ok()
-                        .filter(|r| r.status().is_success())
-                        .map(|_| ()))
-                }
-            })
-            .await;
+                        .is_ok_and(|r| r.status().is_success()))
+                })
+                .await;
             match ready {
                 Ok(()) => {
                     return Ok(Self {
@@ -793,17 +789,20 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
 
     // Every agent scraped, instance metadata read by those that reach IMDS, and enough samples
     // for rates.
-    ops::eventually("every agent to be scraped", patience, || async {
-        let up = prometheus.query("count(up == 1)").await?;
-        let vms = prometheus
-            .query("count(count_over_time(azure_scheduled_events_vm_info[1m]) >= 3)")
-            .await?;
-        Ok(
-            (count(&up).as_deref() == Some("18") && count(&vms).as_deref() == Some("17"))
-                .then_some(()),
-        )
-    })
-    .await?;
+    wait("every agent to be scraped")
+        .within(patience)
+        .retrying_errors()
+        .until(async || {
+            let up = prometheus.query("count(up == 1)").await?;
+            let vms = prometheus
+                .query("count(count_over_time(azure_scheduled_events_vm_info[1m]) >= 3)")
+                .await?;
+            Ok::<_, Error>(
+                (count(&up).as_deref() == Some("18") && count(&vms).as_deref() == Some("17"))
+                    .then_some(()),
+            )
+        })
+        .await?;
     // slow_0's poll loop stalls: its next request to IMDS takes longer than the test.
     slow.sim
         .inject_fault(Fault::delay(Duration::from_secs(600)).until_cleared());
@@ -812,50 +811,54 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     let web_4_address = web_4.address().to_owned();
     drop(web_4);
     let down = format!("up{{instance=\"{web_4_address}\"}} == 0");
-    ops::eventually("web_4 to be seen down", patience, || async {
-        Ok((!prometheus.query(&down).await?.is_empty()).then_some(()))
-    })
-    .await?;
+    wait("web_4 to be seen down")
+        .within(patience)
+        .retrying_errors()
+        .until(async || prometheus.query(&down).await.map(|r| !r.is_empty()))
+        .await?;
     // web_2's machine reboots: a new boot id, and the agent back on the same address.
     let web_2 = agents.remove("west/web_2").ok_or("no web_2")?;
     let web_2_address = web_2.address().to_owned();
     drop(web_2);
     std::fs::write(dir.0.join("web_2.boot_id"), "boot-2\n")?;
     let listen = format!("--web.listen-address={web_2_address}");
-    let web_2 = ops::eventually("web_2 to restart on its address", patience, || async {
-        Ok(agent("web_2", &url("west/web_2")?, &dir.0, &[listen.as_str()]).ok())
-    })
-    .await?;
+    let web_2 = wait("web_2 to restart on its address")
+        .within(patience)
+        .retrying_errors()
+        .until(async || agent("web_2", &url("west/web_2")?, &dir.0, &[listen.as_str()]).map(Some))
+        .await?;
     agents.insert("west/web_2".into(), web_2);
     let rebooted = format!(
         "increase(azure_scheduled_events_reboots_total{{instance=\"{web_2_address}\",expected=\"false\"}}[1m]) > 0"
     );
-    ops::eventually(
-        "web_2's unexpected reboot to be counted",
-        patience,
-        || async { Ok((!prometheus.query(&rebooted).await?.is_empty()).then_some(())) },
-    )
-    .await?;
-    ops::eventually("web_1's approval hook to fail", patience, || async {
-        let failed = prometheus
+    wait("web_2's unexpected reboot to be counted")
+        .within(patience)
+        .retrying_errors()
+        .until(async || prometheus.query(&rebooted).await.map(|r| !r.is_empty()))
+        .await?;
+    wait("web_1's approval hook to fail").within(patience).retrying_errors().until(async || {
+        prometheus
             .query("increase(azure_scheduled_events_approval_failures_total{reason=\"hook_failed\"}[1m]) > 0")
-            .await?;
-        Ok((!failed.is_empty()).then_some(()))
+            .await
+            .map(|failed| !failed.is_empty())
     })
     .await?;
-    ops::eventually("west/pool_0's notification to fail", patience, || async {
-        let failed = prometheus
-            .query(
-                "increase(azure_scheduled_events_notifications_total{result=\"failed\"}[1m]) > 0",
-            )
-            .await?;
-        Ok((!failed.is_empty()).then_some(()))
-    })
-    .await?;
-    ops::eventually(
-        "the Spot eviction and east's capacity to alert",
-        patience,
-        || async {
+    wait("west/pool_0's notification to fail")
+        .within(patience)
+        .retrying_errors()
+        .until(async || {
+            prometheus
+                .query(
+                    "increase(azure_scheduled_events_notifications_total{result=\"failed\"}[1m]) > 0",
+                )
+                .await
+                .map(|failed| !failed.is_empty())
+        })
+        .await?;
+    wait("the Spot eviction and east's capacity to alert")
+        .within(patience)
+        .retrying_errors()
+        .until(async || {
             let alerts = prometheus.alerts().await?;
             let spot = alerts
                 .iter()
@@ -863,10 +866,9 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
             let capacity = alerts
                 .iter()
                 .any(|(name, _, _)| name == "AzureScheduledEventsCapacityAtRisk");
-            Ok((spot && capacity).then_some(()))
-        },
-    )
-    .await?;
+            Ok::<_, Error>(spot && capacity)
+        })
+        .await?;
 
     let mut failures = Vec::new();
 
@@ -1161,11 +1163,11 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         if *name == "azure_scheduled_events:nodes:count" {
             continue;
         }
-        let data = ops::eventually(&format!("{name} to have data"), patience, || async {
-            let result = prometheus.query(name).await?;
-            Ok((!result.is_empty()).then_some(result))
-        })
-        .await;
+        let data = wait(&format!("{name} to have data"))
+            .within(patience)
+            .retrying_errors()
+            .until(async || prometheus.query(name).await.map(|r| !r.is_empty()))
+            .await;
         if let Err(e) = data {
             failures.push(format!("record {name}: {e}"));
         }
@@ -1214,15 +1216,11 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
             }
             continue;
         }
-        let data = ops::eventually(
-            &format!("alert {} to have data", alert.name),
-            patience,
-            || async {
-                let result = prometheus.query(&alert.expr).await?;
-                Ok((!result.is_empty()).then_some(()))
-            },
-        )
-        .await;
+        let data = wait(&format!("alert {} to have data", alert.name))
+            .within(patience)
+            .retrying_errors()
+            .until(async || prometheus.query(&alert.expr).await.map(|r| !r.is_empty()))
+            .await;
         if let Err(e) = data {
             failures.push(format!(
                 "alert {}: no data for the scenario: {e}",
@@ -1276,16 +1274,19 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         .replace(&only_alerts, &format!("({joined_expr})"))
         .replace(joined, &format!("({joined_expr})"))
         .replace(conditions, &format!("({conditions_expr})"));
-    let stalled = ops::eventually("slow_0's loop to be seen stuck", patience, || async {
-        let result: Vec<Value> = prometheus
-            .query(&expr)
-            .await?
-            .into_iter()
-            .filter(|s| s["metric"]["alert"] == stuck)
-            .collect();
-        Ok((!result.is_empty()).then_some(result))
-    })
-    .await?;
+    let stalled = wait("slow_0's loop to be seen stuck")
+        .within(patience)
+        .retrying_errors()
+        .until(async || {
+            let result: Vec<Value> = prometheus
+                .query(&expr)
+                .await?
+                .into_iter()
+                .filter(|s| s["metric"]["alert"] == stuck)
+                .collect();
+            Ok::<_, Error>((!result.is_empty()).then_some(result))
+        })
+        .await?;
     let stalled: BTreeSet<(String, String)> = stalled
         .iter()
         .map(|s| {
@@ -1302,14 +1303,21 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     }
 
     // Rule states as Prometheus evaluates them: no delay fires, the others are pending.
-    let states = ops::eventually("every alert to be pending or firing", patience, || async {
-        let rules = prometheus.rules().await?;
-        Ok(rules
-            .iter()
-            .all(|(name, state, _, _)| name == stuck || state == "pending" || state == "firing")
-            .then_some(rules))
-    })
-    .await;
+    let states = wait("every alert to be pending or firing")
+        .within(patience)
+        .retrying_errors()
+        .until(async || {
+            let rules = prometheus.rules().await?;
+            Ok::<_, Error>(
+                rules
+                    .iter()
+                    .all(|(name, state, _, _)| {
+                        name == stuck || state == "pending" || state == "firing"
+                    })
+                    .then_some(rules),
+            )
+        })
+        .await;
     match states {
         Ok(rules) => {
             for alert in alerts.iter().filter(|a| a.name != stuck) {

@@ -4,9 +4,9 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::PATIENCE;
+use super::{PATIENCE, wait};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_azure-scheduled-events-exporter");
 
@@ -112,6 +112,31 @@ impl AgentProcess {
         scrape(&self.address)
     }
 
+    /// Scrapes (off the async runtime) until `condition` holds on the exposition; that exposition.
+    /// Fails with the last one.
+    pub async fn wait_for_metrics(
+        &self,
+        what: &str,
+        condition: impl Fn(&str) -> bool,
+    ) -> Result<String, String> {
+        let mut last = String::new();
+        wait(what)
+            .until(async || {
+                let address = self.address.clone();
+                let text = tokio::task::spawn_blocking(move || scrape(&address))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
+                if condition(&text) {
+                    return Ok::<_, String>(Some(text));
+                }
+                last = text;
+                Ok(None)
+            })
+            .await
+            .map_err(|e| format!("{e}; last scrape:\n{last}"))
+    }
+
     /// SIGTERM, then waits at most [`PATIENCE`] for the exit.
     pub fn terminate(&mut self) -> Result<ExitStatus, String> {
         let pid = self.child.id().to_string();
@@ -119,16 +144,7 @@ impl AgentProcess {
             .args(["-TERM", &pid])
             .status()
             .map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                return Err("did not exit after SIGTERM".into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait("the exit after SIGTERM").until_blocking(|| self.child.try_wait())
     }
 }
 
