@@ -17,12 +17,11 @@ use crate::ops::free_port;
 // What the tests that run a real Alertmanager or amtool use.
 #[cfg(feature = "external-tools")]
 use {
-    crate::common::PATIENCE,
+    crate::common::wait,
     crate::notify::receiver::Hit,
     crate::ops::Process,
     serde_json::json,
     std::process::{Command, Stdio},
-    std::time::Duration,
 };
 
 const EVENT: &str = "9A1D3C55-7B0E-4F52-8E1C-3D4B5A6C7E8F";
@@ -128,22 +127,21 @@ impl Alertmanager {
         )?;
         let alertmanager = Self { process, port };
         let client = http()?;
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let ready = client
-                .get(format!("{}/-/ready", alertmanager.url()))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success());
-            if ready {
-                return Ok(alertmanager);
-            }
-            if tokio::time::Instant::now() > deadline {
-                let log = std::fs::read_to_string(dir.path(&format!("{name}.log")))?;
-                return Err(format!("Alertmanager {name} not ready on port {port}:\n{log}").into());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let ready = format!("{}/-/ready", alertmanager.url());
+        let started = wait(&format!("Alertmanager {name} to be ready on port {port}"))
+            .until(async || {
+                client
+                    .get(&ready)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+            })
+            .await;
+        if let Err(e) = started {
+            let log = std::fs::read_to_string(dir.path(&format!("{name}.log")))?;
+            return Err(format!("{e}:\n{log}").into());
         }
+        Ok(alertmanager)
     }
 
     fn url(&self) -> String {
@@ -167,8 +165,12 @@ impl Alertmanager {
         &self,
         vms: &[&str],
     ) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
+        let mut last = Vec::new();
+        let held = wait(&format!(
+            "Alertmanager on {} to hold the alerts of {vms:?}",
+            self.port
+        ))
+        .until(async || {
             let alerts = self.alerts().await?;
             let held: BTreeSet<&str> = alerts
                 .iter()
@@ -176,17 +178,50 @@ impl Alertmanager {
                 .filter_map(|a| a["labels"]["vm_name"].as_str())
                 .collect();
             if vms.iter().all(|vm| held.contains(vm)) {
-                return Ok(alerts);
+                return Ok::<_, Box<dyn std::error::Error>>(Some(alerts));
             }
-            if tokio::time::Instant::now() > deadline {
-                return Err(format!(
-                    "Alertmanager on {} does not hold the alerts of {vms:?}: {alerts:?}",
-                    self.port
-                )
-                .into());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            last = alerts;
+            Ok(None)
+        })
+        .await;
+        held.map_err(|e| format!("{e}: {last:?}").into())
+    }
+
+    /// The sum of the series of its own metrics written `series` (a name, or a name with its
+    /// labels).
+    async fn metric(&self, series: &str) -> Result<f64, Box<dyn std::error::Error>> {
+        let text = http()?
+            .get(format!("{}/metrics", self.url()))
+            .send()
+            .await?
+            .text()
+            .await?;
+        Ok(text
+            .lines()
+            .filter_map(|line| {
+                let rest = line.strip_prefix(series)?;
+                let value = match rest.strip_prefix(' ') {
+                    Some(value) => value,
+                    None if rest.starts_with('{') => rest.rsplit_once(' ')?.1,
+                    None => return None,
+                };
+                value.trim().parse::<f64>().ok()
+            })
+            .sum())
+    }
+
+    /// How many times it has flushed a group that holds alerts, as its notification log counts
+    /// them: each flush asks the log whether the group was notified already, once per receiver.
+    /// A flush with nothing new sends nothing: this is how a test sees that it happened.
+    async fn flushes(&self) -> Result<f64, Box<dyn std::error::Error>> {
+        self.metric("alertmanager_nflog_queries_total").await
+    }
+
+    /// Waits until it has flushed `count` more times than `since` (a count of [`Self::flushes`]).
+    async fn flushed(&self, since: f64, count: f64) -> Result<(), String> {
+        wait(&format!("{count} more group flushes of Alertmanager"))
+            .until(async || self.flushes().await.map(|n| n >= since + count))
+            .await
     }
 }
 
@@ -297,14 +332,9 @@ async fn three_vms_sharing_an_event_make_one_notification_and_one_resolved_notif
         );
     }
 
-    // Ended for all three VMs just after one of Alertmanager's group ticks (every 2 s from the
+    // Ended for all three VMs just after one of Alertmanager's group flushes (every 2 s from the
     // first notification), so all three resolves arrive before the next.
-    let tick = Duration::from_secs(2);
-    let mut next = first.instant + tick;
-    while next < tokio::time::Instant::now() + Duration::from_millis(100) {
-        next += tick;
-    }
-    tokio::time::sleep_until(next + Duration::from_millis(300)).await;
+    am.flushed(am.flushes().await?, 1.0).await?;
     for (imds, _) in &fleet {
         imds.sim.set_document(document(2, &[]));
     }
@@ -312,8 +342,22 @@ async fn three_vms_sharing_an_event_make_one_notification_and_one_resolved_notif
     let resolved = hits[1].json();
     assert_eq!(resolved["status"], "resolved", "{resolved}");
     assert_eq!(vms(&hits[1]).len(), 3, "{resolved}");
-    // The agents keep re-sending (resend_interval 1s); Alertmanager has nothing new to say.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Alertmanager has nothing new to say: the resolves emptied its group, and the agents, whose
+    // alerts are all accepted, send nothing more at their next resend (resend_interval 1s, passed
+    // once each has polled 25 times more at 50 ms), so nothing can fill it again.
+    let received = am.metric("alertmanager_alerts_received_total").await?;
+    for (imds, _) in &fleet {
+        imds.polled(25).await?;
+    }
+    assert_eq!(
+        am.metric("alertmanager_alerts_received_total").await?,
+        received,
+        "an agent sent alerts after its resolve was accepted"
+    );
+    assert_eq!(
+        am.metric(r#"alertmanager_alerts{state="active"}"#).await?,
+        0.0
+    );
     let statuses: Vec<Value> = webhook
         .hits_on("/am")
         .iter()
@@ -350,9 +394,9 @@ async fn chat_through_alertmanager_is_one_message_per_event_even_when_the_first_
     let text = &first[0].body;
     assert!(text.contains(EVENT), "the message names the event: {text}");
     // Both alerts were in Alertmanager before its group_wait (5 s) ended; after two more
-    // group_interval periods (2 s each), still one message.
+    // group flushes (every group_interval, 2 s), still one message.
     am.wait_for_alerts(&VMS[1..]).await?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    am.flushed(am.flushes().await?, 2.0).await?;
     let messages = slack.hits_on("/slack");
     assert_eq!(
         messages.len(),
