@@ -444,15 +444,9 @@ async fn the_agent_makes_a_missing_state_directory_or_keeps_state_in_memory_sayi
         ]))
     };
     let mut agent = run(&flag)?;
-    let deadline = std::time::Instant::now() + common::PATIENCE;
-    while !file.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no state file at {}",
-            file.display()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    common::wait(&format!("a state file at {}", file.display()))
+        .until(async || file.exists())
+        .await?;
     agent.terminate()?;
     let made = std::fs::metadata(dir.path("new/state"))?
         .permissions()

@@ -15,7 +15,7 @@ use serde_json::Value;
 #[cfg(feature = "external-tools")]
 use {
     crate::common::process::AgentProcess,
-    crate::common::{self, Imds, THIS_VM, TempDir},
+    crate::common::{self, Imds, THIS_VM, TempDir, wait},
     crate::otlp,
     azure_scheduled_events_simulator::Scenario,
     serde::Deserialize,
@@ -262,22 +262,21 @@ fn the_release_binary_prints_its_version_and_runs_the_demo() -> TestResult {
         .env_clear()
         .stdin(Stdio::null());
     let mut agent = AgentProcess::spawn(command)?;
-    let deadline = std::time::Instant::now() + common::PATIENCE;
-    loop {
-        let metrics = agent.metrics()?;
-        if metrics.lines().any(|l| l == "azure_scheduled_events_up 1") {
-            assert!(
-                metrics.contains(&format!("version=\"{VERSION}\"")),
-                "build_info names another version"
-            );
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the release binary never read a document:\n{metrics}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    let mut last = String::new();
+    let metrics = wait("the release binary to read a document")
+        .until_blocking(|| {
+            let metrics = agent.metrics()?;
+            if metrics.lines().any(|l| l == "azure_scheduled_events_up 1") {
+                return Ok::<_, std::io::Error>(Some(metrics));
+            }
+            last = metrics;
+            Ok(None)
+        })
+        .map_err(|e| format!("{e}:\n{last}"))?;
+    assert!(
+        metrics.contains(&format!("version=\"{VERSION}\"")),
+        "build_info names another version"
+    );
     assert!(agent.terminate()?.success());
     Ok(())
 }
@@ -1075,24 +1074,28 @@ async fn the_charts_probes_pass_an_agent_with_tls_and_basic_auth() -> TestResult
         let bare = kubelet.get(&url).send().await?.status().as_u16();
         assert_eq!(bare, 401, "{probe} without its header");
         let headers = get["httpHeaders"].as_array().ok_or("no httpHeaders")?;
-        let deadline = tokio::time::Instant::now() + common::PATIENCE;
-        loop {
-            let mut request = kubelet.get(&url);
-            for header in headers {
-                let name = header["name"].as_str().ok_or("a header without a name")?;
-                let value = header["value"].as_str().ok_or("a header without a value")?;
-                request = request.header(name, value);
-            }
-            let status = request.send().await?.status().as_u16();
-            if status == 200 {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{probe} {url}: {status}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let mut request = kubelet.get(&url);
+        for header in headers {
+            let name = header["name"].as_str().ok_or("a header without a name")?;
+            let value = header["value"].as_str().ok_or("a header without a value")?;
+            request = request.header(name, value);
         }
+        let mut status = 0;
+        wait(&format!("{probe} {url} to answer 200"))
+            .until(async || {
+                let request = request
+                    .try_clone()
+                    .ok_or("a request that cannot be sent again")?;
+                status = request
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status()
+                    .as_u16();
+                Ok::<_, String>(status == 200)
+            })
+            .await
+            .map_err(|e| format!("{e}: {status}"))?;
     }
     agent.stop().await?;
     Ok(())

@@ -90,14 +90,32 @@ impl AgentProcess {
         &self,
         matches: impl Fn(&serde_json::Value) -> bool,
     ) -> Result<serde_json::Value, String> {
+        self.lines_until(matches)?
+            .pop()
+            .ok_or_else(|| "no matching log line".to_owned())
+    }
+
+    /// The log lines from the next one up to the first for which `done` holds, that one
+    /// included, waiting at most [`PATIENCE`]. Each line is waited for as it comes (a blocking
+    /// receive), not polled for.
+    pub fn lines_until(
+        &self,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<Vec<serde_json::Value>, String> {
         let deadline = Instant::now() + PATIENCE;
+        let mut lines = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(Ok(line)) if matches(&line) => return Ok(line),
-                Ok(Ok(_)) => {}
+                Ok(Ok(line)) => {
+                    let finished = done(&line);
+                    lines.push(line);
+                    if finished {
+                        return Ok(lines);
+                    }
+                }
                 Ok(Err(not_json)) => return Err(not_json),
-                Err(e) => return Err(format!("no matching log line: {e}")),
+                Err(e) => return Err(format!("no matching log line ({e}); got {lines:#?}")),
             }
         }
     }
@@ -135,6 +153,13 @@ impl AgentProcess {
             })
             .await
             .map_err(|e| format!("{e}; last scrape:\n{last}"))
+    }
+
+    /// As [`Self::wait_for_metrics`], until the exposition contains `needle` (a series with its
+    /// value, say).
+    pub async fn wait_for_series(&self, needle: &str) -> Result<String, String> {
+        self.wait_for_metrics(needle, |text| text.contains(needle))
+            .await
     }
 
     /// SIGTERM, then waits at most [`PATIENCE`] for the exit.
