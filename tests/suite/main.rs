@@ -45,7 +45,7 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | `common` | a simulator and an in-process agent wired together, readers of the exposition; `common::process` runs the built binary, `common::pki` makes a private CA |
+//! | `common` | a simulator and an in-process agent wired together, readers of the exposition; `common::wait` waits for a condition with a deadline (every wait of the suite: no fixed sleeps); `common::process` runs the built binary, `common::pki` makes a private CA |
 //! | `otlp` | a real OTLP receiver (gRPC and HTTP), also used by the benchmarks |
 //! | `ops` | what on-call imports: dashboards' PromQL, alert rules, the binary as a separate process |
 //! | `apiserver` | a stand-in Kubernetes API server |
