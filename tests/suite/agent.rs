@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use azure_scheduled_events_exporter::azure::imds::ImdsError;
 use azure_scheduled_events_simulator::{Fault, Scenario};
-use common::{Agent, Exposition, Imds, THIS_VM, TestResult};
+use common::{Agent, Exposition, Imds, THIS_VM, TestResult, wait};
 
 const FREEZE: &str = "11111111-AAAA-4BBB-8CCC-000000000001";
 const REDEPLOY: &str = "22222222-AAAA-4BBB-8CCC-000000000002";
@@ -263,11 +263,10 @@ async fn ready_only_after_imds_answers_and_alive_while_waiting() -> TestResult {
     assert_eq!(agent.metrics().await?.up(), Some(0.0));
     imds.sim.clear_faults();
     // The first, delayed request still completes: then the agent is ready.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(45);
-    while agent.get("/readyz").await?.0 != 200 {
-        assert!(tokio::time::Instant::now() < deadline, "never became ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait("/readyz to answer 200")
+        .within(Duration::from_secs(45))
+        .until(async || agent.get("/readyz").await.map(|(status, _)| status == 200))
+        .await?;
     assert_eq!(agent.metrics().await?.up(), Some(1.0));
     agent.stop().await
 }

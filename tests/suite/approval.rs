@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use azure_scheduled_events_simulator::{Approval, Fault, FaultTarget, Scenario, SeenRequest};
-use common::{Agent, Exposition, Imds, THIS_VM, TempDir, TestResult, document};
+use common::{Agent, Exposition, Imds, THIS_VM, TempDir, TestResult, document, wait};
 
 const USER_REBOOT: &str = "A0000000-0000-4000-8000-000000000001";
 const SHORT_FREEZE: &str = "A0000000-0000-4000-8000-000000000002";
@@ -573,14 +573,10 @@ async fn a_hook_that_times_out_is_killed_with_every_process_it_started() -> Test
         })
         .await?;
     let pid = std::fs::read_to_string(&pid_file)?.trim().to_owned();
-    let deadline = std::time::Instant::now() + common::PATIENCE;
-    while is_running(&pid) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the hook's background process {pid} outlived the hook's timeout"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait(&format!("the hook's background process {pid} to be gone"))
+        .until(async || !is_running(&pid))
+        .await
+        .map_err(|e| format!("{e}: it outlived the hook's timeout"))?;
     assert!(imds.sim.approvals().is_empty());
     agent.stop().await
 }
@@ -607,11 +603,9 @@ async fn a_hook_gets_the_event_and_the_loop_keeps_polling_until_it_exits_0() -> 
         out.display()
     );
     let agent = start(&imds, &flags(&dir, &["--approve", &hook])?).await?;
-    let deadline = tokio::time::Instant::now() + common::PATIENCE;
-    while !with_suffix(&out, "env").exists() {
-        assert!(tokio::time::Instant::now() < deadline, "the hook never ran");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait("the hook to run")
+        .until(async || with_suffix(&out, "env").exists())
+        .await?;
     let running = agent.metrics().await?;
     let during = agent
         .wait_for("polls while the hook runs", |m| {
@@ -735,54 +729,22 @@ events:
     Ok(())
 }
 
-/// The built binary's JSON log lines until one matches `done` (or 20 s pass); the process is killed.
+/// The built binary's JSON log lines after its `starting` line until one matches `done` (waiting
+/// at most [`common::PATIENCE`]); the process is killed.
 fn binary_log_lines(
     imds_url: &str,
     args: &[String],
     done: impl Fn(&serde_json::Value) -> bool,
 ) -> Result<Vec<serde_json::Value>, Box<dyn std::error::Error>> {
-    use std::io::BufRead;
-    let mut child =
-        std::process::Command::new(env!("CARGO_BIN_EXE_azure-scheduled-events-exporter"))
-            .arg(format!("--imds.url={imds_url}"))
-            .args(["--web.listen-address=127.0.0.1:0", "--poll.interval=50ms"])
-            .args(args)
-            .env_clear()
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let (send, receive) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if send.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut lines = Vec::new();
-    let result = loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match receive.recv_timeout(left) {
-            Ok(line) => {
-                let json: serde_json::Value = serde_json::from_str(&line)?;
-                let finished = done(&json);
-                lines.push(json);
-                if finished {
-                    break Ok(lines);
-                }
-            }
-            Err(_) => break Err(format!("no matching log line; got {lines:#?}").into()),
-        }
-    };
-    child.kill()?;
-    child.wait()?;
-    result
+    let url = format!("--imds.url={imds_url}");
+    let mut all = vec![
+        url.as_str(),
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=50ms",
+    ];
+    all.extend(args.iter().map(String::as_str));
+    let agent = common::process::AgentProcess::spawn(common::process::command(&all))?;
+    Ok(agent.lines_until(done)?)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,6 +2,7 @@
 
 use crate::common;
 
+#[cfg(feature = "external-tools")]
 use std::process::{Command, Stdio};
 
 use azure_scheduled_events_simulator::Scenario;
@@ -217,6 +218,7 @@ async fn sigterm_stops_the_agent_cleanly() -> TestResult {
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[tokio::test]
 async fn promtool_accepts_the_live_exposition() -> TestResult {
     let imds = Imds::start().await?;
@@ -312,8 +314,8 @@ async fn a_text_log_line_reads_as_a_sentence_first_with_the_ids_after() -> TestR
     let mut args = agent_args(&imds);
     args.push("--log.format=text".into());
     let mut child = command(&args.iter().map(String::as_str).collect::<Vec<_>>())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
         .spawn()?;
     let stdout = child.stdout.take().ok_or("no stdout")?;
     let (send, lines) = std::sync::mpsc::channel();

@@ -6,13 +6,9 @@
 use std::net::TcpListener;
 use std::process::Output;
 
-use serde_json::Value;
-
 use crate::common::process::command;
 use crate::common::{TempDir, TestResult};
 use crate::ops;
-
-const CHART: &str = "deploy/helm/azure-scheduled-events-exporter";
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
@@ -328,199 +324,213 @@ fn check_config_sends_no_request_and_opens_no_port() -> TestResult {
 
 // ---- The chart ----
 
-/// `helm template` of the chart with `--set values`, expecting a refusal; returns helm's error.
-fn chart_refuses(set: &str) -> Result<String, Box<dyn std::error::Error>> {
-    match ops::helm_template(&["x", CHART, "--set", set]) {
-        Ok(_) => Err(format!("--set {set} rendered").into()),
-        Err(error) => Ok(error.to_string()),
+/// The chart's refusals and its test hook, through a real `helm template`.
+#[cfg(feature = "external-tools")]
+mod chart {
+    use serde_json::Value;
+
+    use super::*;
+
+    const CHART: &str = "deploy/helm/azure-scheduled-events-exporter";
+
+    /// `helm template` of the chart with `--set values`, expecting a refusal; returns helm's error.
+    fn chart_refuses(set: &str) -> Result<String, Box<dyn std::error::Error>> {
+        match ops::helm_template(&["x", CHART, "--set", set]) {
+            Ok(_) => Err(format!("--set {set} rendered").into()),
+            Err(error) => Ok(error.to_string()),
+        }
     }
-}
 
-#[test]
-fn a_mistyped_flag_in_the_chart_fails_helm_template_naming_the_flag_meant() -> TestResult {
-    let error = chart_refuses(r"flags.poll\.intervl=1s")?;
-    assert!(error.contains("'poll.intervl' not allowed"), "{error}");
-    assert!(error.contains("value must be 'poll.interval'"), "{error}");
-    // A typo in the group lists every flag, the one meant among them.
-    let error = chart_refuses("flags.aprove=true")?;
-    assert!(
-        error.contains("'aprove'") && error.contains("'approve'"),
-        "{error}"
-    );
-    Ok(())
-}
-
-#[test]
-fn a_value_outside_a_flags_syntax_fails_helm_template() -> TestResult {
-    for (set, named) in [
-        (r"flags.log\.format=yaml", "'json', 'text'"),
-        (r"flags.poll\.interval=fast", "/flags/poll.interval"),
-        ("flags.approve=maybe", "/flags/approve"),
-        (
-            r"flags.approve\.event-types=Reboot\,Rebot",
-            "/flags/approve.event-types",
-        ),
-        (r"flags.web\.max-requests=-1", "/flags/web.max-requests"),
-        ("kubernetes.taintEvents=Rebot", "/kubernetes/taintEvents"),
-        (
-            "kubernetes.drainEvents=SpotRebalanceRecommendation",
-            "/kubernetes/drainEvents",
-        ),
-        (
-            "kubernetes.resyncInterval=hourly",
-            "/kubernetes/resyncInterval",
-        ),
-    ] {
-        let error = chart_refuses(set)?;
-        assert!(error.contains(named), "--set {set}: {error}");
-    }
-    // The same syntaxes as the agent's: any case, blanks, every unit of a duration.
-    ops::helm_template(&[
-        "x",
-        CHART,
-        "--set",
-        r"kubernetes.taintEvents=reboot\, Redeploy,kubernetes.drainMargin=1m30s,flags.approve\.before-not-before=immediately,flags.approve\.user-events=false,flags.web\.max-requests=0",
-    ])?;
-    Ok(())
-}
-
-#[test]
-fn a_resource_name_kubernetes_refuses_fails_helm_template() -> TestResult {
-    for set in [
-        "resources.limits.memroy=1Gi",
-        "state.init.resources.requests.cpus=1m",
-        "test.resources.limits.memory=1GB",
-    ] {
-        let error = chart_refuses(set)?;
+    #[test]
+    fn a_mistyped_flag_in_the_chart_fails_helm_template_naming_the_flag_meant() -> TestResult {
+        let error = chart_refuses(r"flags.poll\.intervl=1s")?;
+        assert!(error.contains("'poll.intervl' not allowed"), "{error}");
+        assert!(error.contains("value must be 'poll.interval'"), "{error}");
+        // A typo in the group lists every flag, the one meant among them.
+        let error = chart_refuses("flags.aprove=true")?;
         assert!(
-            error.contains("memroy")
-                || error.contains("cpus")
-                || error.contains("/test/resources/limits/memory"),
-            "--set {set}: {error}"
+            error.contains("'aprove'") && error.contains("'approve'"),
+            "{error}"
         );
+        Ok(())
     }
-    let error = chart_refuses("resources.limits.memroy=1Gi")?;
-    assert!(
-        error.contains("'cpu', 'memory', 'ephemeral-storage'"),
-        "the standard names are listed: {error}"
-    );
-    ops::helm_template(&[
-        "x",
-        CHART,
-        "--set",
-        r"resources.limits.nvidia\.com/gpu=1,resources.limits.hugepages-2Mi=64Mi,resources.requests.ephemeral-storage=100Mi",
-    ])?;
-    Ok(())
-}
 
-/// The object of `kind` whose `helm.sh/hook` annotation is `hook` (none: not a hook).
-fn object<'a>(objects: &'a [Value], kind: &str, hook: Option<&str>) -> Result<&'a Value, String> {
-    let found: Vec<&Value> = ops::of_kind(objects, kind)
-        .into_iter()
-        .filter(|o| o["metadata"]["annotations"]["helm.sh/hook"].as_str() == hook)
-        .collect();
-    match found.as_slice() {
-        [one] => Ok(one),
-        other => Err(format!("{} {kind} objects (hook {hook:?})", other.len())),
+    #[test]
+    fn a_value_outside_a_flags_syntax_fails_helm_template() -> TestResult {
+        for (set, named) in [
+            (r"flags.log\.format=yaml", "'json', 'text'"),
+            (r"flags.poll\.interval=fast", "/flags/poll.interval"),
+            ("flags.approve=maybe", "/flags/approve"),
+            (
+                r"flags.approve\.event-types=Reboot\,Rebot",
+                "/flags/approve.event-types",
+            ),
+            (r"flags.web\.max-requests=-1", "/flags/web.max-requests"),
+            ("kubernetes.taintEvents=Rebot", "/kubernetes/taintEvents"),
+            (
+                "kubernetes.drainEvents=SpotRebalanceRecommendation",
+                "/kubernetes/drainEvents",
+            ),
+            (
+                "kubernetes.resyncInterval=hourly",
+                "/kubernetes/resyncInterval",
+            ),
+        ] {
+            let error = chart_refuses(set)?;
+            assert!(error.contains(named), "--set {set}: {error}");
+        }
+        // The same syntaxes as the agent's: any case, blanks, every unit of a duration.
+        ops::helm_template(&[
+            "x",
+            CHART,
+            "--set",
+            r"kubernetes.taintEvents=reboot\, Redeploy,kubernetes.drainMargin=1m30s,flags.approve\.before-not-before=immediately,flags.approve\.user-events=false,flags.web\.max-requests=0",
+        ])?;
+        Ok(())
     }
-}
 
-#[test]
-fn the_charts_test_hook_runs_check_config_as_the_daemonset_runs_the_agent() -> TestResult {
-    let objects = ops::helm_template(&[
-        "x",
-        CHART,
-        "--values",
-        &format!("{CHART}/ci/all-on-values.yaml"),
-    ])?;
-    let daemon_set = object(&objects, "DaemonSet", None)?;
-    let pod = object(&objects, "Pod", Some("test"))?;
-    let agent = &daemon_set["spec"]["template"]["spec"];
-    let test = &pod["spec"];
-    let (agent_container, test_container) = (&agent["containers"][0], &test["containers"][0]);
-    let agent_args = agent_container["args"].as_array().ok_or("no args")?;
-    let test_args = test_container["args"].as_array().ok_or("no args")?;
-    assert_eq!(test_args[0], "check-config");
-    assert_eq!(&test_args[1..], &agent_args[..]);
-    for same in ["image", "env", "envFrom"] {
-        assert_eq!(test_container[same], agent_container[same], "{same}");
+    #[test]
+    fn a_resource_name_kubernetes_refuses_fails_helm_template() -> TestResult {
+        for set in [
+            "resources.limits.memroy=1Gi",
+            "state.init.resources.requests.cpus=1m",
+            "test.resources.limits.memory=1GB",
+        ] {
+            let error = chart_refuses(set)?;
+            assert!(
+                error.contains("memroy")
+                    || error.contains("cpus")
+                    || error.contains("/test/resources/limits/memory"),
+                "--set {set}: {error}"
+            );
+        }
+        let error = chart_refuses("resources.limits.memroy=1Gi")?;
+        assert!(
+            error.contains("'cpu', 'memory', 'ephemeral-storage'"),
+            "the standard names are listed: {error}"
+        );
+        ops::helm_template(&[
+            "x",
+            CHART,
+            "--set",
+            r"resources.limits.nvidia\.com/gpu=1,resources.limits.hugepages-2Mi=64Mi,resources.requests.ephemeral-storage=100Mi",
+        ])?;
+        Ok(())
     }
-    // The same volumes but the agent's state directory, which is not the check's to touch.
-    let but_state = |list: &Value| -> Vec<Value> {
-        list.as_array()
+
+    /// The object of `kind` whose `helm.sh/hook` annotation is `hook` (none: not a hook).
+    fn object<'a>(
+        objects: &'a [Value],
+        kind: &str,
+        hook: Option<&str>,
+    ) -> Result<&'a Value, String> {
+        let found: Vec<&Value> = ops::of_kind(objects, kind)
             .into_iter()
-            .flatten()
-            .filter(|v| v["name"] != "state")
-            .cloned()
-            .collect()
-    };
-    assert_eq!(
-        but_state(&test_container["volumeMounts"]),
-        but_state(&agent_container["volumeMounts"])
-    );
-    assert_eq!(but_state(&test["volumes"]), but_state(&agent["volumes"]));
-    for same in [
-        "serviceAccountName",
-        "automountServiceAccountToken",
-        "securityContext",
-        "nodeSelector",
-        "tolerations",
-        "imagePullSecrets",
-    ] {
-        assert_eq!(test[same], agent[same], "{same}");
+            .filter(|o| o["metadata"]["annotations"]["helm.sh/hook"].as_str() == hook)
+            .collect();
+        match found.as_slice() {
+            [one] => Ok(one),
+            other => Err(format!("{} {kind} objects (hook {hook:?})", other.len())),
+        }
     }
-    assert_eq!(test["restartPolicy"], "Never");
-    // Not one of the agent's pods for the DaemonSet's controller, Service or monitors.
-    let selector = daemon_set["spec"]["selector"]["matchLabels"]
-        .as_object()
-        .ok_or("no selector")?;
-    let labels = &pod["metadata"]["labels"];
-    assert!(
-        selector.iter().any(|(key, value)| &labels[key] != value),
-        "the test pod matches the DaemonSet's selector: {labels}"
-    );
-    // Off on request; never among the objects applied by the plain manifests.
-    let off = ops::helm_template(&["x", CHART, "--set", "test.enabled=false"])?;
-    assert!(object(&off, "Pod", Some("test")).is_err());
-    let plain = std::fs::read_to_string(ops::repo().join("deploy/kubernetes/daemonset.yaml"))?;
-    assert!(!plain.contains("helm.sh/hook"));
-    Ok(())
-}
 
-/// The hook's command line, run by the built binary with the environment the chart gives it (the
-/// downward API answered as the kubelet would), passes with the chart's defaults: no variable of
-/// the chart's is unknown to the agent, no flag refused.
-#[test]
-fn the_charts_test_hook_passes_with_the_charts_defaults() -> TestResult {
-    let objects = ops::helm_template(&["x", CHART])?;
-    let pod = object(&objects, "Pod", Some("test"))?;
-    let container = &pod["spec"]["containers"][0];
-    let args: Vec<&str> = container["args"]
-        .as_array()
-        .ok_or("no args")?
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    let mut env: Vec<(String, String)> = Vec::new();
-    for variable in container["env"].as_array().ok_or("no env")? {
-        let name = variable["name"]
-            .as_str()
-            .ok_or("a variable without a name")?;
-        let value = match variable["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
-            Some("spec.nodeName") => "aks-pool-12345678-vmss000000".to_owned(),
-            Some(_) => "x".to_owned(),
-            None => variable["value"].as_str().unwrap_or_default().to_owned(),
+    #[test]
+    fn the_charts_test_hook_runs_check_config_as_the_daemonset_runs_the_agent() -> TestResult {
+        let objects = ops::helm_template(&[
+            "x",
+            CHART,
+            "--values",
+            &format!("{CHART}/ci/all-on-values.yaml"),
+        ])?;
+        let daemon_set = object(&objects, "DaemonSet", None)?;
+        let pod = object(&objects, "Pod", Some("test"))?;
+        let agent = &daemon_set["spec"]["template"]["spec"];
+        let test = &pod["spec"];
+        let (agent_container, test_container) = (&agent["containers"][0], &test["containers"][0]);
+        let agent_args = agent_container["args"].as_array().ok_or("no args")?;
+        let test_args = test_container["args"].as_array().ok_or("no args")?;
+        assert_eq!(test_args[0], "check-config");
+        assert_eq!(&test_args[1..], &agent_args[..]);
+        for same in ["image", "env", "envFrom"] {
+            assert_eq!(test_container[same], agent_container[same], "{same}");
+        }
+        // The same volumes but the agent's state directory, which is not the check's to touch.
+        let but_state = |list: &Value| -> Vec<Value> {
+            list.as_array()
+                .into_iter()
+                .flatten()
+                .filter(|v| v["name"] != "state")
+                .cloned()
+                .collect()
         };
-        env.push((name.to_owned(), value));
+        assert_eq!(
+            but_state(&test_container["volumeMounts"]),
+            but_state(&agent_container["volumeMounts"])
+        );
+        assert_eq!(but_state(&test["volumes"]), but_state(&agent["volumes"]));
+        for same in [
+            "serviceAccountName",
+            "automountServiceAccountToken",
+            "securityContext",
+            "nodeSelector",
+            "tolerations",
+            "imagePullSecrets",
+        ] {
+            assert_eq!(test[same], agent[same], "{same}");
+        }
+        assert_eq!(test["restartPolicy"], "Never");
+        // Not one of the agent's pods for the DaemonSet's controller, Service or monitors.
+        let selector = daemon_set["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .ok_or("no selector")?;
+        let labels = &pod["metadata"]["labels"];
+        assert!(
+            selector.iter().any(|(key, value)| &labels[key] != value),
+            "the test pod matches the DaemonSet's selector: {labels}"
+        );
+        // Off on request; never among the objects applied by the plain manifests.
+        let off = ops::helm_template(&["x", CHART, "--set", "test.enabled=false"])?;
+        assert!(object(&off, "Pod", Some("test")).is_err());
+        let plain = std::fs::read_to_string(ops::repo().join("deploy/kubernetes/daemonset.yaml"))?;
+        assert!(!plain.contains("helm.sh/hook"));
+        Ok(())
     }
-    let mut command = command(&args);
-    command.envs(env);
-    let output = command.output()?;
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert!(
-        stdout(&output).starts_with("configuration OK"),
-        "{}",
-        stdout(&output)
-    );
-    Ok(())
+
+    /// The hook's command line, run by the built binary with the environment the chart gives it (the
+    /// downward API answered as the kubelet would), passes with the chart's defaults: no variable of
+    /// the chart's is unknown to the agent, no flag refused.
+    #[test]
+    fn the_charts_test_hook_passes_with_the_charts_defaults() -> TestResult {
+        let objects = ops::helm_template(&["x", CHART])?;
+        let pod = object(&objects, "Pod", Some("test"))?;
+        let container = &pod["spec"]["containers"][0];
+        let args: Vec<&str> = container["args"]
+            .as_array()
+            .ok_or("no args")?
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let mut env: Vec<(String, String)> = Vec::new();
+        for variable in container["env"].as_array().ok_or("no env")? {
+            let name = variable["name"]
+                .as_str()
+                .ok_or("a variable without a name")?;
+            let value = match variable["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                Some("spec.nodeName") => "aks-pool-12345678-vmss000000".to_owned(),
+                Some(_) => "x".to_owned(),
+                None => variable["value"].as_str().unwrap_or_default().to_owned(),
+            };
+            env.push((name.to_owned(), value));
+        }
+        let mut command = command(&args);
+        command.envs(env);
+        let output = command.output()?;
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert!(
+            stdout(&output).starts_with("configuration OK"),
+            "{}",
+            stdout(&output)
+        );
+        Ok(())
+    }
 }

@@ -7,10 +7,9 @@ use crate::common;
 use crate::ops;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use common::process::{AgentProcess, command, scrape};
-use common::{Imds, PATIENCE, THIS_VM, TempDir, TestResult};
+use common::process::{AgentProcess, command};
+use common::{Imds, THIS_VM, TempDir, TestResult};
 
 /// The product's budget: at idle with approval off, at most this many series.
 const BUDGET: usize = 100;
@@ -77,19 +76,11 @@ async fn idle_exposition(
     ];
     args.extend(flags.iter().map(String::as_str));
     let mut agent = AgentProcess::spawn(command(&args))?;
-    let address = agent.address().to_owned();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let text = loop {
-        let address = address.clone();
-        let text = tokio::task::spawn_blocking(move || scrape(&address)).await??;
-        if text.contains("azure_scheduled_events_up 1") && text.contains(THIS_VM) {
-            break text;
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!("the agent never became ready:\n{text}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let text = agent
+        .wait_for_metrics("the agent to be ready", |text| {
+            text.contains("azure_scheduled_events_up 1") && text.contains(THIS_VM)
+        })
+        .await?;
     tokio::task::spawn_blocking(move || agent.terminate()).await??;
     Ok(text)
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use azure_scheduled_events_simulator::{Fault, Scenario};
 use common::process::{AgentProcess, command};
-use common::{Agent, Imds, PATIENCE, THIS_VM, TempDir, TestResult};
+use common::{Agent, Imds, PATIENCE, THIS_VM, TempDir, TestResult, wait};
 
 const EVENT: &str = "5DD55B64-45AD-49D3-BBC9-F57D4EA97BD7";
 
@@ -30,14 +30,10 @@ fn run_to_exit(mut command: Command) -> Result<Output, Box<dyn std::error::Error
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    let deadline = Instant::now() + PATIENCE;
-    while child.try_wait()?.is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err("still running: it hung on its input".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if let Err(e) = wait("the exit").until_blocking(|| child.try_wait()) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!("still running: it hung on its input ({e})").into());
     }
     Ok(child.wait_with_output()?)
 }
@@ -124,29 +120,6 @@ fn a_flag_file_larger_than_its_cap_exits_64_naming_the_cap() -> TestResult {
     Ok(())
 }
 
-/// Scrapes until the exposition has `needle` (waiting at most [`PATIENCE`]); hands the process
-/// back.
-async fn wait_for_metric(
-    process: AgentProcess,
-    needle: &'static str,
-) -> Result<AgentProcess, Box<dyn std::error::Error>> {
-    let process = tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let metrics = process.metrics().map_err(|e| e.to_string())?;
-            if metrics.contains(needle) {
-                return Ok(process);
-            }
-            if Instant::now() > deadline {
-                return Err(format!("no {needle:?} in {metrics}"));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    })
-    .await??;
-    Ok(process)
-}
-
 /// The agent with `args` and `env`, polling a simulator.
 fn spawn(
     imds: &Imds,
@@ -191,7 +164,9 @@ async fn a_state_file_that_is_a_device_or_a_fifo_keeps_state_in_memory_and_is_le
                 .is_some_and(|e| e.contains("not a regular file")),
             "{line}"
         );
-        wait_for_metric(process, "azure_scheduled_events_state_up 0").await?;
+        process
+            .wait_for_series("azure_scheduled_events_state_up 0")
+            .await?;
         let kind = std::fs::metadata(path)?.file_type();
         assert!(!kind.is_file(), "{path_text} was not replaced by a file");
     }
@@ -205,7 +180,9 @@ async fn a_boot_id_file_that_is_a_device_or_a_fifo_is_unknown_and_polling_goes_o
     for path in [Path::new("/dev/zero"), fifo.as_path()] {
         let arg = format!("--state.boot-id-file={}", path.display());
         let process = spawn(&imds, &[&arg], &[])?;
-        wait_for_metric(process, "azure_scheduled_events_up 1").await?;
+        process
+            .wait_for_series("azure_scheduled_events_up 1")
+            .await?;
     }
     Ok(())
 }
@@ -253,7 +230,9 @@ async fn an_otlp_certificate_or_key_that_is_a_device_or_a_fifo_turns_traces_off_
             let error = line["error"].as_str().unwrap_or_default();
             assert!(error.contains(named), "names {named}: {error}");
             assert!(error.contains("not a regular file"), "{error}");
-            wait_for_metric(process, "azure_scheduled_events_up 1").await?;
+            process
+                .wait_for_series("azure_scheduled_events_up 1")
+                .await?;
         }
     }
     Ok(())
@@ -380,7 +359,7 @@ async fn credentials_in_the_imds_url_are_never_printed() -> TestResult {
         } else {
             "operation=\"events\",reason=\"connect\"} 3"
         };
-        let process = wait_for_metric(process, needle).await?;
+        process.wait_for_series(needle).await?;
         for line in process.lines_so_far()? {
             assert!(!line.to_string().contains("s3cret"), "{line}");
         }
@@ -430,7 +409,9 @@ async fn sighup_and_sigusr1_are_ignored_and_sigquit_stops_gracefully() -> TestRe
         None,
         "still running after SIGHUP and SIGUSR1"
     );
-    let process = wait_for_metric(process, "azure_scheduled_events_up 1").await?;
+    process
+        .wait_for_series("azure_scheduled_events_up 1")
+        .await?;
     send(&process, "QUIT")?;
     let (mut process, stopped) = tokio::task::spawn_blocking(move || {
         let line = process.next_line_where(|l| l["message"] == "stopped");
@@ -438,16 +419,9 @@ async fn sighup_and_sigusr1_are_ignored_and_sigquit_stops_gracefully() -> TestRe
     })
     .await?;
     stopped?;
-    let deadline = Instant::now() + PATIENCE;
-    let status = loop {
-        if let Some(status) = process.exited()? {
-            break status;
-        }
-        if Instant::now() > deadline {
-            return Err("did not exit after SIGQUIT".into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let status = wait("the exit after SIGQUIT")
+        .until(async || process.exited())
+        .await?;
     assert_eq!(status.code(), Some(0), "a graceful stop: {status:?}");
     Ok(())
 }
@@ -522,11 +496,9 @@ async fn a_hook_printing_200_mb_is_read_only_as_far_as_its_log_excerpt() -> Test
     let hook = r#"--approve.hook=["sh","-c","head -c 200000000 /dev/zero; head -c 200000000 /dev/zero >&2; exit 0"]"#;
     let process = spawn(&imds, &["--approve", hook], &[])?;
     let pid = process.id();
-    let process = wait_for_metric(
-        process,
-        r#"azure_scheduled_events_hook_runs_total{hook="approve",result="ok"} 1"#,
-    )
-    .await?;
+    process
+        .wait_for_series(r#"azure_scheduled_events_hook_runs_total{hook="approve",result="ok"} 1"#)
+        .await?;
     let peak = peak_rss_kb(pid)?;
     drop(process);
     assert!(
@@ -608,11 +580,7 @@ async fn forty_scrapers_of_five_thousand_events_never_delay_a_poll() -> TestResu
         "--web.listen-address=127.0.0.1:0",
         "--poll.interval=1s",
     ]))?;
-    let process = wait_for_metric(
-        process,
-        r#"azure_scheduled_events_pending{affects_this_vm="true",event_status="Scheduled",event_type="Freeze"} 5000"#,
-    )
-    .await?;
+    process.wait_for_series(r#"azure_scheduled_events_pending{affects_this_vm="true",event_status="Scheduled",event_type="Freeze"} 5000"#).await?;
     let address = process.address().to_owned();
     let mark = imds.sim.requests();
     let scraping = Duration::from_secs(8);

@@ -8,6 +8,7 @@
 use crate::apiserver;
 use crate::common;
 
+#[cfg(feature = "external-tools")]
 mod chart;
 mod drain;
 
@@ -17,7 +18,7 @@ use std::time::Duration;
 use apiserver::ApiServer;
 use azure_scheduled_events_simulator::{Fault, FaultTarget};
 use common::process::{AgentProcess, command};
-use common::{Agent, Imds, PATIENCE, THIS_VM, TempDir, TestResult, document};
+use common::{Agent, Imds, PATIENCE, THIS_VM, TempDir, TestResult, document, wait};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -174,18 +175,6 @@ impl Cluster {
     }
 }
 
-/// Polls `check` until it holds or [`PATIENCE`] runs out.
-async fn eventually(what: &str, check: impl Fn() -> bool) -> Result<(), String> {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !check() {
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}"));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
-}
-
 fn imds_gets(m: &common::Exposition) -> f64 {
     m.get(r#"azure_scheduled_events_imds_requests_total{operation="events"}"#)
 }
@@ -216,10 +205,9 @@ async fn watching_an_empty_document() -> Result<(Cluster, Imds, Agent), Box<dyn 
     let imds = Imds::start().await?;
     imds.sim.set_document(document(1, &[]));
     let agent = cluster.agent(&imds, &TAINT_AND_CORDON).await?;
-    eventually("the condition False", || {
-        cluster.reason().as_deref() == Some("NoScheduledEvents")
-    })
-    .await?;
+    wait("the condition False")
+        .until(async || cluster.reason().as_deref() == Some("NoScheduledEvents"))
+        .await?;
     Ok((cluster, imds, agent))
 }
 
@@ -234,12 +222,13 @@ async fn condition_events_taint_and_cordon_follow_an_event_of_this_vm() -> TestR
     let appeared = tokio::time::Instant::now();
     imds.sim
         .set_document(document(2, &[reboot("Scheduled", THIS_VM)]));
-    eventually("condition, taint and cordon", || {
-        cluster.reason().as_deref() == Some("RebootScheduled")
-            && cluster.our_taint().as_deref() == Some("Reboot")
-            && cluster.cordoned()
-    })
-    .await?;
+    wait("condition, taint and cordon")
+        .until(async || {
+            cluster.reason().as_deref() == Some("RebootScheduled")
+                && cluster.our_taint().as_deref() == Some("Reboot")
+                && cluster.cordoned()
+        })
+        .await?;
     eprintln!(
         "condition, taint and cordon on the Node {:?} after the event appeared in IMDS (--poll.interval=50ms)",
         appeared.elapsed()
@@ -262,10 +251,9 @@ async fn condition_events_taint_and_cordon_follow_an_event_of_this_vm() -> TestR
         cluster.annotation().as_deref(),
         Some(r#"{"taint":true,"cordon":true}"#)
     );
-    eventually("the Event", || {
-        cluster.event_reasons() == ["RebootScheduled"]
-    })
-    .await?;
+    wait("the Event")
+        .until(async || cluster.event_reasons() == ["RebootScheduled"])
+        .await?;
     let event = cluster.api.events().into_iter().next().ok_or("no Event")?;
     let note = event.note.unwrap_or_default();
     assert!(
@@ -281,8 +269,14 @@ async fn condition_events_taint_and_cordon_follow_an_event_of_this_vm() -> TestR
         Some("5d2a4c8e-0000-4000-8000-000000000001")
     );
 
-    // A second later, so that a rewritten lastTransitionTime would differ.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // Past the second lastTransitionTime was written in, so that a rewritten one would differ.
+    let written = became_true
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .ok_or("no lastTransitionTime")?;
+    wait("the clock past the second of lastTransitionTime")
+        .until(async || chrono::Utc::now().timestamp() > written)
+        .await?;
     imds.sim.set_document(document(
         3,
         &[reboot_not_before(
@@ -291,17 +285,17 @@ async fn condition_events_taint_and_cordon_follow_an_event_of_this_vm() -> TestR
             "Mon, 11 Apr 2050 23:00:00 GMT",
         )],
     ));
-    eventually("the Updated Event", || {
-        cluster.event_reasons() == ["RebootScheduled", "RebootUpdated"]
-    })
-    .await?;
-    eventually("the new NotBefore in the message", || {
-        cluster
-            .condition()
-            .and_then(|c| c.message)
-            .is_some_and(|m| m.contains("23:00:00"))
-    })
-    .await?;
+    wait("the Updated Event")
+        .until(async || cluster.event_reasons() == ["RebootScheduled", "RebootUpdated"])
+        .await?;
+    wait("the new NotBefore in the message")
+        .until(async || {
+            cluster
+                .condition()
+                .and_then(|c| c.message)
+                .is_some_and(|m| m.contains("23:00:00"))
+        })
+        .await?;
     assert_eq!(
         cluster.condition().and_then(|c| c.last_transition_time),
         became_true,
@@ -310,37 +304,41 @@ async fn condition_events_taint_and_cordon_follow_an_event_of_this_vm() -> TestR
 
     imds.sim
         .set_document(document(4, &[reboot("Started", THIS_VM)]));
-    eventually("the condition Started", || {
-        cluster.reason().as_deref() == Some("RebootStarted")
-    })
-    .await?;
+    wait("the condition Started")
+        .until(async || cluster.reason().as_deref() == Some("RebootStarted"))
+        .await?;
     assert_eq!(
         cluster.condition().and_then(|c| c.last_transition_time),
         became_true,
         "lastTransitionTime changes only with the status"
     );
-    eventually("the Started Event", || {
-        cluster.event_reasons() == ["RebootScheduled", "RebootStarted", "RebootUpdated"]
-    })
-    .await?;
+    wait("the Started Event")
+        .until(async || {
+            cluster.event_reasons() == ["RebootScheduled", "RebootStarted", "RebootUpdated"]
+        })
+        .await?;
 
     imds.sim.set_document(document(5, &[]));
-    eventually("the taint gone", || cluster.our_taint().is_none()).await?;
-    eventually("the condition False", || {
-        cluster.reason().as_deref() == Some("NoScheduledEvents")
-    })
-    .await?;
-    eventually("uncordoned", || !cluster.cordoned()).await?;
-    eventually("the Completed Event", || {
-        cluster.event_reasons()
-            == [
-                "RebootCompleted",
-                "RebootScheduled",
-                "RebootStarted",
-                "RebootUpdated",
-            ]
-    })
-    .await?;
+    wait("the taint gone")
+        .until(async || cluster.our_taint().is_none())
+        .await?;
+    wait("the condition False")
+        .until(async || cluster.reason().as_deref() == Some("NoScheduledEvents"))
+        .await?;
+    wait("uncordoned")
+        .until(async || !cluster.cordoned())
+        .await?;
+    wait("the Completed Event")
+        .until(async || {
+            cluster.event_reasons()
+                == [
+                    "RebootCompleted",
+                    "RebootScheduled",
+                    "RebootStarted",
+                    "RebootUpdated",
+                ]
+        })
+        .await?;
     assert_eq!(
         cluster.taints(),
         [gpu_taint()],
@@ -388,18 +386,16 @@ async fn an_operators_cordon_survives_the_event() -> TestResult {
     let agent = cluster
         .agent(&imds, &["--kubernetes.cordon-events=Reboot"])
         .await?;
-    eventually("the condition True", || {
-        cluster.reason().as_deref() == Some("RebootScheduled")
-    })
-    .await?;
+    wait("the condition True")
+        .until(async || cluster.reason().as_deref() == Some("RebootScheduled"))
+        .await?;
     assert!(cluster.cordoned());
     assert_eq!(cluster.annotation(), None, "the cordon is not the agent's");
 
     imds.sim.set_document(document(2, &[]));
-    eventually("the condition False", || {
-        cluster.reason().as_deref() == Some("NoScheduledEvents")
-    })
-    .await?;
+    wait("the condition False")
+        .until(async || cluster.reason().as_deref() == Some("NoScheduledEvents"))
+        .await?;
     // Two resyncs later (fifty polls: at least 2.5 s) the node is still as the operator left it.
     imds.polled(50).await?;
     assert!(
@@ -425,10 +421,9 @@ async fn a_taint_or_cordon_removed_by_hand_comes_back_while_the_event_is_pending
             ],
         )
         .await?;
-    eventually("the taint", || {
-        cluster.our_taint().is_some() && cluster.cordoned()
-    })
-    .await?;
+    wait("the taint")
+        .until(async || cluster.our_taint().is_some() && cluster.cordoned())
+        .await?;
 
     cluster.api.edit(|node| {
         if let Some(spec) = node.spec.as_mut() {
@@ -437,11 +432,12 @@ async fn a_taint_or_cordon_removed_by_hand_comes_back_while_the_event_is_pending
         }
     });
     assert_eq!(cluster.our_taint(), None);
-    eventually("the taint back", || {
-        cluster.our_taint().as_deref() == Some("Reboot")
-    })
-    .await?;
-    eventually("the cordon back", || cluster.cordoned()).await?;
+    wait("the taint back")
+        .until(async || cluster.our_taint().as_deref() == Some("Reboot"))
+        .await?;
+    wait("the cordon back")
+        .until(async || cluster.cordoned())
+        .await?;
     assert_eq!(cluster.taints().len(), 2);
     assert_eq!(
         cluster.event_reasons(),
@@ -459,12 +455,13 @@ async fn tainted_cordoned_and_stopped() -> Result<(Cluster, Imds), Box<dyn std::
     imds.sim
         .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
     let first = cluster.agent(&imds, &TAINT_AND_CORDON).await?;
-    eventually("taint, cordon and Event", || {
-        cluster.our_taint().is_some()
-            && cluster.cordoned()
-            && cluster.event_reasons() == ["RebootScheduled"]
-    })
-    .await?;
+    wait("taint, cordon and Event")
+        .until(async || {
+            cluster.our_taint().is_some()
+                && cluster.cordoned()
+                && cluster.event_reasons() == ["RebootScheduled"]
+        })
+        .await?;
     within("stopping", first.stop()).await??;
     Ok((cluster, imds))
 }
@@ -500,13 +497,16 @@ async fn a_restart_in_the_middle_neither_doubles_nor_forgets() -> TestResult {
     assert_eq!(cluster.taints().len(), 2);
 
     imds.sim.set_document(document(2, &[]));
-    eventually("the taint gone", || cluster.our_taint().is_none()).await?;
-    eventually("uncordoned", || !cluster.cordoned()).await?;
+    wait("the taint gone")
+        .until(async || cluster.our_taint().is_none())
+        .await?;
+    wait("uncordoned")
+        .until(async || !cluster.cordoned())
+        .await?;
     assert_eq!(cluster.annotation(), None);
-    eventually("the Cancelled Event", || {
-        cluster.event_reasons() == ["RebootCancelled", "RebootScheduled"]
-    })
-    .await?;
+    wait("the Cancelled Event")
+        .until(async || cluster.event_reasons() == ["RebootCancelled", "RebootScheduled"])
+        .await?;
     second.stop().await
 }
 
@@ -516,15 +516,13 @@ async fn an_event_that_ended_while_the_agent_was_down_is_cleaned_up() -> TestRes
 
     imds.sim.set_document(document(2, &[]));
     let second = cluster.agent(&imds, &TAINT_AND_CORDON).await?;
-    eventually("the taint gone", || {
-        cluster.our_taint().is_none() && !cluster.cordoned()
-    })
-    .await?;
+    wait("the taint gone")
+        .until(async || cluster.our_taint().is_none() && !cluster.cordoned())
+        .await?;
     assert_eq!(cluster.taints(), [gpu_taint()]);
-    eventually("the Event", || {
-        cluster.event_reasons() == ["RebootEndedWhileDown", "RebootScheduled"]
-    })
-    .await?;
+    wait("the Event")
+        .until(async || cluster.event_reasons() == ["RebootEndedWhileDown", "RebootScheduled"])
+        .await?;
     second.stop().await
 }
 
@@ -559,10 +557,11 @@ async fn a_conflict_is_retried() -> TestResult {
     let agent = cluster
         .agent(&imds, &["--kubernetes.taint-events=Reboot"])
         .await?;
-    eventually("condition and taint", || {
-        cluster.reason().as_deref() == Some("RebootScheduled") && cluster.our_taint().is_some()
-    })
-    .await?;
+    wait("condition and taint")
+        .until(async || {
+            cluster.reason().as_deref() == Some("RebootScheduled") && cluster.our_taint().is_some()
+        })
+        .await?;
     assert_eq!(
         cluster.api.answered("patch_node_status", 409) + cluster.api.answered("patch_node", 409),
         3
@@ -606,14 +605,12 @@ async fn a_forbidding_api_server_is_counted_retried_and_never_delays_polling() -
     assert!(cluster.event_reasons().is_empty());
 
     cluster.api.allow_all();
-    eventually("the condition after the backoff", || {
-        cluster.reason().as_deref() == Some("RebootScheduled")
-    })
-    .await?;
-    eventually("the Event after the backoff", || {
-        cluster.event_reasons() == ["RebootScheduled"]
-    })
-    .await?;
+    wait("the condition after the backoff")
+        .until(async || cluster.reason().as_deref() == Some("RebootScheduled"))
+        .await?;
+    wait("the Event after the backoff")
+        .until(async || cluster.event_reasons() == ["RebootScheduled"])
+        .await?;
     assert_eq!(cluster.our_taint().as_deref(), Some("Reboot"));
     agent.stop().await
 }
@@ -637,15 +634,12 @@ async fn a_proxys_error_page_is_counted_by_its_http_status_and_a_409_is_retried_
     imds.sim
         .set_document(document(1, &[reboot("Scheduled", THIS_VM)]));
     let agent = cluster.agent(&imds, &[]).await?;
-    eventually(
-        "the condition, once the proxy lets requests through",
-        || cluster.reason().as_deref() == Some("RebootScheduled"),
-    )
-    .await?;
-    eventually("the Event too", || {
-        cluster.event_reasons() == ["RebootScheduled"]
-    })
-    .await?;
+    wait("the condition, once the proxy lets requests through")
+        .until(async || cluster.reason().as_deref() == Some("RebootScheduled"))
+        .await?;
+    wait("the Event too")
+        .until(async || cluster.event_reasons() == ["RebootScheduled"])
+        .await?;
     let m = agent.metrics().await?;
     assert_eq!(
         kube_requests(&m, "patch_node_status", "server_error"),
@@ -692,26 +686,17 @@ async fn dropped_events_are_logged_once_a_minute_not_one_line_each() -> TestResu
         AgentProcess::spawn(command).map_err(|e| e.to_string())
     })
     .await??;
-    let process = tokio::task::spawn_blocking(move || -> Result<AgentProcess, String> {
-        let deadline = std::time::Instant::now() + PATIENCE;
-        loop {
-            let metrics = process.metrics().map_err(|e| e.to_string())?;
+    process
+        .wait_for_metrics("30 Events dropped", |metrics| {
             let dropped = metrics
                 .lines()
                 .find(|l| l.contains(r#"operation="create_event",result="dropped""#))
                 .and_then(|l| l.rsplit(' ').next())
                 .and_then(|v| v.parse::<f64>().ok())
                 .unwrap_or(0.0);
-            if dropped >= 30.0 {
-                return Ok(process);
-            }
-            if std::time::Instant::now() > deadline {
-                return Err(format!("not dropped: {dropped}"));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    })
-    .await??;
+            dropped >= 30.0
+        })
+        .await?;
     let lines = process.lines_so_far()?;
     let warnings: Vec<_> = lines
         .iter()
@@ -740,11 +725,19 @@ async fn a_hanging_api_server_does_not_delay_polls() -> TestResult {
         .wait_for("the first poll", |m| imds_gets(m) >= 1.0)
         .await?;
     let from = imds_gets(&first);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let m = agent.metrics().await?;
+    let hanging = tokio::time::Instant::now();
+    let m = wait("10 more polls while every API server request hangs")
+        .within(Duration::from_secs(2))
+        .until(async || {
+            let m = agent.metrics().await?;
+            Ok::<_, reqwest::Error>((imds_gets(&m) - from >= 10.0).then_some(m))
+        })
+        .await
+        .map_err(|e| format!("polling stalled: {e}"))?;
     let polls = imds_gets(&m) - from;
     eprintln!(
-        "IMDS GETs in 2 s at --poll.interval=50ms while every API server request hangs: {polls}"
+        "{polls} IMDS GETs in {:?} at --poll.interval=50ms while every API server request hangs",
+        hanging.elapsed()
     );
     assert!(polls >= 10.0, "polling stalled: {polls} GETs in 2 s");
     assert_eq!(
@@ -796,15 +789,13 @@ async fn outside_a_pod_the_kubeconfig_named_by_kubeconfig_is_used() -> TestResul
         AgentProcess::spawn(command).map_err(|e| e.to_string())
     })
     .await??;
-    let seen = eventually("the condition True", || {
-        cluster.reason().as_deref() == Some("RebootScheduled")
-    })
-    .await;
+    let seen = wait("the condition True")
+        .until(async || cluster.reason().as_deref() == Some("RebootScheduled"))
+        .await;
     // The Event is a request of its own, after the condition's.
-    let event = eventually("the Event", || {
-        cluster.event_reasons() == ["RebootScheduled"]
-    })
-    .await;
+    let event = wait("the Event")
+        .until(async || cluster.event_reasons() == ["RebootScheduled"])
+        .await;
     process.terminate()?;
     seen?;
     event?;

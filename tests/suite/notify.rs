@@ -11,7 +11,7 @@ use azure_scheduled_events_exporter::config::notify::FIELDS;
 use azure_scheduled_events_simulator::Scenario;
 use chrono::{DateTime, Utc};
 use common::process::{AgentProcess, command};
-use common::{Agent, Exposition, Imds, PATIENCE, THIS_VM, TempDir, TestResult, document};
+use common::{Agent, Exposition, Imds, THIS_VM, TempDir, TestResult, document};
 use receiver::{Answer, Hit, Proxy, Receiver, status};
 use serde_json::Value;
 
@@ -616,19 +616,12 @@ async fn a_receiver_behind_https_proxy_gets_its_notification_while_imds_is_reach
             "{field} is in the body but not in the log line: {line} vs {body}"
         );
     }
-    let metrics = tokio::task::spawn_blocking(move || {
-        let deadline = std::time::Instant::now() + PATIENCE;
-        loop {
-            let text = process.metrics().unwrap_or_default();
-            if text.contains(r#"azure_scheduled_events_notifications_total{receiver="outside",result="delivered"} 1"#)
-                || std::time::Instant::now() > deadline
-            {
-                return text;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    })
-    .await?;
+    let delivered =
+        r#"azure_scheduled_events_notifications_total{receiver="outside",result="delivered"} 1"#;
+    let metrics = process
+        .wait_for_series(delivered)
+        .await
+        .unwrap_or_else(|e| e);
     assert!(
         metrics.contains(
             r#"azure_scheduled_events_notifications_total{receiver="outside",result="delivered"} 1"#

@@ -4,31 +4,41 @@
 //! root — and the Helm chart, linted and rendered by a real `helm`, its objects compared with what
 //! the agent reads and with `alerts/` and `dashboards/`.
 
-use crate::common;
 use crate::ops;
-use crate::otlp;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 
-use azure_scheduled_events_simulator::Scenario;
-use common::process::AgentProcess;
-use common::{Imds, THIS_VM, TempDir};
 use ops::Error;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
+
+// What the tests of target/dist and of the chart, which run helm, dpkg and the release binary, use.
+#[cfg(feature = "external-tools")]
+use {
+    crate::common::process::AgentProcess,
+    crate::common::{self, Imds, THIS_VM, TempDir, wait},
+    crate::otlp,
+    azure_scheduled_events_simulator::Scenario,
+    serde::Deserialize,
+    serde_json::json,
+    std::collections::{BTreeMap, BTreeSet},
+    std::path::{Path, PathBuf},
+    std::process::{Output, Stdio},
+};
 
 type TestResult = Result<(), Error>;
 
 const NAME: &str = "azure-scheduled-events-exporter";
+#[cfg(feature = "external-tools")]
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const BIN: &str = env!("CARGO_BIN_EXE_azure-scheduled-events-exporter");
 const CHART: &str = "deploy/helm/azure-scheduled-events-exporter";
+#[cfg(feature = "external-tools")]
 const STATE_DIR: &str = "/var/lib/azure-scheduled-events-exporter";
+#[cfg(feature = "external-tools")]
 /// The oldest glibc the release binary supports (RHEL 8, Ubuntu 20.04, Debian 10).
 const OLDEST_GLIBC: (u32, u32) = (2, 28);
 
+#[cfg(feature = "external-tools")]
 fn report(output: &Output) -> String {
     format!(
         "{}{}",
@@ -37,6 +47,7 @@ fn report(output: &Output) -> String {
     )
 }
 
+#[cfg(feature = "external-tools")]
 fn run(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Result<Output, Error> {
     let program = program.as_ref();
     Command::new(program)
@@ -47,6 +58,7 @@ fn run(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Result<Output, Er
         .map_err(|e| format!("{}: {e}", program.to_string_lossy()).into())
 }
 
+#[cfg(feature = "external-tools")]
 /// `program args`, which must succeed; its standard output.
 fn ok(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Result<String, Error> {
     let output = run(&program, args)?;
@@ -62,6 +74,7 @@ fn ok(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Result<String, Err
     Ok(String::from_utf8(output.stdout)?)
 }
 
+#[cfg(feature = "external-tools")]
 /// `target/dist`, as `scripts/dist.sh` leaves it.
 fn dist(file: &str) -> Result<PathBuf, Error> {
     let path = ops::repo().join("target/dist").join(file);
@@ -75,14 +88,17 @@ fn dist(file: &str) -> Result<PathBuf, Error> {
     Ok(path)
 }
 
+#[cfg(feature = "external-tools")]
 fn tarball_name() -> String {
     format!("{NAME}-{VERSION}-x86_64-linux-gnu.tar.gz")
 }
 
+#[cfg(feature = "external-tools")]
 fn deb_name() -> String {
     format!("{NAME}_{VERSION}-1_amd64.deb")
 }
 
+#[cfg(feature = "external-tools")]
 /// The tarball, unpacked into a fresh directory: (directory, its single top-level folder).
 fn unpacked_tarball() -> Result<(TempDir, PathBuf), Error> {
     let tarball = dist(&tarball_name())?;
@@ -100,6 +116,7 @@ fn unpacked_tarball() -> Result<(TempDir, PathBuf), Error> {
     Ok((dir, top))
 }
 
+#[cfg(feature = "external-tools")]
 /// Every `GLIBC_x.y[.z]` version the binary's dynamic symbols need.
 fn glibc_versions(binary: &Path) -> Result<BTreeSet<(u32, u32, u32)>, Error> {
     let symbols = ok("objdump", &["-T", &binary.to_string_lossy()])
@@ -120,6 +137,7 @@ fn glibc_versions(binary: &Path) -> Result<BTreeSet<(u32, u32, u32)>, Error> {
     Ok(versions)
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn the_tarball_holds_the_binary_license_readme_unit_and_environment_file() -> TestResult {
     let listing = ok("tar", &["-tzvf", &dist(&tarball_name())?.to_string_lossy()])?;
@@ -170,6 +188,7 @@ fn the_tarball_holds_the_binary_license_readme_unit_and_environment_file() -> Te
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn the_release_binary_needs_nothing_newer_than_glibc_2_28() -> TestResult {
     let (_dir, top) = unpacked_tarball()?;
@@ -225,6 +244,7 @@ fn the_release_binary_needs_nothing_newer_than_glibc_2_28() -> TestResult {
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 /// `--version` of a VM package: the version first, then where the binary came from: a real
 /// revision, the build date, the target, and no Kubernetes client.
 fn assert_vm_package_version(printed: &str) {
@@ -258,6 +278,7 @@ fn assert_vm_package_version(printed: &str) {
     );
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn the_release_binary_prints_its_version_and_runs_the_demo() -> TestResult {
     let (_dir, top) = unpacked_tarball()?;
@@ -274,26 +295,26 @@ fn the_release_binary_prints_its_version_and_runs_the_demo() -> TestResult {
         .env_clear()
         .stdin(Stdio::null());
     let mut agent = AgentProcess::spawn(command)?;
-    let deadline = std::time::Instant::now() + common::PATIENCE;
-    loop {
-        let metrics = agent.metrics()?;
-        if metrics.lines().any(|l| l == "azure_scheduled_events_up 1") {
-            assert!(
-                metrics.contains(&format!("version=\"{VERSION}\"")),
-                "build_info names another version"
-            );
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the release binary never read a document:\n{metrics}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    let mut last = String::new();
+    let metrics = wait("the release binary to read a document")
+        .until_blocking(|| {
+            let metrics = agent.metrics()?;
+            if metrics.lines().any(|l| l == "azure_scheduled_events_up 1") {
+                return Ok::<_, std::io::Error>(Some(metrics));
+            }
+            last = metrics;
+            Ok(None)
+        })
+        .map_err(|e| format!("{e}:\n{last}"))?;
+    assert!(
+        metrics.contains(&format!("version=\"{VERSION}\"")),
+        "build_info names another version"
+    );
     assert!(agent.terminate()?.success());
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn sha256sums_match_the_artefacts() -> TestResult {
     let sums = std::fs::read_to_string(dist("SHA256SUMS")?)?;
@@ -315,6 +336,7 @@ fn sha256sums_match_the_artefacts() -> TestResult {
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 /// `dpkg-deb -f`: the control fields (continuation lines joined to their field).
 fn control_fields(deb: &Path) -> Result<BTreeMap<String, String>, Error> {
     let text = ok("dpkg-deb", &["-f", &deb.to_string_lossy()])?;
@@ -334,6 +356,7 @@ fn control_fields(deb: &Path) -> Result<BTreeMap<String, String>, Error> {
     Ok(fields)
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn the_deb_control_fields_name_the_package_version_architecture_and_glibc() -> TestResult {
     let deb = dist(&deb_name())?;
@@ -377,6 +400,7 @@ fn the_deb_control_fields_name_the_package_version_architecture_and_glibc() -> T
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn the_deb_ships_the_binary_unit_defaults_and_license_owned_by_root() -> TestResult {
     let deb = dist(&deb_name())?;
@@ -406,6 +430,7 @@ fn the_deb_ships_the_binary_unit_defaults_and_license_owned_by_root() -> TestRes
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 /// An empty dpkg database under `root`.
 fn scratch_root() -> Result<TempDir, Error> {
     let root = TempDir::new("dpkg-root")?;
@@ -421,6 +446,7 @@ fn scratch_root() -> Result<TempDir, Error> {
     Ok(root)
 }
 
+#[cfg(feature = "external-tools")]
 fn dpkg(root: &TempDir, args: &[&str]) -> Result<String, Error> {
     let root_flag = format!("--root={}", root.0.display());
     let log = format!("--log={}", root.path("dpkg.log").display());
@@ -437,6 +463,7 @@ fn dpkg(root: &TempDir, args: &[&str]) -> Result<String, Error> {
     ok("dpkg", &all)
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn dpkg_installs_removes_and_purges_the_deb_in_a_scratch_root() -> TestResult {
     let deb = dist(&deb_name())?;
@@ -541,29 +568,34 @@ fn the_environment_file_names_only_variables_the_agent_reads() -> TestResult {
 
 // ---- Helm ----
 
+#[cfg(feature = "external-tools")]
 fn helm(args: &[&str]) -> Result<Output, Error> {
     run(ops::tool("helm"), args).map_err(|e| {
         format!("helm is required (.ci/run installs it into target/ci-tools/bin): {e}").into()
     })
 }
 
+#[cfg(feature = "external-tools")]
 /// `helm template` of the chart as release `azure-scheduled-events-exporter` in namespace
 /// `azure-scheduled-events`, parsed.
 fn render(extra: &[&str]) -> Result<Vec<Value>, Error> {
     render_chart(CHART, extra)
 }
 
+#[cfg(feature = "external-tools")]
 fn render_chart(chart: &str, extra: &[&str]) -> Result<Vec<Value>, Error> {
     let mut args = vec![NAME, chart, "--namespace", "azure-scheduled-events"];
     args.extend_from_slice(extra);
     ops::helm_template(&args)
 }
 
+#[cfg(feature = "external-tools")]
 const ALL_ON: &[&str] = &[
     "--values",
     "deploy/helm/azure-scheduled-events-exporter/ci/all-on-values.yaml",
 ];
 
+#[cfg(feature = "external-tools")]
 fn one<'a>(objects: &'a [Value], kind: &str) -> Result<&'a Value, Error> {
     match ops::of_kind(objects, kind).as_slice() {
         [object] => Ok(object),
@@ -575,6 +607,7 @@ fn chart_yaml() -> Result<Value, Error> {
     ops::yaml(&ops::repo().join(CHART).join("Chart.yaml"))
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn helm_lints_the_chart_with_defaults_and_with_every_optional_value_on() -> TestResult {
     for extra in [&[][..], ALL_ON] {
@@ -612,6 +645,7 @@ fn helm_lints_the_chart_with_defaults_and_with_every_optional_value_on() -> Test
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 /// Objects of the values schema that are Kubernetes objects passed to the pod as written (checked
 /// against the Kubernetes schemas by `rendered_manifests_are_valid_kubernetes_objects`), or Helm's own.
 const PASSED_THROUGH: &[&str] = &[
@@ -626,6 +660,7 @@ const PASSED_THROUGH: &[&str] = &[
     "/affinity/podAntiAffinity",
 ];
 
+#[cfg(feature = "external-tools")]
 /// Every object schema of values.schema.json with its place in the values (`/state/init`, `/probes/
 /// httpHeaders/*` for the items of an array), `$ref`s followed.
 fn schema_objects(
@@ -656,6 +691,7 @@ fn schema_objects(
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 /// A plausible slip of the finger: the first property's name with its last two letters swapped.
 fn misspelt(properties: &serde_json::Map<String, Value>) -> Option<String> {
     properties.keys().find_map(|name| {
@@ -668,6 +704,7 @@ fn misspelt(properties: &serde_json::Map<String, Value>) -> Option<String> {
     })
 }
 
+#[cfg(feature = "external-tools")]
 /// values.schema.json refuses unknown keys at every level, so a mistyped value (`--set
 /// podMonitor.enabeld=true`) fails `helm template` naming it instead of silently rendering nothing.
 #[test]
@@ -735,6 +772,7 @@ fn a_mistyped_value_at_any_level_fails_helm_template_and_is_named() -> TestResul
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> TestResult {
     let objects = render(&[])?;
@@ -850,6 +888,7 @@ fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> Te
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn the_image_users_pull_is_named_once_in_the_chart_and_used_everywhere() -> TestResult {
     let values = ops::yaml(&ops::repo().join(CHART).join("values.yaml"))?;
@@ -958,6 +997,7 @@ fn every_place_states_the_same_license() -> TestResult {
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 /// Flags the chart passes are ones the agent has, and booleans are passed in the agent's one style.
 #[test]
 fn the_chart_passes_flags_and_variables_the_agent_reads() -> TestResult {
@@ -1044,6 +1084,7 @@ fn the_chart_passes_flags_and_variables_the_agent_reads() -> TestResult {
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 /// With TLS and basic auth in `--web.config.file`, the probes as the chart renders them (`probes.scheme`
 /// and `probes.httpHeaders`) are answered 200 by the agent, where the same requests without the header
 /// get 401: the kubelet would restart the pod forever.
@@ -1082,29 +1123,34 @@ async fn the_charts_probes_pass_an_agent_with_tls_and_basic_auth() -> TestResult
         let bare = kubelet.get(&url).send().await?.status().as_u16();
         assert_eq!(bare, 401, "{probe} without its header");
         let headers = get["httpHeaders"].as_array().ok_or("no httpHeaders")?;
-        let deadline = tokio::time::Instant::now() + common::PATIENCE;
-        loop {
-            let mut request = kubelet.get(&url);
-            for header in headers {
-                let name = header["name"].as_str().ok_or("a header without a name")?;
-                let value = header["value"].as_str().ok_or("a header without a value")?;
-                request = request.header(name, value);
-            }
-            let status = request.send().await?.status().as_u16();
-            if status == 200 {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{probe} {url}: {status}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let mut request = kubelet.get(&url);
+        for header in headers {
+            let name = header["name"].as_str().ok_or("a header without a name")?;
+            let value = header["value"].as_str().ok_or("a header without a value")?;
+            request = request.header(name, value);
         }
+        let mut status = 0;
+        wait(&format!("{probe} {url} to answer 200"))
+            .until(async || {
+                let request = request
+                    .try_clone()
+                    .ok_or("a request that cannot be sent again")?;
+                status = request
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status()
+                    .as_u16();
+                Ok::<_, String>(status == 200)
+            })
+            .await
+            .map_err(|e| format!("{e}: {status}"))?;
     }
     agent.stop().await?;
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn the_kubernetes_output_gets_exactly_its_rights_and_only_when_enabled() -> TestResult {
     let off = render(&[])?;
@@ -1156,6 +1202,7 @@ fn the_kubernetes_output_gets_exactly_its_rights_and_only_when_enabled() -> Test
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn the_chart_scrapes_with_the_prometheus_operator_or_azure_managed_prometheus() -> TestResult {
     let objects = render(ALL_ON)?;
@@ -1227,6 +1274,7 @@ fn the_chart_scrapes_with_the_prometheus_operator_or_azure_managed_prometheus() 
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn the_prometheus_rule_holds_exactly_the_rules_of_alerts() -> TestResult {
     let mut expected = Vec::new();
@@ -1263,6 +1311,7 @@ fn the_prometheus_rule_holds_exactly_the_rules_of_alerts() -> TestResult {
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn the_dashboard_config_maps_hold_exactly_the_files_of_dashboards() -> TestResult {
     let objects = render(ALL_ON)?;
@@ -1305,6 +1354,7 @@ fn the_dashboard_config_maps_hold_exactly_the_files_of_dashboards() -> TestResul
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn the_plain_manifests_are_the_charts_rendering() -> TestResult {
     let helm_dir = ops::tool("helm")
@@ -1325,6 +1375,7 @@ fn the_plain_manifests_are_the_charts_rendering() -> TestResult {
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 /// The variables the chart sets, with `$(NAME)` expanded as the kubelet does and the downward API
 /// answered for a pod on `node`.
 fn daemonset_environment(node: &str) -> Result<Vec<(String, String)>, Error> {
@@ -1356,6 +1407,7 @@ fn daemonset_environment(node: &str) -> Result<Vec<(String, String)>, Error> {
     Ok(set)
 }
 
+#[cfg(feature = "external-tools")]
 /// The release binary, with the environment the chart gives it, exports spans whose Resource names
 /// the Kubernetes node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1403,6 +1455,7 @@ async fn spans_of_the_released_binary_in_the_chart_name_the_node() -> TestResult
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 /// `helm package` resolves the links to alerts/ and dashboards/: the archive renders the same.
 #[test]
 fn the_packaged_chart_carries_the_rules_and_dashboards_themselves() -> TestResult {
@@ -1431,10 +1484,12 @@ fn the_packaged_chart_carries_the_rules_and_dashboards_themselves() -> TestResul
 
 // ---- Kubernetes schemas ----
 
+#[cfg(feature = "external-tools")]
 /// Custom resources of the Prometheus Operator, which the Kubernetes OpenAPI schemas do not
 /// describe: not validated here (their CRDs are the operator's; the tests above check their fields).
 const CUSTOM_KINDS: &[&str] = &["PodMonitor", "ServiceMonitor", "PrometheusRule"];
 
+#[cfg(feature = "external-tools")]
 /// kubernetes-validate (PyPI) from the directory .ci/run installs it in, else from PATH.
 fn kubernetes_validate(args: &[&str]) -> Result<Output, Error> {
     run(ops::tool("kubernetes-validate"), args).map_err(|e| {
@@ -1445,6 +1500,7 @@ fn kubernetes_validate(args: &[&str]) -> Result<Output, Error> {
     })
 }
 
+#[cfg(feature = "external-tools")]
 /// The oldest Kubernetes the chart supports (Chart.yaml's kubeVersion, `>=1.25.0-0`) and the
 /// newest kubernetes-validate has schemas for (its default version).
 fn supported_kubernetes_versions() -> Result<(String, String), Error> {
@@ -1467,6 +1523,7 @@ fn supported_kubernetes_versions() -> Result<(String, String), Error> {
     Ok((oldest, newest))
 }
 
+#[cfg(feature = "external-tools")]
 /// `objects` (built-in kinds only) as one YAML file, checked by `kubernetes-validate --strict`
 /// (unknown fields are errors) against Kubernetes `version`; the objects it passed.
 fn validate_objects(objects: &[&Value], version: &str, what: &str) -> Result<usize, Error> {
@@ -1490,6 +1547,7 @@ fn validate_objects(objects: &[&Value], version: &str, what: &str) -> Result<usi
         .count())
 }
 
+#[cfg(feature = "external-tools")]
 /// The objects of a rendering, split into built-in kinds (to validate) and the operator's custom
 /// resources (skipped, named).
 fn built_in<'a>(objects: &'a [Value], what: &str) -> Vec<&'a Value> {
@@ -1506,6 +1564,7 @@ fn built_in<'a>(objects: &'a [Value], what: &str) -> Vec<&'a Value> {
     built_in
 }
 
+#[cfg(feature = "external-tools")]
 /// Every built-in object of the chart (defaults, and every option on) and of deploy/kubernetes
 /// is valid against the OpenAPI schemas of the oldest and the newest Kubernetes the chart
 /// supports, offline, with unknown fields refused.
@@ -1563,6 +1622,7 @@ fn rendered_manifests_are_valid_kubernetes_objects() -> TestResult {
     Ok(())
 }
 
+#[cfg(feature = "external-tools")]
 /// The VM packages are built without the Kubernetes output: the tarball's binary names no
 /// `--kubernetes.*` flag and refuses them, flag or variable, with one line and exit 64 instead of
 /// ignoring a setting that could do nothing.

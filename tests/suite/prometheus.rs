@@ -1,25 +1,32 @@
 //! The alert rules and dashboards against Prometheus itself: promtool on every rule file and its
 //! unit tests, and a real Prometheus scraping real agents that evaluates every expression we ship.
 
-use crate::common;
 use crate::ops;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::collections::BTreeSet;
 
-use azure_scheduled_events_exporter::azure::wire::Compute;
-use azure_scheduled_events_simulator::{
-    Fault, RunningSimulator, Scenario, SimulatorHandle, example_compute,
+use ops::Error;
+
+// What the tests that run promtool and a real Prometheus use.
+#[cfg(feature = "external-tools")]
+use {
+    crate::common::process::AgentProcess,
+    crate::common::{TempDir, wait},
+    azure_scheduled_events_exporter::azure::wire::Compute,
+    azure_scheduled_events_simulator::{
+        Fault, RunningSimulator, Scenario, SimulatorHandle, example_compute,
+    },
+    ops::Process,
+    serde_json::Value,
+    std::collections::BTreeMap,
+    std::path::{Path, PathBuf},
+    std::process::{Command, Stdio},
+    std::time::Duration,
 };
-use common::TempDir;
-use common::process::AgentProcess;
-use ops::{Error, Process};
-use serde_json::Value;
 
 type TestResult = Result<(), Error>;
 
+#[cfg(feature = "external-tools")]
 fn promtool(args: &[&str]) -> Result<(bool, String), Error> {
     let output = Command::new("promtool")
         .args(args)
@@ -37,6 +44,7 @@ fn promtool(args: &[&str]) -> Result<(bool, String), Error> {
     Ok((output.status.success(), report))
 }
 
+#[cfg(feature = "external-tools")]
 #[test]
 fn promtool_accepts_every_rule_file_and_passes_its_unit_tests() -> TestResult {
     for rules in ops::rule_files()? {
@@ -235,18 +243,23 @@ fn the_grouping_scan_finds_aggregations_and_joins() {
 
 // ----------------------------------------------------------------------------- end to end
 
+#[cfg(feature = "external-tools")]
 const JOB: &str = "azure-scheduled-events";
+#[cfg(feature = "external-tools")]
 /// A second job scraping east's and west's pool_0 again.
 const SECOND_JOB: &str = "azure-scheduled-events-pods";
+#[cfg(feature = "external-tools")]
 /// The scenario's Freeze, shared by web_0, web_1 and web_2: the event dashboard shows it.
 const SHARED_EVENT: &str = "0E5A2C4B-7D1F-4B8E-9A36-5C2D8F1E7B90";
 
+#[cfg(feature = "external-tools")]
 /// One scrape target: the agent's address and the labels Prometheus gives it.
 struct Target {
     address: String,
     labels: Vec<(&'static str, String)>,
 }
 
+#[cfg(feature = "external-tools")]
 /// A Prometheus server on loopback, scraping `targets` every second and evaluating the rules.
 struct Prometheus {
     _process: Process,
@@ -255,6 +268,7 @@ struct Prometheus {
     http: reqwest::Client,
 }
 
+#[cfg(feature = "external-tools")]
 impl Prometheus {
     async fn start(targets: &[Target], rule_files: &[std::path::PathBuf]) -> Result<Self, Error> {
         let dir = TempDir::new("prometheus")?;
@@ -313,24 +327,20 @@ impl Prometheus {
                 )
             })?;
             let base = format!("http://127.0.0.1:{port}");
-            let ready = ops::eventually("Prometheus to be ready", Duration::from_secs(30), || {
-                let url = format!("{base}/-/ready");
-                let http = http.clone();
-                let exited = process.child.try_wait().ok().flatten();
-                async move {
-                    if let Some(status) = exited {
-                        return Err(format!("prometheus exited: {status}").into());
+            let url = format!("{base}/-/ready");
+            let ready = wait("Prometheus to be ready")
+                .within(Duration::from_secs(30))
+                .until(async || {
+                    if let Some(status) = process.child.try_wait().ok().flatten() {
+                        return Err(format!("prometheus exited: {status}"));
                     }
                     Ok(http
-                        .get(url)
+                        .get(&url)
                         .send()
                         .await
-                        .ok()
-                        .filter(|r| r.status().is_success())
-                        .map(|_| ()))
-                }
-            })
-            .await;
+                        .is_ok_and(|r| r.status().is_success()))
+                })
+                .await;
             match ready {
                 Ok(()) => {
                     return Ok(Self {
@@ -429,6 +439,7 @@ impl Prometheus {
     }
 }
 
+#[cfg(feature = "external-tools")]
 /// A simulated IMDS whose instance metadata is `compute` (the agents give their own VM names
 /// with `--vm.name`), playing `scenario`.
 struct Site {
@@ -436,6 +447,7 @@ struct Site {
     running: RunningSimulator,
 }
 
+#[cfg(feature = "external-tools")]
 impl Site {
     async fn start(compute: Compute, scenario: Scenario) -> Result<Self, Error> {
         let sim = SimulatorHandle::new(compute);
@@ -449,6 +461,7 @@ impl Site {
     }
 }
 
+#[cfg(feature = "external-tools")]
 /// The instance metadata of VM `name` in `location`: its own vmId, as Azure gives every VM (the
 /// rules count VMs by it), and the scale set `example_compute` derives from `scale_set_of`.
 fn compute(name: &str, scale_set_of: &str, location: &str, zone: &str) -> Compute {
@@ -471,6 +484,7 @@ fn compute(name: &str, scale_set_of: &str, location: &str, zone: &str) -> Comput
     compute
 }
 
+#[cfg(feature = "external-tools")]
 /// A Reboot with 12 minutes of notice for each VM named, one EventId per VM (one per host
 /// operation, as Azure does): a wave of maintenance through a scale set.
 fn reboots(name: &str, vms: &[(&str, &str)]) -> Result<Scenario, Error> {
@@ -486,6 +500,7 @@ fn reboots(name: &str, vms: &[(&str, &str)]) -> Result<Scenario, Error> {
     Ok(Scenario::parse(&text)?)
 }
 
+#[cfg(feature = "external-tools")]
 /// The agent as VM `name`, polling `imds_url` fast, its state file and boot id in `dir`.
 fn agent(name: &str, imds_url: &str, dir: &Path, extra: &[&str]) -> Result<AgentProcess, Error> {
     let boot_id = dir.join(format!("{name}.boot_id"));
@@ -517,6 +532,7 @@ fn agent(name: &str, imds_url: &str, dir: &Path, extra: &[&str]) -> Result<Agent
     ops::start_agent(name, &args)
 }
 
+#[cfg(feature = "external-tools")]
 /// The shipped rule files, copied into `dir` with every rule group evaluated each second: groups
 /// that run every few minutes in production (`interval:`) keep pace with this test's one-second
 /// scrapes and evaluations. The expressions are the shipped ones.
@@ -540,6 +556,7 @@ fn at_test_pace(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     Ok(paced)
 }
 
+#[cfg(feature = "external-tools")]
 /// The rule file rendered from the mixin with `config` (Jsonnet) merged into its config.
 fn rendered_rules(config: &str, dir: &Path) -> Result<Vec<ops::Alert>, Error> {
     let output = Command::new("bash")
@@ -559,6 +576,7 @@ fn rendered_rules(config: &str, dir: &Path) -> Result<Vec<ops::Alert>, Error> {
     ops::alerts_in(&dir.join("alerts/azure-scheduled-events.yml"))
 }
 
+#[cfg(feature = "external-tools")]
 /// `values` with the variable `name` set to `value`.
 fn set<'a, const N: usize>(
     mut values: [(&'a str, &'a str); N],
@@ -573,10 +591,12 @@ fn set<'a, const N: usize>(
     values
 }
 
+#[cfg(feature = "external-tools")]
 fn label<'a>(labels: &'a Value, name: &str) -> &'a str {
     labels[name].as_str().unwrap_or_default()
 }
 
+#[cfg(feature = "external-tools")]
 /// A query's answer as label value (of `key`, or "" without one) -> sample value.
 fn answer(result: &[Value], key: Option<&str>) -> BTreeMap<String, String> {
     result
@@ -589,6 +609,7 @@ fn answer(result: &[Value], key: Option<&str>) -> BTreeMap<String, String> {
         .collect()
 }
 
+#[cfg(feature = "external-tools")]
 /// Two clusters in one metrics store, as AKS clusters sharing a workspace: their agents'
 /// `instance` labels collide (relabelled to the same addresses) and both have a scale set
 /// `pool` of four VMs.
@@ -768,17 +789,20 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
 
     // Every agent scraped, instance metadata read by those that reach IMDS, and enough samples
     // for rates.
-    ops::eventually("every agent to be scraped", patience, || async {
-        let up = prometheus.query("count(up == 1)").await?;
-        let vms = prometheus
-            .query("count(count_over_time(azure_scheduled_events_vm_info[1m]) >= 3)")
-            .await?;
-        Ok(
-            (count(&up).as_deref() == Some("18") && count(&vms).as_deref() == Some("17"))
-                .then_some(()),
-        )
-    })
-    .await?;
+    wait("every agent to be scraped")
+        .within(patience)
+        .retrying_errors()
+        .until(async || {
+            let up = prometheus.query("count(up == 1)").await?;
+            let vms = prometheus
+                .query("count(count_over_time(azure_scheduled_events_vm_info[1m]) >= 3)")
+                .await?;
+            Ok::<_, Error>(
+                (count(&up).as_deref() == Some("18") && count(&vms).as_deref() == Some("17"))
+                    .then_some(()),
+            )
+        })
+        .await?;
     // slow_0's poll loop stalls: its next request to IMDS takes longer than the test.
     slow.sim
         .inject_fault(Fault::delay(Duration::from_secs(600)).until_cleared());
@@ -787,50 +811,54 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     let web_4_address = web_4.address().to_owned();
     drop(web_4);
     let down = format!("up{{instance=\"{web_4_address}\"}} == 0");
-    ops::eventually("web_4 to be seen down", patience, || async {
-        Ok((!prometheus.query(&down).await?.is_empty()).then_some(()))
-    })
-    .await?;
+    wait("web_4 to be seen down")
+        .within(patience)
+        .retrying_errors()
+        .until(async || prometheus.query(&down).await.map(|r| !r.is_empty()))
+        .await?;
     // web_2's machine reboots: a new boot id, and the agent back on the same address.
     let web_2 = agents.remove("west/web_2").ok_or("no web_2")?;
     let web_2_address = web_2.address().to_owned();
     drop(web_2);
     std::fs::write(dir.0.join("web_2.boot_id"), "boot-2\n")?;
     let listen = format!("--web.listen-address={web_2_address}");
-    let web_2 = ops::eventually("web_2 to restart on its address", patience, || async {
-        Ok(agent("web_2", &url("west/web_2")?, &dir.0, &[listen.as_str()]).ok())
-    })
-    .await?;
+    let web_2 = wait("web_2 to restart on its address")
+        .within(patience)
+        .retrying_errors()
+        .until(async || agent("web_2", &url("west/web_2")?, &dir.0, &[listen.as_str()]).map(Some))
+        .await?;
     agents.insert("west/web_2".into(), web_2);
     let rebooted = format!(
         "increase(azure_scheduled_events_reboots_total{{instance=\"{web_2_address}\",expected=\"false\"}}[1m]) > 0"
     );
-    ops::eventually(
-        "web_2's unexpected reboot to be counted",
-        patience,
-        || async { Ok((!prometheus.query(&rebooted).await?.is_empty()).then_some(())) },
-    )
-    .await?;
-    ops::eventually("web_1's approval hook to fail", patience, || async {
-        let failed = prometheus
+    wait("web_2's unexpected reboot to be counted")
+        .within(patience)
+        .retrying_errors()
+        .until(async || prometheus.query(&rebooted).await.map(|r| !r.is_empty()))
+        .await?;
+    wait("web_1's approval hook to fail").within(patience).retrying_errors().until(async || {
+        prometheus
             .query("increase(azure_scheduled_events_approval_failures_total{reason=\"hook_failed\"}[1m]) > 0")
-            .await?;
-        Ok((!failed.is_empty()).then_some(()))
+            .await
+            .map(|failed| !failed.is_empty())
     })
     .await?;
-    ops::eventually("west/pool_0's notification to fail", patience, || async {
-        let failed = prometheus
-            .query(
-                "increase(azure_scheduled_events_notifications_total{result=\"failed\"}[1m]) > 0",
-            )
-            .await?;
-        Ok((!failed.is_empty()).then_some(()))
-    })
-    .await?;
-    ops::eventually(
-        "the Spot eviction and east's capacity to alert",
-        patience,
-        || async {
+    wait("west/pool_0's notification to fail")
+        .within(patience)
+        .retrying_errors()
+        .until(async || {
+            prometheus
+                .query(
+                    "increase(azure_scheduled_events_notifications_total{result=\"failed\"}[1m]) > 0",
+                )
+                .await
+                .map(|failed| !failed.is_empty())
+        })
+        .await?;
+    wait("the Spot eviction and east's capacity to alert")
+        .within(patience)
+        .retrying_errors()
+        .until(async || {
             let alerts = prometheus.alerts().await?;
             let spot = alerts
                 .iter()
@@ -838,10 +866,9 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
             let capacity = alerts
                 .iter()
                 .any(|(name, _, _)| name == "AzureScheduledEventsCapacityAtRisk");
-            Ok((spot && capacity).then_some(()))
-        },
-    )
-    .await?;
+            Ok::<_, Error>(spot && capacity)
+        })
+        .await?;
 
     let mut failures = Vec::new();
 
@@ -1136,11 +1163,11 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         if *name == "azure_scheduled_events:nodes:count" {
             continue;
         }
-        let data = ops::eventually(&format!("{name} to have data"), patience, || async {
-            let result = prometheus.query(name).await?;
-            Ok((!result.is_empty()).then_some(result))
-        })
-        .await;
+        let data = wait(&format!("{name} to have data"))
+            .within(patience)
+            .retrying_errors()
+            .until(async || prometheus.query(name).await.map(|r| !r.is_empty()))
+            .await;
         if let Err(e) = data {
             failures.push(format!("record {name}: {e}"));
         }
@@ -1189,15 +1216,11 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
             }
             continue;
         }
-        let data = ops::eventually(
-            &format!("alert {} to have data", alert.name),
-            patience,
-            || async {
-                let result = prometheus.query(&alert.expr).await?;
-                Ok((!result.is_empty()).then_some(()))
-            },
-        )
-        .await;
+        let data = wait(&format!("alert {} to have data", alert.name))
+            .within(patience)
+            .retrying_errors()
+            .until(async || prometheus.query(&alert.expr).await.map(|r| !r.is_empty()))
+            .await;
         if let Err(e) = data {
             failures.push(format!(
                 "alert {}: no data for the scenario: {e}",
@@ -1251,16 +1274,19 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         .replace(&only_alerts, &format!("({joined_expr})"))
         .replace(joined, &format!("({joined_expr})"))
         .replace(conditions, &format!("({conditions_expr})"));
-    let stalled = ops::eventually("slow_0's loop to be seen stuck", patience, || async {
-        let result: Vec<Value> = prometheus
-            .query(&expr)
-            .await?
-            .into_iter()
-            .filter(|s| s["metric"]["alert"] == stuck)
-            .collect();
-        Ok((!result.is_empty()).then_some(result))
-    })
-    .await?;
+    let stalled = wait("slow_0's loop to be seen stuck")
+        .within(patience)
+        .retrying_errors()
+        .until(async || {
+            let result: Vec<Value> = prometheus
+                .query(&expr)
+                .await?
+                .into_iter()
+                .filter(|s| s["metric"]["alert"] == stuck)
+                .collect();
+            Ok::<_, Error>((!result.is_empty()).then_some(result))
+        })
+        .await?;
     let stalled: BTreeSet<(String, String)> = stalled
         .iter()
         .map(|s| {
@@ -1277,14 +1303,21 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     }
 
     // Rule states as Prometheus evaluates them: no delay fires, the others are pending.
-    let states = ops::eventually("every alert to be pending or firing", patience, || async {
-        let rules = prometheus.rules().await?;
-        Ok(rules
-            .iter()
-            .all(|(name, state, _, _)| name == stuck || state == "pending" || state == "firing")
-            .then_some(rules))
-    })
-    .await;
+    let states = wait("every alert to be pending or firing")
+        .within(patience)
+        .retrying_errors()
+        .until(async || {
+            let rules = prometheus.rules().await?;
+            Ok::<_, Error>(
+                rules
+                    .iter()
+                    .all(|(name, state, _, _)| {
+                        name == stuck || state == "pending" || state == "firing"
+                    })
+                    .then_some(rules),
+            )
+        })
+        .await;
     match states {
         Ok(rules) => {
             for alert in alerts.iter().filter(|a| a.name != stuck) {
@@ -1474,6 +1507,7 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
 /// Not loaded (1) for the cluster whose agent is scraped; with the rules, Loaded (0); where no
 /// agent is, nothing (the panel then says no agent's series are there), never that rules are
 /// missing.
+#[cfg(feature = "external-tools")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_dashboard_says_whether_the_recording_rules_are_loaded() -> Result<(), Error> {
     const TITLE: &str = "Recording rules (alerts/azure-scheduled-events.yml)";
@@ -1490,18 +1524,17 @@ async fn every_dashboard_says_whether_the_recording_rules_are_loaded() -> Result
     }];
     let without = Prometheus::start(&targets, &[]).await?;
     let with = Prometheus::start(&targets, &at_test_pace(&dir.0)?).await?;
-    ops::eventually(
-        "the agent's vm_info to be scraped and its place recorded",
-        Duration::from_secs(60),
-        || async {
+    wait("the agent's vm_info to be scraped and its place recorded")
+        .within(Duration::from_secs(60))
+        .retrying_errors()
+        .until(async || {
             let scraped = without.query("azure_scheduled_events_vm_info").await?;
             let recorded = with
                 .query("azure_scheduled_events:target_place:info")
                 .await?;
-            Ok((!scraped.is_empty() && !recorded.is_empty()).then_some(()))
-        },
-    )
-    .await?;
+            Ok::<_, String>(!scraped.is_empty() && !recorded.is_empty())
+        })
+        .await?;
     let values = |cluster: &'static str, location: &'static str| {
         [
             ("cluster", cluster),

@@ -535,9 +535,9 @@ async fn an_advisory_is_one_log_line_that_says_advisory() -> TestResult {
             .get(r#"azure_scheduled_events_imds_requests_total{operation="events"}"#)
     };
     let start = polls(&agent.metrics()?);
-    while polls(&agent.metrics()?) < start + 10.0 {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    agent
+        .wait_for_metrics("10 more polls", |text| polls(text) >= start + 10.0)
+        .await?;
     let again: Vec<_> = agent
         .lines_so_far()?
         .into_iter()
@@ -575,10 +575,9 @@ async fn a_blocked_connect_is_logged_once_with_its_likely_causes_and_the_fix() -
     let failures = |text: &str| {
         Exposition(text.to_owned()).get(r#"azure_scheduled_events_imds_request_failures_total{operation="events",reason="connect_timeout"}"#)
     };
-    let deadline = std::time::Instant::now() + common::PATIENCE;
-    while failures(&agent.metrics()?) < 4.0 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    agent
+        .wait_for_metrics("4 connect timeouts", |text| failures(text) >= 4.0)
+        .await?;
     assert!(failures(&agent.metrics()?) >= 4.0);
     let again: Vec<_> = agent
         .lines_so_far()?

@@ -6,12 +6,11 @@ use crate::common;
 use crate::otlp;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use azure_scheduled_events_simulator::Scenario;
 use common::pki::Ca;
-use common::process::{AgentProcess, command, scrape};
-use common::{Imds, PATIENCE, THIS_VM, TempDir, TestResult};
+use common::process::{AgentProcess, command};
+use common::{Imds, THIS_VM, TempDir, TestResult};
 use otlp::Receiver;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -41,26 +40,6 @@ fn agent(imds: &Imds, env: &[(&str, &str)], flags: &[&str]) -> Result<AgentProce
     let mut command = command(&args);
     command.envs(env.iter().copied());
     AgentProcess::spawn(command)
-}
-
-/// Scrapes until `condition` holds on the exposition.
-async fn wait_for_metrics(
-    agent: &AgentProcess,
-    what: &str,
-    condition: impl Fn(&str) -> bool,
-) -> Result<String, Error> {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let address = agent.address().to_owned();
-        let text = tokio::task::spawn_blocking(move || scrape(&address)).await??;
-        if condition(&text) {
-            return Ok(text);
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}:\n{text}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,10 +96,11 @@ async fn each_bad_otel_value_keeps_metrics_answering_and_is_reported_once() -> T
             text.contains(name) && text.contains(effect),
             "{name}={value}: {text}"
         );
-        wait_for_metrics(&agent, &format!("{name}={value}: a first document"), |m| {
-            m.contains("azure_scheduled_events_up 1")
-        })
-        .await?;
+        agent
+            .wait_for_metrics(&format!("{name}={value}: a first document"), |m| {
+                m.contains("azure_scheduled_events_up 1")
+            })
+            .await?;
         let warnings = agent
             .lines_so_far()?
             .into_iter()
@@ -208,14 +188,15 @@ async fn traces_reach_a_collector_over_mutual_tls_with_a_private_ca_gzipped() ->
     // counted, and the metrics go on.
     let before = receiver.spans().len();
     let mut refused = agent_without_identity(&imds, &endpoint, &ca_path)?;
-    wait_for_metrics(&refused, "exports refused by the collector", |m| {
-        m.lines().any(|l| {
-            l.starts_with(
-                r#"azure_scheduled_events_otlp_spans_dropped_total{reason="export_failed"}"#,
-            ) && !l.ends_with(" 0")
-        }) && m.contains("azure_scheduled_events_up 1")
-    })
-    .await?;
+    refused
+        .wait_for_metrics("exports refused by the collector", |m| {
+            m.lines().any(|l| {
+                l.starts_with(
+                    r#"azure_scheduled_events_otlp_spans_dropped_total{reason="export_failed"}"#,
+                ) && !l.ends_with(" 0")
+            }) && m.contains("azure_scheduled_events_up 1")
+        })
+        .await?;
     assert_eq!(
         receiver.spans().len(),
         before,

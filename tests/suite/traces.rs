@@ -6,12 +6,11 @@ use crate::common;
 use crate::otlp;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use azure_scheduled_events_exporter::core::trace_id::{lifecycle_span_id, trace_id};
 use azure_scheduled_events_simulator::example_compute;
 use common::process::{AgentProcess, command, scrape};
-use common::{Exposition, Imds, PATIENCE, THIS_VM, TestResult, document};
+use common::{Exposition, Imds, THIS_VM, TestResult, document};
 use otlp::{ReceivedSpan, Receiver};
 
 /// Upper case, as real IMDS sends it.
@@ -68,18 +67,12 @@ impl Agent {
         &self,
         what: &str,
         condition: impl Fn(&Exposition) -> bool,
-    ) -> Result<Exposition, Box<dyn std::error::Error>> {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let exposition = self.metrics().await?;
-            if condition(&exposition) {
-                return Ok(exposition);
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(format!("timed out waiting for {what}:\n{}", exposition.0).into());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    ) -> Result<Exposition, String> {
+        let text = self
+            .0
+            .wait_for_metrics(what, |text| condition(&Exposition(text.to_owned())))
+            .await?;
+        Ok(Exposition(text))
     }
 
     /// SIGTERM, then waits for the exit.

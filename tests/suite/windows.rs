@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use azure_scheduled_events_simulator::ScenarioEvent;
 use azure_scheduled_events_simulator::scenario::HumanDuration;
 use common::process::scrape;
-use common::{Imds, THIS_VM, TempDir, TestResult};
+use common::{Imds, THIS_VM, TempDir, TestResult, wait};
 
 const NAME: &str = "azure-scheduled-events-exporter";
 
@@ -159,6 +159,23 @@ fn run(command: &mut Command) -> Result<(), String> {
     }
 }
 
+/// Whether a process of this machine runs `hookprobe.exe` with a command line (its arguments
+/// joined by spaces) that contains each of `needles`.
+fn running(needles: &[&str]) -> std::io::Result<bool> {
+    for entry in std::fs::read_dir("/proc")? {
+        let Ok(command_line) = std::fs::read(entry?.path().join("cmdline")) else {
+            continue;
+        };
+        let command_line = String::from_utf8_lossy(&command_line).replace('\0', " ");
+        if command_line.contains("hookprobe.exe")
+            && needles.iter().all(|n| command_line.contains(n))
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// A path as the Windows program sees it: Wine's drive Z: is the Unix root.
 fn windows_path(path: &Path) -> String {
     format!("Z:{}", path.display()).replace('/', "\\")
@@ -228,24 +245,25 @@ impl WindowsAgent {
 
     /// Waits until the exposition has `series` at `value`.
     fn wait_for_series(&self, series: &str, value: f64) -> Result<String, String> {
-        let deadline = Instant::now() + WINE_PATIENCE;
-        loop {
-            let metrics = self.metrics();
-            let found = metrics.lines().find_map(|line| {
-                line.strip_prefix(series)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-            });
-            if found == Some(value) {
-                return Ok(metrics);
-            }
-            if Instant::now() > deadline {
-                return Err(format!("{series} is {found:?}, not {value}:\n{metrics}"));
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        let mut last = (None, String::new());
+        wait(&format!("{series} at {value}"))
+            .within(WINE_PATIENCE)
+            .until_blocking(|| {
+                let metrics = self.metrics();
+                let found = metrics.lines().find_map(|line| {
+                    line.strip_prefix(series)?
+                        .strip_prefix(' ')?
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                });
+                if found == Some(value) {
+                    return Some(metrics);
+                }
+                last = (found, metrics);
+                None
+            })
+            .map_err(|e| format!("{e}: {series} is {:?}:\n{}", last.0, last.1))
     }
 
     /// Ctrl-C (Wine turns SIGINT into the console's CTRL_C_EVENT), then waits for the exit.
@@ -255,16 +273,9 @@ impl WindowsAgent {
             .args(["-INT", &pid])
             .status()
             .map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + WINE_PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                return Err("did not exit after Ctrl-C".into());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait("the exit after Ctrl-C")
+            .within(WINE_PATIENCE)
+            .until_blocking(|| self.child.try_wait())
     }
 }
 
@@ -391,8 +402,12 @@ async fn the_windows_agent_tracks_an_event_runs_its_hooks_and_keeps_its_state_ac
         lingered.join("started").is_file(),
         "the hook's own process never ran"
     );
-    // It would have written `survived` 6 s after it started.
-    std::thread::sleep(Duration::from_secs(8));
+    // It would have written `survived` 6 s after it started, had it outlived the hook: it has not
+    // once no process of this machine runs it (Wine names a Windows process by its command line).
+    let marking = [" mark ", &windows_path(&lingered)];
+    wait("the process the hook started to be gone")
+        .within(WINE_PATIENCE)
+        .until_blocking(|| running(&marking).map(|running| !running))?;
     assert!(
         !lingered.join("survived").exists(),
         "a process started by a timed-out hook outlived it"
@@ -443,7 +458,6 @@ async fn the_windows_agent_tracks_an_event_runs_its_hooks_and_keeps_its_state_ac
 
     // Started again, it reads the file back: the same boot, and the waiting event keeps the time
     // it was first seen by the first run.
-    std::thread::sleep(Duration::from_secs(1));
     let mut agent = WindowsAgent::spawn(wine.agent(&args))?;
     agent.next_line_where(|l| l["message"] == "agent restarted; the machine did not reboot")?;
     agent.next_line_where(is("event scheduled", waiting.clone()))?;

@@ -7,6 +7,7 @@
 
 pub mod pki;
 pub mod process;
+pub mod wait;
 
 use std::time::Duration;
 
@@ -15,6 +16,8 @@ use azure_scheduled_events_exporter::output::telemetry::Telemetry;
 use azure_scheduled_events_exporter::shell::agent::{self, RunningAgent};
 use azure_scheduled_events_simulator::{RunningSimulator, SimulatorHandle, example_compute};
 use clap::Parser;
+
+pub use wait::wait;
 
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -56,24 +59,17 @@ impl Imds {
     /// [`PATIENCE`].
     pub async fn polled(&self, polls: usize) -> Result<(), String> {
         let mark = self.sim.requests();
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let gets = self
-                .sim
-                .request_log()
-                .iter()
-                .filter(|r| r.number > mark && r.is_get())
-                .count();
-            if gets > polls {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(format!(
-                    "timed out waiting for {polls} polls: {gets} GETs in {PATIENCE:?}"
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait(&format!("{polls} polls"))
+            .until(async || {
+                let gets = self
+                    .sim
+                    .request_log()
+                    .iter()
+                    .filter(|r| r.number > mark && r.is_get())
+                    .count();
+                gets > polls
+            })
+            .await
     }
 }
 
@@ -150,20 +146,18 @@ impl Agent {
         what: &str,
         condition: impl Fn(&Exposition) -> bool,
     ) -> Result<Exposition, String> {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let exposition = self.metrics().await.map_err(|e| e.to_string())?;
-            if condition(&exposition) {
-                return Ok(exposition);
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(format!(
-                    "timed out waiting for {what}; last scrape:\n{}",
-                    exposition.0
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        let mut last = String::new();
+        wait(what)
+            .until(async || {
+                let exposition = self.metrics().await?;
+                if condition(&exposition) {
+                    return Ok::<_, reqwest::Error>(Some(exposition));
+                }
+                last = exposition.0;
+                Ok(None)
+            })
+            .await
+            .map_err(|e| format!("{e}; last scrape:\n{last}"))
     }
 
     pub async fn stop(mut self) -> Result<(), Box<dyn std::error::Error>> {

@@ -5,6 +5,14 @@
 
 #![allow(dead_code, reason = "the benchmarks use only part of the receiver")]
 
+// The suite's wait, included here too so that the receiver stays self-contained for the benchmarks.
+#[allow(
+    clippy::duplicate_mod,
+    reason = "the suite loads wait.rs as common::wait too; the benchmarks only here"
+)]
+#[path = "wait.rs"]
+mod wait;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -166,14 +174,15 @@ impl Receiver {
         what: &str,
         condition: impl Fn(&[ReceivedSpan]) -> bool,
     ) -> Result<Vec<ReceivedSpan>, String> {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let spans = self.spans();
-            if condition(&spans) {
-                return Ok(spans);
-            }
-            if tokio::time::Instant::now() > deadline {
-                let names: Vec<String> = spans
+        wait::wait(what)
+            .until(async || {
+                let spans = self.spans();
+                condition(&spans).then_some(spans)
+            })
+            .await
+            .map_err(|e| {
+                let names: Vec<String> = self
+                    .spans()
                     .iter()
                     .map(|s| {
                         format!(
@@ -184,12 +193,8 @@ impl Receiver {
                         )
                     })
                     .collect();
-                return Err(format!(
-                    "timed out waiting for {what}; received: {names:#?}"
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+                format!("{e}; received: {names:#?}")
+            })
     }
 }
 

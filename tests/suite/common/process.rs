@@ -4,9 +4,9 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::PATIENCE;
+use super::{PATIENCE, wait};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_azure-scheduled-events-exporter");
 
@@ -90,14 +90,32 @@ impl AgentProcess {
         &self,
         matches: impl Fn(&serde_json::Value) -> bool,
     ) -> Result<serde_json::Value, String> {
+        self.lines_until(matches)?
+            .pop()
+            .ok_or_else(|| "no matching log line".to_owned())
+    }
+
+    /// The log lines from the next one up to the first for which `done` holds, that one
+    /// included, waiting at most [`PATIENCE`]. Each line is waited for as it comes (a blocking
+    /// receive), not polled for.
+    pub fn lines_until(
+        &self,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<Vec<serde_json::Value>, String> {
         let deadline = Instant::now() + PATIENCE;
+        let mut lines = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(Ok(line)) if matches(&line) => return Ok(line),
-                Ok(Ok(_)) => {}
+                Ok(Ok(line)) => {
+                    let finished = done(&line);
+                    lines.push(line);
+                    if finished {
+                        return Ok(lines);
+                    }
+                }
                 Ok(Err(not_json)) => return Err(not_json),
-                Err(e) => return Err(format!("no matching log line: {e}")),
+                Err(e) => return Err(format!("no matching log line ({e}); got {lines:#?}")),
             }
         }
     }
@@ -112,6 +130,38 @@ impl AgentProcess {
         scrape(&self.address)
     }
 
+    /// Scrapes (off the async runtime) until `condition` holds on the exposition; that exposition.
+    /// Fails with the last one.
+    pub async fn wait_for_metrics(
+        &self,
+        what: &str,
+        condition: impl Fn(&str) -> bool,
+    ) -> Result<String, String> {
+        let mut last = String::new();
+        wait(what)
+            .until(async || {
+                let address = self.address.clone();
+                let text = tokio::task::spawn_blocking(move || scrape(&address))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
+                if condition(&text) {
+                    return Ok::<_, String>(Some(text));
+                }
+                last = text;
+                Ok(None)
+            })
+            .await
+            .map_err(|e| format!("{e}; last scrape:\n{last}"))
+    }
+
+    /// As [`Self::wait_for_metrics`], until the exposition contains `needle` (a series with its
+    /// value, say).
+    pub async fn wait_for_series(&self, needle: &str) -> Result<String, String> {
+        self.wait_for_metrics(needle, |text| text.contains(needle))
+            .await
+    }
+
     /// SIGTERM, then waits at most [`PATIENCE`] for the exit.
     pub fn terminate(&mut self) -> Result<ExitStatus, String> {
         let pid = self.child.id().to_string();
@@ -119,16 +169,7 @@ impl AgentProcess {
             .args(["-TERM", &pid])
             .status()
             .map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                return Err("did not exit after SIGTERM".into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait("the exit after SIGTERM").until_blocking(|| self.child.try_wait())
     }
 }
 

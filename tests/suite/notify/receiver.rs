@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::common::PATIENCE;
+use super::common::wait;
 
 /// One request a receiver got.
 #[derive(Debug, Clone)]
@@ -148,20 +148,13 @@ impl Receiver {
 
     /// Waits until `path` got at least `count` requests; returns them.
     pub async fn wait_for(&self, path: &str, count: usize) -> Result<Vec<Hit>, String> {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let hits = self.hits_on(path);
-            if hits.len() >= count {
-                return Ok(hits);
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(format!(
-                    "{path} got {} requests, not {count}: {hits:?}",
-                    hits.len()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait(&format!("{count} requests to {path}"))
+            .until(async || {
+                let hits = self.hits_on(path);
+                (hits.len() >= count).then_some(hits)
+            })
+            .await
+            .map_err(|e| format!("{e}: {:?}", self.hits_on(path)))
     }
 }
 

@@ -9,7 +9,6 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -377,24 +376,4 @@ pub fn start_agent(name: &str, args: &[String]) -> Result<AgentProcess, Error> {
         args.push("--web.listen-address=127.0.0.1:0");
     }
     AgentProcess::spawn(command(&args)).map_err(|e| format!("{name}: {e}").into())
-}
-
-/// Polls `check` every 200 ms until it returns `Some`, for at most `patience`.
-pub async fn eventually<T, F, Fut>(what: &str, patience: Duration, mut check: F) -> Result<T, Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>, Error>>,
-{
-    let deadline = Instant::now() + patience;
-    loop {
-        let last = match check().await {
-            Ok(Some(value)) => return Ok(value),
-            Ok(None) => "not yet".to_owned(),
-            Err(e) => e.to_string(),
-        };
-        if Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}: {last}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
