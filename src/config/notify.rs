@@ -37,10 +37,6 @@ pub const DEFAULT_RUNBOOK_URL: &str = concat!(
 /// Time one delivery attempt has, unless a receiver says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The fields of every notification: the event's view, as in the event's log line
-/// ([`EVENT_FIELDS`]), with `timestamp` and `transition` before it and `changed`,
-/// `seen_started` and `hardware_failure_predicted` after. A template may use these and
-/// `receiver`, nothing else.
 /// The fields of one event as every output says it (the event's view in the core, its log line,
 /// its span), in order: the event's part of the template fields of notifications.
 pub const EVENT_FIELDS: [&str; 16] = [
@@ -62,20 +58,25 @@ pub const EVENT_FIELDS: [&str; 16] = [
     "document_incarnation",
 ];
 
-pub const FIELDS: [&str; 21] = notification_fields();
+/// The fields of every notification: the event's view, as in the event's log line
+/// ([`EVENT_FIELDS`]), with `timestamp`, `transition` and `summary` before it and `changed`,
+/// `seen_started` and `hardware_failure_predicted` after. A template may use these and
+/// `receiver`, nothing else.
+pub const FIELDS: [&str; 22] = notification_fields();
 
-const fn notification_fields() -> [&'static str; 21] {
-    let mut fields = [""; 21];
+const fn notification_fields() -> [&'static str; 22] {
+    let mut fields = [""; 22];
     fields[0] = "timestamp";
     fields[1] = "transition";
+    fields[2] = "summary";
     let mut i = 0;
     while i < EVENT_FIELDS.len() {
-        fields[2 + i] = EVENT_FIELDS[i];
+        fields[3 + i] = EVENT_FIELDS[i];
         i += 1;
     }
-    fields[18] = "changed";
-    fields[19] = "seen_started";
-    fields[20] = "hardware_failure_predicted";
+    fields[19] = "changed";
+    fields[20] = "seen_started";
+    fields[21] = "hardware_failure_predicted";
     fields
 }
 

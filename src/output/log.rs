@@ -7,8 +7,6 @@
 //! Events that do not name this VM are logged at debug level unless `--report.neighbours`, as
 //! their series are only exported then.
 
-use chrono::{DateTime, Utc};
-
 use crate::azure::event::{Affects, EventSource, EventStatus};
 use crate::azure::wire;
 use crate::config::EventSeries;
@@ -18,6 +16,7 @@ use crate::core::boot::Restart;
 use crate::core::occurrence::{Context, Imds, Occurrence};
 use crate::core::trace_id::trace_id;
 use crate::core::tracker::{IncarnationChange, Kind, Transition};
+use crate::core::view::{summary, until};
 
 use super::Output;
 
@@ -222,7 +221,7 @@ fn log_transition(transition: &Transition, context: &Context, events: EventSerie
     };
     let hardware_failure_predicted = first_seen
         .map(|seen| crate::azure::hardware_failure::predicted(transition.event(), Some(seen)));
-    let summary = summary(transition, context.at);
+    let summary = summary(transition.event(), transition.kind().as_str(), context.at);
     macro_rules! line {
         ($level:ident) => {
             tracing::$level!(
@@ -286,64 +285,6 @@ fn waits_for_not_before(transition: &Transition, context: &Context) {
         view.event_type,
         until(event.not_before.seconds_from(context.at)),
     );
-}
-
-/// The event in one sentence, for people reading the log: what, to which VMs, when, for how long
-/// and why, e.g. "Freeze of vm_0, vm_1 in 60 s, for 5 s, live migration".
-fn summary(transition: &Transition, at: DateTime<Utc>) -> String {
-    let event = transition.event();
-    let mut names = event.resources.iter();
-    let mut text = format!("{} of ", event.event_type);
-    for (i, name) in names.by_ref().take(SUMMARY_NAMES).enumerate() {
-        if i > 0 {
-            text.push_str(", ");
-        }
-        text.push_str(name);
-    }
-    match names.len() {
-        0 if event.resources.is_empty() => text.push_str("no VM named"),
-        0 => {}
-        more => text.push_str(&format!(" and {more} more")),
-    }
-    text.push(' ');
-    text.push_str(&match transition.kind() {
-        Kind::Scheduled => until(event.not_before.seconds_from(at)),
-        Kind::Updated => format!("changed, {}", until(event.not_before.seconds_from(at))),
-        kind => kind.as_str().to_owned(),
-    });
-    if let Some(duration) = event.duration.filter(|d| d.0 >= 0) {
-        text.push_str(", for ");
-        text.push_str(&human_seconds(duration.0 as f64));
-    }
-    let cause = event.cause();
-    if cause != crate::azure::cause::Cause::Other {
-        text.push_str(", ");
-        text.push_str(&cause.as_str().replace('_', " "));
-    }
-    text
-}
-
-/// Names of `Resources` a summary lists before "and N more".
-const SUMMARY_NAMES: usize = 3;
-
-/// When NotBefore comes, from now: "in 60 s", "30 s overdue", or "with no NotBefore".
-fn until(seconds: Option<f64>) -> String {
-    match seconds {
-        Some(s) if s >= 0.0 => format!("in {}", human_seconds(s)),
-        Some(s) => format!("{} overdue", human_seconds(-s)),
-        None => "with no NotBefore".to_owned(),
-    }
-}
-
-/// Seconds as a person says them: "45 s", "15 min", "3 h", "6 days" (rounded).
-fn human_seconds(seconds: f64) -> String {
-    let s = seconds.round() as i64;
-    match s {
-        ..120 => format!("{s} s"),
-        120..7_200 => format!("{} min", (s + 30) / 60),
-        7_200..172_800 => format!("{} h", (s + 1_800) / 3_600),
-        _ => format!("{} days", (s + 43_200) / 86_400),
-    }
 }
 
 /// The decision's one log line. Skips of other VMs' events are at debug level: a scale set
@@ -424,66 +365,5 @@ fn log_decision(decision: &Decision, context: &Context) {
                 "approval POST refused: not sent again"
             ),
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use chrono::TimeZone;
-
-    use super::*;
-    use crate::azure::event::{Document, Event};
-
-    fn event(json: &str) -> Result<Event, Box<dyn std::error::Error>> {
-        let body = format!(r#"{{"DocumentIncarnation":1,"Events":[{json}]}}"#);
-        Document::from_json(body.as_bytes())?
-            .events
-            .pop()
-            .ok_or_else(|| "no event".into())
-    }
-
-    fn at() -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 11, 27, 10, 0, 0)
-            .single()
-            .unwrap_or_default()
-    }
-
-    #[test]
-    fn a_summary_says_what_to_whom_when_for_how_long_and_why()
-    -> Result<(), Box<dyn std::error::Error>> {
-        let freeze = event(
-            r#"{"EventId":"A","EventType":"Freeze","ResourceType":"VirtualMachine",
-            "Resources":["demo-vmss_0","demo-vmss_1"],"EventStatus":"Scheduled",
-            "NotBefore":"Fri, 27 Nov 2026 10:01:00 GMT","Description":"Virtual machine is being paused because of a memory-preserving Live Migration operation.",
-            "EventSource":"Platform","DurationInSeconds":5}"#,
-        )?;
-        assert_eq!(
-            summary(&Transition::Appeared(freeze.clone()), at()),
-            "Freeze of demo-vmss_0, demo-vmss_1 in 60 s, for 5 s, live migration"
-        );
-        assert_eq!(
-            summary(&Transition::Started(freeze), at()),
-            "Freeze of demo-vmss_0, demo-vmss_1 started, for 5 s, live migration"
-        );
-        let reboot = event(
-            r#"{"EventId":"B","EventType":"Reboot","ResourceType":"VirtualMachine",
-            "Resources":["a","b","c","d","e"],"EventStatus":"Scheduled",
-            "NotBefore":"Fri, 27 Nov 2026 10:15:00 GMT","EventSource":"User","DurationInSeconds":-1}"#,
-        )?;
-        assert_eq!(
-            summary(&Transition::Appeared(reboot), at()),
-            "Reboot of a, b, c and 2 more in 15 min"
-        );
-        Ok(())
-    }
-
-    #[test]
-    fn durations_read_as_a_person_says_them() {
-        assert_eq!(human_seconds(45.2), "45 s");
-        assert_eq!(human_seconds(900.0), "15 min");
-        assert_eq!(human_seconds(3.0 * 3600.0), "3 h");
-        assert_eq!(human_seconds(6.0 * 86_400.0), "6 days");
-        assert_eq!(until(Some(-30.0)), "30 s overdue");
-        assert_eq!(until(None), "with no NotBefore");
     }
 }

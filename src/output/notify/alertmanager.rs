@@ -112,7 +112,7 @@ pub fn labels(
 pub fn annotations(receiver: &Receiver, notification: &Notification) -> Map<String, Value> {
     let event = &notification.event;
     let mut annotations = Map::new();
-    annotations.insert("summary".into(), notification.summary().into());
+    annotations.insert("summary".into(), notification.headline().into());
     annotations.insert(
         "description".into(),
         event
@@ -422,6 +422,7 @@ mod tests {
             .unwrap_or_else(|| panic!("no event"));
         Notification::new(
             transition,
+            &event,
             EventView::new(&event, Some(vm), Some(1), 1),
             None,
             None,

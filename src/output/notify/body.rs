@@ -16,6 +16,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::azure::event::Event;
 use crate::config::notify::{Dedup, Format, Receiver, severity, template_environment};
 use crate::core::view::EventView;
 
@@ -108,6 +109,8 @@ impl std::io::Write for Capped {
 pub struct Notification {
     pub timestamp: String,
     pub transition: &'static str,
+    /// The event in one sentence, as its log line says it ([`crate::core::view::summary`]).
+    pub summary: String,
     /// The event, as the log line says it.
     #[serde(flatten)]
     pub event: EventView,
@@ -123,6 +126,7 @@ impl Notification {
     /// shows, with the details only some transitions have.
     pub fn new(
         transition: &'static str,
+        event: &Event,
         view: EventView,
         changed: Option<String>,
         seen_started: Option<bool>,
@@ -131,6 +135,7 @@ impl Notification {
         Self {
             timestamp: at.to_rfc3339_opts(SecondsFormat::Millis, true),
             transition,
+            summary: crate::core::view::summary(event, transition, at),
             event: view,
             changed,
             seen_started,
@@ -138,8 +143,8 @@ impl Notification {
         }
     }
 
-    /// One line for people: what happens to which VMs, and when.
-    pub fn summary(&self) -> String {
+    /// The title chat formats and Alertmanager show: what happens to which VMs, and when.
+    pub fn headline(&self) -> String {
         let resources = if self.event.resources.is_empty() {
             "(no resources)"
         } else {
@@ -189,7 +194,7 @@ impl Notification {
 /// The body for `format`; `text`, when a template rendered one, replaces the summary line
 /// (for `json`, the template is the whole body and this is not called).
 pub fn body(receiver: &Receiver, notification: &Notification, text: Option<String>) -> Value {
-    let summary = notification.summary();
+    let summary = notification.headline();
     match receiver.format {
         Format::Json => serde_json::to_value(notification).unwrap_or(Value::Null),
         Format::Slack => slack(notification, &summary, text.as_deref()),
@@ -352,7 +357,7 @@ mod tests {
         receiver.routing_key = Some("key".into());
         receiver
     }
-    use crate::azure::event::{Document, Event};
+    use crate::azure::event::Document;
 
     fn freeze() -> Option<Event> {
         let document = Document::from_json(
@@ -369,6 +374,7 @@ mod tests {
         let event = freeze()?;
         Some(Notification::new(
             transition,
+            &event,
             EventView::new(&event, Some("vm_0"), Some(2), 1),
             None,
             None,

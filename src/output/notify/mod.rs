@@ -118,6 +118,7 @@ impl Output for Notify {
                 hardware_failure_predicted: notice.hardware_failure_predicted,
                 ..Notification::new(
                     notice.transition,
+                    &notice.event,
                     context.view(&notice.event),
                     notice.changed.clone(),
                     notice.seen_started,
