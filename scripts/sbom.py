@@ -32,16 +32,18 @@ def cargo():
 
 
 def package():
-    """Cargo.toml's [package]: name, version, licence, repository, description."""
+    """The agent's package (the workspace's root): name, version, licence, repository, description."""
     out = subprocess.run(
         [cargo(), "metadata", "--locked", "--no-deps", "--format-version", "1"],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    packages = json.loads(out)["packages"]
+    metadata = json.loads(out)
+    root = os.path.join(metadata["workspace_root"], "Cargo.toml")
+    packages = [p for p in metadata["packages"] if p["manifest_path"] == root]
     if len(packages) != 1:
-        sys.exit(f"sbom.py: expected one package in the workspace, found {len(packages)}")
+        sys.exit(f"sbom.py: no package in the workspace's root manifest {root}")
     return packages[0]
 
 
