@@ -25,9 +25,9 @@ while [ "$#" -gt 0 ]; do
 done
 
 chart=deploy/helm/azure-scheduled-events-exporter
-# The first `KEY = "..."` of Cargo.toml's [package] table.
+# The first `KEY = "..."` of Cargo.toml's [workspace.package] table, which every crate of the workspace takes.
 package() {
-    awk -F'"' -v key="$1" '/^\[/ { section = $0 } section == "[package]" && $0 ~ "^" key " *=" { print $2; exit }' Cargo.toml
+    awk -F'"' -v key="$1" '/^\[/ { section = $0 } section == "[workspace.package]" && $0 ~ "^" key " *=" { print $2; exit }' Cargo.toml
 }
 # A top-level `KEY: value` of a YAML file, without quotes.
 top() {
@@ -42,7 +42,7 @@ fail() {
     status=1
 }
 
-[ -n "$version" ] || fail "no version in Cargo.toml's [package]"
+[ -n "$version" ] || fail "no version in Cargo.toml's [workspace.package]"
 [ "$(top version "$chart/Chart.yaml")" = "$version" ] || fail "Chart.yaml's version is not Cargo.toml's $version"
 [ "$(top appVersion "$chart/Chart.yaml")" = "$version" ] || fail "Chart.yaml's appVersion is not Cargo.toml's $version"
 grep -qx "ARG VERSION=$version" Dockerfile || fail "the Dockerfile's ARG VERSION is not Cargo.toml's $version"
