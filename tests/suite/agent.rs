@@ -333,10 +333,16 @@ async fn unreachable_instance_metadata_leaves_affects_unknown_until_it_answers()
     // Instance metadata answers again: the same document's event is now known not to be
     // this VM's, without a new document (and, not this VM's, it has no per-event series).
     imds.sim.clear_faults();
+    // vm_info is set when instance metadata is read, the event decided on after that poll's GET:
+    // a scrape in between sees the one without the other.
     let m = agent
-        .wait_for("the VM's name, from instance metadata", |m| {
-            m.has("azure_scheduled_events_vm_info{")
-        })
+        .wait_for(
+            "the VM's name, from instance metadata, and the event decided",
+            |m| {
+                m.has("azure_scheduled_events_vm_info{")
+                    && m.pending("Reboot", "Scheduled", "unknown") == 0.0
+            },
+        )
         .await?;
     assert_eq!(m.event_info(NEIGHBOUR), None, "{}", m.0);
     assert_eq!(m.pending("Reboot", "Scheduled", "false"), 1.0);

@@ -1,10 +1,11 @@
 //! Waiting for something to happen: a condition looked at again and again (a count of polls at the
-//! simulator, a log line, a value on `/metrics`, a file, a request at a stand-in) until it holds,
-//! or a deadline passes and the wait fails, naming what it waited for. Every wait of the suite
-//! goes through here, and none is a fixed sleep: a test goes on as soon as what it waits for has
-//! happened, and a slow machine makes it slower, never red. A test that checks that something did
-//! *not* happen waits for what proves that enough happened meanwhile (polls, scrapes, requests),
-//! never for a length of time.
+//! simulator, a value on `/metrics`, a file, a request at a stand-in, a process gone) until it
+//! holds, or a deadline passes and the wait fails, naming what it waited for. Every wait of the
+//! suite that looks again and again goes through here (a log line or a datagram is received as it
+//! comes, with the same deadline: `AgentProcess::lines_until`), and none is a fixed sleep: a test
+//! goes on as soon as what it waits for has happened, and a slow machine makes it slower, never
+//! red. A test that checks that something did *not* happen waits for what proves that enough
+//! happened meanwhile (polls, flushes, requests), never for a length of time.
 //!
 //! ```ignore
 //! wait("the Updated Event").until(async || cluster.event_reasons() == ["RebootUpdated"]).await?;
