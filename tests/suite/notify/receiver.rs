@@ -5,7 +5,6 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -218,9 +217,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, shared: Arc<Mut
             .unwrap_or_else(|| status(200))
     };
     match answer {
-        Answer::Hang => {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-        }
+        // A receiver that never answers: the connection stays open until the client gives up.
+        Answer::Hang => std::future::pending::<()>().await,
         Answer::Status {
             code,
             retry_after,
