@@ -13,11 +13,12 @@ use crate::core::occurrence::{Imds, Occurrence};
 use crate::core::tracker::{IncarnationChange, Tracked, Tracker};
 
 /// Why a poll brought no document, as the core needs it: a bounded kind (the `reason` label and
-/// `error.type`) and the message to log. The shell makes one from the IMDS client's error.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PollFailure {
+/// `error.type`) and the error, read only when the outage begins (an outage is one failed poll a
+/// second, and only its first is said). The shell makes one from the IMDS client's error.
+#[derive(Debug, Clone, Copy)]
+pub struct PollFailure<'a> {
     pub kind: &'static str,
-    pub message: String,
+    pub error: &'a dyn std::error::Error,
 }
 
 /// Whether the last poll succeeded, with what is needed to report the next change of it.
@@ -77,11 +78,11 @@ impl Monitor {
     /// Takes in one poll's outcome, read at `now`.
     pub fn observe(
         &mut self,
-        outcome: Result<Polled, &PollFailure>,
+        outcome: Result<Polled, PollFailure<'_>>,
         now: DateTime<Utc>,
     ) -> Vec<Occurrence> {
         match outcome {
-            Err(error) => self.failed(error, now).into_iter().collect(),
+            Err(failure) => self.failed(failure, now).into_iter().collect(),
             Ok(polled) => {
                 let mut changes = Vec::new();
                 match self.reachability {
@@ -142,7 +143,7 @@ impl Monitor {
         }
     }
 
-    fn failed(&mut self, failure: &PollFailure, now: DateTime<Utc>) -> Option<Occurrence> {
+    fn failed(&mut self, failure: PollFailure<'_>, now: DateTime<Utc>) -> Option<Occurrence> {
         match &mut self.reachability {
             Reachability::Unreachable { failed_polls, .. } => {
                 *failed_polls += 1;
@@ -155,7 +156,7 @@ impl Monitor {
                 };
                 Some(Occurrence::Imds(Imds::Unreachable {
                     reason: failure.kind,
-                    error: failure.message.clone(),
+                    error: failure.error.to_string(),
                 }))
             }
         }
@@ -175,11 +176,9 @@ mod tests {
             .unwrap_or_default()
     }
 
-    fn failure(kind: &'static str) -> PollFailure {
-        PollFailure {
-            kind,
-            message: format!("a {kind} failure"),
-        }
+    /// A failed poll of `kind`, with the client's error Rust's own I/O error stands in for.
+    fn failure<'a>(kind: &'static str, error: &'a std::io::Error) -> PollFailure<'a> {
+        PollFailure { kind, error }
     }
 
     fn doc(json: &str) -> Polled {
@@ -195,8 +194,9 @@ mod tests {
         monitor.observe(Ok(doc(SCHEDULED)), t(0));
         let known = monitor.tracker().events().to_vec();
 
+        let error = std::io::Error::other("connection closed");
         for kind in ["timeout", "decode", "transport"] {
-            monitor.observe(Err(&failure(kind)), t(1));
+            monitor.observe(Err(failure(kind, &error)), t(1));
             assert_eq!(monitor.tracker().events(), known, "{kind}");
             assert_eq!(
                 monitor.tracker().incarnation(),
@@ -221,7 +221,8 @@ mod tests {
         monitor.observe(Ok(doc(SCHEDULED)), t(0));
         let known = monitor.tracker().events().to_vec();
         assert!(monitor.observe(Ok(Polled::Unchanged), t(1)).is_empty());
-        monitor.observe(Err(&failure("timeout")), t(2));
+        let error = std::io::Error::other("timed out");
+        monitor.observe(Err(failure("timeout", &error)), t(2));
         assert_eq!(
             monitor.observe(Ok(Polled::Unchanged), t(3)),
             [Occurrence::Imds(Imds::Reachable {
@@ -237,17 +238,21 @@ mod tests {
     fn unreachable_is_reported_once_per_outage() {
         let mut monitor = Monitor::new();
         monitor.observe(Ok(doc(SCHEDULED)), t(0));
-        let error = failure("http_5xx");
-        let first = monitor.observe(Err(&error), t(1));
+        let error = std::io::Error::other("503 Service Unavailable");
+        let first = monitor.observe(Err(failure("http_5xx", &error)), t(1));
         assert!(matches!(
             first[..],
             [Occurrence::Imds(Imds::Unreachable {
                 reason: "http_5xx",
-                ..
-            })]
+                ref error,
+            })] if error == "503 Service Unavailable"
         ));
         assert!(!monitor.is_up());
-        assert!(monitor.observe(Err(&error), t(2)).is_empty());
+        assert!(
+            monitor
+                .observe(Err(failure("http_5xx", &error)), t(2))
+                .is_empty()
+        );
         assert_eq!(monitor.last_success(), Some(t(0)));
     }
 

@@ -67,7 +67,7 @@ impl Observer {
     /// Takes in one poll's outcome, read at `now` by the VM called `vm`.
     pub fn poll(
         &mut self,
-        outcome: Result<Polled, &PollFailure>,
+        outcome: Result<Polled, PollFailure<'_>>,
         vm: Option<&str>,
         now: DateTime<Utc>,
     ) -> Vec<Occurrence> {

@@ -216,9 +216,9 @@ impl Poller {
             Err(error) => {
                 let failure = PollFailure {
                     kind: error.kind(),
-                    message: error.to_string(),
+                    error: &error,
                 };
-                self.observer.poll(Err(&failure), vm, now)
+                self.observer.poll(Err(failure), vm, now)
             }
         });
         let notices = self.observer.notices(&occurrences, vm);
