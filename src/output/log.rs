@@ -7,7 +7,7 @@
 //! Events that do not name this VM are logged at debug level unless `--report.neighbours`, as
 //! their series are only exported then.
 
-use crate::azure::event::{Affects, EventSource, EventStatus};
+use crate::azure::event::{Affects, EventSource};
 use crate::azure::wire;
 use crate::config::EventSeries;
 use crate::config::approval::Mode;
@@ -265,9 +265,9 @@ fn log_transition(transition: &Transition, context: &Context, events: EventSerie
 /// events start at once.
 fn waits_for_not_before(transition: &Transition, context: &Context) {
     let event = transition.event();
+    // Appeared, Scheduled and not an advisory; not again when a restart resumes it.
     if transition.kind() != Kind::Scheduled
         || !matches!(transition, Transition::Appeared(_))
-        || event.status != EventStatus::Scheduled
         || event.source != Some(EventSource::User)
         || event.affects(context.vm_name()) != Affects::Yes
     {
