@@ -10,7 +10,8 @@
 #   docker buildx build --platform linux/amd64,linux/arm64 --build-arg BUILD_REVISION=... -t REGISTRY/NAME:TAG --push .
 # Each release publishes it as ghcr.io/azure-scheduled-events-exporter/azure-scheduled-events-exporter:VERSION,
 # each platform built natively on a runner of its architecture, with VERSION, BUILD_REVISION and SOURCE_URL
-# set (.github/workflows/release.yml, docs/releasing.md).
+# set, in one index with the Windows images of Dockerfile.windows (.github/workflows/release.yml,
+# docs/releasing.md).
 #
 # IMDS (169.254.169.254) answers only from the host's network namespace: run with --network host on a
 # VM, hostNetwork: true on Kubernetes (docs/install.md).

@@ -178,6 +178,15 @@ pub struct AgentArgs {
         default_value = "/metrics"
     )]
     pub web_telemetry_path: String,
+    /// Leave out the metrics about the agent itself: the `process_*` family (CPU, memory, file
+    /// descriptors, threads, start time), as node_exporter's flag of the same name does.
+    ///
+    /// `azure_scheduled_events_build_info` stays, as node_exporter keeps its own (docs/metrics.md).
+    #[arg(
+        long = "web.disable-exporter-metrics",
+        env = "AZURE_SCHEDULED_EVENTS_WEB_DISABLE_EXPORTER_METRICS"
+    )]
+    pub web_disable_exporter_metrics: bool,
     /// Which name in an event's Resources means this VM [default: compute.name from instance metadata].
     #[arg(long = "vm.name", env = "AZURE_SCHEDULED_EVENTS_VM_NAME")]
     pub vm_name: Option<String>,

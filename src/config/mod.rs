@@ -96,6 +96,8 @@ pub struct Config {
     pub poll_interval: Duration,
     pub listen_address: SocketAddr,
     pub telemetry_path: String,
+    /// The `process_*` metrics; off with `--web.disable-exporter-metrics`.
+    pub exporter_metrics: bool,
     /// `--web.config.file`, `--web.max-requests`, `--web.max-connections`.
     pub web: web::WebSettings,
     pub vm_name: Option<String>,
@@ -249,6 +251,7 @@ impl AgentArgs {
             poll_interval: self.poll_interval,
             listen_address: self.web_listen_address,
             telemetry_path: self.web_telemetry_path,
+            exporter_metrics: !self.web_disable_exporter_metrics,
             web,
             vm_name,
             event_series: if self.report_neighbours || self.metrics_all_events {

@@ -103,6 +103,25 @@ pub struct OtlpArgs {
     /// else 10s].
     #[arg(long = "otlp.timeout", env = "AZURE_SCHEDULED_EVENTS_OTLP_TIMEOUT", value_parser = super::values::duration)]
     pub timeout: Option<Duration>,
+    /// Resource attributes as semantic conventions named them before 1.43 (`cloud.platform`
+    /// `azure_vm`/`azure_aks`, no `azure.resource_group.name`), for queries not yet moved; kept
+    /// for one release [default: none: conventions 1.43].
+    ///
+    /// The only value is `pre-1.43` (docs/traces.md).
+    #[arg(
+        long = "otlp.semconv-compat",
+        env = "AZURE_SCHEDULED_EVENTS_OTLP_SEMCONV_COMPAT"
+    )]
+    pub semconv_compat: Option<SemconvCompat>,
+}
+
+/// The older semantic conventions `--otlp.semconv-compat` can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SemconvCompat {
+    /// `cloud.platform` `azure_vm` and `azure_aks`, and no `azure.resource_group.name`: the
+    /// Resource as this agent sent it before it followed conventions 1.43.
+    #[value(name = "pre-1.43")]
+    Pre1_43,
 }
 
 /// Where and how to export traces, once resolved.
@@ -126,6 +145,8 @@ pub struct OtlpConfig {
     pub gzip: bool,
     /// `OTEL_EXPORTER_OTLP_(TRACES_)CERTIFICATE`, `..._CLIENT_CERTIFICATE`, `..._CLIENT_KEY`.
     pub tls: TlsFiles,
+    /// `--otlp.semconv-compat`: `None` sends conventions 1.43.
+    pub semconv_compat: Option<SemconvCompat>,
 }
 
 /// PEM files for TLS to the collector: a private CA, and a client certificate for mutual TLS.
@@ -312,6 +333,7 @@ impl OtlpArgs {
             schedule_delay,
             gzip,
             tls,
+            semconv_compat: self.semconv_compat,
         }))
     }
 }
@@ -471,6 +493,7 @@ mod tests {
             protocol: Some(Protocol::Grpc),
             headers: Some("a=1".into()),
             timeout: Some(Duration::from_secs(3)),
+            semconv_compat: None,
         };
         let config = resolve(
             args,

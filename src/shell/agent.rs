@@ -56,7 +56,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
     let families = Families {
         approval: policy.mode != Mode::Off,
         hooks: policy.runs_hooks(),
-        process: true,
+        process: config.exporter_metrics,
     };
     let metrics = Arc::new(Metrics::new(
         &config.api_version,

@@ -218,6 +218,65 @@ async fn sigterm_stops_the_agent_cleanly() -> TestResult {
     Ok(())
 }
 
+/// Names of the metric families in an exposition, from its `# TYPE` lines.
+fn family_names(exposition: &str) -> Vec<&str> {
+    exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect()
+}
+
+#[tokio::test]
+async fn disable_exporter_metrics_leaves_out_the_process_metrics_and_nothing_else() -> TestResult {
+    let imds = imds_with_one_event().await?;
+    let default = spawn_agent(&imds)?;
+    let (default, _) = wait_for_message(default, "event scheduled").await?;
+    let full = default.metrics()?;
+    // The flag, and the variable the chart or a unit file would set.
+    let mut flag_args = agent_args(&imds);
+    flag_args.push("--web.disable-exporter-metrics".into());
+    let flag = AgentProcess::spawn(command(
+        &flag_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    ))?;
+    let mut variable = command(
+        &agent_args(&imds)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    variable.env(
+        "AZURE_SCHEDULED_EVENTS_WEB_DISABLE_EXPORTER_METRICS",
+        "true",
+    );
+    let variable = AgentProcess::spawn(variable)?;
+    let full_families = family_names(&full);
+    assert!(
+        full_families.contains(&"process_resident_memory_bytes"),
+        "the default exposition has the process metrics:\n{full}"
+    );
+    for (how, process) in [("flag", flag), ("variable", variable)] {
+        let (process, _) = wait_for_message(process, "event scheduled").await?;
+        let without = process.metrics()?;
+        let families = family_names(&without);
+        assert!(
+            families.iter().all(|f| !f.starts_with("process_")),
+            "{how}: process metrics left in:\n{without}"
+        );
+        let expected: Vec<&str> = full_families
+            .iter()
+            .copied()
+            .filter(|f| !f.starts_with("process_"))
+            .collect();
+        assert_eq!(families, expected, "{how}: only the process metrics go");
+        assert!(
+            without.contains("azure_scheduled_events_build_info{"),
+            "{how}: build_info stays:\n{without}"
+        );
+    }
+    Ok(())
+}
+
 #[cfg(feature = "external-tools")]
 #[tokio::test]
 async fn promtool_accepts_the_live_exposition() -> TestResult {

@@ -54,13 +54,15 @@ fn report(output: &Output) -> String {
 
 #[cfg(feature = "external-tools")]
 #[test]
-fn hadolint_finds_nothing_in_the_dockerfile() -> TestResult {
-    let output = hadolint(&["--no-color", "Dockerfile"], None)?;
-    assert!(
-        output.status.success() && report(&output).trim().is_empty(),
-        "hadolint Dockerfile:\n{}",
-        report(&output)
-    );
+fn hadolint_finds_nothing_in_the_dockerfiles() -> TestResult {
+    for dockerfile in ["Dockerfile", "Dockerfile.windows"] {
+        let output = hadolint(&["--no-color", dockerfile], None)?;
+        assert!(
+            output.status.success() && report(&output).trim().is_empty(),
+            "hadolint {dockerfile}:\n{}",
+            report(&output)
+        );
+    }
     // The same hadolint does report a Dockerfile with problems: it is really linting.
     let bad = hadolint(
         &["--no-color", "-"],

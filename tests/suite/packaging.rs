@@ -596,6 +596,15 @@ const ALL_ON: &[&str] = &[
 ];
 
 #[cfg(feature = "external-tools")]
+/// Every optional value on, and the Windows DaemonSet beside the Linux one.
+const ALL_ON_WITH_WINDOWS: &[&str] = &[
+    "--values",
+    "deploy/helm/azure-scheduled-events-exporter/ci/all-on-values.yaml",
+    "--set",
+    "windows.enabled=true",
+];
+
+#[cfg(feature = "external-tools")]
 fn one<'a>(objects: &'a [Value], kind: &str) -> Result<&'a Value, Error> {
     match ops::of_kind(objects, kind).as_slice() {
         [object] => Ok(object),
@@ -610,7 +619,7 @@ fn chart_yaml() -> Result<Value, Error> {
 #[cfg(feature = "external-tools")]
 #[test]
 fn helm_lints_the_chart_with_defaults_and_with_every_optional_value_on() -> TestResult {
-    for extra in [&[][..], ALL_ON] {
+    for extra in [&[][..], ALL_ON, ALL_ON_WITH_WINDOWS] {
         let mut args = vec!["lint", "--strict", CHART];
         args.extend_from_slice(extra);
         let output = helm(&args)?;
@@ -884,6 +893,109 @@ fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> Te
             .split(',')
             .any(|kv| kv == "k8s.node.name=$(K8S_NODE_NAME)"),
         "{value}"
+    );
+    Ok(())
+}
+
+#[cfg(feature = "external-tools")]
+#[test]
+fn windows_enabled_adds_a_hostprocess_daemonset_on_windows_nodes_beside_the_linux_one() -> TestResult
+{
+    // Off by default; the Linux DaemonSet keeps to Linux nodes even when nodeSelector says otherwise.
+    let defaults = render(&[
+        "--set-json",
+        r#"nodeSelector={"kubernetes.io/os":"windows","pool":"a"}"#,
+    ])?;
+    let linux = one(&defaults, "DaemonSet")?;
+    assert_eq!(
+        linux["spec"]["template"]["spec"]["nodeSelector"],
+        json!({"kubernetes.io/os": "linux", "pool": "a"})
+    );
+
+    let objects = render(&[
+        "--set",
+        "windows.enabled=true",
+        "--set-json",
+        r#"windows.nodeSelector={"kubernetes.azure.com/os-sku":"Windows2022"}"#,
+        "--set",
+        "flags.log\\.level=debug",
+    ])?;
+    let daemonsets = ops::of_kind(&objects, "DaemonSet");
+    let [linux, windows] = daemonsets.as_slice() else {
+        return Err(format!("{} DaemonSets rendered", daemonsets.len()).into());
+    };
+    let (linux, windows) = if windows["metadata"]["name"]
+        .as_str()
+        .is_some_and(|n| n.ends_with("-windows"))
+    {
+        (linux, windows)
+    } else {
+        (windows, linux)
+    };
+    let pod = &windows["spec"]["template"]["spec"];
+    // A HostProcess pod: a process of the node, on the node's network, where IMDS answers.
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(
+        pod["securityContext"]["windowsOptions"]["hostProcess"],
+        true
+    );
+    assert_eq!(
+        pod["securityContext"]["windowsOptions"]["runAsUserName"],
+        "NT AUTHORITY\\SYSTEM"
+    );
+    assert_eq!(
+        pod["nodeSelector"],
+        json!({"kubernetes.io/os": "windows", "kubernetes.azure.com/os-sku": "Windows2022"})
+    );
+    // No Linux state directory, init container or user: the state file is the node's own.
+    assert!(pod.get("initContainers").is_none() && pod.get("volumes").is_none());
+    let container = &pod["containers"][0];
+    let linux_container = &linux["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"], linux_container["image"],
+        "one image index"
+    );
+    assert_eq!(container["args"], linux_container["args"], "the same flags");
+    assert_eq!(container["args"], json!(["--log.level=debug"]));
+    let env = container["env"].as_array().ok_or("no env")?;
+    assert!(
+        !env.iter()
+            .any(|e| e["name"] == "AZURE_SCHEDULED_EVENTS_STATE_FILE"),
+        "{env:?}"
+    );
+    assert!(env.iter().any(|e| e["name"] == "OTEL_RESOURCE_ATTRIBUTES"));
+    // Its pods carry the chart's selector labels (the PodMonitor and the Service find them), and
+    // its own selector never matches the Linux pods.
+    let labels = &windows["spec"]["template"]["metadata"]["labels"];
+    let selector = windows["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .ok_or("no selector")?;
+    for (key, value) in linux["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .ok_or("no Linux selector")?
+    {
+        assert_eq!(&labels[key], value, "{key}");
+    }
+    assert!(selector.iter().all(|(k, v)| &labels[k] == v));
+    let linux_labels = &linux["spec"]["template"]["metadata"]["labels"];
+    assert!(
+        selector.iter().any(|(k, v)| &linux_labels[k] != v),
+        "the Windows selector matches the Linux pods"
+    );
+    // A value outside the Windows accounts is refused by values.schema.json.
+    let output = helm(&[
+        "template",
+        NAME,
+        CHART,
+        "--set",
+        "windows.enabled=true",
+        "--set",
+        "windows.runAsUserName=Administrator",
+    ])?;
+    assert!(
+        !output.status.success() && report(&output).contains("runAsUserName"),
+        "{}",
+        report(&output)
     );
     Ok(())
 }
@@ -1573,6 +1685,7 @@ fn rendered_manifests_are_valid_kubernetes_objects() -> TestResult {
     let (oldest, newest) = supported_kubernetes_versions()?;
     let defaults = render(&[])?;
     let all_on = render(ALL_ON)?;
+    let with_windows = render(ALL_ON_WITH_WINDOWS)?;
     let mut plain = Vec::new();
     for file in ["daemonset.yaml", "podmonitor.yaml"] {
         let text = std::fs::read_to_string(ops::repo().join("deploy/kubernetes").join(file))?;
@@ -1583,6 +1696,7 @@ fn rendered_manifests_are_valid_kubernetes_objects() -> TestResult {
     let renderings = [
         ("chart defaults", &defaults),
         ("chart, every option on", &all_on),
+        ("chart, every option on and windows.enabled", &with_windows),
         ("deploy/kubernetes", &plain),
     ];
     for version in [&oldest, &newest] {

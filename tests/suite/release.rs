@@ -516,6 +516,90 @@ fn the_release_binaries_and_the_image_are_built_by_the_same_rust() -> TestResult
     Ok(())
 }
 
+#[test]
+fn the_index_holds_a_windows_image_per_windows_version_built_from_the_release_exe() -> TestResult {
+    // Dockerfile.windows: one base stage per Windows Server version, each pinned by digest, and the
+    // release's version in its labels.
+    let dockerfile = read("Dockerfile.windows")?;
+    let mut stages = BTreeSet::new();
+    for line in dockerfile.lines().filter(|l| l.starts_with("FROM mcr.")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let [_, image, "AS", stage] = words.as_slice() else {
+            return Err(format!("not FROM IMAGE AS STAGE: {line}").into());
+        };
+        let (tag, digest) = image
+            .split_once("@sha256:")
+            .ok_or_else(|| format!("not pinned by digest: {line}"))?;
+        assert!(
+            digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{line}"
+        );
+        assert_eq!(
+            tag,
+            format!("mcr.microsoft.com/windows/nanoserver:{stage}"),
+            "each stage is named after its Nano Server tag"
+        );
+        stages.insert((*stage).to_owned());
+    }
+    assert!(
+        dockerfile
+            .lines()
+            .any(|line| line == format!("ARG VERSION={VERSION}")),
+        "Dockerfile.windows' ARG VERSION is not {VERSION}"
+    );
+    assert!(
+        !dockerfile.lines().any(|l| l.starts_with("RUN")),
+        "a RUN step cannot be built on Linux"
+    );
+
+    // release.yml builds exactly those, for windows/amd64, from the .exe of the packages job's zip,
+    // and pushes them by digest...
+    let release = workflow(RELEASE)?;
+    let release_jobs = jobs(&release)?;
+    let windows = release_jobs
+        .get("image-windows")
+        .ok_or("release.yml has no image-windows job")?;
+    let versions: BTreeSet<String> = windows["strategy"]["matrix"]["windows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        versions, stages,
+        "the matrix builds every base, nothing else"
+    );
+    assert_eq!(windows["needs"], json!(["check", "packages"]));
+    let shell = shell_of(windows);
+    for needle in [
+        "--file Dockerfile.windows",
+        "--platform windows/amd64",
+        r#"--build-arg WINDOWS_VERSION="$WINDOWS""#,
+        "name=$IMAGE,push-by-digest=true",
+        r#"sha256sum --check "$stem.zip.sha256""#,
+    ] {
+        assert!(
+            shell.contains(needle),
+            "image-windows lacks {needle}:\n{shell}"
+        );
+    }
+    // ...and the index joins them with the Linux images: it waits for both jobs and counts every one.
+    let index = release_jobs
+        .get("image-index")
+        .ok_or("release.yml has no image-index job")?;
+    assert_eq!(index["needs"], json!(["check", "image", "image-windows"]));
+    let linux = release_jobs
+        .get("image")
+        .and_then(|job| job["strategy"]["matrix"]["include"].as_array())
+        .map_or(0, Vec::len);
+    let expected = format!(r#"[ "${{#sources[@]}}" -eq {} ]"#, linux + versions.len());
+    assert!(
+        shell_of(index).contains(&expected),
+        "the index does not expect {expected}"
+    );
+    Ok(())
+}
+
 // ---- Scripts ----
 
 /// The repository's scripts a piece of shell names outside its comment lines: words that start

@@ -276,6 +276,49 @@ async fn the_shipped_spot_plus_scenario_starts_with_an_advisory_at_the_newer_ver
     agent.stop().await
 }
 
+#[tokio::test]
+async fn the_shipped_iso_8601_scenario_gives_the_agent_each_not_before() -> TestResult {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios/maintenance-iso-8601.yaml");
+    let scenario = Scenario::from_file(&path)?;
+    let freeze = scenario
+        .events
+        .first()
+        .cloned()
+        .ok_or("the scenario has no event")?;
+    let freeze_id = freeze.id.clone().ok_or("the Freeze has no fixed id")?;
+    let vm = format!(
+        "--vm.name={}",
+        freeze.resources.first().ok_or("no resource")?
+    );
+    let imds = Imds::start().await?;
+    imds.sim.load_scenario(scenario);
+    let agent = Agent::start(&imds, &[&vm]).await?;
+    let m = agent
+        .wait_for("the Freeze", |m| m.event_info(&freeze_id).is_some())
+        .await?;
+    let served = imds
+        .sim
+        .document()
+        .events
+        .into_iter()
+        .find(|e| e.event_id == freeze_id)
+        .and_then(|e| e.not_before)
+        .ok_or("the simulator serves no NotBefore")?;
+    assert!(
+        served.len() == 20 && served.as_bytes()[10] == b'T' && served.ends_with('Z'),
+        "NotBefore {served:?} is not ISO 8601 as 2026-04-29T18:00:00Z"
+    );
+    let instant = chrono::DateTime::parse_from_rfc3339(&served)?.timestamp() as f64;
+    assert_eq!(
+        m.event_value("event_not_before_timestamp_seconds", &freeze_id),
+        Some(instant),
+        "the agent reads {served}"
+    );
+    assert_eq!(m.pending("Freeze", "Scheduled", "true"), 1.0);
+    agent.stop().await
+}
+
 /// A listener on loopback that never accepts: backlog 0 and its queue filled, so that the kernel
 /// drops every further SYN and a connect to it never completes, as when a NetworkPolicy or AKS's
 /// IMDS restriction drops a pod's traffic to 169.254.169.254. Holds the filling connections.

@@ -202,7 +202,7 @@ async fn over_grpc_each_transition_arrives_in_the_event_trace_from_this_vm() -> 
         ("service.version", env!("CARGO_PKG_VERSION")),
         ("service.instance.id", THIS_VM),
         ("cloud.provider", "azure"),
-        ("cloud.platform", "azure_vm"),
+        ("cloud.platform", "azure.vm"),
         ("cloud.region", "from-attributes"),
         ("cloud.availability_zone", compute.zone.as_str()),
         ("cloud.account.id", compute.subscription_id.as_str()),
@@ -210,6 +210,10 @@ async fn over_grpc_each_transition_arrives_in_the_event_trace_from_this_vm() -> 
         ("host.name", THIS_VM),
         ("host.type", compute.vm_size.as_str()),
         ("azure.vm.scaleset.name", compute.vm_scale_set_name.as_str()),
+        (
+            "azure.resource_group.name",
+            compute.resource_group_name.as_str(),
+        ),
         (
             "azure.resourcegroup.name",
             compute.resource_group_name.as_str(),
@@ -266,6 +270,38 @@ async fn over_grpc_each_transition_arrives_in_the_event_trace_from_this_vm() -> 
     assert_eq!(completed.len(), 1);
     assert_eq!(completed[0].parent_span_id, lifecycle.span_id);
 
+    assert!(agent.terminate().await?.success());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_semconv_switch_sends_the_resource_named_as_before_1_43() -> TestResult {
+    let receiver = Receiver::start().await?;
+    let imds = imds_with_one_event("Freeze").await?;
+    let endpoint = receiver.http_url();
+    let agent = Agent::polling(
+        &imds,
+        THIS_VM,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("AZURE_SCHEDULED_EVENTS_OTLP_SEMCONV_COMPAT", "pre-1.43"),
+        ],
+        &[],
+    )?;
+    let spans = receiver
+        .wait_for("the scheduled transition", has("Freeze scheduled"))
+        .await?;
+    let resource = &named(&spans, "Freeze scheduled")[0].resource;
+    let compute = example_compute(THIS_VM);
+    assert_eq!(
+        resource.get("cloud.platform").map(String::as_str),
+        Some("azure_vm")
+    );
+    assert_eq!(resource.get("azure.resource_group.name"), None);
+    assert_eq!(
+        resource.get("azure.resourcegroup.name"),
+        Some(&compute.resource_group_name)
+    );
     assert!(agent.terminate().await?.success());
     Ok(())
 }

@@ -9,6 +9,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -86,6 +87,37 @@ pub struct ScenarioEvent {
     /// Remove the event this long after it appeared, if it is still Scheduled (Azure cancelled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel_after: Option<HumanDuration>,
+    /// How `NotBefore` is written.
+    #[serde(default, skip_serializing_if = "NotBeforeFormat::is_rfc1123")]
+    pub not_before_format: NotBeforeFormat,
+}
+
+/// How an event's `NotBefore` is written: both forms are seen from Azure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NotBeforeFormat {
+    /// `Mon, 19 Sep 2016 18:29:47 GMT`, as the Scheduled Events documentation shows it.
+    #[default]
+    #[serde(rename = "rfc1123")]
+    Rfc1123,
+    /// `2026-04-29T18:00:00Z`, as Microsoft's 2026 maintenance page shows it (and older services
+    /// wrote it).
+    #[serde(rename = "iso8601")]
+    Iso8601,
+}
+
+impl NotBeforeFormat {
+    fn is_rfc1123(&self) -> bool {
+        *self == NotBeforeFormat::Rfc1123
+    }
+
+    /// `at` written in this form, always UTC.
+    pub fn write(self, at: DateTime<Utc>) -> String {
+        match self {
+            NotBeforeFormat::Rfc1123 => at.format(super::state::NOT_BEFORE_FORMAT),
+            NotBeforeFormat::Iso8601 => at.format("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        .to_string()
+    }
 }
 
 /// The status an event appears with.
@@ -350,6 +382,7 @@ impl ScenarioEvent {
             notice: None,
             runs_for: None,
             cancel_after: None,
+            not_before_format: NotBeforeFormat::default(),
         }
     }
 
@@ -490,6 +523,26 @@ mod tests {
         assert!(yaml.to_string().contains("notcie"), "{yaml}");
         let json = rejected(r#"{"events":[],"lop":"3m"}"#);
         assert!(json.to_string().contains("lop"), "{json}");
+        Ok(())
+    }
+
+    #[test]
+    fn not_before_format_is_rfc1123_unless_iso8601_is_asked_for() -> TestResult {
+        let scenario = Scenario::parse(
+            "events:\n  - type: Freeze\n  - type: Reboot\n    not_before_format: iso8601\n",
+        )?;
+        let at = chrono::DateTime::parse_from_rfc3339("2026-04-29T18:00:00Z")?.to_utc();
+        let written: Vec<String> = scenario
+            .events
+            .iter()
+            .map(|e| e.not_before_format.write(at))
+            .collect();
+        assert_eq!(
+            written,
+            ["Wed, 29 Apr 2026 18:00:00 GMT", "2026-04-29T18:00:00Z"]
+        );
+        let err = rejected("events:\n  - type: Freeze\n    not_before_format: iso\n");
+        assert!(err.to_string().contains("iso8601"), "{err}");
         Ok(())
     }
 

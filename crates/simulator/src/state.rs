@@ -17,7 +17,8 @@ use azure_scheduled_events_protocol::wire::{
     Incarnation, ScheduledEvent, ScheduledEventsDocument, StartRequests,
 };
 
-/// `NotBefore` as Azure writes it (RFC 1123, always GMT).
+/// `NotBefore` as Azure's documentation writes it (RFC 1123, always GMT); a scenario event can ask
+/// for ISO 8601 instead ([`super::scenario::NotBeforeFormat`]).
 pub const NOT_BEFORE_FORMAT: &str = "%a, %d %b %Y %H:%M:%S GMT";
 
 /// One `EventId` received in an approval `POST`.
@@ -139,7 +140,7 @@ impl LiveEvent {
             resource_type: Some(spec.resource_type.clone()),
             resources: Some(resources),
             not_before: Some(match self.status {
-                Status::Scheduled => self.not_before.format(NOT_BEFORE_FORMAT).to_string(),
+                Status::Scheduled => spec.not_before_format.write(self.not_before),
                 Status::Started | Status::Advisory => String::new(),
             }),
             description: version.has_description().then(|| spec.description.clone()),
@@ -374,7 +375,7 @@ mod tests {
     use super::*;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
-    use crate::scenario::HumanDuration;
+    use crate::scenario::{HumanDuration, NotBeforeFormat};
     use std::time::Duration;
 
     fn t(seconds: u64) -> DateTime<Utc> {
@@ -578,6 +579,20 @@ mod tests {
         approve(&mut sim, "F", t(5))?;
         sim.advance(t(31));
         assert_eq!(only(&sim).event_status, "Started");
+        Ok(())
+    }
+
+    #[test]
+    fn not_before_can_be_written_in_iso_8601() -> TestResult {
+        let mut sim = loaded(vec![ScenarioEvent {
+            not_before_format: NotBeforeFormat::Iso8601,
+            ..freeze()
+        }]);
+        let event = only(&sim);
+        assert_eq!(event.not_before.as_deref(), Some("2023-11-14T22:14:20Z"));
+        sim.advance(t(60));
+        assert_eq!(only(&sim).event_status, "Started");
+        assert_eq!(only(&sim).not_before.as_deref(), Some(""));
         Ok(())
     }
 

@@ -56,8 +56,9 @@ pub struct Families {
     pub approval: bool,
     /// Any hook configured (approve, prepare or recover): `..._hook_runs_total`.
     pub hooks: bool,
-    /// The standard `process_*` metrics (CPU, memory, file descriptors, start time) from
-    /// `/proc/self`, on Linux. Off only where values must not vary, as in the golden files.
+    /// The exporter's metrics about itself: the standard `process_*` metrics (CPU, memory, file
+    /// descriptors, start time) from `/proc/self`, on Linux. Off with
+    /// `--web.disable-exporter-metrics`, and where values must not vary, as in the golden files.
     pub process: bool,
 }
 

@@ -3,7 +3,10 @@
 //! Built from instance metadata (read once, before the first poll) and the agent itself, then
 //! `OTEL_RESOURCE_ATTRIBUTES`, then `OTEL_SERVICE_NAME`, each overriding what came before: the
 //! operator's variables always win over what the agent works out. Names follow the OpenTelemetry
-//! semantic conventions and the collector's Azure resource detector where one exists.
+//! semantic conventions 1.43 (model/cloud and model/azure of open-telemetry/semantic-conventions:
+//! `cloud.platform` `azure.vm`/`azure.aks`, `azure.resource_group.name`) and the collector's Azure
+//! resource detector where the conventions have none (`azure.vm.*`, `azure.resourcegroup.name`).
+//! `--otlp.semconv-compat=pre-1.43` sends the Resource as it was before, for one release.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +14,7 @@ use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::Resource;
 
 use crate::azure::wire;
-use crate::config::otlp::{DEFAULT_SERVICE_NAME, OtlpConfig};
+use crate::config::otlp::{DEFAULT_SERVICE_NAME, OtlpConfig, SemconvCompat};
 
 /// What the agent knows about the VM it runs on.
 #[derive(Debug, Clone, Copy, Default)]
@@ -37,7 +40,14 @@ pub fn attributes(config: &OtlpConfig, vm: VmIdentity<'_>) -> BTreeMap<String, V
         set("service.instance.id", name);
     }
     if let Some(c) = vm.compute {
-        set("cloud.platform", platform(c));
+        let platform = platform(c);
+        match config.semconv_compat {
+            None => {
+                set("cloud.platform", platform.name());
+                set("azure.resource_group.name", &c.resource_group_name);
+            }
+            Some(SemconvCompat::Pre1_43) => set("cloud.platform", platform.pre_1_43_name()),
+        }
         set("cloud.region", &c.location);
         set("cloud.availability_zone", &c.zone);
         set("cloud.account.id", &c.subscription_id);
@@ -82,9 +92,34 @@ pub fn resource(config: &OtlpConfig, vm: VmIdentity<'_>) -> Resource {
     Resource::builder_empty().with_attributes(kvs).build()
 }
 
-/// `azure_aks` for an AKS node (its scale set lives in the `MC_` node resource group and is
-/// named `aks-<pool>-...`), else `azure_vm`. Instance metadata has no field that says so.
-fn platform(compute: &wire::Compute) -> &'static str {
+/// The `cloud.platform` of a VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Platform {
+    Vm,
+    Aks,
+}
+
+impl Platform {
+    /// As semantic conventions 1.43 name it.
+    fn name(self) -> &'static str {
+        match self {
+            Platform::Vm => "azure.vm",
+            Platform::Aks => "azure.aks",
+        }
+    }
+
+    /// As the conventions named it before 1.43 (deprecated there, "renamed").
+    fn pre_1_43_name(self) -> &'static str {
+        match self {
+            Platform::Vm => "azure_vm",
+            Platform::Aks => "azure_aks",
+        }
+    }
+}
+
+/// An AKS node (its scale set lives in the `MC_` node resource group and is named
+/// `aks-<pool>-...`), else a plain VM. Instance metadata has no field that says so.
+fn platform(compute: &wire::Compute) -> Platform {
     let node_group = compute
         .resource_group_name
         .get(..3)
@@ -94,9 +129,9 @@ fn platform(compute: &wire::Compute) -> &'static str {
         .get(..4)
         .is_some_and(|p| p.eq_ignore_ascii_case("aks-"));
     if node_group && aks_pool {
-        "azure_aks"
+        Platform::Aks
     } else {
-        "azure_vm"
+        Platform::Vm
     }
 }
 
@@ -107,10 +142,14 @@ mod tests {
     use std::collections::HashMap;
 
     fn config(env: &[(&'static str, &'static str)]) -> OtlpConfig {
+        config_with(OtlpArgs::default(), env)
+    }
+
+    fn config_with(args: OtlpArgs, env: &[(&'static str, &'static str)]) -> OtlpConfig {
         let mut env: HashMap<&str, &str> = env.iter().copied().collect();
         env.insert("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318");
         assert!(env.var("OTEL_EXPORTER_OTLP_ENDPOINT").is_some());
-        match OtlpArgs::default().resolve(&env) {
+        match args.resolve(&env) {
             Ok(Some(config)) => config,
             other => panic!("{other:?}"),
         }
@@ -151,7 +190,7 @@ mod tests {
             ("service.version", env!("CARGO_PKG_VERSION")),
             ("service.instance.id", "cass-vmss_3"),
             ("cloud.provider", "azure"),
-            ("cloud.platform", "azure_vm"),
+            ("cloud.platform", "azure.vm"),
             ("cloud.region", "westeurope"),
             ("cloud.availability_zone", "2"),
             ("cloud.account.id", "8d10da13-8125-4ba9-a717-bf7490507b3d"),
@@ -159,12 +198,38 @@ mod tests {
             ("host.name", "cass-vmss_3"),
             ("host.type", "Standard_E8s_v5"),
             ("azure.vm.scaleset.name", "cass-vmss"),
+            ("azure.resource_group.name", "db-rg"),
             ("azure.resourcegroup.name", "db-rg"),
             ("azure.vm.platform_fault_domain", "1"),
             ("azure.vm.platform_update_domain", "4"),
         ] {
             assert_eq!(text(&attributes, key).as_deref(), Some(value), "{key}");
         }
+    }
+
+    #[test]
+    fn the_compatibility_switch_sends_the_names_from_before_1_43() {
+        let compute = compute();
+        let args = OtlpArgs {
+            semconv_compat: Some(SemconvCompat::Pre1_43),
+            ..OtlpArgs::default()
+        };
+        let attributes = attributes(
+            &config_with(args, &[]),
+            VmIdentity {
+                vm_name: None,
+                compute: Some(&compute),
+            },
+        );
+        assert_eq!(
+            text(&attributes, "cloud.platform").as_deref(),
+            Some("azure_vm")
+        );
+        assert!(!attributes.contains_key("azure.resource_group.name"));
+        assert_eq!(
+            text(&attributes, "azure.resourcegroup.name").as_deref(),
+            Some("db-rg")
+        );
     }
 
     #[test]
@@ -230,8 +295,10 @@ mod tests {
             vm_scale_set_name: "aks-nodepool1-12345678-vmss".into(),
             ..compute()
         };
-        assert_eq!(platform(&node), "azure_aks");
-        assert_eq!(platform(&compute()), "azure_vm");
+        assert_eq!(platform(&node).name(), "azure.aks");
+        assert_eq!(platform(&node).pre_1_43_name(), "azure_aks");
+        assert_eq!(platform(&compute()).name(), "azure.vm");
+        assert_eq!(platform(&compute()).pre_1_43_name(), "azure_vm");
     }
 
     #[test]

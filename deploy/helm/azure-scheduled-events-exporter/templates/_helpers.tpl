@@ -86,15 +86,19 @@ flag or a value outside its syntax. */}}
 {{- end }}
 {{- end }}
 
-{{/* The agent's environment, for the DaemonSet and the test hook alike: the chart's settings, then
-env (which may use $(K8S_NODE_NAME)). */}}
+{{/* The agent's environment, for the DaemonSets and the test hook alike: the chart's settings, then
+env (which may use $(K8S_NODE_NAME)). Called with {"Values": .Values, "windows": true} for the Windows
+DaemonSet, whose HostProcess agent keeps the Windows default state file on the node itself
+(%ProgramData%\azure-scheduled-events-exporter\state.json). */}}
 {{- define "ase.env" -}}
 - name: AZURE_SCHEDULED_EVENTS_WEB_LISTEN_ADDRESS
   value: {{ printf ":%v" .Values.port | quote }}
 - name: AZURE_SCHEDULED_EVENTS_LOG_FORMAT
   value: json
+{{- if not .windows }}
 - name: AZURE_SCHEDULED_EVENTS_STATE_FILE
   value: /var/lib/azure-scheduled-events-exporter/state.json
+{{- end }}
 # For the traces' Resource: which node and pod saw the event.
 - name: K8S_NODE_NAME
   valueFrom:
