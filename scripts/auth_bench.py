@@ -207,8 +207,9 @@ def main():
         print(f"polls (GETs):        {len(gets)} in {end - start:.1f} s")
         print(f"longest poll gap:    {longest:.2f} s (window edges included)")
         print(f"real scrapes:        {answered} of {len(scrapes)} answered 200 (others: {others or 'none'})")
-        print(f"/healthz:            {len(health)} probes, {sum(1 for s, _ in health if s != 200)} not 200, "
-              f"slowest {max(t for _, t in health):.2f} s")
+        refused = sorted({str(status) for status, _ in health if status != 200})
+        print(f"/healthz:            {len(health)} probes, {sum(1 for s, _ in health if s != 200)} not 200 "
+              f"({refused or 'none'}), slowest {max(t for _, t in health):.2f} s")
         print(f"agent threads:       {idle_threads} before, at most {max(most_threads)} during")
         print("refusal time:        " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in refusals.items())
               + " (medians of 5, before the attack)")

@@ -43,7 +43,7 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 128;
 /// The `--web.*` flags of the listener beyond its address and path.
 #[derive(Debug, Clone, Args)]
 pub struct WebArgs {
-    /// exporter-toolkit web configuration file (TLS, client certificates, basic auth), re-read
+    /// exporter-toolkit web configuration file (TLS, client certificates, basic auth, rate limit), re-read
     /// on every connection and request [default: none: plain HTTP, no authentication].
     ///
     /// A rotated certificate needs no restart; a file that is invalid at start exits 64
@@ -57,9 +57,11 @@ pub struct WebArgs {
     /// Most concurrent scrapes, as node_exporter; more get 503. 0 means no limit.
     #[arg(long = "web.max-requests", env = "AZURE_SCHEDULED_EVENTS_WEB_MAX_REQUESTS", default_value_t = DEFAULT_MAX_REQUESTS)]
     pub max_requests: usize,
-    /// Most open connections; a new one beyond it closes the oldest.
+    /// Most open connections; a new one beyond it closes another, unauthenticated and idle ones
+    /// first.
     ///
-    /// So a flood of idle connections cannot take the agent's file descriptors (docs/web.md).
+    /// So a flood of idle connections cannot take the agent's file descriptors, nor push out a
+    /// scraper's (docs/web.md).
     #[arg(long = "web.max-connections", env = "AZURE_SCHEDULED_EVENTS_WEB_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
 }

@@ -84,7 +84,7 @@ impl Connections {
     /// Which connection to close for a new one: the oldest not trusted, else the oldest idle,
     /// else the oldest.
     fn to_close(&self) -> Option<usize> {
-        let position = |keep: fn(&Connection) -> bool| self.open.iter().position(keep);
+        let position = |which: fn(&Connection) -> bool| self.open.iter().position(which);
         position(|c| !c.trusted)
             .or_else(|| position(|c| !c.busy))
             .or_else(|| (!self.open.is_empty()).then_some(0))
@@ -232,6 +232,10 @@ pub async fn serve(
                     registration,
                 ));
                 shared.set_handle(id, task.abort_handle());
+                // The new connection reads its first request before the next one is accepted.
+                // Accepted in one burst, connections would all still be unserved when the bound
+                // is met, and a prober's among them closed as readily as an attacker's.
+                tokio::task::yield_now().await;
             }
             () = &mut shutdown => break,
         }
