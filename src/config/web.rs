@@ -9,13 +9,16 @@
 //! (logged) until it is fixed, and the agent keeps polling.
 //!
 //! Supported keys: `tls_server_config` (`cert_file`, `key_file`, `client_ca_file`,
-//! `client_auth_type` with all five of the toolkit's values, `min_version`, `max_version`) and `basic_auth_users` (bcrypt hashes, as
-//! `htpasswd -nBC 10 user` writes them). Any other key the toolkit knows is refused by name
-//! rather than silently ignored: a setting that is not applied must not look applied.
+//! `client_auth_type` with all five of the toolkit's values, `min_version`, `max_version`),
+//! `basic_auth_users` (bcrypt hashes, as `htpasswd -nBC 10 user` writes them) and `rate_limit`
+//! (`interval`, `burst`: a token bucket over every request). Any other key the toolkit knows is
+//! refused by name rather than silently ignored: a setting that is not applied must not look
+//! applied.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use clap::Args;
 
@@ -24,7 +27,7 @@ use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::values::{ConfigError, invalid, one_line};
+use super::values::{ConfigError, duration, invalid, one_line};
 use crate::config::file_input;
 
 /// Default of `--web.max-requests`: node_exporter's.
@@ -40,7 +43,7 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 128;
 /// The `--web.*` flags of the listener beyond its address and path.
 #[derive(Debug, Clone, Args)]
 pub struct WebArgs {
-    /// exporter-toolkit web configuration file (TLS, client certificates, basic auth), re-read
+    /// exporter-toolkit web configuration file (TLS, client certificates, basic auth, rate limit), re-read
     /// on every connection and request [default: none: plain HTTP, no authentication].
     ///
     /// A rotated certificate needs no restart; a file that is invalid at start exits 64
@@ -54,9 +57,11 @@ pub struct WebArgs {
     /// Most concurrent scrapes, as node_exporter; more get 503. 0 means no limit.
     #[arg(long = "web.max-requests", env = "AZURE_SCHEDULED_EVENTS_WEB_MAX_REQUESTS", default_value_t = DEFAULT_MAX_REQUESTS)]
     pub max_requests: usize,
-    /// Most open connections; a new one beyond it closes the oldest.
+    /// Most open connections; a new one beyond it closes another, unauthenticated and idle ones
+    /// first.
     ///
-    /// So a flood of idle connections cannot take the agent's file descriptors (docs/web.md).
+    /// So a flood of idle connections cannot take the agent's file descriptors, nor push out a
+    /// scraper's (docs/web.md).
     #[arg(long = "web.max-connections", env = "AZURE_SCHEDULED_EVENTS_WEB_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
 }
@@ -113,6 +118,59 @@ struct File {
     tls_server_config: Option<TlsFile>,
     #[serde(default)]
     basic_auth_users: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    rate_limit: Option<RateLimitFile>,
+}
+
+/// The toolkit's `rate_limit`: one request every `interval`, `burst` at once.
+#[derive(Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateLimitFile {
+    #[serde(default)]
+    interval: Option<DurationText>,
+    #[serde(default)]
+    burst: Option<u32>,
+}
+
+/// A duration as YAML gives it: `30s` is a string, `0` a number.
+#[derive(Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(untagged)]
+enum DurationText {
+    Text(String),
+    Number(u64),
+}
+
+/// The token bucket `rate_limit` asks for: it holds `burst` requests and gains one every
+/// `interval`, over every request whatever its path or client, as in the toolkit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub interval: Duration,
+    pub burst: u32,
+}
+
+impl RateLimitFile {
+    /// `None` when the limit is off: no `interval`, or `0`, as in the toolkit.
+    fn settings(&self) -> Result<Option<RateLimit>, String> {
+        let interval = match &self.interval {
+            None | Some(DurationText::Number(0)) => Duration::ZERO,
+            Some(DurationText::Text(text)) => {
+                duration(text).map_err(|e| format!("rate_limit: interval {text:?}: {e}"))?
+            }
+            Some(DurationText::Number(n)) => {
+                return Err(format!(
+                    "rate_limit: interval {n} has no unit (use a duration like 1s or 100ms)"
+                ));
+            }
+        };
+        if interval.is_zero() {
+            return Ok(None);
+        }
+        match self.burst.unwrap_or(0) {
+            // The toolkit would refuse every request: surely not what was meant.
+            0 => Err("rate_limit: burst must be at least 1 when interval is set (with 0 every request would be refused)".into()),
+            burst => Ok(Some(RateLimit { interval, burst })),
+        }
+    }
 }
 
 #[derive(Debug, Default, PartialEq, Eq, serde::Deserialize)]
@@ -180,6 +238,39 @@ pub struct Loaded {
     /// seconds, so, as the toolkit does, a password once verified is recognised by its digest.
     /// The cache belongs to this configuration: a changed file starts a new, empty one.
     verified: Mutex<BTreeMap<String, [u8; 32]>>,
+    /// Digests of `user:password` pairs bcrypt refused lately, so that a client repeating a wrong
+    /// password is refused again without bcrypt. Bounded; a pair refused once stays wrong for as
+    /// long as this configuration is in force.
+    failed: Mutex<Failed>,
+    /// What an unknown user's password is checked against: [`DUMMY_HASH`] at the highest cost
+    /// among the users, so that an unknown user takes as long as a wrong password.
+    dummy_hash: String,
+    /// `rate_limit`, when on.
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// The most refused pairs [`Loaded`] remembers: 32 KiB of digests.
+const FAILED_PAIRS: usize = 1024;
+
+/// Recently refused `user:password` digests, oldest first.
+#[derive(Debug, Default)]
+struct Failed {
+    order: VecDeque<[u8; 32]>,
+    set: HashSet<[u8; 32]>,
+}
+
+impl Failed {
+    fn insert(&mut self, pair: [u8; 32]) {
+        if !self.set.insert(pair) {
+            return;
+        }
+        self.order.push_back(pair);
+        if self.order.len() > FAILED_PAIRS
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.set.remove(&oldest);
+        }
+    }
 }
 
 /// What a request's credentials amount to.
@@ -191,9 +282,44 @@ pub enum Access {
     Denied,
 }
 
+/// What the cheap part of a password check found ([`Loaded::check`]).
+#[derive(Debug)]
+pub enum Check {
+    /// Decided without bcrypt: no users, a missing or malformed header, a password verified or
+    /// refused before.
+    Decided(Access),
+    /// Only bcrypt can tell: [`Loaded::verify`], off the runtime's thread.
+    Verify(Credentials),
+}
+
+/// A user and password that bcrypt must check.
+#[derive(Debug)]
+pub struct Credentials {
+    user: String,
+    password: String,
+    /// SHA-256 of the password, for the cache of verified passwords.
+    digest: [u8; 32],
+    /// SHA-256 of `user:password`, for the cache of refused pairs.
+    pair: [u8; 32],
+}
+
 /// A hash of the toolkit's kind that matches no password, checked for unknown users so that an
-/// unknown user costs as much time as a wrong password and user names cannot be probed.
+/// unknown user costs as much time as a wrong password and user names cannot be probed. Its cost
+/// is replaced by the users' ([`dummy_hash`]).
 const DUMMY_HASH: &str = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi";
+
+/// [`DUMMY_HASH`] at the highest cost among `hashes`: bcrypt's time depends on the cost alone,
+/// and the salt and digest stay those of a hash that matches no password.
+fn dummy_hash<'a>(hashes: impl IntoIterator<Item = &'a String>) -> String {
+    let cost = hashes
+        .into_iter()
+        .filter_map(|h| h.parse::<bcrypt::HashParts>().ok())
+        .map(|parts| parts.get_cost())
+        .max()
+        .unwrap_or(10);
+    let (_, salt_and_digest) = DUMMY_HASH.split_at("$2y$10$".len());
+    format!("$2y${cost:02}${salt_and_digest}")
+}
 
 impl Loaded {
     /// Whether the request must authenticate.
@@ -201,35 +327,71 @@ impl Loaded {
         !self.users.is_empty()
     }
 
-    /// Checks an `Authorization` header value. Runs bcrypt (tens of milliseconds at cost 10):
-    /// call it off the async runtime's thread.
-    pub fn check(&self, authorization: Option<&[u8]>) -> Access {
+    /// The cheap part of checking an `Authorization` header value: what can be decided without
+    /// bcrypt, on any thread.
+    pub fn check(&self, authorization: Option<&[u8]>) -> Check {
         if self.users.is_empty() {
-            return Access::Granted;
+            return Check::Decided(Access::Granted);
         }
         let Some((user, password)) = authorization.and_then(basic_credentials) else {
-            return Access::Denied;
+            return Check::Decided(Access::Denied);
         };
-        let (hash, known) = match self.users.get(&user) {
-            Some(hash) => (hash.as_str(), true),
-            None => (DUMMY_HASH, false),
+        let credentials = Credentials {
+            digest: sha256(password.as_bytes()),
+            pair: sha256(format!("{user}:{password}").as_bytes()),
+            user,
+            password,
         };
-        let digest = sha256(password.as_bytes());
-        let verified = || self.verified.lock().unwrap_or_else(PoisonError::into_inner);
-        if known
-            && verified()
-                .get(&user)
-                .is_some_and(|known| same_digest(known, &digest))
-        {
-            return Access::Granted;
+        match self.cached(&credentials) {
+            Some(access) => Check::Decided(access),
+            None => Check::Verify(credentials),
         }
-        // Unlocked while bcrypt runs, so that two scrapers never wait for each other.
-        match bcrypt::verify(password.as_bytes(), hash) {
+    }
+
+    /// What the caches say of these credentials.
+    fn cached(&self, credentials: &Credentials) -> Option<Access> {
+        let verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+        if verified
+            .get(&credentials.user)
+            .is_some_and(|known| same_digest(known, &credentials.digest))
+        {
+            return Some(Access::Granted);
+        }
+        drop(verified);
+        let failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
+        failed
+            .set
+            .contains(&credentials.pair)
+            .then_some(Access::Denied)
+    }
+
+    /// Runs bcrypt (tens of milliseconds at cost 10, four times that at 12): call it off the
+    /// async runtime's thread, with the listener's bound on concurrent checks.
+    pub fn verify(&self, credentials: Credentials) -> Access {
+        // Another request may have settled the same credentials while this one waited.
+        if let Some(access) = self.cached(&credentials) {
+            return access;
+        }
+        let (hash, known) = match self.users.get(&credentials.user) {
+            Some(hash) => (hash.as_str(), true),
+            None => (self.dummy_hash.as_str(), false),
+        };
+        // No lock is held while bcrypt runs, so that two scrapers never wait for each other.
+        match bcrypt::verify(credentials.password.as_bytes(), hash) {
             Ok(true) if known => {
-                verified().insert(user, digest);
+                self.verified
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(credentials.user, credentials.digest);
                 Access::Granted
             }
-            _ => Access::Denied,
+            _ => {
+                self.failed
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(credentials.pair);
+                Access::Denied
+            }
         }
     }
 }
@@ -374,10 +536,17 @@ impl WebConfigFile {
             *cache = Some((sources, Arc::clone(&in_force)));
             return Ok(in_force);
         }
+        let rate_limit = match &parsed.rate_limit {
+            Some(limit) => limit.settings().map_err(|e| error(&self.path, e))?,
+            None => None,
+        };
         let loaded = Arc::new(Loaded {
             tls,
+            dummy_hash: dummy_hash(users.values()),
             users,
             verified: Mutex::default(),
+            failed: Mutex::default(),
+            rate_limit,
         });
         *cache = Some((sources, Arc::clone(&loaded)));
         Ok(loaded)
@@ -567,39 +736,163 @@ mod tests {
         assert!(ClientAuth::parse(Some("Always")).is_err());
     }
 
+    /// Both parts of a check, as the listener runs them.
+    fn decide(loaded: &Loaded, header: Option<&str>) -> Access {
+        match loaded.check(header.map(str::as_bytes)) {
+            Check::Decided(access) => access,
+            Check::Verify(credentials) => loaded.verify(credentials),
+        }
+    }
+
+    fn basic(user_password: &str) -> String {
+        use base64::Engine as _;
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(user_password)
+        )
+    }
+
+    fn loaded_with(users: &[(&str, &str, u32)]) -> Result<Loaded, bcrypt::BcryptError> {
+        let users = users
+            .iter()
+            .map(|(user, password, cost)| Ok(((*user).to_owned(), bcrypt::hash(password, *cost)?)))
+            .collect::<Result<BTreeMap<_, _>, bcrypt::BcryptError>>()?;
+        Ok(Loaded {
+            tls: None,
+            dummy_hash: dummy_hash(users.values()),
+            users,
+            verified: Mutex::default(),
+            failed: Mutex::default(),
+            rate_limit: None,
+        })
+    }
+
     #[test]
     fn basic_auth_checks_user_and_password() -> Result<(), bcrypt::BcryptError> {
-        use base64::Engine as _;
-        let loaded = Loaded {
-            tls: None,
-            users: BTreeMap::from([("alice".to_owned(), bcrypt::hash("s3cret", 4)?)]),
-            verified: Mutex::default(),
-        };
-        let header = |user_password: &str| {
-            format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(user_password)
-            )
-        };
-        let check = |h: &str| loaded.check(Some(h.as_bytes()));
-        assert_eq!(check(&header("alice:s3cret")), Access::Granted);
-        assert_eq!(
-            check(&header("alice:s3cret")),
-            Access::Granted,
-            "again, from the digest of the verified password"
+        let loaded = loaded_with(&[("alice", "s3cret", 4)])?;
+        let check = |h: &str| decide(&loaded, Some(h));
+        assert_eq!(check(&basic("alice:s3cret")), Access::Granted);
+        assert!(
+            matches!(
+                loaded.check(Some(basic("alice:s3cret").as_bytes())),
+                Check::Decided(Access::Granted)
+            ),
+            "again, from the digest of the verified password, without bcrypt"
         );
         assert_eq!(
-            check(&header("alice:wrong")),
+            check(&basic("alice:wrong")),
             Access::Denied,
             "a verified password never lets another one in"
         );
-        assert_eq!(check(&header("bob:s3cret")), Access::Denied);
+        assert_eq!(check(&basic("bob:s3cret")), Access::Denied);
         assert_eq!(check("Bearer abc"), Access::Denied);
-        assert_eq!(loaded.check(None), Access::Denied);
+        assert_eq!(decide(&loaded, None), Access::Denied);
         assert!(
             matches!(bcrypt::verify("s3cret", DUMMY_HASH), Ok(false)),
             "unknown users are checked against a well-formed hash"
         );
         Ok(())
+    }
+
+    #[test]
+    fn a_refused_password_is_refused_again_without_bcrypt() -> Result<(), bcrypt::BcryptError> {
+        let loaded = loaded_with(&[("alice", "s3cret", 4)])?;
+        for pair in ["alice:wrong", "mallory:guess"] {
+            assert!(
+                matches!(loaded.check(Some(basic(pair).as_bytes())), Check::Verify(_)),
+                "{pair}: bcrypt decides the first time"
+            );
+            assert_eq!(decide(&loaded, Some(&basic(pair))), Access::Denied);
+            assert!(
+                matches!(
+                    loaded.check(Some(basic(pair).as_bytes())),
+                    Check::Decided(Access::Denied)
+                ),
+                "{pair}: refused again from the cache"
+            );
+        }
+        assert_eq!(
+            decide(&loaded, Some(&basic("alice:s3cret"))),
+            Access::Granted,
+            "the refused pairs of others never refuse the right password"
+        );
+        // The cache is bounded: the oldest refusals make room.
+        let mut failed = Failed::default();
+        for n in 0..FAILED_PAIRS + 10 {
+            failed.insert(sha256(format!("alice:{n}").as_bytes()));
+        }
+        assert_eq!(failed.set.len(), FAILED_PAIRS);
+        assert_eq!(failed.order.len(), FAILED_PAIRS);
+        assert!(!failed.set.contains(&sha256(b"alice:0")));
+        assert!(
+            failed
+                .set
+                .contains(&sha256(format!("alice:{}", FAILED_PAIRS + 9).as_bytes()))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn unknown_users_are_checked_at_the_users_highest_cost() -> Result<(), bcrypt::BcryptError> {
+        let cost = |hash: &str| hash.parse::<bcrypt::HashParts>().map(|p| p.get_cost());
+        let loaded = loaded_with(&[("alice", "a", 4), ("bob", "b", 6)])?;
+        assert_eq!(cost(&loaded.dummy_hash)?, 6);
+        assert_eq!(cost(&dummy_hash([&bcrypt::hash("x", 12)?]))?, 12);
+        assert_eq!(
+            cost(&dummy_hash([]))?,
+            10,
+            "no users: the toolkit's usual cost"
+        );
+        assert!(
+            matches!(bcrypt::verify("a", &loaded.dummy_hash), Ok(false)),
+            "the dummy matches no password"
+        );
+        assert!(matches!(bcrypt::verify("", &loaded.dummy_hash), Ok(false)));
+        Ok(())
+    }
+
+    #[test]
+    fn rate_limit_is_read_as_the_toolkit_writes_it() {
+        let dir = temp_dir("rate-limit");
+        let limit = |text: &str| {
+            WebConfigFile::open(&write(&dir, "web.yml", text))
+                .and_then(|file| file.load())
+                .map(|loaded| loaded.rate_limit)
+        };
+        assert_eq!(
+            limit("rate_limit:\n  interval: 1s\n  burst: 5\n").ok(),
+            Some(Some(RateLimit {
+                interval: Duration::from_secs(1),
+                burst: 5
+            }))
+        );
+        assert_eq!(
+            limit("rate_limit:\n  interval: 100ms\n  burst: 1\n")
+                .ok()
+                .flatten()
+                .map(|l| l.interval),
+            Some(Duration::from_millis(100))
+        );
+        for off in [
+            "rate_limit:\n  interval: 0\n  burst: 5\n",
+            "rate_limit: {}\n",
+            "rate_limit:\n  interval: 0s\n",
+        ] {
+            assert_eq!(limit(off).ok(), Some(None), "{off:?} turns the limit off");
+        }
+        for (text, needle) in [
+            ("rate_limit:\n  interval: 1s\n", "burst"),
+            ("rate_limit:\n  interval: 1s\n  burst: 0\n", "burst"),
+            ("rate_limit:\n  interval: 5\n  burst: 1\n", "unit"),
+            ("rate_limit:\n  interval: soon\n  burst: 1\n", "interval"),
+            ("rate_limit:\n  interval: 1s\n  burst: -1\n", "rate_limit"),
+            ("rate_limit:\n  every: 1s\n", "every"),
+        ] {
+            match limit(text) {
+                Ok(l) => panic!("{text:?} was accepted: {l:?}"),
+                Err(e) => assert!(e.to_string().contains(needle), "{text:?}: {e}"),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -6,10 +6,16 @@
 //! wait at the same time.
 //!
 //! The connection bound is what keeps a flood of idle connections from taking every file
-//! descriptor of the agent (and with them the sockets it polls IMDS with): when it is reached,
-//! the oldest connection is closed to make room for the new one. A scraper therefore always gets
-//! in, and an idle connection only ever holds its place until newer ones push it out or hyper's
-//! header timeout closes it.
+//! descriptor of the agent (and with them the sockets it polls IMDS with): when it is reached, a
+//! connection is closed to make room for the new one: the oldest that has not been served an
+//! authenticated request (without authentication: that has sent no request), else the oldest
+//! idle one, else the oldest. A scraper therefore always gets in, and a stream of new connections
+//! from a client that cannot authenticate pushes out its own connections before a scraper's.
+//!
+//! Authentication comes before everything but `rate_limit`, on every path, through
+//! [`crate::http::auth`]'s budget of password checks; a scrape takes one of
+//! `--web.max-requests`'s places only once it is authenticated, so a client without the password
+//! can never refuse a scraper who has it.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -32,7 +38,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 
-use crate::config::web::{Access, WebConfigFile, WebSettings};
+use crate::config::web::{WebConfigFile, WebSettings};
+use crate::http::auth::{CheckBudget, RateBucket, Refusal};
 use crate::http::exposition::{Encoded, Exposition};
 use azure_scheduled_events_protocol::http::{accept, drain, respond};
 
@@ -49,6 +56,8 @@ struct Shared {
     exposition: Arc<Exposition>,
     config: Option<Arc<WebConfigFile>>,
     scrapes: Option<Semaphore>,
+    checks: CheckBudget,
+    rate: RateBucket,
     connections: Mutex<Connections>,
     /// Unix seconds of the last warning about closed connections, to warn once a minute.
     last_eviction_warning: AtomicU64,
@@ -58,7 +67,46 @@ struct Shared {
 #[derive(Debug, Default)]
 struct Connections {
     next_id: u64,
-    open: VecDeque<(u64, Option<AbortHandle>)>,
+    open: VecDeque<Connection>,
+}
+
+#[derive(Debug)]
+struct Connection {
+    id: u64,
+    handle: Option<AbortHandle>,
+    /// It has been served a request that passed authentication (any request, without it).
+    trusted: bool,
+    /// It is answering such a request now.
+    busy: bool,
+}
+
+impl Connections {
+    /// Which connection to close for a new one: the oldest not trusted, else the oldest idle,
+    /// else the oldest.
+    fn to_close(&self) -> Option<usize> {
+        let position = |which: fn(&Connection) -> bool| self.open.iter().position(which);
+        position(|c| !c.trusted)
+            .or_else(|| position(|c| !c.busy))
+            .or_else(|| (!self.open.is_empty()).then_some(0))
+    }
+
+    fn get(&mut self, id: u64) -> Option<&mut Connection> {
+        self.open.iter_mut().find(|c| c.id == id)
+    }
+}
+
+/// Marks its connection busy while it answers an authenticated request.
+struct Serving<'a> {
+    id: u64,
+    shared: &'a Shared,
+}
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        if let Some(connection) = self.shared.connections().get(self.id) {
+            connection.busy = false;
+        }
+    }
 }
 
 /// Removes its connection from [`Connections`] when the connection's task ends or is aborted.
@@ -70,7 +118,7 @@ struct Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         let mut connections = self.shared.connections();
-        if let Some(index) = connections.open.iter().position(|(id, _)| *id == self.id) {
+        if let Some(index) = connections.open.iter().position(|c| c.id == self.id) {
             connections.open.remove(index);
         }
     }
@@ -83,22 +131,31 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Registers a new connection, closing the oldest ones while there are too many.
+    /// Registers a new connection, closing others ([`Connections::to_close`]) while there are
+    /// too many.
     fn register(self: &Arc<Self>, max: usize) -> Registration {
         let mut connections = self.connections();
         let mut evicted = 0;
         while connections.open.len() >= max {
-            let Some((_, handle)) = connections.open.pop_front() else {
+            let Some(closed) = connections
+                .to_close()
+                .and_then(|index| connections.open.remove(index))
+            else {
                 break;
             };
-            if let Some(handle) = handle {
+            if let Some(handle) = closed.handle {
                 handle.abort();
             }
             evicted += 1;
         }
         let id = connections.next_id;
         connections.next_id += 1;
-        connections.open.push_back((id, None));
+        connections.open.push_back(Connection {
+            id,
+            handle: None,
+            trusted: false,
+            busy: false,
+        });
         drop(connections);
         if evicted > 0 {
             self.warn_eviction(max);
@@ -110,10 +167,18 @@ impl Shared {
     }
 
     fn set_handle(&self, id: u64, handle: AbortHandle) {
-        let mut connections = self.connections();
-        if let Some(entry) = connections.open.iter_mut().find(|(i, _)| *i == id) {
-            entry.1 = Some(handle);
+        if let Some(connection) = self.connections().get(id) {
+            connection.handle = Some(handle);
         }
+    }
+
+    /// Marks connection `id` trusted, and busy until the guard is dropped.
+    fn serving(&self, id: u64) -> Serving<'_> {
+        if let Some(connection) = self.connections().get(id) {
+            connection.trusted = true;
+            connection.busy = true;
+        }
+        Serving { id, shared: self }
     }
 
     fn warn_eviction(&self, max: usize) {
@@ -130,7 +195,7 @@ impl Shared {
         {
             tracing::warn!(
                 max_connections = max,
-                "too many open connections: closing the oldest ones (logged at most once a minute)"
+                "too many open connections: closing the oldest ones, unauthenticated and idle ones first (logged at most once a minute)"
             );
         }
     }
@@ -148,6 +213,8 @@ pub async fn serve(
         endpoints,
         config: settings.config,
         scrapes: settings.max_requests.map(Semaphore::new),
+        checks: CheckBudget::for_this_machine(),
+        rate: RateBucket::default(),
         connections: Mutex::default(),
         last_eviction_warning: AtomicU64::new(0),
     });
@@ -165,6 +232,10 @@ pub async fn serve(
                     registration,
                 ));
                 shared.set_handle(id, task.abort_handle());
+                // The new connection reads its first request before the next one is accepted.
+                // Accepted in one burst, connections would all still be unserved when the bound
+                // is met, and a prober's among them closed as readily as an attacker's.
+                tokio::task::yield_now().await;
             }
             () = &mut shutdown => break,
         }
@@ -179,8 +250,9 @@ async fn connection(
     stream: TcpStream,
     shared: Arc<Shared>,
     watcher: Watcher,
-    _registration: Registration,
+    registration: Registration,
 ) {
+    let id = registration.id;
     let tls = match shared.config.as_ref().filter(|c| c.tls()) {
         None => None,
         Some(config) => match config.load() {
@@ -200,11 +272,11 @@ async fn connection(
         },
     };
     match tls {
-        None => http(stream, shared, watcher).await,
+        None => http(stream, shared, id, watcher).await,
         Some(tls) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(tls);
             match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(stream)) => http(stream, shared, watcher).await,
+                Ok(Ok(stream)) => http(stream, shared, id, watcher).await,
                 Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
                 Err(_) => tracing::debug!("TLS handshake timed out"),
             }
@@ -212,11 +284,11 @@ async fn connection(
     }
 }
 
-async fn http<I>(io: I, shared: Arc<Shared>, watcher: Watcher)
+async fn http<I>(io: I, shared: Arc<Shared>, id: u64, watcher: Watcher)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = service_fn(move |request| answer(Arc::clone(&shared), request));
+    let service = service_fn(move |request| answer(Arc::clone(&shared), id, request));
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
@@ -230,25 +302,9 @@ const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 
 async fn answer(
     shared: Arc<Shared>,
+    id: u64,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
-    let endpoints = &shared.endpoints;
-    let scrape = request.uri().path() == endpoints.telemetry_path;
-    // A scrape holds its place from the start, through authentication (bcrypt runs off this
-    // thread, so that is where scrapes overlap) to the last byte encoded.
-    let _permit = match (&shared.scrapes, scrape) {
-        (Some(scrapes), true) => match scrapes.try_acquire() {
-            Ok(permit) => Some(permit),
-            Err(_) => {
-                return Ok(respond(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    TEXT,
-                    "too many concurrent scrapes (--web.max-requests)\n",
-                ));
-            }
-        },
-        _ => None,
-    };
     if let Some(config) = &shared.config {
         let loaded = match config.load() {
             Ok(loaded) => loaded,
@@ -261,28 +317,59 @@ async fn answer(
                 ));
             }
         };
+        if !shared.rate.take(loaded.rate_limit) {
+            return Ok(respond(
+                StatusCode::TOO_MANY_REQUESTS,
+                TEXT,
+                "too many requests (rate_limit in --web.config.file)\n",
+            ));
+        }
         if loaded.requires_auth() {
             let header = request
                 .headers()
                 .get(AUTHORIZATION)
-                .map(|v| v.as_bytes().to_vec());
-            // bcrypt takes tens of milliseconds by design: off the thread that polls IMDS.
-            let access = tokio::task::spawn_blocking(move || loaded.check(header.as_deref()))
-                .await
-                .unwrap_or(Access::Denied);
-            if access == Access::Denied {
-                let mut response = respond(StatusCode::UNAUTHORIZED, TEXT, "Unauthorized\n");
-                response.headers_mut().insert(
-                    WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Basic realm=\"azure-scheduled-events-exporter\""),
-                );
-                return Ok(response);
+                .map(HeaderValue::as_bytes);
+            match shared.checks.authenticate(loaded, header).await {
+                Ok(()) => {}
+                Err(Refusal::Busy) => {
+                    return Ok(respond(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        TEXT,
+                        "too many password checks in progress\n",
+                    ));
+                }
+                Err(Refusal::Denied) => {
+                    let mut response = respond(StatusCode::UNAUTHORIZED, TEXT, "Unauthorized\n");
+                    response.headers_mut().insert(
+                        WWW_AUTHENTICATE,
+                        HeaderValue::from_static("Basic realm=\"azure-scheduled-events-exporter\""),
+                    );
+                    return Ok(response);
+                }
             }
         }
     }
-    if !scrape || !matches!(*request.method(), Method::GET | Method::HEAD) {
+    let _serving = shared.serving(id);
+    let endpoints = &shared.endpoints;
+    if request.uri().path() != endpoints.telemetry_path
+        || !matches!(*request.method(), Method::GET | Method::HEAD)
+    {
         return Ok(endpoints.answer(&request));
     }
+    // Only an authenticated scrape takes a place, and holds it to the last byte encoded.
+    let _permit = match &shared.scrapes {
+        Some(scrapes) => match scrapes.try_acquire() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                return Ok(respond(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    TEXT,
+                    "too many concurrent scrapes (--web.max-requests)\n",
+                ));
+            }
+        },
+        None => None,
+    };
     let gzip = accepts_gzip(&request);
     Ok(scrape_response(
         &*shared.exposition.encoded(gzip).await,
@@ -345,6 +432,41 @@ mod tests {
             request.headers_mut().insert(ACCEPT_ENCODING, value);
         }
         request
+    }
+
+    fn open(states: &[(bool, bool)]) -> Connections {
+        Connections {
+            next_id: states.len() as u64,
+            open: states
+                .iter()
+                .enumerate()
+                .map(|(id, &(trusted, busy))| Connection {
+                    id: id as u64,
+                    handle: None,
+                    trusted,
+                    busy,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_connection_closed_first_is_the_oldest_untrusted_then_idle() {
+        // (trusted, busy), oldest first.
+        assert_eq!(
+            open(&[(true, true), (true, false), (false, false)]).to_close(),
+            Some(2)
+        );
+        assert_eq!(
+            open(&[(true, true), (false, false), (false, false)]).to_close(),
+            Some(1)
+        );
+        assert_eq!(
+            open(&[(true, true), (true, true), (true, false)]).to_close(),
+            Some(2)
+        );
+        assert_eq!(open(&[(true, true), (true, true)]).to_close(), Some(0));
+        assert_eq!(open(&[]).to_close(), None);
     }
 
     #[test]

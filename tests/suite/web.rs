@@ -1,11 +1,16 @@
 //! The agent's listener as a scraper and an operator meet it over loopback: gzip, TLS with a
 //! private CA and client certificates, basic auth, a certificate rotated without a restart, the
-//! web configuration file checked at startup, the scrape limit, and a flood of idle connections
-//! that neither exhausts the agent's file descriptors nor stops its polling.
+//! web configuration file checked at startup, the scrape limit, `rate_limit`, a flood of wrong
+//! passwords that stops neither polling nor a scraper who has the password, the order in which
+//! connections are closed, and a flood of idle connections that neither exhausts the agent's file
+//! descriptors nor stops its polling.
 
 use crate::common;
 
-use std::io::Read as _;
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -338,6 +343,7 @@ fn an_invalid_web_config_file_exits_64_with_one_line() -> TestResult {
             "a",
         ),
         ("unknown_key: 1\n", "unknown_key"),
+        ("rate_limit:\n  interval: 1s\n", "burst"),
     ] {
         let flag = web_config(&dir, text)?;
         let output = command(&[&flag]).output()?;
@@ -355,14 +361,44 @@ fn an_invalid_web_config_file_exits_64_with_one_line() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scrapes_beyond_max_requests_get_503() -> TestResult {
     let dir = TempDir::new("web-limit")?;
-    // bcrypt at cost 10 keeps each scrape in flight for a while: the limit of one is met.
     let flag = web_config(
         &dir,
-        &format!("basic_auth_users:\n  p: {}\n", bcrypt::hash("pw", 10)?),
+        &format!("basic_auth_users:\n  p: {}\n", bcrypt::hash("pw", 4)?),
     )?;
     let imds = Imds::start().await?;
+    // A large exposition keeps each scrape in flight while it is encoded: the limit of one is met.
+    let events: Vec<serde_json::Value> = (0..3000)
+        .map(|i| {
+            serde_json::json!({
+                "EventId": format!("E0000000-0000-4000-8000-{i:012}"),
+                "EventStatus": "Scheduled",
+                "EventType": "Freeze",
+                "ResourceType": "VirtualMachine",
+                "Resources": [common::THIS_VM],
+                "NotBefore": "Mon, 11 Apr 2050 22:26:58 GMT",
+                "Description": "",
+                "EventSource": "Platform",
+                "DurationInSeconds": 9,
+            })
+        })
+        .collect();
+    imds.sim.set_document(common::document(2, &events));
     let agent = Agent::start(&imds, &[&flag, "--web.max-requests=1"]).await?;
     let url = format!("{}/metrics", agent.base);
+    // Authenticated once: the scrapes below are let in from the verified password's digest.
+    wait("every event on /metrics")
+        .until(async || {
+            let text = agent
+                .http
+                .get(&url)
+                .basic_auth("p", Some("pw"))
+                .send()
+                .await?
+                .text()
+                .await?;
+            Ok::<_, reqwest::Error>(text.contains(r#"event_type="Freeze"} 3000"#))
+        })
+        .await?;
     let scrapes = (0..6).map(|_| agent.http.get(&url).basic_auth("p", Some("pw")).send());
     let statuses: Vec<u16> = futures_statuses(scrapes).await?;
     assert!(statuses.contains(&200), "{statuses:?}");
@@ -379,6 +415,245 @@ async fn scrapes_beyond_max_requests_get_503() -> TestResult {
         .send()
         .await?;
     assert_eq!(page.status(), 200);
+    agent.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_answers_429_once_the_burst_is_spent() -> TestResult {
+    let dir = TempDir::new("web-rate")?;
+    let flag = web_config(&dir, "rate_limit:\n  interval: 1h\n  burst: 3\n")?;
+    let imds = Imds::start().await?;
+    let agent = Agent::start(&imds, &[&flag]).await?;
+    let mut statuses = Vec::new();
+    for path in ["/metrics", "/healthz", "/", "/readyz", "/metrics"] {
+        statuses.push(agent.get(path).await?.0);
+    }
+    assert_eq!(statuses[..3], [200, 200, 200], "{statuses:?}");
+    assert_eq!(
+        statuses[3..],
+        [429, 429],
+        "every path shares the bucket: {statuses:?}"
+    );
+    // Removed from the file, the limit is lifted at once; set again, it starts with a full burst.
+    std::fs::write(dir.path("web.yml"), "")?;
+    assert_eq!(agent.get("/metrics").await?.0, 200);
+    std::fs::write(
+        dir.path("web.yml"),
+        "rate_limit:\n  interval: 1h\n  burst: 1\n",
+    )?;
+    assert_eq!(agent.get("/metrics").await?.0, 200);
+    assert_eq!(agent.get("/metrics").await?.0, 429);
+    agent.stop().await
+}
+
+/// `Authorization: Basic` for `user:password`.
+fn basic(user: &str, password: &str) -> String {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Basic {encoded}")
+}
+
+/// Sends `GET path` on `stream` (kept alive) and reads the answer; its status.
+fn get_on(stream: &mut TcpStream, path: &str, authorization: &str) -> std::io::Result<u16> {
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: agent\r\nAuthorization: {authorization}\r\n\r\n"
+    )?;
+    let mut head = Vec::new();
+    let mut byte = [0];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    stream.read_exact(&mut body)?;
+    head.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("no status in {head:?}")))
+}
+
+/// Whether the agent has closed `stream` (read without waiting: end of stream or reset).
+fn closed(stream: &TcpStream) -> std::io::Result<bool> {
+    stream.set_nonblocking(true)?;
+    let mut byte = [0];
+    let closed = match (&*stream).read(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+        Err(_) => true,
+    };
+    stream.set_nonblocking(false)?;
+    Ok(closed)
+}
+
+/// The number of threads of process `pid`.
+fn threads(pid: u32) -> Result<usize, Error> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    Ok(status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:")?.trim().parse().ok())
+        .ok_or("no Threads in /proc/<pid>/status")?)
+}
+
+/// Clients sending a new wrong password on a new connection each time, hanging up without
+/// waiting for the answer, until dropped. Counts the requests sent.
+struct WrongPasswords {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicUsize>,
+    clients: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl WrongPasswords {
+    fn start(address: &str, clients: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicUsize::new(0));
+        let clients = (0..clients)
+            .map(|client| {
+                let (stop, sent, address) = (Arc::clone(&stop), Arc::clone(&sent), address.to_owned());
+                std::thread::spawn(move || {
+                    let mut n = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        let header = basic("prometheus", &format!("guess-{client}-{n}"));
+                        if let Ok(mut stream) = TcpStream::connect(&address)
+                            && write!(stream, "GET /metrics HTTP/1.1\r\nHost: a\r\nAuthorization: {header}\r\n\r\n").is_ok()
+                        {
+                            sent.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            sent,
+            clients,
+        }
+    }
+
+    fn sent(&self) -> usize {
+        self.sent.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for WrongPasswords {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for client in self.clients.drain(..) {
+            let _ = client.join();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_wrong_passwords_stops_neither_polling_nor_the_scraper() -> TestResult {
+    let dir = TempDir::new("web-flood")?;
+    let flag = web_config(
+        &dir,
+        &format!(
+            "basic_auth_users:\n  prometheus: {}\n",
+            bcrypt::hash("s3cret", 8)?
+        ),
+    )?;
+    let imds = Imds::start().await?;
+    let url = format!("--imds.url={}", imds.url());
+    let agent = AgentProcess::spawn(command(&[
+        &url,
+        &flag,
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=100ms",
+    ]))?;
+    let address = agent.address().to_owned();
+    let password = basic("prometheus", "s3cret");
+    // The scraper's password is verified once, before the flood.
+    let mut scraper = TcpStream::connect(&address)?;
+    assert_eq!(get_on(&mut scraper, "/metrics", &password)?, 200);
+    let before = threads(agent.id())?;
+    let flood = WrongPasswords::start(&address, 48);
+    wait("the flood to be under way")
+        .until(async || flood.sent() >= 500)
+        .await?;
+    let (mut answered, mut most_threads) = (Vec::new(), before);
+    for _ in 0..10 {
+        let polls = imds.sim.requests();
+        // A new connection each time, as after a scrape timeout.
+        let mut stream = TcpStream::connect(&address)?;
+        answered.push(get_on(&mut stream, "/metrics", &password)?);
+        answered.push(get_on(&mut stream, "/healthz", &password)?);
+        most_threads = most_threads.max(threads(agent.id())?);
+        wait("a poll during the flood")
+            .until(async || imds.sim.requests() > polls)
+            .await?;
+    }
+    let sent = flood.sent();
+    drop(flood);
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    eprintln!(
+        "{sent} wrong passwords sent; the agent had {before} threads before, at most {most_threads} during; scrapes and probes answered {answered:?}"
+    );
+    assert!(answered.iter().all(|s| *s == 200), "{answered:?}");
+    // Every hung-up client's check would have kept a thread of its own: at most half the CPUs'
+    // worth run at once (one more thread for an encoding).
+    assert!(
+        most_threads <= before + (cpus / 2).max(1) + 1,
+        "{most_threads} threads during the flood, {before} before, {cpus} CPUs"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_connections_close_unauthenticated_ones_before_a_scrapers() -> TestResult {
+    let dir = TempDir::new("web-evict")?;
+    let flag = web_config(
+        &dir,
+        &format!(
+            "basic_auth_users:\n  prometheus: {}\n",
+            bcrypt::hash("s3cret", 4)?
+        ),
+    )?;
+    let imds = Imds::start().await?;
+    let agent = Agent::start(&imds, &[&flag, "--web.max-connections=4"]).await?;
+    let address = agent.base.trim_start_matches("http://").to_owned();
+    let statuses = tokio::task::spawn_blocking(move || -> Result<Vec<u16>, String> {
+        let password = basic("prometheus", "s3cret");
+        let mut scraper = TcpStream::connect(&address).map_err(|e| e.to_string())?;
+        let first = get_on(&mut scraper, "/metrics", &password).map_err(|e| e.to_string())?;
+        // Twenty new connections that send nothing, or a wrong password, and are held open.
+        let mut others = Vec::new();
+        for n in 0..20 {
+            let mut stream = TcpStream::connect(&address).map_err(|e| e.to_string())?;
+            if n % 2 == 1 {
+                let _ = get_on(&mut stream, "/metrics", &basic("prometheus", "wrong"));
+            }
+            others.push(stream);
+        }
+        // With room for four, all but the newest three of them are closed.
+        wait("the oldest seventeen of the twenty closed").until_blocking(|| {
+            others[..17]
+                .iter()
+                .map(closed)
+                .collect::<Result<Vec<_>, _>>()
+                .map(|c| c.iter().all(|c| *c))
+        })?;
+        let again = get_on(&mut scraper, "/metrics", &password)
+            .map_err(|e| format!("the scraper's connection: {e}"))?;
+        Ok(vec![first, again])
+    })
+    .await??;
+    assert_eq!(statuses, [200, 200]);
     agent.stop().await
 }
 
