@@ -308,7 +308,7 @@ fn approval_ids(bytes: &[u8]) -> Vec<String> {
         match byte {
             b'{' | b'[' => {
                 open.push(byte);
-                in_approvals = byte == b'{' && approvals_next && open.len() == 2;
+                in_approvals |= byte == b'{' && approvals_next && open.len() == 2;
                 key_next = byte == b'{';
                 approvals_next = false;
             }
