@@ -583,7 +583,7 @@ mod tests {
         }
         let bytes = state.to_bytes();
         let size = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-        println!(
+        eprintln!(
             "largest state: {size} bytes, read cap {}",
             STATE_FILE.max_bytes
         );

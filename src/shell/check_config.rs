@@ -93,7 +93,7 @@ pub fn check(args: AgentArgs, env: &impl EnvSource, unknown: &[UnknownVariable])
         let then = match error {
             LoadError::Input(_) => "set it aside and start fresh",
             LoadError::Corrupt(_) | LoadError::Newer(_) => {
-                "keep every approval it names, copy it aside and drop the rest"
+                "keep every approval it names, set it aside (a copy) and drop the rest"
             }
         };
         checked.warnings.push(format!(

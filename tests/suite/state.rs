@@ -515,7 +515,7 @@ fn posts_per_id(imds: &Imds) -> Vec<(String, usize)> {
         *counts.entry(approval.event_id).or_default() += 1;
     }
     let mut counts: Vec<(String, usize)> = counts.into_iter().collect();
-    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    counts.sort_by_key(|(_, posts)| std::cmp::Reverse(*posts));
     counts
 }
 
@@ -540,7 +540,7 @@ async fn sixty_approvals_of_64000_character_event_ids_are_sent_once_across_three
     }
     let per_id = posts_per_id(&imds);
     let most = per_id.first().map_or(0, |(_, n)| *n);
-    println!(
+    eprintln!(
         "60 EventIds of 64,000 characters, a start and 3 restarts: POSTs in all after each run {posts_after_each_run:?}, most POSTs of one EventId {most}, state file {} bytes",
         std::fs::metadata(dir.path("state.json")).map_or(0, |m| m.len())
     );
@@ -580,7 +580,7 @@ async fn an_approval_whose_attempt_cannot_be_written_is_not_sent_nor_after_resta
         .await?;
         posts_after_each_run.push(imds.sim.approvals().len());
     }
-    println!(
+    eprintln!(
         "an unwritable state file for 3 runs, then a writable one for 2: POSTs after each run {posts_after_each_run:?}"
     );
     assert_eq!(posts_after_each_run, [0, 0, 0, 1, 1]);
@@ -706,12 +706,12 @@ async fn no_odd_state_file_gets_an_attempted_approval_sent_again() -> TestResult
         })
         .await?;
         let posts = imds.sim.approvals().len() - before;
-        println!("{name:<50} POSTs {posts}");
+        eprintln!("{name:<50} POSTs {posts}");
         if posts > 0 {
             sent_again.push(*name);
         }
     }
-    println!(
+    eprintln!(
         "{} of {} odd state files got the attempted approval sent again",
         sent_again.len(),
         files.len()

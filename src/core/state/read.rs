@@ -429,3 +429,58 @@ impl<'de, V: Deserialize<'de>> Deserialize<'de> for Object<V> {
         deserializer.deserialize_any(Visitor(std::marker::PhantomData))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000, 0).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_keys_of_approvals_are_found_in_bytes_cut_short_and_nothing_else() {
+        let bytes = br#"{"version":1,"events":[{"event_id":"E"}],"approvals":{"A":{"status":"sent","x":{"y":1}},"B":{"status":"se"#;
+        assert_eq!(approval_ids(bytes), ["A", "B"]);
+        assert_eq!(
+            approval_ids(br#"{"approvals":{"A":{},"B"#),
+            ["A"],
+            "B is cut"
+        );
+        assert_eq!(
+            approval_ids(br#"{"notifications":{"N":{}},"x":{"approvals":{"Z":{}}}}"#),
+            Vec::<String>::new(),
+            "only the top-level approvals"
+        );
+        assert_eq!(approval_ids(br#"{"approvals":{"A\"B":{}}"#), ["A\"B"]);
+    }
+
+    #[test]
+    fn an_unknown_status_counts_as_sent_and_a_failed_one_stays_failed() {
+        let read = read(
+            br#"{"version":1,"approvals":{"A":{"status":"acknowledged","attempts":-1},"F":{"status":"failed","attempts":2,"at":"2026-11-22T11:13:38Z","event_type":"Freeze"}}}"#,
+            now(),
+        );
+        let a = read.state.approvals.get("A");
+        assert_eq!(
+            a.map(|r| (r.status, r.attempts)),
+            Some((ApprovalStatus::Sent, 1))
+        );
+        assert_eq!(a.map(|r| r.at), Some(now()));
+        let f = read.state.approvals.get("F");
+        assert_eq!(
+            f.map(|r| (r.status, r.attempts)),
+            Some((ApprovalStatus::Failed, 2))
+        );
+        assert_eq!(read.dropped.len(), 2, "{:?}", read.dropped);
+    }
+
+    #[test]
+    fn what_was_dropped_is_said_up_to_a_bound() {
+        let events: Vec<&str> = vec!["null"; 100];
+        let bytes = format!(r#"{{"version":1,"events":[{}]}}"#, events.join(","));
+        let read = read(bytes.as_bytes(), now());
+        assert_eq!(read.dropped.len(), MAX_DROPPED_SAID + 1);
+        assert_eq!(read.dropped.last().map(String::as_str), Some("and 84 more"));
+    }
+}

@@ -71,18 +71,6 @@ impl StateStore {
         };
         match file_input::read(path, file_input::STATE_FILE) {
             Err(error) if error.is_not_found() => (store(State::new(), None), Opened::Fresh),
-            // Writing over a device or a FIFO would replace it: state stays in memory.
-            Err(error @ FileInputError::NotRegular(_)) => {
-                let mut opened = Self::in_memory();
-                opened.unwritten = Some(Arc::from(error.to_string()));
-                (
-                    opened,
-                    Opened::Replaced {
-                        error: LoadError::Input(error),
-                        aside: None,
-                    },
-                )
-            }
             Err(error @ FileInputError::TooLarge { .. }) => {
                 let aside = sibling(path, "corrupt");
                 let aside = fs::rename(path, &aside).ok().map(|()| aside);
@@ -94,8 +82,10 @@ impl StateStore {
                     },
                 )
             }
+            // Writing over a device or a FIFO would replace it, and over a file that cannot be
+            // read the approvals it may name: state stays in memory, and no approval is sent.
             Err(error) => {
-                let mut opened = store(State::new(), None);
+                let mut opened = Self::in_memory();
                 opened.unwritten = Some(Arc::from(error.to_string()));
                 (
                     opened,
