@@ -15,7 +15,7 @@ use crate::azure::event::{Affects, Event};
 use crate::config::notify::{Filter, NotifyConfig};
 use crate::core::approval::Outcome;
 use crate::core::occurrence::{Lifecycle, Notice, Occurrence};
-use crate::core::state::State;
+use crate::core::state::{State, stored};
 use crate::core::tracker::Transition;
 
 /// The transitions a restart reports again: an event still in the document is resumed as
@@ -27,7 +27,8 @@ pub const REPLAYABLE: [&str; 3] = ["advisory", "scheduled", "started"];
 #[derive(Debug, Clone, Default)]
 pub struct Notices {
     receivers: Vec<(Arc<str>, Filter)>,
-    /// By EventId, then receiver: the replayable transitions already handed to it.
+    /// By EventId (as the state file holds it, [`stored`]), then receiver: the replayable
+    /// transitions already handed to it.
     sent: BTreeMap<String, BTreeMap<Arc<str>, Vec<&'static str>>>,
 }
 
@@ -99,7 +100,9 @@ impl Notices {
                     // Events leaving the document take what they were sent with them.
                     Occurrence::Events(events) => {
                         self.sent.retain(|id, _| {
-                            events.iter().any(|tracked| tracked.event.id.as_str() == id)
+                            events
+                                .iter()
+                                .any(|tracked| stored(tracked.event.id.as_str()) == id.as_str())
                         });
                         None
                     }
@@ -152,7 +155,7 @@ impl Notices {
             if recorded && !filter.replay {
                 let sent = self
                     .sent
-                    .entry(event.id.as_str().to_owned())
+                    .entry(stored(event.id.as_str()).into_owned())
                     .or_default()
                     .entry(Arc::clone(name))
                     .or_default();

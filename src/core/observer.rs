@@ -18,7 +18,7 @@ use crate::core::approval::{Decision, HookKind, Outcome};
 use crate::core::monitor::{Monitor, PollFailure};
 use crate::core::notices::Notices;
 use crate::core::occurrence::{Occurrence, Report};
-use crate::core::state::{KnownEvent, State};
+use crate::core::state::{KnownEvent, State, is_digest};
 use crate::core::tracker::Tracked;
 use crate::core::view::SpanIds;
 
@@ -71,9 +71,20 @@ impl Observer {
         vm: Option<&str>,
         now: DateTime<Utc>,
     ) -> Vec<Occurrence> {
-        if outcome.is_ok()
-            && let Some(remembered) = self.remembered.take()
+        if let Ok(polled) = &outcome
+            && let Some(mut remembered) = self.remembered.take()
         {
+            // Strings too long for the state file were held as digests: the document's own
+            // are taken back, so the tracker knows the event again.
+            if let Polled::Changed(document) = polled {
+                for known in remembered.iter_mut().filter(|known| {
+                    [&known.event_id, &known.event_type, &known.event_status]
+                        .into_iter()
+                        .any(|held| is_digest(held))
+                }) {
+                    document.events.iter().any(|event| known.resolve(event));
+                }
+            }
             // Resolved against the VM's name as known now, at the first document.
             self.monitor
                 .resume(remembered.iter().map(|known| tracked(known, vm)).collect());

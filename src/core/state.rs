@@ -7,7 +7,11 @@
 //! file is the state output's store (`crate::output::state`, re-exported as
 //! [`crate::state_file`]): the one writer, atomic, only when the state changed.
 
+mod read;
+
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -16,6 +20,8 @@ use crate::azure::event::{Affects, Event, EventId, EventStatus, EventType};
 use crate::azure::not_before::NotBefore;
 use crate::config::file_input::FileInputError;
 use crate::core::tracker::Tracked;
+
+pub use read::{Read, read};
 
 /// The format version this agent writes. A file with a higher version is set aside, not read.
 pub const VERSION: u32 = 1;
@@ -29,6 +35,43 @@ const APPROVAL_RETENTION: chrono::TimeDelta = chrono::TimeDelta::days(7);
 /// approvals however many events come and go; an approval is always kept while its event is
 /// in the document, which is what keeps it from being sent twice.
 pub const MAX_PAST_APPROVALS: usize = 1000;
+
+/// Longest string of a document (an EventId, an event type or status) the file holds as it is.
+/// Azure's EventIds are GUIDs (36 characters, 38 in braces), its types and statuses single words;
+/// a longer string is held as its digest ([`stored`]), so the file's size follows the number of
+/// events, never the length of their strings, and stays under the cap the agent reads back.
+pub const MAX_STORED_LEN: usize = 38;
+
+/// Bytes of the SHA-256 a digest keeps: 128 bits, 32 hex digits.
+const DIGEST_BYTES: usize = 16;
+
+/// What starts a digest held in place of a longer string.
+const DIGEST_PREFIX: &str = "sha256:";
+
+/// How the file holds `text`, a string of a document: as it is up to [`MAX_STORED_LEN`] bytes,
+/// else as `sha256:` and the first 128 bits of the SHA-256 of its bytes in lower-case hex (39
+/// bytes). A digest is longer than any string held as it is, so the two never collide; one is
+/// held as it is (reading the file again gives the same form). Every lookup of the file's approvals and notifications goes
+/// through this, so a long EventId is found again after a restart.
+pub fn stored(text: &str) -> Cow<'_, str> {
+    if text.len() <= MAX_STORED_LEN || is_digest(text) {
+        return Cow::Borrowed(text);
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    let mut held = String::with_capacity(DIGEST_PREFIX.len() + 2 * DIGEST_BYTES);
+    held.push_str(DIGEST_PREFIX);
+    for byte in digest.as_ref().iter().take(DIGEST_BYTES) {
+        let _ = write!(held, "{byte:02x}");
+    }
+    Cow::Owned(held)
+}
+
+/// Whether `text` is a digest [`stored`] made.
+pub fn is_digest(text: &str) -> bool {
+    text.strip_prefix(DIGEST_PREFIX).is_some_and(|hex| {
+        hex.len() == 2 * DIGEST_BYTES && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
 
 /// Event types after which, once this VM saw them Started, a reboot is expected. A Freeze does not
 /// reboot, but a reboot during one is what the operator was told to expect; a Preempt deallocates,
@@ -96,6 +139,24 @@ impl KnownEvent {
             source: None,
             duration: None,
         }
+    }
+
+    /// Takes the strings held as digests ([`stored`]) back from `event` of the document, when it
+    /// is this event (its EventId held as this one's): then true.
+    pub fn resolve(&mut self, event: &Event) -> bool {
+        if self.event_id != stored(event.id.as_str()) {
+            return false;
+        }
+        for (held, text) in [
+            (&mut self.event_id, event.id.as_str()),
+            (&mut self.event_type, event.event_type.as_str()),
+            (&mut self.event_status, event.status.as_str()),
+        ] {
+            if is_digest(held) && *held == stored(text) {
+                *held = text.to_owned();
+            }
+        }
+        true
     }
 
     /// Whether this VM saw the event `Started`.
@@ -167,9 +228,9 @@ impl State {
             && self.events.len() == events.len()
             && self.events.iter().zip(events).all(|(known, tracked)| {
                 let event = &tracked.event;
-                known.event_id == event.id.as_str()
-                    && known.event_status == event.status.as_str()
-                    && known.event_type == event.event_type.as_str()
+                known.event_id == stored(event.id.as_str())
+                    && known.event_status == stored(event.status.as_str())
+                    && known.event_type == stored(event.event_type.as_str())
                     && known.affects_this_vm == (event.affects(vm) == Affects::Yes)
             });
         if unchanged {
@@ -180,16 +241,16 @@ impl State {
         self.events = events
             .iter()
             .map(|tracked| {
-                let id = tracked.event.id.as_str();
+                let id = stored(tracked.event.id.as_str());
                 let earlier = previous.iter().find(|known| known.event_id == id);
                 let first_seen = earlier.map_or(tracked.first_seen, |known| {
                     known.first_seen.min(tracked.first_seen)
                 });
                 KnownEvent {
                     span_id: earlier.and_then(|known| known.span_id.clone()),
-                    event_id: id.to_owned(),
-                    event_type: tracked.event.event_type.as_str().to_owned(),
-                    event_status: tracked.event.status.as_str().to_owned(),
+                    event_id: id.into_owned(),
+                    event_type: stored(tracked.event.event_type.as_str()).into_owned(),
+                    event_status: stored(tracked.event.status.as_str()).into_owned(),
                     first_seen,
                     affects_this_vm: tracked.event.affects(vm) == Affects::Yes,
                 }
@@ -201,12 +262,12 @@ impl State {
                 && IMPACT_TYPES.contains(&tracked.event.event_type)
         });
         self.expected_impact = match (impact, self.expected_impact.take()) {
-            (Some(tracked), Some(known)) if known.event_id == tracked.event.id.as_str() => {
+            (Some(tracked), Some(known)) if known.event_id == stored(tracked.event.id.as_str()) => {
                 Some(known)
             }
             (Some(tracked), _) => Some(Impact {
-                event_id: tracked.event.id.as_str().to_owned(),
-                event_type: tracked.event.event_type.as_str().to_owned(),
+                event_id: stored(tracked.event.id.as_str()).into_owned(),
+                event_type: stored(tracked.event.event_type.as_str()).into_owned(),
                 started_seen: now,
             }),
             // It ended without restarting this agent: whatever it did is over.
@@ -257,7 +318,7 @@ impl State {
     ) -> bool {
         let sent = self
             .notifications
-            .entry(event_id.to_owned())
+            .entry(stored(event_id).into_owned())
             .or_default()
             .entry(receiver.to_owned())
             .or_default();
@@ -268,26 +329,22 @@ impl State {
         true
     }
 
-    /// Reads a state file's bytes.
+    /// Reads a state file's bytes whole: an error if anything in them is not understood (the
+    /// agent itself reads what it can, [`read`]).
     pub fn parse(bytes: &[u8]) -> Result<Self, LoadError> {
-        #[derive(Deserialize)]
-        struct Versioned {
-            version: u32,
+        let read = read(bytes, DateTime::UNIX_EPOCH);
+        if let Some(version) = read.newer {
+            return Err(LoadError::Newer(version));
         }
-        let versioned: Versioned =
-            serde_json::from_slice(bytes).map_err(|e| LoadError::Corrupt(e.to_string()))?;
-        if versioned.version > VERSION {
-            return Err(LoadError::Newer(versioned.version));
+        if !read.dropped.is_empty() {
+            return Err(LoadError::Corrupt(read.dropped.join("; ")));
         }
-        if versioned.version == 0 {
-            return Err(LoadError::Corrupt("version 0".into()));
-        }
-        serde_json::from_slice(bytes).map_err(|e| LoadError::Corrupt(e.to_string()))
+        Ok(read.state)
     }
 
     /// The file's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut bytes = serde_json::to_vec_pretty(self).unwrap_or_default();
+        let mut bytes = serde_json::to_vec(self).unwrap_or_default();
         bytes.push(b'\n');
         bytes
     }
@@ -301,7 +358,7 @@ pub enum LoadError {
     #[error(
         "written by a newer version of the agent (format {0}, this agent reads up to {VERSION})"
     )]
-    Newer(u32),
+    Newer(u64),
     #[error("cannot read it: {0}")]
     Input(#[from] FileInputError),
 }
@@ -439,6 +496,100 @@ mod tests {
             ["present"],
             "an approval is kept while its event is in the document"
         );
+    }
+
+    #[test]
+    fn a_long_string_is_held_as_a_digest_that_no_string_held_as_it_is_can_be() {
+        let guid = "C7061BAC-AFDC-4513-B24B-AA5F13A16123";
+        assert_eq!(stored(guid), guid);
+        let at_the_bound = "x".repeat(MAX_STORED_LEN);
+        assert_eq!(stored(&at_the_bound), at_the_bound);
+        let long = "x".repeat(64_000);
+        let held = stored(&long).into_owned();
+        assert!(held.starts_with("sha256:") && is_digest(&held), "{held}");
+        assert_eq!(held.len(), 39);
+        assert!(
+            held.len() > MAX_STORED_LEN,
+            "no string held as it is looks like one"
+        );
+        assert_eq!(stored(&held), held, "read back, it is held the same");
+        assert_ne!(stored(&"y".repeat(64_000)), held);
+    }
+
+    #[test]
+    fn an_event_with_a_long_id_is_known_again_from_its_digest() {
+        let long = "E".repeat(64_000);
+        let mut state = State::new();
+        let event = tracked(&long, EventType::Freeze, EventStatus::Scheduled, 0);
+        state.observe(Some(1), std::slice::from_ref(&event), Some("me"), t(0));
+        let mut known = state.events[0].clone();
+        assert!(is_digest(&known.event_id));
+        assert!(
+            !known.resolve(&tracked("other", EventType::Freeze, EventStatus::Scheduled, 0).event)
+        );
+        assert!(known.resolve(&event.event));
+        assert_eq!(known.event_id, long);
+        assert_eq!(known.event_type, "Freeze");
+    }
+
+    /// The largest state a document lets the agent write: every event at [`MAX_EVENTS`] with
+    /// strings past [`MAX_STORED_LEN`], each approved, the past approvals kept, the longest boot
+    /// id, and two receivers notified of two transitions of each event.
+    #[test]
+    fn the_largest_state_the_agent_writes_is_one_it_reads_back() -> Result<(), LoadError> {
+        use crate::azure::imds::MAX_EVENTS;
+        use crate::config::file_input::{BOOT_ID, STATE_FILE};
+        let long = |i: usize, what: &str| format!("{what}-{i:05}-{}", "x".repeat(1000));
+        let seen = t(0) + chrono::TimeDelta::nanoseconds(123_456_789);
+        let events: Vec<Tracked> = (0..MAX_EVENTS)
+            .map(|i| {
+                let mut event = tracked(
+                    &long(i, "id"),
+                    EventType::parse(&long(i, "type")),
+                    EventStatus::parse(&long(i, "status")),
+                    0,
+                );
+                event.first_seen = seen;
+                event
+            })
+            .collect();
+        let mut state = State::new();
+        state.boot_id = Some("b".repeat(usize::try_from(BOOT_ID.max_bytes).unwrap_or(0)));
+        state.clean_stop = Some(seen);
+        state.observe(Some(u64::MAX), &events, Some("me"), seen);
+        state.keep_span_ids(|_| "ffffffffffffffff".to_owned());
+        state.expected_impact = Some(Impact {
+            event_id: stored(&long(0, "id")).into_owned(),
+            event_type: stored(&long(0, "type")).into_owned(),
+            started_seen: seen,
+        });
+        let record = |i: usize| ApprovalRecord {
+            event_type: stored(&long(i, "type")).into_owned(),
+            at: seen,
+            status: ApprovalStatus::Rejected,
+            attempts: u32::MAX,
+        };
+        for i in 0..MAX_EVENTS + MAX_PAST_APPROVALS {
+            state
+                .approvals
+                .insert(stored(&long(i, "id")).into_owned(), record(i));
+        }
+        for tracked in &events {
+            for receiver in ["ops-slack-primary-receiver", "pagerduty-primary-receiver"] {
+                for transition in ["scheduled", "started"] {
+                    state.record_notification(tracked.event.id.as_str(), receiver, transition);
+                }
+            }
+        }
+        let bytes = state.to_bytes();
+        let size = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        eprintln!(
+            "largest state: {size} bytes, read cap {}",
+            STATE_FILE.max_bytes
+        );
+        assert!(size < STATE_FILE.max_bytes, "{size} bytes");
+        assert_eq!(State::parse(&bytes)?, state);
+        Ok(())
     }
 
     #[test]

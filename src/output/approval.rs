@@ -2,7 +2,9 @@
 //!
 //! POSTs leave from a task of their own, one at a time, so an IMDS that takes seconds to answer
 //! one never delays the next GET. The queue is bounded; an approval that does not fit is not
-//! sent and is reported back as failed (`queue_full`), so the core retries it with backoff. Each
+//! sent and is reported back as failed (`queue_full`), so the core retries it with backoff. An
+//! approval whose attempt the state output could not write is not sent either, ever: it is
+//! reported back as refused (`state_unwritable`), and the event waits for its NotBefore. Each
 //! answer is reported back ([`Report::Posted`]); the IMDS client records the request's figures,
 //! as it does for every request it sends.
 
@@ -16,6 +18,7 @@ use crate::azure::imds::{ImdsClient, ImdsError};
 use crate::core::approval::{PostFailure, PostReason, Rule};
 use crate::core::occurrence::{Context, Occurrence, Report};
 
+use super::state::Persisted;
 use super::{Output, Reports};
 
 /// Approvals waiting to be sent at most. The core has at most one POST per event under way, and
@@ -32,12 +35,19 @@ struct Post {
 #[derive(Debug)]
 pub struct Approval {
     posts: mpsc::Sender<Post>,
+    persisted: Persisted,
     reports: Reports,
 }
 
 impl Approval {
-    /// Starts the sending task on the current runtime.
-    pub fn start(client: ImdsClient, timeout: Duration, reports: Reports) -> Self {
+    /// Starts the sending task on the current runtime; it sends only what `persisted` says is on
+    /// disk.
+    pub fn start(
+        client: ImdsClient,
+        timeout: Duration,
+        persisted: Persisted,
+        reports: Reports,
+    ) -> Self {
         let (posts, mut queue) = mpsc::channel::<Post>(QUEUE);
         let answers = reports.clone();
         tokio::spawn(async move {
@@ -63,7 +73,11 @@ impl Approval {
                 }
             }
         });
-        Self { posts, reports }
+        Self {
+            posts,
+            persisted,
+            reports,
+        }
     }
 }
 
@@ -76,6 +90,21 @@ impl Output for Approval {
                 attempts,
             } = occurrence
             {
+                if let Some(error) = self.persisted.borrow().as_deref() {
+                    let _ = self.reports.send(Report::Posted {
+                        event: event.clone(),
+                        rule: *rule,
+                        attempts: *attempts,
+                        result: Err(PostFailure {
+                            reason: PostReason::StateUnwritable,
+                            error: format!(
+                                "the attempt cannot be written to the state file: {error}"
+                            ),
+                            refused: true,
+                        }),
+                    });
+                    continue;
+                }
                 let post = Post {
                     event: event.clone(),
                     rule: *rule,

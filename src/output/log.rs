@@ -11,7 +11,7 @@ use crate::azure::event::{Affects, EventSource};
 use crate::azure::wire;
 use crate::config::EventSeries;
 use crate::config::approval::Mode;
-use crate::core::approval::{Decision, HookKind, Outcome, SkipReason};
+use crate::core::approval::{Decision, HookKind, Outcome, PostReason, SkipReason};
 use crate::core::boot::Restart;
 use crate::core::occurrence::{Context, Imds, Occurrence};
 use crate::core::trace_id::trace_id;
@@ -350,6 +350,15 @@ fn log_decision(decision: &Decision, context: &Context) {
                 ),
             }
         }
+        Outcome::PostFailed {
+            reason: PostReason::StateUnwritable,
+            error,
+            ..
+        } => line!(
+            warn,
+            error = error.as_str(),
+            "approval not sent: its attempt cannot be written to the state file, so a restart could not tell it was sent; the event waits for its NotBefore"
+        ),
         Outcome::PostFailed {
             error, retry_at, ..
         } => match retry_at {

@@ -7,7 +7,8 @@
 //! POSTs), [`notify`] (webhooks, Slack, Teams, PagerDuty), and [`kubernetes`] (the Node's
 //! condition, Events, taint and cordon, only with `--kubernetes.node-name`). The state output is
 //! the state file's only writer and comes before the approval and notification outputs, so that
-//! an approval attempt or a notification is on disk before it leaves. `consume` never waits on
+//! an approval attempt or a notification is on disk before it leaves; an attempt it could not
+//! write is not sent ([`state::Persisted`]). `consume` never waits on
 //! the network: an output that does network I/O or runs programs hands the work to a task of its
 //! own, behind a bounded queue whose overflow is dropped and counted, and reports results back as
 //! [`Report`]s, which the loop takes in at its next poll. Each output is whole in its room here

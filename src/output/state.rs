@@ -5,16 +5,18 @@
 //! again into [`crate::core::state::State`], then writes the file once per batch if anything changed,
 //! and says in `..._state_up` whether that worked. It is the file's only writer. It runs before
 //! the approval and notification outputs, so an attempt or a notification is on disk before it
-//! leaves; after a restart an attempt found `sending` counts as sent.
+//! leaves; after a restart an attempt found `sending` counts as sent. What it could not write it
+//! tells the approval output ([`Persisted`]), which then sends nothing.
 
 use std::sync::Arc;
 
 use prometheus::Registry;
+use tokio::sync::watch;
 
 use crate::azure::event::EventId;
 use crate::core::approval::Outcome;
 use crate::core::occurrence::{Context, Occurrence};
-use crate::core::state::{ApprovalRecord, ApprovalStatus};
+use crate::core::state::{ApprovalRecord, ApprovalStatus, stored};
 use crate::core::tracker::Tracked;
 
 use self::store::StateStore;
@@ -24,10 +26,17 @@ use super::Output;
 pub mod store;
 pub mod up;
 
+/// Whether the attempts recorded so far are on disk, as the state output found at its last
+/// batch: `None` when they are (or state is in memory by choice), else why not. The outputs see
+/// each batch in turn, the state output first, so the approval output reads what became of the
+/// batch's own attempts.
+pub type Persisted = watch::Receiver<Option<Arc<str>>>;
+
 #[derive(Debug)]
 pub struct StateFile {
     store: StateStore,
     up: StateUp,
+    persisted: watch::Sender<Option<Arc<str>>>,
     /// The document's events as last seen, to work out again which affect this VM once its
     /// name is known.
     events: Arc<[Tracked]>,
@@ -38,11 +47,24 @@ impl StateFile {
     pub fn new(store: StateStore, registry: &Registry) -> Result<Self, prometheus::Error> {
         let up = StateUp::register(registry)?;
         up.set(store.is_healthy());
+        let (persisted, _) = watch::channel(store.unwritten().cloned());
         Ok(Self {
             store,
             up,
+            persisted,
             events: Arc::from([]),
         })
+    }
+
+    /// What the approval output reads before sending.
+    pub fn persisted(&self) -> Persisted {
+        self.persisted.subscribe()
+    }
+
+    fn flush(&mut self) {
+        self.store.flush();
+        self.up.set(self.store.is_healthy());
+        self.persisted.send_replace(self.store.unwritten().cloned());
     }
 
     fn observe(&mut self, context: &Context) {
@@ -57,7 +79,12 @@ impl StateFile {
     }
 
     fn set_approval(&mut self, id: &str, status: ApprovalStatus) {
-        if let Some(record) = self.store.state_mut().approvals.get_mut(id) {
+        if let Some(record) = self
+            .store
+            .state_mut()
+            .approvals
+            .get_mut(stored(id).as_ref())
+        {
             record.status = status;
         }
     }
@@ -77,9 +104,9 @@ impl Output for StateFile {
                     event, attempts, ..
                 } => {
                     self.store.state_mut().approvals.insert(
-                        event.id.as_str().to_owned(),
+                        stored(event.id.as_str()).into_owned(),
                         ApprovalRecord {
-                            event_type: event.event_type.as_str().to_owned(),
+                            event_type: stored(event.event_type.as_str()).into_owned(),
                             at: context.at,
                             status: ApprovalStatus::Sending,
                             attempts: *attempts,
@@ -122,15 +149,13 @@ impl Output for StateFile {
                 | Occurrence::EndedWhileDown(_) => {}
             }
         }
-        self.store.flush();
-        self.up.set(self.store.is_healthy());
+        self.flush();
     }
 
     /// The agent stops cleanly (SIGTERM, Ctrl-C): says so in the file, so that a reboot found at
     /// the next start counts as clean.
     async fn stop(&mut self, context: &Context) {
         self.store.state_mut().clean_stop = Some(context.at);
-        self.store.flush();
-        self.up.set(self.store.is_healthy());
+        self.flush();
     }
 }

@@ -224,7 +224,9 @@ async fn outputs(
     if let Some(traces) = traces {
         outputs = outputs.with(Spans::new(traces));
     }
-    outputs = outputs.with(StateFile::new(store, metrics.registry())?);
+    let state = StateFile::new(store, metrics.registry())?;
+    let persisted = state.persisted();
+    outputs = outputs.with(state);
     if approval.runs_hooks() {
         outputs = outputs.with(Hooks::new(
             approval.hook.clone(),
@@ -238,6 +240,7 @@ async fn outputs(
         outputs = outputs.with(Approval::start(
             client.clone(),
             config.imds_timeout,
+            persisted,
             reports,
         ));
     }
@@ -295,6 +298,21 @@ fn open_state(config: &Config) -> (StateStore, boot::Restart) {
             None
         }
         Opened::Loaded => Some(store.state()),
+        Opened::Partly {
+            newer,
+            dropped,
+            aside,
+        } => {
+            tracing::warn!(
+                %state_file,
+                written_by_format = newer,
+                dropped = dropped.join("; "),
+                approvals_kept = store.state().approvals.len(),
+                set_aside = aside.as_ref().map(|p| p.display().to_string()),
+                "state file read in part: every approval it names is kept (counted as sent when unreadable), the rest is dropped"
+            );
+            newer.is_none().then(|| store.state())
+        }
         Opened::Replaced { error, aside } => {
             tracing::warn!(
                 %state_file,

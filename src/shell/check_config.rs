@@ -14,6 +14,7 @@ use std::fmt::Write as _;
 use crate::config::environment::UnknownVariable;
 use crate::config::otlp::EnvSource;
 use crate::config::{AgentArgs, Config, LogFormat};
+use crate::core::state::LoadError;
 use crate::output::notify::delivery;
 use crate::output::state::store::StateStore;
 use crate::output::telemetry::{self, lenient};
@@ -89,8 +90,14 @@ pub fn check(args: AgentArgs, env: &impl EnvSource, unknown: &[UnknownVariable])
     if let Some(path) = &config.state_file
         && let Err(error) = StateStore::inspect(path)
     {
+        let then = match error {
+            LoadError::Input(_) => "set it aside and start fresh",
+            LoadError::Corrupt(_) | LoadError::Newer(_) => {
+                "keep every approval it names, set it aside (a copy) and drop the rest"
+            }
+        };
         checked.warnings.push(format!(
-            "state file {}: {error}; the agent would set it aside and start fresh",
+            "state file {}: {error}; the agent would {then}",
             path.display()
         ));
     }

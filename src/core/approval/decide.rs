@@ -28,7 +28,7 @@ use super::{
 };
 use crate::azure::event::{Event, EventId};
 use crate::config::approval::{ApprovalConfig, Mode};
-use crate::core::state::{ApprovalRecord, ApprovalStatus};
+use crate::core::state::{ApprovalRecord, ApprovalStatus, stored};
 use crate::core::tracker::Tracked;
 
 /// What the machine says about one event: a decision to report, or an approval to send.
@@ -92,7 +92,8 @@ pub struct Decider {
     progress: HashMap<EventId, Progress>,
     /// Events whose approval hook is running, also after they left the document.
     hooks_running: HashSet<EventId>,
-    /// Approvals sent, by EventId: status and attempts, also those of earlier runs.
+    /// Approvals sent, by EventId as the state file holds it ([`stored`]): status and attempts,
+    /// also those of earlier runs.
     sent: HashMap<String, (ApprovalStatus, u32)>,
 }
 
@@ -168,7 +169,7 @@ impl Decider {
             let progress = match self.progress.get(&event.id) {
                 Some(Progress::Done) => continue,
                 Some(progress) => *progress,
-                None => match self.sent.get(event.id.as_str()) {
+                None => match self.sent.get(stored(event.id.as_str()).as_ref()) {
                     Some((status, _)) if status.is_final() => {
                         let reason = match status {
                             ApprovalStatus::Rejected => SkipReason::Rejected,
@@ -245,15 +246,13 @@ impl Decider {
             .into_iter()
             .take(MAX_POSTS_PER_POLL.saturating_sub(under_way))
         {
+            let key = stored(event.id.as_str()).into_owned();
             let attempts = self
                 .sent
-                .get(event.id.as_str())
+                .get(&key)
                 .map_or(0, |(_, attempts)| *attempts)
                 .saturating_add(1);
-            self.sent.insert(
-                event.id.as_str().to_owned(),
-                (ApprovalStatus::Sending, attempts),
-            );
+            self.sent.insert(key, (ApprovalStatus::Sending, attempts));
             self.progress.insert(event.id.clone(), Progress::Posting);
             occurrences.push(Decided::Send {
                 event: event.clone(),
@@ -324,7 +323,7 @@ impl Decider {
             }
         };
         self.sent
-            .insert(event.id.as_str().to_owned(), (status, attempts));
+            .insert(stored(event.id.as_str()).into_owned(), (status, attempts));
         if let Some(current) = self.progress.get_mut(&event.id) {
             *current = progress;
         }

@@ -145,6 +145,9 @@ pub enum PostReason {
     Imds(ImdsKind),
     /// The approval output's queue was full: the POST never left.
     QueueFull,
+    /// The attempt could not be written to the state file: the POST never left, and never does
+    /// (the event waits for its NotBefore), since a restart could not tell it was attempted.
+    StateUnwritable,
 }
 
 /// An [`ImdsError::kind`], one of [`ImdsError::KINDS`].
@@ -155,6 +158,7 @@ impl PostReason {
         match self {
             PostReason::Imds(kind) => kind,
             PostReason::QueueFull => "queue_full",
+            PostReason::StateUnwritable => "state_unwritable",
         }
     }
 
@@ -163,14 +167,15 @@ impl PostReason {
         ImdsError::KINDS
             .into_iter()
             .map(PostReason::Imds)
-            .chain([PostReason::QueueFull])
+            .chain([PostReason::QueueFull, PostReason::StateUnwritable])
     }
 }
 
 /// Why an approval POST did not get IMDS's 200.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostFailure {
-    /// Bounded, for metric labels: an IMDS error kind, or `queue_full` when it was never sent.
+    /// Bounded, for metric labels: an IMDS error kind, or `queue_full` or `state_unwritable`
+    /// when it was never sent.
     pub reason: PostReason,
     pub error: String,
     /// Sending the same request again cannot succeed (a 4xx other than 429 and 410).

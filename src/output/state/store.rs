@@ -1,18 +1,23 @@
 //! The state file on disk: read once at start, written atomically, only when what it holds changed.
 //!
-//! A write goes to a temporary file in the same directory, which is flushed to disk, renamed over
-//! the old file, and the directory flushed too, so a crash at any instant leaves either the old
-//! file or the new one, never a mix. Nothing here is fatal: a missing file starts fresh; a
-//! corrupt file, or one from a newer version, is logged, renamed aside (`<file>.corrupt`,
-//! `<file>.newer`) and replaced; a file that cannot be written leaves the agent working from
-//! memory, logged once, with `..._state_up` at 0.
+//! A write goes to a temporary file in the same directory, created afresh (never through a
+//! link), which is flushed to disk, renamed over the old file, and the directory flushed too, so
+//! a crash at any instant leaves either the old file or the new one, never a mix. A state larger
+//! than the agent reads back is never written. Nothing here is fatal: a missing file starts
+//! fresh; a file read in part (or from a newer version) keeps every approval it names, is logged
+//! and copied aside (`<file>.corrupt`, `<file>.newer`), then replaced; a file that cannot be
+//! written leaves the agent working from memory, logged once, with `..._state_up` at 0, and no
+//! approval is sent whose attempt is not on disk.
 
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use chrono::Utc;
 
 use crate::config::file_input::{self, FileInputError};
-use crate::core::state::{LoadError, State};
+use crate::core::state::{self, LoadError, State};
 
 /// What happened when the state file was opened, for one log line at start.
 #[derive(Debug)]
@@ -20,7 +25,16 @@ pub enum Opened {
     /// No file yet (or state is kept in memory only).
     Fresh,
     Loaded,
-    /// Not usable: set aside at `aside` (if that worked) and replaced by a fresh state.
+    /// Read in part: the state holds what was understood (every approval the file names), the
+    /// rest is `dropped`; the file as found is copied to `aside` (if that worked) and replaced
+    /// at the first write.
+    Partly {
+        /// The format, when a newer agent wrote the file: only its approvals were read.
+        newer: Option<u64>,
+        dropped: Vec<String>,
+        aside: Option<PathBuf>,
+    },
+    /// Not read at all: set aside at `aside` (if that worked) and replaced by a fresh state.
     Replaced {
         error: LoadError,
         aside: Option<PathBuf>,
@@ -33,7 +47,9 @@ pub struct StateStore {
     path: Option<PathBuf>,
     state: State,
     written: Option<State>,
-    healthy: bool,
+    /// Why what the state holds is not on disk (`None` when it is, or state is in memory by
+    /// choice).
+    unwritten: Option<Arc<str>>,
 }
 
 impl StateStore {
@@ -51,22 +67,10 @@ impl StateStore {
             path: Some(path.to_owned()),
             state,
             written,
-            healthy: true,
+            unwritten: None,
         };
         match file_input::read(path, file_input::STATE_FILE) {
             Err(error) if error.is_not_found() => (store(State::new(), None), Opened::Fresh),
-            // Writing over a device or a FIFO would replace it: state stays in memory.
-            Err(error @ FileInputError::NotRegular(_)) => {
-                let mut opened = Self::in_memory();
-                opened.healthy = false;
-                (
-                    opened,
-                    Opened::Replaced {
-                        error: LoadError::Input(error),
-                        aside: None,
-                    },
-                )
-            }
             Err(error @ FileInputError::TooLarge { .. }) => {
                 let aside = sibling(path, "corrupt");
                 let aside = fs::rename(path, &aside).ok().map(|()| aside);
@@ -78,9 +82,11 @@ impl StateStore {
                     },
                 )
             }
+            // Writing over a device or a FIFO would replace it, and over a file that cannot be
+            // read the approvals it may name: state stays in memory, and no approval is sent.
             Err(error) => {
-                let mut opened = store(State::new(), None);
-                opened.healthy = false;
+                let mut opened = Self::in_memory();
+                opened.unwritten = Some(Arc::from(error.to_string()));
                 (
                     opened,
                     Opened::Replaced {
@@ -89,18 +95,32 @@ impl StateStore {
                     },
                 )
             }
-            Ok(bytes) => match State::parse(&bytes) {
-                Ok(state) => (store(state.clone(), Some(state)), Opened::Loaded),
-                Err(error) => {
-                    let suffix = match error {
-                        LoadError::Newer(_) => "newer",
-                        _ => "corrupt",
-                    };
-                    let aside = sibling(path, suffix);
-                    let aside = fs::rename(path, &aside).ok().map(|()| aside);
-                    (store(State::new(), None), Opened::Replaced { error, aside })
+            Ok(bytes) => {
+                let read = state::read(&bytes, Utc::now());
+                if read.dropped.is_empty() && read.newer.is_none() {
+                    let state = read.state;
+                    return (store(state.clone(), Some(state)), Opened::Loaded);
                 }
-            },
+                // Copied, not moved: until the first write replaces it with what was kept, a
+                // crash leaves the file as found, to be read the same way again.
+                let aside = sibling(
+                    path,
+                    if read.newer.is_some() {
+                        "newer"
+                    } else {
+                        "corrupt"
+                    },
+                );
+                let aside = copy_aside(path, &aside).ok().map(|()| aside);
+                (
+                    store(read.state, None),
+                    Opened::Partly {
+                        newer: read.newer,
+                        dropped: read.dropped,
+                        aside,
+                    },
+                )
+            }
         }
     }
 
@@ -120,7 +140,7 @@ impl StateStore {
             path: None,
             state: State::new(),
             written: None,
-            healthy: true,
+            unwritten: None,
         }
     }
 
@@ -138,7 +158,13 @@ impl StateStore {
 
     /// Whether the last write (or the first read) worked; true when state is in memory by choice.
     pub fn is_healthy(&self) -> bool {
-        self.healthy
+        self.unwritten.is_none()
+    }
+
+    /// Why what the state holds is not on disk; `None` when it is, or state is in memory by
+    /// choice.
+    pub fn unwritten(&self) -> Option<&Arc<str>> {
+        self.unwritten.as_ref()
     }
 
     /// Writes the state if it changed since the last successful write. The first failure after a
@@ -150,26 +176,47 @@ impl StateStore {
         if self.written.as_ref() == Some(&self.state) {
             return;
         }
-        match write_atomically(&path, &self.state.to_bytes()) {
+        match write_within_cap(&path, &self.state.to_bytes()) {
             Ok(()) => {
-                if !self.healthy {
+                if self.unwritten.is_some() {
                     tracing::info!(state_file = %path.display(), "state file written again");
                 }
-                self.healthy = true;
+                self.unwritten = None;
                 self.written = Some(self.state.clone());
             }
             Err(error) => {
-                if self.healthy {
+                if self.unwritten.is_none() {
                     tracing::warn!(
                         state_file = %path.display(),
                         %error,
-                        "cannot write the state file: keeping state in memory, so approvals and reboot classification do not survive a restart"
+                        "cannot write the state file: keeping state in memory and sending no approval until it can be written, so reboot classification does not survive a restart"
                     );
                 }
-                self.healthy = false;
+                self.unwritten = Some(Arc::from(error.to_string()));
             }
         }
     }
+}
+
+/// Writes `bytes` as the state file at `path`, unless they are more than the agent reads back
+/// (`file_input::STATE_FILE`): a file it could not read at its next start would lose every
+/// approval it holds.
+fn write_within_cap(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let cap = file_input::STATE_FILE.max_bytes;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > cap {
+        return Err(std::io::Error::other(format!(
+            "the state takes {} bytes, more than the {cap} the agent reads back",
+            bytes.len()
+        )));
+    }
+    write_atomically(path, bytes)
+}
+
+/// Copies the file at `path` to `aside`, replacing an older copy there.
+fn copy_aside(path: &Path, aside: &Path) -> std::io::Result<()> {
+    let bytes = file_input::read(path, file_input::STATE_FILE)
+        .map_err(|error| std::io::Error::other(error.to_string()))?;
+    write_atomically(aside, &bytes)
 }
 
 /// Creates `dir` and its missing parents, readable and writable by their owner only (0700 on Unix).
@@ -190,18 +237,30 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// Temp file in the same directory, fsync, rename over `path`, fsync the directory.
+///
+/// The temporary file is always a new one: whatever is at its name (a file left by a crash, or a
+/// link someone put there) is removed first (a link itself, never what it points to), and the
+/// file is created exclusively, so a link made in between fails the write instead of being
+/// followed; on Unix `O_NOFOLLOW` refuses a link in its place as well.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
         _ => PathBuf::from("."),
     };
     let temp = sibling(path, "tmp");
+    match fs::remove_file(&temp) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW);
+    }
     let result = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp)?;
+        let mut file = options.open(&temp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         fs::rename(&temp, path)?;
