@@ -135,9 +135,9 @@ impl ImdsError {
                 500..=599 => "http_5xx",
                 _ => "http_other",
             },
-            ImdsError::TooLarge
-            | ImdsError::TooManyEvents(_)
-            | ImdsError::FieldTooLong { .. } => "too_large",
+            ImdsError::TooLarge | ImdsError::TooManyEvents(_) | ImdsError::FieldTooLong { .. } => {
+                "too_large"
+            }
             ImdsError::Decode(_) => "decode",
         }
     }
@@ -441,7 +441,10 @@ pub fn within_caps(document: &Document) -> Result<(), ImdsError> {
             ("EventId", event.id.as_str()),
             ("EventType", event.event_type.as_str()),
             ("EventStatus", event.status.as_str()),
-            ("EventSource", event.source.as_ref().map_or("", |s| s.as_str())),
+            (
+                "EventSource",
+                event.source.as_ref().map_or("", |s| s.as_str()),
+            ),
             ("ResourceType", event.resource_type.as_str()),
         ];
         if let Some((field, value)) = fields.iter().find(|(_, v)| v.len() > MAX_LABEL_BYTES) {
@@ -479,7 +482,8 @@ mod tests {
     }
 
     #[test]
-    fn a_label_value_longer_than_azure_sends_refuses_the_document() -> Result<(), Box<dyn std::error::Error>> {
+    fn a_label_value_longer_than_azure_sends_refuses_the_document()
+    -> Result<(), Box<dyn std::error::Error>> {
         let document = |field: &str, value: &str| {
             let mut event = serde_json::json!({
                 "EventId": "C7061BAC-AFDC-4513-B24B-AA5F13A16123",
@@ -495,7 +499,13 @@ mod tests {
             let body = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
             Document::from_json(&body).map_err(|e| e.to_string())
         };
-        for field in ["EventId", "EventType", "EventStatus", "EventSource", "ResourceType"] {
+        for field in [
+            "EventId",
+            "EventType",
+            "EventStatus",
+            "EventSource",
+            "ResourceType",
+        ] {
             within_caps(&document(field, &"x".repeat(MAX_LABEL_BYTES))?)?;
             let refused = within_caps(&document(field, &"x".repeat(MAX_LABEL_BYTES + 1))?);
             let Err(error) = refused else {
@@ -504,7 +514,9 @@ mod tests {
             assert_eq!(error.kind(), "too_large");
             assert_eq!(
                 error.to_string(),
-                format!("an event's {field} is 65 bytes long, more than 64: not a value Azure sends")
+                format!(
+                    "an event's {field} is 65 bytes long, more than 64: not a value Azure sends"
+                )
             );
         }
         Ok(())

@@ -61,7 +61,10 @@ fn parse_instant(text: &str) -> Option<DateTime<Utc>> {
         }
     }
     // ISO 8601 as Azure writes it always has a four-digit year; chrono would read fewer.
-    if !text.split_once('-').is_some_and(|(year, _)| four_digits(year)) {
+    if !text
+        .split_once('-')
+        .is_some_and(|(year, _)| four_digits(year))
+    {
         return None;
     }
     if let Ok(at) = DateTime::parse_from_rfc3339(text) {
@@ -89,12 +92,9 @@ fn rfc1123(text: &str) -> Option<DateTime<Utc>> {
         }
         _ => return None,
     };
-    NaiveDateTime::parse_from_str(
-        &format!("{day} {month} {year} {time}"),
-        "%d %b %Y %H:%M:%S",
-    )
-    .ok()
-    .map(|at| at.and_utc())
+    NaiveDateTime::parse_from_str(&format!("{day} {month} {year} {time}"), "%d %b %Y %H:%M:%S")
+        .ok()
+        .map(|at| at.and_utc())
 }
 
 fn four_digits(text: &str) -> bool {

@@ -74,12 +74,15 @@ pub enum Transition {
     /// A new event; its status says whether it was announced (`Scheduled`) or is already under way
     /// (`Started`, as for a hardware failure).
     Appeared(Event),
-    /// An event known from before the agent restarted, in the first document after it: reported
-    /// like a new one, but first seen (and perhaps seen `Started`) by the earlier run.
+    /// An event known from before the agent restarted, in the first document after it: first
+    /// seen (and perhaps seen `Started`) by the earlier run. When `announced`, the earlier run
+    /// reported it with the status it has now, and nothing announces it again; otherwise its
+    /// status changed while the agent was down, which is news.
     Resumed {
         event: Event,
         first_seen: DateTime<Utc>,
         seen_started: bool,
+        announced: bool,
     },
     /// `Scheduled` became `Started`. `NotBefore` emptying at the same time is part of starting.
     Started(Event),
@@ -128,6 +131,18 @@ impl Transition {
             Transition::Completed { .. } => Kind::Completed,
             Transition::Cancelled(_) => Kind::Cancelled,
         }
+    }
+
+    /// Whether the earlier run already reported the event as it is now: a resumed event whose
+    /// status did not change while the agent was down. Logs, spans and counters say nothing of it.
+    pub fn already_announced(&self) -> bool {
+        matches!(
+            self,
+            Transition::Resumed {
+                announced: true,
+                ..
+            }
+        )
     }
 
     /// The fields an update changed, comma-separated as in the log line; `None` for other kinds.
@@ -351,6 +366,7 @@ impl Tracker {
                     }
                 }
                 (None, Some(earlier)) => {
+                    let announced = earlier.event.status == event.status;
                     let tracked = Tracked {
                         event,
                         first_seen: earlier.first_seen.min(now),
@@ -360,6 +376,7 @@ impl Tracker {
                         event: tracked.event.clone(),
                         first_seen: tracked.first_seen,
                         seen_started: tracked.seen_started,
+                        announced,
                     });
                     tracked
                 }
@@ -894,9 +911,48 @@ mod tests {
             for n in 2..CONFIRMING_DOCUMENTS {
                 assert_eq!(tracker.unchanged(t(-800 + round * 100 + i64::from(n))), []);
             }
-            assert_eq!(kinds(&tracker.observe(with.clone(), t(-750 + round * 100))), []);
+            assert_eq!(
+                kinds(&tracker.observe(with.clone(), t(-750 + round * 100))),
+                []
+            );
         }
         assert_eq!(tracker.events().len(), 1);
+    }
+
+    #[test]
+    fn a_resumed_event_is_announced_again_only_when_its_status_changed_while_down() {
+        let remembered = |id: &str, status: EventStatus| Tracked {
+            event: event(id, status),
+            first_seen: t(-2000),
+            seen_started: false,
+        };
+        let mut tracker = Tracker::new();
+        tracker.resume(vec![
+            remembered("same", EventStatus::Scheduled),
+            remembered("moved", EventStatus::Scheduled),
+            remembered("gone", EventStatus::Scheduled),
+        ]);
+        let o = tracker.observe(
+            document(
+                9,
+                &[
+                    event("same", EventStatus::Scheduled),
+                    event("moved", EventStatus::Started),
+                ],
+            ),
+            t(-10),
+        );
+        assert_eq!(kinds(&o), [("scheduled", "same"), ("started", "moved")]);
+        let announced: Vec<bool> = o
+            .transitions
+            .iter()
+            .map(|t| t.already_announced())
+            .collect();
+        assert_eq!(announced, [true, false]);
+        assert_eq!(
+            o.ended_while_down,
+            [remembered("gone", EventStatus::Scheduled)]
+        );
     }
 
     #[test]

@@ -573,7 +573,10 @@ async fn an_event_that_comes_and_goes_under_one_incarnation_is_notified_once() -
     let exposition = agent.metrics().await?;
     assert_eq!(exposition.transitions("Reboot", "scheduled"), 1.0);
     assert_eq!(exposition.transitions("Reboot", "cancelled"), 0.0);
-    assert!(exposition.event_info(REBOOT).is_some(), "the event stays shown");
+    assert!(
+        exposition.event_info(REBOOT).is_some(),
+        "the event stays shown"
+    );
 
     // Missing for good, still under the one incarnation: the end is reported once confirmed.
     imds.sim.set_document(without);
