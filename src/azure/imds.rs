@@ -26,9 +26,10 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Most events a document may hold. A placement group or availability set has at most a few
 /// hundred VMs, each with a few events; every event naming this VM costs about 11 kB of
-/// resident memory (its series, and their encoding at each scrape), so this bound, not the
-/// body's size, is what keeps the worst case (5,000 such events in a body at the cap: under
-/// 80 MiB) within the shipped memory limits of 128 MiB (docs/performance.md).
+/// resident memory (its series, and their encoding at each scrape), so this bound, with
+/// [`MAX_LABEL_BYTES`] on what each series repeats, not the body's size, is what keeps the worst
+/// case (5,000 such events, every label value at its cap: under 80 MiB) within the shipped memory
+/// limits of 128 MiB (docs/performance.md).
 pub const MAX_EVENTS: usize = 5_000;
 
 /// Longest `EventId`, `EventType`, `EventStatus`, `EventSource` and `ResourceType` accepted, in

@@ -417,9 +417,7 @@ impl Tracker {
             ended_while_down: remembered,
         }
     }
-}
 
-impl Tracker {
     /// Takes in a poll that brought the same bytes as the last document, at `now`: it changes
     /// nothing, except that it is one more document without the events it lacks, which ends
     /// those whose absence is now confirmed.
