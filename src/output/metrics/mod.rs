@@ -797,10 +797,6 @@ mod tests {
                 .map(|event| (event, Affects::Yes, Some(now))),
         );
         let text = metrics.encode()?;
-        println!(
-            "exposition of the largest accepted document: {} bytes",
-            text.len()
-        );
         assert!(text.contains(&at_the_cap("E", MAX_EVENTS - 1)));
         assert!(
             text.len() <= MAX_EXPOSITION_BYTES,
