@@ -6,6 +6,7 @@
 #
 #   scripts/scrape-bench.sh                         5,000 events, 40 scrapers, 30 s
 #   scripts/scrape-bench.sh --events 16000 --seconds 10
+#   scripts/scrape-bench.sh --events 5000 --id-length 64 --long-fields   every label value at its cap
 #   BINARY=/tmp/old/azure-scheduled-events-exporter scripts/scrape-bench.sh
 #
 # With --attack, basic auth under attack instead (scripts/auth_bench.py, docs/performance.md):

@@ -93,6 +93,10 @@ def main():
     parser.add_argument("--settle", type=float, default=10)
     parser.add_argument("--resources", type=int, default=1,
                         help="VMs each event names (this VM first, then others)")
+    parser.add_argument("--id-length", type=int, default=36,
+                        help="bytes of each EventId (Azure's are GUIDs, 36; the agent accepts 64)")
+    parser.add_argument("--long-fields", action="store_true",
+                        help="EventType, EventSource and ResourceType unique per event, as long as the EventId")
     args = parser.parse_args()
 
     sim_port, agent_port = free_port(), free_port()
@@ -107,16 +111,19 @@ def main():
     ]
     try:
         wait_for("the simulator", lambda: get(sim + "/control/state") is not None)
+        def padded(text):
+            return text.ljust(args.id_length, "x")[: max(args.id_length, len(text))]
+
         events = [
             {
-                "EventId": f"E0000000-0000-4000-8000-{i:012d}",
+                "EventId": padded(f"E0000000-0000-4000-8000-{i:012d}"),
                 "EventStatus": "Scheduled",
-                "EventType": "Freeze",
-                "ResourceType": "VirtualMachine",
+                "EventType": padded(f"T{i:06d}") if args.long_fields else "Freeze",
+                "ResourceType": padded(f"R{i:06d}") if args.long_fields else "VirtualMachine",
                 "Resources": [VM] + [f"bench-neighbour-vmss_{n}" for n in range(1, args.resources)],
                 "NotBefore": "Mon, 11 Apr 2050 22:26:58 GMT",
                 "Description": "",
-                "EventSource": "Platform",
+                "EventSource": padded(f"S{i:06d}") if args.long_fields else "Platform",
                 "DurationInSeconds": 9,
             }
             for i in range(args.events)
@@ -132,9 +139,17 @@ def main():
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
         )
-        pending = f'{P}pending{{affects_this_vm="true",event_status="Scheduled",event_type="Freeze"}}'
-        wait_for("the agent to show every event",
-                 lambda: value(get(f"http://{agent}/metrics"), pending) == args.events)
+        def shown(exposition):
+            return sum(line.startswith(P + "event_resources{") for line in exposition.splitlines())
+
+        def shown_or_refused():
+            exposition = get(f"http://{agent}/metrics")
+            return shown(exposition) == args.events or value(exposition, P + "up") == 0
+
+        wait_for("the agent to show every event or refuse the document", shown_or_refused)
+        if value(get(f"http://{agent}/metrics"), P + "up") == 0:
+            print(f"document:            {len(document):,} bytes ({args.events:,} events): refused (up 0)")
+            return
         before = get(f"http://{agent}/metrics")
         size = len(before.encode())
         loaded = memory(processes[1].pid)
@@ -209,8 +224,7 @@ def main():
         empty = json.dumps({"DocumentIncarnation": 3, "Events": []}).encode()
         put = urllib.request.Request(sim + "/control/document", data=empty, method="PUT")
         urllib.request.urlopen(put, timeout=60).close()
-        wait_for("the agent to show no event",
-                 lambda: value(get(f"http://{agent}/metrics"), pending) == 0)
+        wait_for("the agent to show no event", lambda: shown(get(f"http://{agent}/metrics")) == 0)
         time.sleep(args.settle)
         get(f"http://{agent}/metrics")
         print(f"memory, emptied:     {memory(processes[1].pid)} ({args.settle:.0f} s later)")

@@ -3,7 +3,10 @@
 //! The documented form is RFC 1123 (`Mon, 19 Sep 2016 18:29:47 GMT`), but real and sample documents
 //! carry weekdays that do not match the date, ISO 8601 from older services, an empty string once the
 //! event has started, no key at all, or text that is not a date. None of that is an error: a value
-//! that cannot be read is kept as written and treated as unknown.
+//! that cannot be read is kept as written and treated as unknown. A year is never read as one of
+//! the first centuries: two digits are read as RFC 2822 says (00-49 are 2000-2049, 50-99 are
+//! 1950-1999), and any other year that is not four digits makes the value unknown, so a lead-time
+//! policy never takes a date it misread as long past.
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
@@ -53,11 +56,16 @@ fn parse_instant(text: &str) -> Option<DateTime<Utc>> {
         _ => text,
     };
     for zone in [" GMT", " UTC", " +0000", " Z"] {
-        if let Some(naive) = without_weekday.strip_suffix(zone)
-            && let Ok(at) = NaiveDateTime::parse_from_str(naive, "%d %b %Y %H:%M:%S")
-        {
-            return Some(at.and_utc());
+        if let Some(naive) = without_weekday.strip_suffix(zone) {
+            return rfc1123(naive);
         }
+    }
+    // ISO 8601 as Azure writes it always has a four-digit year; chrono would read fewer.
+    if !text
+        .split_once('-')
+        .is_some_and(|(year, _)| four_digits(year))
+    {
+        return None;
     }
     if let Ok(at) = DateTime::parse_from_rfc3339(text) {
         return Some(at.with_timezone(&Utc));
@@ -66,6 +74,31 @@ fn parse_instant(text: &str) -> Option<DateTime<Utc>> {
         .iter()
         .find_map(|format| NaiveDateTime::parse_from_str(text, format).ok())
         .map(|at| at.and_utc())
+}
+
+/// `19 Sep 2016 18:29:47` (the zone already taken off), the year in four digits or, as RFC 2822
+/// reads an obsolete two-digit year, 00-49 as 2000-2049 and 50-99 as 1950-1999.
+fn rfc1123(text: &str) -> Option<DateTime<Utc>> {
+    let mut parts = text.split_ascii_whitespace();
+    let (day, month, year, time) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let year = match year.len() {
+        4 if four_digits(year) => year.to_owned(),
+        2 if year.bytes().all(|b| b.is_ascii_digit()) => {
+            let century = if year < "50" { "20" } else { "19" };
+            format!("{century}{year}")
+        }
+        _ => return None,
+    };
+    NaiveDateTime::parse_from_str(&format!("{day} {month} {year} {time}"), "%d %b %Y %H:%M:%S")
+        .ok()
+        .map(|at| at.and_utc())
+}
+
+fn four_digits(text: &str) -> bool {
+    text.len() == 4 && text.bytes().all(|b| b.is_ascii_digit())
 }
 
 #[cfg(test)]
@@ -125,6 +158,41 @@ mod tests {
                 .map(|t| t.timestamp_millis()),
             at(2022, 4, 11, 22, 26, 58).map(|t| t.timestamp_millis() + 500)
         );
+    }
+
+    #[test]
+    fn a_two_digit_year_is_read_as_rfc_2822_says_never_as_the_first_century() {
+        assert_eq!(
+            NotBefore::parse(Some("Mon, 01 Jan 35 00:00:00 GMT")).at(),
+            at(2035, 1, 1, 0, 0, 0)
+        );
+        assert_eq!(
+            NotBefore::parse(Some("19 Sep 49 18:29:47 GMT")).at(),
+            at(2049, 9, 19, 18, 29, 47)
+        );
+        assert_eq!(
+            NotBefore::parse(Some("Fri, 01 Jan 50 00:00:00 GMT")).at(),
+            at(1950, 1, 1, 0, 0, 0)
+        );
+        assert_eq!(
+            NotBefore::parse(Some("Thu, 31 Dec 99 23:59:59 UTC")).at(),
+            at(1999, 12, 31, 23, 59, 59)
+        );
+    }
+
+    #[test]
+    fn a_year_of_one_three_or_five_digits_is_unknown() {
+        for raw in [
+            "Mon, 01 Jan 5 00:00:00 GMT",
+            "Mon, 01 Jan 035 00:00:00 GMT",
+            "Mon, 01 Jan 20350 00:00:00 GMT",
+            "Mon, 01 Jan 35 00:00:00 GMT extra",
+            "35-01-01T00:00:00Z",
+            "035-01-01 00:00:00",
+            "20350-01-01T00:00:00Z",
+        ] {
+            assert_eq!(NotBefore::parse(Some(raw)).at(), None, "{raw:?}");
+        }
     }
 
     #[test]

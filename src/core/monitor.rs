@@ -103,9 +103,15 @@ impl Monitor {
                 }
                 self.reachability = Reachability::Reachable;
                 self.last_success = Some(now);
-                // The same bytes as the last valid document change nothing: the tracker is a
-                // function of the documents alone.
+                // The same bytes as the last valid document change nothing, but for events it
+                // lacks whose end this one more document confirms: the tracker is a function of
+                // the documents alone.
                 let Polled::Changed(document) = polled else {
+                    let ended = self.tracker.unchanged(now);
+                    if !ended.is_empty() {
+                        changes.extend(ended.into_iter().map(Occurrence::Transition));
+                        changes.push(Occurrence::Events(Arc::from(self.tracker.events())));
+                    }
                     return changes;
                 };
                 let observation = self.tracker.observe(document, now);

@@ -9,12 +9,26 @@
 //! remembers, and the first document after that says which of those events are still there
 //! ([`Transition::Resumed`], first sight and `Started` kept) and which ended while the agent was
 //! down ([`Observation::ended_while_down`]). Every output learns of a restart from that alone.
+//!
+//! An event missing from a document of the same incarnation as the last one is not taken as gone
+//! at once: Azure changes the incarnation whenever the events change, so such a document
+//! contradicts the one before it (two replicas answering in turn, one of them behind). The event is
+//! kept, unchanged, until a document of another incarnation lacks it too, or until
+//! [`CONFIRMING_DOCUMENTS`] documents in a row lacked it; if it comes back meanwhile, nothing
+//! happened. A genuine end, which comes with a new incarnation, is reported at once, as before.
 
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
 use crate::azure::event::{Document, DocumentIncarnation, Event, EventId, EventStatus};
+
+/// Documents in a row (the same bytes polled again count) that must lack an event before it is
+/// taken as gone when no document of another incarnation said so: 30, half a minute at the default
+/// poll interval. Two replicas answering at random would need 30 answers of the stale one in a row
+/// (one chance in a billion) to fake an end; an IMDS that removed an event without changing the
+/// incarnation, which Azure's contract rules out, still has the end reported within the minute.
+pub const CONFIRMING_DOCUMENTS: u32 = 30;
 
 /// An event the tracker knows, with what it has seen of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,12 +74,15 @@ pub enum Transition {
     /// A new event; its status says whether it was announced (`Scheduled`) or is already under way
     /// (`Started`, as for a hardware failure).
     Appeared(Event),
-    /// An event known from before the agent restarted, in the first document after it: reported
-    /// like a new one, but first seen (and perhaps seen `Started`) by the earlier run.
+    /// An event known from before the agent restarted, in the first document after it: first
+    /// seen (and perhaps seen `Started`) by the earlier run. When `announced`, the earlier run
+    /// reported it with the status it has now, and nothing announces it again; otherwise its
+    /// status changed while the agent was down, which is news.
     Resumed {
         event: Event,
         first_seen: DateTime<Utc>,
         seen_started: bool,
+        announced: bool,
     },
     /// `Scheduled` became `Started`. `NotBefore` emptying at the same time is part of starting.
     Started(Event),
@@ -114,6 +131,18 @@ impl Transition {
             Transition::Completed { .. } => Kind::Completed,
             Transition::Cancelled(_) => Kind::Cancelled,
         }
+    }
+
+    /// Whether the earlier run already reported the event as it is now: a resumed event whose
+    /// status did not change while the agent was down. Logs, spans and counters say nothing of it.
+    pub fn already_announced(&self) -> bool {
+        matches!(
+            self,
+            Transition::Resumed {
+                announced: true,
+                ..
+            }
+        )
     }
 
     /// The fields an update changed, comma-separated as in the log line; `None` for other kinds.
@@ -234,13 +263,25 @@ pub struct Observation {
     pub ended_while_down: Vec<Tracked>,
 }
 
-/// Every event in the last document read, in document order.
+/// An event missing from documents of the incarnation that last held it, not yet taken as gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Absence {
+    /// When the first document without it was read: when it left, if it did.
+    since: DateTime<Utc>,
+    /// Documents in a row without it.
+    documents: u32,
+}
+
+/// Every event in the last document read, in document order, then those missing from it whose
+/// end is not confirmed yet.
 #[derive(Debug, Clone, Default)]
 pub struct Tracker {
     incarnation: Option<DocumentIncarnation>,
     events: Vec<Tracked>,
     /// What an earlier run knew, until the first document is observed.
     remembered: Vec<Tracked>,
+    /// By EventId: the events of `events` the last documents lacked.
+    absent: HashMap<String, Absence>,
 }
 
 impl Tracker {
@@ -253,7 +294,8 @@ impl Tracker {
         self.incarnation
     }
 
-    /// The events of the last document observed, in its order.
+    /// The events of the last document observed, in its order, then those it lacked whose end
+    /// is not confirmed yet (see [`CONFIRMING_DOCUMENTS`]).
     pub fn events(&self) -> &[Tracked] {
         &self.events
     }
@@ -303,6 +345,10 @@ impl Tracker {
                 still_present[i] = true;
                 previous.get(i)
             });
+            // Back before its end was confirmed: it never left.
+            if !self.absent.is_empty() {
+                self.absent.remove(event.id.as_str());
+            }
             let earlier = match old {
                 Some(_) => None,
                 None => remembered
@@ -320,6 +366,7 @@ impl Tracker {
                     }
                 }
                 (None, Some(earlier)) => {
+                    let announced = earlier.event.status == event.status;
                     let tracked = Tracked {
                         event,
                         first_seen: earlier.first_seen.min(now),
@@ -329,6 +376,7 @@ impl Tracker {
                         event: tracked.event.clone(),
                         first_seen: tracked.first_seen,
                         seen_started: tracked.seen_started,
+                        announced,
                     });
                     tracked
                 }
@@ -344,31 +392,20 @@ impl Tracker {
         }
         drop(index);
 
-        // Gone from the document: finished or called off, reported in the previous document's order.
+        // Gone from the document: finished or called off, reported in the previous document's
+        // order; under the same incarnation, only once confirmed.
         let removed = previous
             .into_iter()
             .zip(still_present)
             .filter(|(_, present)| !present);
-        for (
-            Tracked {
-                event,
-                seen_started,
-                ..
-            },
-            _,
-        ) in removed
-        {
-            let overdue = event.not_before.at().is_some_and(|at| at <= now);
-            transitions.push(
-                if seen_started || overdue || incarnation.missed_documents() {
-                    Transition::Completed {
-                        event,
-                        seen_started,
-                    }
-                } else {
-                    Transition::Cancelled(event)
-                },
-            );
+        for (tracked, _) in removed {
+            let id = tracked.event.id.as_str();
+            if incarnation == IncarnationChange::Unchanged && !self.absent_again(id, now) {
+                current.push(tracked);
+                continue;
+            }
+            let left = self.absent.remove(id).map_or(now, |absence| absence.since);
+            transitions.push(ended(tracked, left, incarnation.missed_documents()));
         }
 
         self.incarnation = Some(document.incarnation);
@@ -379,6 +416,56 @@ impl Tracker {
             duplicates,
             ended_while_down: remembered,
         }
+    }
+
+    /// Takes in a poll that brought the same bytes as the last document, at `now`: it changes
+    /// nothing, except that it is one more document without the events it lacks, which ends
+    /// those whose absence is now confirmed.
+    pub fn unchanged(&mut self, now: DateTime<Utc>) -> Vec<Transition> {
+        if self.absent.is_empty() {
+            return Vec::new();
+        }
+        let events = std::mem::take(&mut self.events);
+        let mut transitions = Vec::new();
+        for tracked in events {
+            let id = tracked.event.id.as_str();
+            if !self.absent.contains_key(id) || !self.absent_again(id, now) {
+                self.events.push(tracked);
+                continue;
+            }
+            let left = self.absent.remove(id).map_or(now, |absence| absence.since);
+            transitions.push(ended(tracked, left, false));
+        }
+        transitions
+    }
+
+    /// Counts one more document without the event `id`; whether its end is now confirmed.
+    fn absent_again(&mut self, id: &str, now: DateTime<Utc>) -> bool {
+        let absence = self.absent.entry(id.to_owned()).or_insert(Absence {
+            since: now,
+            documents: 0,
+        });
+        absence.documents += 1;
+        absence.documents >= CONFIRMING_DOCUMENTS
+    }
+}
+
+/// How an event that left the document at `left` ended: completed when it was seen `Started`,
+/// when its NotBefore had passed, or when documents were missed; otherwise cancelled.
+fn ended(tracked: Tracked, left: DateTime<Utc>, missed_documents: bool) -> Transition {
+    let Tracked {
+        event,
+        seen_started,
+        ..
+    } = tracked;
+    let overdue = event.not_before.at().is_some_and(|at| at <= left);
+    if seen_started || overdue || missed_documents {
+        Transition::Completed {
+            event,
+            seen_started,
+        }
+    } else {
+        Transition::Cancelled(event)
     }
 }
 
@@ -760,6 +847,110 @@ mod tests {
             t(-900),
         );
         assert_eq!(kinds(&o), [("advisory", "a")]);
+    }
+
+    #[test]
+    fn an_event_that_comes_and_goes_under_one_incarnation_is_scheduled_once_and_never_cancelled() {
+        let mut tracker = Tracker::new();
+        let with = document(5, &[event("a", EventStatus::Scheduled)]);
+        let without = document(5, &[]);
+        let mut seen = Vec::new();
+        for second in 0..60 {
+            let doc = if second % 2 == 0 { &with } else { &without };
+            let o = tracker.observe(doc.clone(), t(-900 + second));
+            seen.extend(kinds(&o).into_iter().map(|(kind, _)| kind));
+            assert_eq!(tracker.events().len(), 1, "kept while unconfirmed");
+        }
+        assert_eq!(seen, ["scheduled"]);
+    }
+
+    #[test]
+    fn an_absence_under_one_incarnation_ends_the_event_once_confirmed_as_of_its_first_document() {
+        let mut tracker = Tracker::new();
+        tracker.observe(document(5, &[event("a", EventStatus::Scheduled)]), t(-10));
+        // Missing from a document of the same incarnation, then the same bytes polled again.
+        let first = tracker.observe(document(5, &[]), t(-5));
+        assert_eq!(kinds(&first), []);
+        for n in 2..CONFIRMING_DOCUMENTS {
+            assert_eq!(tracker.unchanged(t(i64::from(n))), [], "document {n}");
+        }
+        // Confirmed after NotBefore, but it left before: called off, not completed.
+        assert_eq!(
+            tracker.unchanged(t(30)),
+            [Transition::Cancelled(event("a", EventStatus::Scheduled))]
+        );
+        assert!(tracker.events().is_empty());
+        assert_eq!(tracker.unchanged(t(31)), []);
+    }
+
+    #[test]
+    fn a_new_incarnation_confirms_an_absence_at_once() {
+        let mut tracker = Tracker::new();
+        tracker.observe(document(5, &[event("a", EventStatus::Started)]), t(-10));
+        assert_eq!(kinds(&tracker.observe(document(5, &[]), t(-9))), []);
+        let done = tracker.observe(document(6, &[]), t(-8));
+        assert_eq!(
+            done.transitions,
+            [Transition::Completed {
+                event: event("a", EventStatus::Started),
+                seen_started: true
+            }]
+        );
+        assert!(tracker.events().is_empty());
+    }
+
+    #[test]
+    fn an_event_back_before_confirmation_starts_its_count_again() {
+        let mut tracker = Tracker::new();
+        let with = document(5, &[event("a", EventStatus::Scheduled)]);
+        tracker.observe(with.clone(), t(-900));
+        for round in 0..3 {
+            tracker.observe(document(5, &[]), t(-800 + round * 100));
+            for n in 2..CONFIRMING_DOCUMENTS {
+                assert_eq!(tracker.unchanged(t(-800 + round * 100 + i64::from(n))), []);
+            }
+            assert_eq!(
+                kinds(&tracker.observe(with.clone(), t(-750 + round * 100))),
+                []
+            );
+        }
+        assert_eq!(tracker.events().len(), 1);
+    }
+
+    #[test]
+    fn a_resumed_event_is_announced_again_only_when_its_status_changed_while_down() {
+        let remembered = |id: &str, status: EventStatus| Tracked {
+            event: event(id, status),
+            first_seen: t(-2000),
+            seen_started: false,
+        };
+        let mut tracker = Tracker::new();
+        tracker.resume(vec![
+            remembered("same", EventStatus::Scheduled),
+            remembered("moved", EventStatus::Scheduled),
+            remembered("gone", EventStatus::Scheduled),
+        ]);
+        let o = tracker.observe(
+            document(
+                9,
+                &[
+                    event("same", EventStatus::Scheduled),
+                    event("moved", EventStatus::Started),
+                ],
+            ),
+            t(-10),
+        );
+        assert_eq!(kinds(&o), [("scheduled", "same"), ("started", "moved")]);
+        let announced: Vec<bool> = o
+            .transitions
+            .iter()
+            .map(|t| t.already_announced())
+            .collect();
+        assert_eq!(announced, [true, false]);
+        assert_eq!(
+            o.ended_while_down,
+            [remembered("gone", EventStatus::Scheduled)]
+        );
     }
 
     #[test]

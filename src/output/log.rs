@@ -15,7 +15,7 @@ use crate::core::approval::{Decision, HookKind, Outcome, PostReason, SkipReason}
 use crate::core::boot::Restart;
 use crate::core::occurrence::{Context, Imds, Occurrence};
 use crate::core::trace_id::trace_id;
-use crate::core::tracker::{IncarnationChange, Kind, Transition};
+use crate::core::tracker::{IncarnationChange, Kind, Tracked, Transition};
 use crate::core::view::{summary, until};
 
 use super::Output;
@@ -75,8 +75,17 @@ impl Log {
 impl Output for Log {
     fn consume(&mut self, context: &Context, occurrences: &[Occurrence]) {
         let vm_name = context.vm_name();
+        // Events the state file holds that are still in the document, and of them those whose
+        // status changed while the agent was down (news, logged as such): said once, below.
+        let (mut resumed, mut changed_while_down) = (0_usize, 0_usize);
         for occurrence in occurrences {
+            if let Occurrence::Transition(transition @ Transition::Resumed { .. }) = occurrence {
+                resumed += 1;
+                changed_while_down += usize::from(!transition.already_announced());
+            }
             match occurrence {
+                // Reported by the earlier run as it is now.
+                Occurrence::Transition(transition) if transition.already_announced() => {}
                 Occurrence::Restarted(restart) => restarted(restart, vm_name),
                 Occurrence::VmIdentified {
                     compute,
@@ -154,12 +163,23 @@ impl Output for Log {
                     "IMDS reachable"
                 ),
                 Occurrence::Decision(decision) => log_decision(decision, context),
+                Occurrence::EndedWhileDown(tracked) => {
+                    ended_while_down(tracked, context, self.events)
+                }
                 // Said by the lines of the decisions and hooks they lead to.
-                Occurrence::EndedWhileDown(_)
-                | Occurrence::Events(_)
+                Occurrence::Events(_)
                 | Occurrence::ApprovalSending { .. }
                 | Occurrence::Notify(_) => {}
             }
+        }
+        if resumed > 0 {
+            tracing::info!(
+                vm_name,
+                resumed,
+                changed_while_down,
+                document_incarnation = context.incarnation,
+                "resumed the events the state file holds: those reported before the restart are not announced again"
+            );
         }
     }
 }
@@ -253,6 +273,34 @@ fn log_transition(transition: &Transition, context: &Context, events: EventSerie
     }
     // A scale set delivers every VM's events to every VM: a neighbour's event is reported as
     // its series are, only when asked for.
+    if events == EventSeries::ThisVm && view.affects_this_vm == Affects::No {
+        line!(debug);
+    } else {
+        line!(info);
+    }
+}
+
+/// An event the earlier run reported that left the document while the agent was down: its end
+/// is news, told once, with the status last seen (it completed, or was called off unseen).
+fn ended_while_down(tracked: &Tracked, context: &Context, events: EventSeries) {
+    let view = context.view(&tracked.event);
+    macro_rules! line {
+        ($level:ident) => {
+            tracing::$level!(
+                vm_name = view.vm_name,
+                event_id = view.event_id,
+                trace_id = view.trace_id,
+                span_id = view.span_id,
+                event_type = view.event_type,
+                event_status = view.event_status,
+                affects_this_vm = view.affects_this_vm.as_str(),
+                seen_started = tracked.seen_started,
+                first_seen = %tracked.first_seen.to_rfc3339(),
+                document_incarnation = view.document_incarnation,
+                "event ended while the agent was down"
+            )
+        };
+    }
     if events == EventSeries::ThisVm && view.affects_this_vm == Affects::No {
         line!(debug);
     } else {

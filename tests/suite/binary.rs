@@ -409,3 +409,96 @@ async fn a_text_log_line_reads_as_a_sentence_first_with_the_ids_after() -> TestR
     assert!(at < id, "the ids come after the sentence: {line}");
     Ok(())
 }
+
+/// One event as IMDS lists it, NotBefore an hour ahead while Scheduled.
+fn listed(id: &str, event_type: &str, status: &str) -> serde_json::Value {
+    let not_before = (chrono::Utc::now() + chrono::TimeDelta::hours(1))
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string();
+    serde_json::json!({
+        "EventId": id,
+        "EventStatus": status,
+        "EventType": event_type,
+        "ResourceType": "VirtualMachine",
+        "Resources": [THIS_VM],
+        "NotBefore": if status == "Scheduled" { not_before } else { String::new() },
+        "Description": "",
+        "EventSource": "Platform",
+        "DurationInSeconds": -1,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_the_state_file_announces_nothing_twice_and_says_it_resumed() -> TestResult {
+    const FREEZE: &str = "0E1C5A6B-8A2E-4D63-9D5F-2B0C2F9E7A11";
+    let imds = Imds::start().await?;
+    imds.sim.set_document(common::document(
+        2,
+        &[
+            listed(EVENT, "Reboot", "Scheduled"),
+            listed(FREEZE, "Freeze", "Scheduled"),
+        ],
+    ));
+    let dir = common::TempDir::new("restart-announces")?;
+    let state = format!("--state.file={}", dir.path("state.json").display());
+    let mut args = agent_args(&imds);
+    args.push(state);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let scheduled = |l: &serde_json::Value| l["message"] == "event scheduled";
+    let resumed_line = |l: &serde_json::Value| {
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("resumed the events"))
+    };
+
+    let mut first = AgentProcess::spawn(command(&args))?;
+    let first = tokio::task::spawn_blocking(move || {
+        first.lines_until(scheduled)?;
+        first.lines_until(scheduled)?;
+        first.terminate().map(|_| ())
+    })
+    .await?;
+    first?;
+
+    // While the agent is down the Freeze starts; the Reboot is as it was.
+    imds.sim.set_document(common::document(
+        3,
+        &[
+            listed(EVENT, "Reboot", "Scheduled"),
+            listed(FREEZE, "Freeze", "Started"),
+        ],
+    ));
+    let second = AgentProcess::spawn(command(&args))?;
+    let (second, lines) = tokio::task::spawn_blocking(move || {
+        let lines = second.lines_until(resumed_line);
+        (second, lines)
+    })
+    .await?;
+    let lines = lines?;
+    imds.polled(10).await?;
+    let later = second.lines_so_far()?;
+    let all: Vec<&serde_json::Value> = lines.iter().chain(&later).collect();
+    let about = |message: &str| -> Vec<&serde_json::Value> {
+        all.iter()
+            .copied()
+            .filter(|l| l["message"] == message)
+            .collect()
+    };
+    assert_eq!(about("event scheduled"), Vec::<&serde_json::Value>::new());
+    let started = about("event started");
+    assert_eq!(started.len(), 1, "{all:#?}");
+    assert_eq!(started[0]["event_id"], FREEZE);
+    let resumed: Vec<_> = all.iter().filter(|l| resumed_line(l)).collect();
+    assert_eq!(resumed.len(), 1, "{all:#?}");
+    assert_eq!(resumed[0]["level"], "INFO");
+    assert_eq!(resumed[0]["resumed"], 2);
+    assert_eq!(resumed[0]["changed_while_down"], 1, "the Freeze started");
+    let metrics = second.metrics()?;
+    assert!(
+        metrics.contains(
+            r#"azure_scheduled_events_transitions_total{event_type="Reboot",transition="scheduled"} 0"#
+        ),
+        "not counted twice either"
+    );
+    Ok(())
+}

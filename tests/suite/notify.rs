@@ -547,6 +547,47 @@ async fn a_restart_with_the_same_state_file_sends_nothing_twice() -> TestResult 
     third.stop().await
 }
 
+#[tokio::test]
+async fn an_event_that_comes_and_goes_under_one_incarnation_is_notified_once() -> TestResult {
+    let imds = Imds::start().await?;
+    let receiver = Receiver::start().await?;
+    let url = receiver.url("/hook");
+    // Two replicas answering in turn, one of them behind: the same incarnation with and without
+    // the event.
+    let with = document(4, &[event(REBOOT, "Reboot", "Scheduled", THIS_VM)]);
+    let without = document(4, &[]);
+    imds.sim.set_document(with.clone());
+    let agent = Agent::start(&imds, &["--notify.webhook-url", url.as_str()]).await?;
+    receiver.wait_for("/hook", 1).await?;
+    for _ in 0..15 {
+        imds.sim.set_document(without.clone());
+        imds.polled(1).await?;
+        imds.sim.set_document(with.clone());
+        imds.polled(1).await?;
+    }
+    assert_eq!(
+        transitions(&receiver.hits_on("/hook")),
+        ["scheduled"],
+        "no cancel, no second scheduled over 30 flapping documents"
+    );
+    let exposition = agent.metrics().await?;
+    assert_eq!(exposition.transitions("Reboot", "scheduled"), 1.0);
+    assert_eq!(exposition.transitions("Reboot", "cancelled"), 0.0);
+    assert!(
+        exposition.event_info(REBOOT).is_some(),
+        "the event stays shown"
+    );
+
+    // Missing for good, still under the one incarnation: the end is reported once confirmed.
+    imds.sim.set_document(without);
+    let hits = receiver.wait_for("/hook", 2).await?;
+    assert_eq!(transitions(&hits), ["scheduled", "cancelled"]);
+    let exposition = agent.metrics().await?;
+    assert_eq!(exposition.transitions("Reboot", "cancelled"), 1.0);
+    assert_eq!(exposition.event_info(REBOOT), None);
+    agent.stop().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_receiver_behind_https_proxy_gets_its_notification_while_imds_is_reached_directly()
 -> TestResult {

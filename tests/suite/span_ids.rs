@@ -233,15 +233,15 @@ async fn a_restart_with_a_state_file_keeps_the_lifecycle_span_id_given_before_th
 
     // Instance metadata answers at once now: the restarted agent knows the VM's name from its
     // first document on, and still names the span the first run gave the event.
+    // The event is resumed, not announced again; its end is.
     let second = agent(&imds, &spans, &hooks, state_file)?;
     let resumed = second.next_line_where(|l| {
-        l["event_id"] == EVENT
-            && l["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("event "))
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("resumed the events"))
     })?;
     assert_eq!(resumed["vm_name"], THIS_VM, "{resumed}");
-    assert_eq!(resumed["span_id"], span_id.as_str(), "{resumed}");
+    assert_eq!(resumed["resumed"], 1, "{resumed}");
     assert!(imds.sim.remove_event(EVENT));
     let received = spans
         .wait_for("the final lifecycle span", |s| {
@@ -253,6 +253,8 @@ async fn a_restart_with_a_state_file_keeps_the_lifecycle_span_id_given_before_th
     for line in &after {
         assert_eq!(line["span_id"], span_id.as_str(), "{line}");
     }
+    let completed = after.last().ok_or("no completed line")?;
+    assert_eq!(completed["vm_name"], THIS_VM, "{completed}");
     assert_one_lifecycle_span(&of_event(&received), &span_id);
     for hit in hooks.hits_on("/hook") {
         assert_eq!(hit.json()["span_id"], span_id.as_str());

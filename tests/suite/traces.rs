@@ -655,12 +655,14 @@ async fn a_restarted_agent_ends_the_same_lifecycle_span_from_the_same_first_sigh
     let open = named(&spans, "Reboot")[0].clone();
     assert_eq!(open.event("outcome"), Some("open"));
 
+    // The restarted agent resumes the event: its `started` was exported by the first run and is
+    // not exported again.
     let second = Agent::polling(&imds, THIS_VM, &env, &[&state])?;
-    receiver
-        .wait_for("the second run's started transition", |s| {
-            named(s, "Reboot started").len() == 2
-        })
+    second
+        .wait_for_metrics("the second run's first document", |e| e.up() == Some(1.0))
         .await?;
+    imds.polled(5).await?;
+    assert_eq!(named(&receiver.spans(), "Reboot started").len(), 1);
     imds.sim.set_document(document(2, &[]));
     let spans = receiver
         .wait_for("the final lifecycle span", |s| {
@@ -669,6 +671,11 @@ async fn a_restarted_agent_ends_the_same_lifecycle_span_from_the_same_first_sigh
         .await?;
     let last = named(&spans, "Reboot")[1];
     assert_eq!(last.event("outcome"), Some("completed"));
+    assert_eq!(
+        named(&spans, "Reboot started").len(),
+        1,
+        "exported before the final span, had there been one"
+    );
     assert_eq!(last.span_id, open.span_id, "the same span after a restart");
     assert_eq!(last.event("seen_started"), Some("true"));
     let drift = last.start_unix_nano.abs_diff(open.start_unix_nano);

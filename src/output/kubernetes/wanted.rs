@@ -571,6 +571,7 @@ mod tests {
             event: tracked.event.clone(),
             first_seen: at,
             seen_started: false,
+            announced: false,
         };
         assert_eq!(Note::of_transition("node-0", &resumed, Some(2), at), None);
         let completed = Transition::Completed {

@@ -432,6 +432,10 @@ impl Metrics {
     }
 
     pub fn record_transition(&self, transition: &Transition) {
+        // Counted by the earlier run: a restart does not count it twice in `increase()`.
+        if transition.already_announced() {
+            return;
+        }
         // Azure may invent types: one `other` series for all of them, or the counter would keep
         // a series per type ever seen.
         let event_type = match &transition.event().event_type {
@@ -737,9 +741,71 @@ fn priority(given: &str) -> &str {
     }
 }
 
+/// Most bytes of the text exposition with the largest document the agent accepts
+/// ([`crate::azure::imds::MAX_EVENTS`] events, each label value at
+/// [`crate::azure::imds::MAX_LABEL_BYTES`], every event reported): what bounds the agent's memory
+/// under many scrapers (docs/performance.md).
+pub const MAX_EXPOSITION_BYTES: usize = 6_000_000;
+
 #[cfg(test)]
 mod tests {
-    use super::priority;
+    use super::*;
+    use crate::azure::event::Document;
+    use crate::azure::imds::{MAX_BODY_BYTES, MAX_EVENTS, MAX_LABEL_BYTES, within_caps};
+    use crate::config::EventSeries;
+
+    /// `text` made unique by `n` and padded to exactly [`MAX_LABEL_BYTES`].
+    fn at_the_cap(text: &str, n: usize) -> String {
+        let unique = format!("{text}{n:06}");
+        format!("{unique:x<width$}", width = MAX_LABEL_BYTES)
+    }
+
+    #[test]
+    fn the_largest_accepted_document_makes_an_exposition_within_its_bound()
+    -> Result<(), Box<dyn std::error::Error>> {
+        // Every label value unique and at the cap: an unknown type and source, so that even the
+        // per-type counts get a series per event.
+        let events: Vec<serde_json::Value> = (0..MAX_EVENTS)
+            .map(|n| {
+                serde_json::json!({
+                    "EventId": at_the_cap("E", n),
+                    "EventType": at_the_cap("T", n),
+                    "EventStatus": "Scheduled",
+                    "EventSource": at_the_cap("S", n),
+                    "ResourceType": at_the_cap("R", n),
+                    "Resources": ["vm_0"],
+                    "NotBefore": "Mon, 11 Apr 2050 22:26:58 GMT",
+                    "Description": "",
+                    "DurationInSeconds": 9,
+                })
+            })
+            .collect();
+        let body = serde_json::to_vec(&serde_json::json!({
+            "DocumentIncarnation": 1,
+            "Events": events,
+        }))?;
+        assert!(body.len() <= MAX_BODY_BYTES, "{} bytes", body.len());
+        let document = Document::from_json(&body)?;
+        within_caps(&document)?;
+
+        let metrics = Metrics::new("2020-07-01", EventSeries::All, Families::DEFAULT)?;
+        let now = Utc::now();
+        metrics.set_events(
+            1,
+            document
+                .events
+                .into_iter()
+                .map(|event| (event, Affects::Yes, Some(now))),
+        );
+        let text = metrics.encode()?;
+        assert!(text.contains(&at_the_cap("E", MAX_EVENTS - 1)));
+        assert!(
+            text.len() <= MAX_EXPOSITION_BYTES,
+            "{} bytes, more than {MAX_EXPOSITION_BYTES}",
+            text.len()
+        );
+        Ok(())
+    }
 
     #[test]
     fn the_priority_label_is_what_azure_documents_or_other() {

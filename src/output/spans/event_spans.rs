@@ -55,7 +55,8 @@ impl EventSpans {
 
     /// The spans one transition finishes: its own child span, and the lifecycle span when the
     /// event left the document. An event resumed after a restart has its lifecycle span start
-    /// at the first sight of the earlier run.
+    /// at the first sight of the earlier run, and no child span when the earlier run already
+    /// exported the one of its present status.
     pub fn record(&mut self, transition: &Transition, seen: &Context) -> Vec<SpanData> {
         let event = transition.event();
         let key = event.id.as_str();
@@ -84,6 +85,9 @@ impl EventSpans {
         });
         open.seen_started |= started;
         open.event = event.clone();
+        if transition.already_announced() {
+            return spans;
+        }
         let parent = open.span_id;
         let first_seen = open.first_seen;
 
