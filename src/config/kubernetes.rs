@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::values::{ConfigError, invalid};
 use super::label_selector::DrainPodSelectors;
+use super::values::{ConfigError, invalid};
 use super::values::{EventTypes, ImpactEventTypes};
 #[cfg(feature = "kubernetes")]
 use crate::azure::event::EventType;
@@ -325,7 +325,8 @@ impl KubernetesArgs {
             drain_delay,
             imds_unknown_after: at_least_a_second(
                 "kubernetes.imds-unknown-after",
-                self.imds_unknown_after.unwrap_or(DEFAULT_IMDS_UNKNOWN_AFTER),
+                self.imds_unknown_after
+                    .unwrap_or(DEFAULT_IMDS_UNKNOWN_AFTER),
                 MAX_IMDS_UNKNOWN_AFTER,
             )?,
         })

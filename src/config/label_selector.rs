@@ -105,7 +105,9 @@ fn key_syntax(key: &str) -> Result<(), String> {
                         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             };
             if prefix.len() > MAX_PREFIX || !prefix.split('.').all(dns) {
-                return Err(format!("{prefix:?} is not a DNS subdomain (a label key prefix)"));
+                return Err(format!(
+                    "{prefix:?} is not a DNS subdomain (a label key prefix)"
+                ));
             }
             name
         }
@@ -215,9 +217,8 @@ mod tests {
 
     #[test]
     fn a_drain_takes_its_types_selector_else_the_common_one() -> Result<(), String> {
-        let selectors = DrainPodSelectors::parse(
-            "Freeze: example.com/evict-on-freeze=true; app notin (db)",
-        )?;
+        let selectors =
+            DrainPodSelectors::parse("Freeze: example.com/evict-on-freeze=true; app notin (db)")?;
         assert_eq!(
             selectors.for_type("Freeze").map(LabelSelector::as_str),
             Some("example.com/evict-on-freeze=true")

@@ -175,8 +175,7 @@ impl Output for Kubernetes {
                 // The agent is blind from the first failed poll on; the conditions say so once
                 // that has lasted (the writer keeps the time).
                 Occurrence::Imds(Imds::Unreachable { reason, error }) => {
-                    let from =
-                        tokio::time::Instant::now() + self.config.imds_unknown_after;
+                    let from = tokio::time::Instant::now() + self.config.imds_unknown_after;
                     self.blind.send_replace(Some(Blind {
                         from,
                         conditions: self.names.blind(reason, error, context.at),

@@ -14,9 +14,9 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition, Taint};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::wanted::{Condition, Wanted};
 #[cfg(test)]
 use super::wanted::CONDITION;
+use super::wanted::{Condition, Wanted};
 
 /// The key of the agent's taint; its value is the event type.
 pub const TAINT_KEY: &str = "azure-scheduled-events/impact";
@@ -306,7 +306,7 @@ fn same_taints(a: &[Taint], b: &[Taint]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::wanted::{Deadline, Status};
+    use super::super::wanted::{Condition, Deadline, Status};
     use super::*;
 
     fn node(value: Value) -> Node {
@@ -361,6 +361,27 @@ mod tests {
             status["status"]["conditions"][0]["lastTransitionTime"],
             "1970-01-01T00:00:00Z"
         );
+    }
+
+    #[test]
+    fn a_blind_plan_writes_the_condition_unknown_and_nothing_else() {
+        let tainted = node(json!({
+            "metadata": {"name": "n", "resourceVersion": "2", "annotations": {APPLIED: r#"{"taint":true,"cordon":true}"#}},
+            "spec": {"unschedulable": true, "taints": [{"key": TAINT_KEY, "value": "Reboot", "effect": "NoSchedule"}]},
+            "status": {"conditions": [{"type": CONDITION, "status": "True", "reason": "RebootScheduled", "message": "m"}]}
+        }));
+        let blind = Condition {
+            type_: CONDITION,
+            status: Status::Unknown,
+            reason: "ImdsUnreachable".into(),
+            message: "no document".into(),
+        };
+        let plan = plan_with(&tainted, &[blind], None, now());
+        assert_eq!(plan.spec, None, "no taint nor cordon lifted");
+        let Some(status) = plan.status else {
+            panic!("the condition changes")
+        };
+        assert_eq!(status["status"]["conditions"][0]["status"], "Unknown");
     }
 
     #[test]

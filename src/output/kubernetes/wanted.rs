@@ -551,7 +551,11 @@ mod tests {
             Some(VM),
             &acts(&[EventType::SpotRebalanceRecommendation], &[]),
         );
-        assert_eq!(asked.condition().status, Status::False, "listing it taints, never pages");
+        assert_eq!(
+            asked.condition().status,
+            Status::False,
+            "listing it taints, never pages"
+        );
         assert_eq!(asked.taint.as_deref(), Some("SpotRebalanceRecommendation"));
     }
 
@@ -665,7 +669,7 @@ mod tests {
         );
         assert!(
             wanted
-                .condition
+                .condition()
                 .message
                 .contains("SOON Scheduled, NotBefore Mon, 11 Apr 2022 22:26:58 GMT"),
             "RFC 1123 whatever form Azure sent: {}",
@@ -770,6 +774,81 @@ mod tests {
         );
         let gone = Note::ended_while_down("node-0", &tracked.event, at);
         assert_eq!(gone.reason, "RebootEndedWhileDown");
+    }
+
+    #[test]
+    fn aks_names_write_node_problem_detectors_conditions_and_messages() {
+        let mut preempt = event(
+            "40B7BD88-C56E-44E4-93F6-75CEDACE2869",
+            EventType::Preempt,
+            EventStatus::Scheduled,
+            "2026-08-01T05:41:02Z",
+            VM,
+        );
+        preempt.event.description = Some("Spot eviction.".into());
+        let wanted = Wanted::from_events(&[&preempt.event], &Actions::default(), Names::Aks);
+        let [vm_event, preemption] = wanted.conditions.as_slice() else {
+            panic!("two conditions: {:?}", wanted.conditions)
+        };
+        assert_eq!(
+            (vm_event.type_, vm_event.status, vm_event.reason.as_str()),
+            ("VMEventScheduled", Status::True, "VMEventScheduled")
+        );
+        assert_eq!(
+            vm_event.message,
+            "Preempt Scheduled: Sat, 01 Aug 2026 05:41:02 GMT. DurationInSeconds: -1. Spot eviction. For more information, see https://aka.ms/aks/scheduledevents."
+        );
+        assert_eq!(
+            (
+                preemption.type_,
+                preemption.status,
+                preemption.reason.as_str()
+            ),
+            ("PreemptionScheduled", Status::True, "SpotEvictionIncoming")
+        );
+        assert_eq!(
+            preemption.message,
+            "Preempt Scheduled: Sat, 01 Aug 2026 05:41:02 GMT. For more information, see https://aka.ms/aks/scheduledevents. EventId: 40B7BD88-C56E-44E4-93F6-75CEDACE2869"
+        );
+        let started = event("F", EventType::Freeze, EventStatus::Started, "", VM);
+        let wanted = Wanted::from_events(&[&started.event], &Actions::default(), Names::Aks);
+        assert_eq!(
+            wanted.conditions[0].message,
+            "Freeze Started. DurationInSeconds: -1.  For more information, see https://aka.ms/aks/scheduledevents.",
+            "no NotBefore under way; an empty description leaves two spaces, as the plugin does"
+        );
+        assert_eq!(wanted.conditions[1].status, Status::False);
+        let none = Wanted::from_events(&[], &Actions::default(), Names::Aks);
+        assert_eq!(
+            (
+                none.conditions[0].reason.as_str(),
+                none.conditions[0].message.as_str()
+            ),
+            ("NoVMEventScheduled", "VM has no scheduled event")
+        );
+    }
+
+    #[test]
+    fn a_blind_agent_names_the_failure_in_either_style() {
+        let since = DateTime::UNIX_EPOCH;
+        let own = Names::Own.blind("timeout", "no answer in 30s", since);
+        assert_eq!(
+            (own[0].type_, own[0].status, own[0].reason.as_str()),
+            (CONDITION, Status::Unknown, "ImdsUnreachable")
+        );
+        assert!(
+            own[0]
+                .message
+                .contains("since 1970-01-01T00:00:00Z (timeout: no answer in 30s)"),
+            "{}",
+            own[0].message
+        );
+        let aks = Names::Aks.blind("connect", "refused", since);
+        assert_eq!(aks.len(), 2);
+        assert!(
+            aks.iter().all(|c| c.status == Status::Unknown
+                && c.message == "IMDS query failed, connect: refused")
+        );
     }
 
     #[test]

@@ -51,7 +51,11 @@ pub async fn run(api: Api, resync: Duration, seen: watch::Sender<Option<Node>>) 
     loop {
         let read = match api.get_node().await {
             Ok(node) if uninitialized(&node) => {
-                wait_for_node(&api, &mut waiting, "not initialised by the cloud controller yet (it has the taint node.cloudprovider.kubernetes.io/uninitialized)");
+                wait_for_node(
+                    &api,
+                    &mut waiting,
+                    "not initialised by the cloud controller yet (it has the taint node.cloudprovider.kubernetes.io/uninitialized)",
+                );
                 failures = pause(failures).await;
                 continue;
             }
@@ -212,7 +216,9 @@ async fn watch_node(
             }
             match serde_json::from_slice::<WatchEvent<Node>>(&event) {
                 // The Node was deleted and registered again: wait for it from the start.
-                Ok(WatchEvent::Added(node) | WatchEvent::Modified(node)) if uninitialized(&node) => {
+                Ok(WatchEvent::Added(node) | WatchEvent::Modified(node))
+                    if uninitialized(&node) =>
+                {
                     return Ok(Ended::Gone);
                 }
                 Ok(WatchEvent::Added(node) | WatchEvent::Modified(node)) => {
