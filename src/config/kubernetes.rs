@@ -286,6 +286,10 @@ pub struct KubernetesConfig {
 
 /// The durations of the `--kubernetes.*` flags, each checked against its bounds.
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(
+    not(feature = "kubernetes"),
+    expect(dead_code, reason = "without the client, the values are only checked")
+)]
 struct Durations {
     resync_interval: Duration,
     drain_margin: Duration,

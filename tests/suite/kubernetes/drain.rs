@@ -769,6 +769,7 @@ async fn a_freeze_evicts_only_the_pods_its_selector_picks_listed_from_the_cache(
     let imds = Imds::start().await?;
     let mut freeze = reboot_at(&in_seconds(300));
     freeze["EventType"] = "Freeze".into();
+    freeze["EventId"] = "F0000000-0000-4000-8000-000000000001".into();
     imds.sim.set_document(document(1, &[freeze]));
     let agent = cluster
         .agent(
