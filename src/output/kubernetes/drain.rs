@@ -161,6 +161,11 @@ impl Drainer {
     ) {
         let started = Utc::now();
         let (deadline, stop_at) = deadlines(&target, self.margin, started);
+        // Which pods go, as the Events say it.
+        let pods = match self.selectors.for_type(&target.event_type) {
+            Some(selector) => format!("the pods labelled {:?}", selector.as_str()),
+            None => "its pods".to_owned(),
+        };
         tracing::warn!(
             node = %self.api.node_name,
             event_id = %target.event_id,
@@ -174,7 +179,7 @@ impl Drainer {
             "DrainStarted",
             true,
             format!(
-                "Draining the node for scheduled event {} ({}): evicting its pods through the Eviction API until {} (NotBefore {}).",
+                "Draining the node for scheduled event {} ({}): evicting {pods} through the Eviction API until {} (NotBefore {}).",
                 target.event_id,
                 target.event_type,
                 stop_at.to_rfc3339(),
@@ -189,7 +194,7 @@ impl Drainer {
                 "DrainCompleted",
                 false,
                 format!(
-                    "Drained the node for scheduled event {}: every pod but DaemonSet and mirror pods is evicted.",
+                    "Drained the node for scheduled event {}: {pods} are evicted, but DaemonSet and mirror pods.",
                     target.event_id
                 ),
             ),

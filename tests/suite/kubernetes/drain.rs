@@ -786,6 +786,11 @@ async fn a_freeze_evicts_only_the_pods_its_selector_picks_listed_from_the_cache(
         ["default/cache"],
         "only the pod that opted in"
     );
+    let started = event_note(&cluster, "DrainStarted").unwrap_or_default();
+    assert!(
+        started.contains("example.com/evict-on-freeze=true"),
+        "the Event says which pods go: {started}"
+    );
     let lists = cluster.api.pod_lists();
     assert!(!lists.is_empty());
     assert!(
