@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::label_selector::DrainPodSelectors;
 use super::values::{ConfigError, invalid};
 use super::values::{EventTypes, ImpactEventTypes};
 #[cfg(feature = "kubernetes")]
@@ -22,6 +23,14 @@ use crate::azure::event::EventType;
 pub const DEFAULT_DRAIN_MARGIN: Duration = Duration::from_secs(15);
 /// Default of `--kubernetes.resync-interval`.
 pub const DEFAULT_RESYNC_INTERVAL: Duration = Duration::from_secs(3600);
+/// Default of `--kubernetes.imds-unknown-after`: a failed poll or two, or IMDS asking the agent
+/// to back off for a few seconds, do not make the condition flap; a minute without a document is
+/// an outage that controllers and alerts must see, well before the 5 to 15 minutes of notice
+/// most events give.
+pub const DEFAULT_IMDS_UNKNOWN_AFTER: Duration = Duration::from_secs(60);
+/// The longest `--kubernetes.imds-unknown-after`: longer, and a blind agent would pass for one
+/// that sees no event through a Spot eviction's 30 seconds of notice four times over.
+pub const MAX_IMDS_UNKNOWN_AFTER: Duration = Duration::from_secs(120);
 
 /// Whether this build lacks the Kubernetes output: the flags below are hidden then.
 const WITHOUT_CLIENT: bool = cfg!(not(feature = "kubernetes"));
@@ -79,6 +88,28 @@ pub struct KubernetesArgs {
         hide = WITHOUT_CLIENT
     )]
     pub drain_margin: Option<Duration>,
+    /// How long a drain waits, once the node is cordoned and labelled
+    /// `exclude-from-external-load-balancers`, before its first eviction, so that load balancers
+    /// stop sending it new connections first; never past NotBefore minus the drain margin. At
+    /// most 1h [default: 0s: at once].
+    #[arg(
+        long = "kubernetes.drain-delay",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_DELAY",
+        value_parser = super::values::duration,
+        hide = WITHOUT_CLIENT
+    )]
+    pub drain_delay: Option<Duration>,
+    /// Evict only the pods this label selector selects (as `kubectl get -l` takes it); one for
+    /// every drain, or per event type as `[EventType:]selector` entries separated by `;`, e.g.
+    /// `Freeze:example.com/evict-on-freeze=true` [default: none: every pod].
+    #[arg(
+        long = "kubernetes.drain-pod-selector",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_POD_SELECTOR",
+        value_name = "SELECTOR",
+        value_parser = DrainPodSelectors::parse,
+        hide = WITHOUT_CLIENT
+    )]
+    pub drain_pod_selector: Option<DrainPodSelectors>,
     /// Label the node `node.kubernetes.io/exclude-from-external-load-balancers=true` while an
     /// event of these types (comma-separated) names this VM; lifted after, only if the agent set
     /// it [default: none].
@@ -118,6 +149,27 @@ pub struct KubernetesArgs {
         hide = WITHOUT_CLIENT
     )]
     pub resync_interval: Option<Duration>,
+    /// How long without a valid Scheduled Events document before the node condition turns
+    /// `Unknown` (reason `ImdsUnreachable`); it turns back with the next document. Taints,
+    /// cordons and drains stay as the last document wanted. From 1s to 2m [default: 1m].
+    #[arg(
+        long = "kubernetes.imds-unknown-after",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_IMDS_UNKNOWN_AFTER",
+        value_parser = super::values::duration,
+        hide = WITHOUT_CLIENT
+    )]
+    pub imds_unknown_after: Option<Duration>,
+    /// Write the node conditions as AKS's node-problem-detector does (`VMEventScheduled`, and
+    /// `PreemptionScheduled` for Spot evictions, with its reasons and message format) instead of
+    /// `AzureScheduledEvent`, for consumers written for AKS on other clusters; leave it off on
+    /// AKS, where the platform writes them itself (docs/kubernetes.md).
+    #[arg(
+        id = "kubernetes_aks_condition_names",
+        long = "kubernetes.aks-condition-names",
+        env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_AKS_CONDITION_NAMES",
+        hide = WITHOUT_CLIENT
+    )]
+    pub aks_condition_names: bool,
     /// Kubeconfig file; when given it wins over the pod's service account [default: the service
     /// account in a pod, else KUBECONFIG].
     #[arg(
@@ -141,6 +193,11 @@ impl KubernetesArgs {
             ("kubernetes.cordon-events", self.cordon_events.is_some()),
             ("kubernetes.drain-events", self.drain_events.is_some()),
             ("kubernetes.drain-margin", self.drain_margin.is_some()),
+            ("kubernetes.drain-delay", self.drain_delay.is_some()),
+            (
+                "kubernetes.drain-pod-selector",
+                self.drain_pod_selector.is_some(),
+            ),
             (
                 "kubernetes.exclude-from-load-balancers-events",
                 self.exclude_from_load_balancers_events.is_some(),
@@ -148,6 +205,11 @@ impl KubernetesArgs {
             ("kubernetes.advisory-taint", self.advisory_taint),
             ("kubernetes.dry-run", self.dry_run),
             ("kubernetes.resync-interval", self.resync_interval.is_some()),
+            (
+                "kubernetes.imds-unknown-after",
+                self.imds_unknown_after.is_some(),
+            ),
+            ("kubernetes.aks-condition-names", self.aks_condition_names),
             ("kubernetes.kubeconfig", self.kubeconfig.is_some()),
         ]
         .into_iter()
@@ -158,6 +220,7 @@ impl KubernetesArgs {
     /// In a build without the client: the first `--kubernetes.*` setting given, as an error.
     #[cfg(not(feature = "kubernetes"))]
     pub(super) fn validate(self) -> Result<Option<KubernetesConfig>, ConfigError> {
+        self.durations()?;
         let first = self
             .node_name
             .is_some()
@@ -211,17 +274,77 @@ pub struct KubernetesConfig {
     pub node_name: String,
     pub actions: Actions,
     pub drain_margin: Duration,
+    pub drain_delay: Duration,
+    /// Which pods a drain evicts; none given: every pod.
+    pub drain_pod_selectors: DrainPodSelectors,
     pub dry_run: bool,
     pub resync_interval: Duration,
+    pub imds_unknown_after: Duration,
+    pub aks_condition_names: bool,
     pub api_server: ApiServer,
+}
+
+/// The durations of the `--kubernetes.*` flags, each checked against its bounds.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(
+    not(feature = "kubernetes"),
+    expect(dead_code, reason = "without the client, the values are only checked")
+)]
+struct Durations {
+    resync_interval: Duration,
+    drain_margin: Duration,
+    drain_delay: Duration,
+    imds_unknown_after: Duration,
+}
+
+impl KubernetesArgs {
+    /// Checked whether or not `--kubernetes.node-name` is given, as every `--kubernetes.*`
+    /// value is: a fleet that sets them everywhere learns of a bad one on every machine.
+    fn durations(&self) -> Result<Durations, ConfigError> {
+        let at_least_a_second = |flag: &'static str, value: Duration, max: Duration| {
+            if value < Duration::from_secs(1) {
+                return Err(invalid(flag, "must be at least 1s"));
+            }
+            super::values::bounded(flag, value, max)
+        };
+        let hour = Duration::from_secs(3600);
+        let drain_delay = self.drain_delay.unwrap_or(Duration::ZERO);
+        if drain_delay > hour {
+            return Err(invalid(
+                "kubernetes.drain-delay",
+                format!("{drain_delay:?} is longer than 1h, its maximum"),
+            ));
+        }
+        Ok(Durations {
+            resync_interval: at_least_a_second(
+                "kubernetes.resync-interval",
+                self.resync_interval.unwrap_or(DEFAULT_RESYNC_INTERVAL),
+                hour,
+            )?,
+            drain_margin: super::values::bounded(
+                "kubernetes.drain-margin",
+                self.drain_margin.unwrap_or(DEFAULT_DRAIN_MARGIN),
+                hour,
+            )?,
+            drain_delay,
+            imds_unknown_after: at_least_a_second(
+                "kubernetes.imds-unknown-after",
+                self.imds_unknown_after
+                    .unwrap_or(DEFAULT_IMDS_UNKNOWN_AFTER),
+                MAX_IMDS_UNKNOWN_AFTER,
+            )?,
+        })
+    }
 }
 
 #[cfg(feature = "kubernetes")]
 impl KubernetesArgs {
     pub(super) fn validate(self) -> Result<Option<KubernetesConfig>, ConfigError> {
+        let durations = self.durations()?;
         let Some(node_name) = self.node_name.clone() else {
-            // The settings that act on the Node do nothing without it. (The durations and the
-            // kubeconfig are harmless alone, and a fleet may set them everywhere.)
+            // The settings that act on the Node do nothing without it. (The durations, the pod
+            // selector and the kubeconfig are harmless alone, and a fleet may set them
+            // everywhere.)
             let acting = [
                 "kubernetes.taint-events",
                 "kubernetes.cordon-events",
@@ -229,6 +352,7 @@ impl KubernetesArgs {
                 "kubernetes.exclude-from-load-balancers-events",
                 "kubernetes.advisory-taint",
                 "kubernetes.dry-run",
+                "kubernetes.aks-condition-names",
             ];
             if let Some(flag) = self.given().into_iter().find(|f| acting.contains(f)) {
                 return Err(invalid(flag, "needs --kubernetes.node-name"));
@@ -244,20 +368,6 @@ impl KubernetesArgs {
                 ),
             ));
         }
-        let resync_interval = self.resync_interval.unwrap_or(DEFAULT_RESYNC_INTERVAL);
-        if resync_interval < Duration::from_secs(1) {
-            return Err(invalid("kubernetes.resync-interval", "must be at least 1s"));
-        }
-        super::values::bounded(
-            "kubernetes.resync-interval",
-            resync_interval,
-            Duration::from_secs(3600),
-        )?;
-        let drain_margin = super::values::bounded(
-            "kubernetes.drain-margin",
-            self.drain_margin.unwrap_or(DEFAULT_DRAIN_MARGIN),
-            Duration::from_secs(3600),
-        )?;
         let api_server = match (self.kubeconfig, kube::Config::incluster()) {
             (Some(path), _) => kubeconfig(path)?,
             (None, Ok(config)) => ApiServer::InCluster(Box::new(config)),
@@ -287,9 +397,13 @@ impl KubernetesArgs {
                 ),
                 advisory_taint: self.advisory_taint,
             },
-            drain_margin,
+            drain_margin: durations.drain_margin,
+            drain_delay: durations.drain_delay,
+            drain_pod_selectors: self.drain_pod_selector.unwrap_or_default(),
             dry_run: self.dry_run,
-            resync_interval,
+            resync_interval: durations.resync_interval,
+            imds_unknown_after: durations.imds_unknown_after,
+            aks_condition_names: self.aks_condition_names,
             api_server,
         }))
     }
@@ -381,7 +495,7 @@ mod tests {
             );
             tried += 1;
         }
-        assert_eq!(tried, 10, "every flag but KUBECONFIG's was tried");
+        assert_eq!(tried, 14, "every flag but KUBECONFIG's was tried");
         Ok(())
     }
 }

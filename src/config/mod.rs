@@ -18,6 +18,7 @@ pub mod environment;
 pub mod file_input;
 pub mod flags;
 pub mod kubernetes;
+pub mod label_selector;
 pub mod nearest;
 pub mod notify;
 pub mod otlp;

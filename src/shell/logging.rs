@@ -69,10 +69,17 @@ pub fn init_with_writer<W>(
             .with_tracer(tracer)
             .with_filter(filter().and(ours))
     });
+    // The Kubernetes client logs an ERROR line of its own, without context, for every failed
+    // request; the agent logs one line per kind of failure with the node and the operation
+    // (src/output/kubernetes/api.rs). The client's lines are kept for --log.level=debug.
+    let debug = filter()
+        .max_level_hint()
+        .is_none_or(|level| level >= tracing::level_filters::LevelFilter::DEBUG);
+    let client = filter_fn(move |metadata| debug || !metadata.target().starts_with("kube_client"));
     // A second initialisation (tests that start several agents) keeps the first subscriber.
     let _ = tracing_subscriber::registry()
         .with(spans)
-        .with(lines.with_filter(filter()))
+        .with(lines.with_filter(filter().and(client)))
         .try_init();
 }
 

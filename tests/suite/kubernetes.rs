@@ -10,6 +10,7 @@ use crate::common;
 
 #[cfg(feature = "external-tools")]
 mod chart;
+mod conditions;
 mod drain;
 
 use std::future::Future;

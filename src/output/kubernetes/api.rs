@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::node;
-use super::wanted::{Note, Wanted};
+use super::wanted::{Blind, Condition, Note, Wanted};
 use crate::azure::backoff;
 use crate::config::kubernetes::{ApiServer, KubernetesConfig};
 use crate::output::metrics::NAMESPACE;
@@ -280,10 +280,14 @@ impl Api {
             cordon_events = ?names(&actions.cordon_events),
             drain_events = ?names(&actions.drain_events),
             drain_margin = ?config.drain_margin,
+            drain_delay = ?config.drain_delay,
+            drain_pod_selector = ?config.drain_pod_selectors,
             exclude_from_load_balancers_events = ?names(&actions.exclude_from_load_balancers_events),
             advisory_taint = actions.advisory_taint,
             dry_run = config.dry_run,
             resync_interval = ?config.resync_interval,
+            imds_unknown_after = ?config.imds_unknown_after,
+            aks_condition_names = config.aks_condition_names,
             "writing scheduled events to the Kubernetes node"
         );
         let client = Client::try_from(client_config).context("cannot build a Kubernetes client")?;
@@ -442,6 +446,7 @@ impl NodeWriter {
     pub async fn run(
         mut self,
         mut wanted: watch::Receiver<Option<Wanted>>,
+        mut blind: watch::Receiver<Option<Blind>>,
         mut notes: mpsc::Receiver<Note>,
         mut seen: watch::Receiver<Option<Node>>,
     ) {
@@ -456,12 +461,30 @@ impl NodeWriter {
                 None if dirty || head.is_some() => Instant::now(),
                 None => Instant::now() + Duration::from_secs(86_400),
             };
+            // When a blind agent's conditions are due to turn Unknown.
+            let blind_at = blind
+                .borrow()
+                .as_ref()
+                .map(|b| b.from)
+                .filter(|at| *at > Instant::now());
             tokio::select! {
                 biased;
                 changed = wanted.changed() => {
                     if changed.is_err() {
                         return;
                     }
+                    dirty = true;
+                    continue;
+                }
+                changed = blind.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    blind.borrow_and_update();
+                    dirty = true;
+                    continue;
+                }
+                () = tokio::time::sleep_until(blind_at.unwrap_or(due)), if blind_at.is_some() => {
                     dirty = true;
                     continue;
                 }
@@ -492,8 +515,15 @@ impl NodeWriter {
             {
                 self.uid.clone_from(&node.metadata.uid);
                 let target = wanted.borrow_and_update().clone();
-                let (node, reconciled) = match &target {
-                    Some(target) => self.reconcile(node, target).await,
+                let blind_conditions = blind
+                    .borrow()
+                    .as_ref()
+                    .and_then(|b| b.conditions_at(Instant::now()).map(<[Condition]>::to_vec));
+                // Blind, the conditions say Unknown; what the last document wanted stays.
+                let conditions =
+                    blind_conditions.or_else(|| target.as_ref().map(|t| t.conditions.clone()));
+                let (node, reconciled) = match &conditions {
+                    Some(conditions) => self.reconcile(node, conditions, target.as_ref()).await,
                     None => (node, Ok(())),
                 };
                 current = Some(node);
@@ -525,7 +555,8 @@ impl NodeWriter {
     async fn reconcile(
         &mut self,
         mut current: Node,
-        wanted: &Wanted,
+        conditions: &[Condition],
+        wanted: Option<&Wanted>,
     ) -> (Node, Result<(), Failure>) {
         let name = self.api.node_name.clone();
         let params = PatchParams {
@@ -533,13 +564,13 @@ impl NodeWriter {
             ..PatchParams::default()
         };
         if self.api.dry_run {
-            self.log_dry_run(node::plan(&current, wanted, Utc::now()));
+            self.log_dry_run(node::plan_with(&current, conditions, wanted, Utc::now()));
             return (current, Ok(()));
         }
         let mut conflicts = 0;
         // Each round sends one patch; two suffice unless someone else writes the Node meanwhile.
         for _ in 0..2 * (CONFLICT_RETRIES + 1) {
-            let plan = node::plan(&current, wanted, Utc::now());
+            let plan = node::plan_with(&current, conditions, wanted, Utc::now());
             let (operation, request) = if let Some(status) = plan.status {
                 let patch = Patch::Strategic(status);
                 (
@@ -603,12 +634,14 @@ impl NodeWriter {
     fn log_dry_run(&mut self, plan: node::Plan) {
         let stable = node::Plan {
             status: plan.status.clone().map(|mut status| {
-                if let Some(condition) = status
-                    .pointer_mut("/status/conditions/0")
-                    .and_then(Value::as_object_mut)
-                {
-                    condition.remove("lastHeartbeatTime");
-                    condition.remove("lastTransitionTime");
+                let conditions = status
+                    .pointer_mut("/status/conditions")
+                    .and_then(Value::as_array_mut);
+                for condition in conditions.into_iter().flatten() {
+                    if let Some(condition) = condition.as_object_mut() {
+                        condition.remove("lastHeartbeatTime");
+                        condition.remove("lastTransitionTime");
+                    }
                 }
                 status.as_object_mut().map(|o| o.remove("metadata"));
                 status

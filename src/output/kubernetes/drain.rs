@@ -26,6 +26,7 @@ use tokio::time::Instant;
 use super::api::{Api, FIRST_BACKOFF, FailureLog, MAX_BACKOFF, RequestError, classify};
 use super::wanted::{DrainTarget, Note, Wanted, event_name};
 use crate::azure::backoff;
+use crate::config::label_selector::DrainPodSelectors;
 
 /// The annotation the kubelet puts on a mirror pod (a static pod's image in the API server).
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -79,6 +80,11 @@ pub fn deadlines(
     }
 }
 
+/// `--kubernetes.drain-delay` as a span of time; saturated, as the flag is at most 1h.
+fn delay(delay: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX)
+}
+
 /// How a drain ended.
 #[derive(Debug, PartialEq, Eq)]
 enum Outcome {
@@ -97,16 +103,28 @@ enum Outcome {
 pub struct Drainer {
     api: Api,
     margin: Duration,
+    /// `--kubernetes.drain-delay`: from the cordon (and the load-balancer label, written with
+    /// it) to the first eviction.
+    delay: Duration,
+    selectors: DrainPodSelectors,
     notes: mpsc::Sender<Note>,
     failures: FailureLog,
 }
 
 impl Drainer {
-    pub fn new(api: Api, margin: Duration, notes: mpsc::Sender<Note>) -> Self {
+    pub fn new(
+        api: Api,
+        margin: Duration,
+        delay: Duration,
+        selectors: DrainPodSelectors,
+        notes: mpsc::Sender<Note>,
+    ) -> Self {
         let failures = FailureLog::new(&api.node_name, "draining the node");
         Self {
             api,
             margin,
+            delay,
+            selectors,
             notes,
             failures,
         }
@@ -143,6 +161,11 @@ impl Drainer {
     ) {
         let started = Utc::now();
         let (deadline, stop_at) = deadlines(&target, self.margin, started);
+        // Which pods go, as the Events say it.
+        let pods = match self.selectors.for_type(&target.event_type) {
+            Some(selector) => format!("the pods labelled {:?}", selector.as_str()),
+            None => "its pods".to_owned(),
+        };
         tracing::warn!(
             node = %self.api.node_name,
             event_id = %target.event_id,
@@ -156,7 +179,7 @@ impl Drainer {
             "DrainStarted",
             true,
             format!(
-                "Draining the node for scheduled event {} ({}): evicting its pods through the Eviction API until {} (NotBefore {}).",
+                "Draining the node for scheduled event {} ({}): evicting {pods} through the Eviction API until {} (NotBefore {}).",
                 target.event_id,
                 target.event_type,
                 stop_at.to_rfc3339(),
@@ -171,7 +194,7 @@ impl Drainer {
                 "DrainCompleted",
                 false,
                 format!(
-                    "Drained the node for scheduled event {}: every pod but DaemonSet and mirror pods is evicted.",
+                    "Drained the node for scheduled event {}: {pods} are evicted, but DaemonSet and mirror pods.",
                     target.event_id
                 ),
             ),
@@ -228,6 +251,8 @@ impl Drainer {
         // The pods not evicted yet, by `namespace/name`: what stayed if time runs out.
         let mut left: BTreeSet<String> = BTreeSet::new();
         let mut cordoned = self.api.dry_run;
+        // When the drain first saw the node cordoned: the delay runs from then.
+        let mut cordoned_at: Option<DateTime<Utc>> = None;
         let mut listed = false;
         loop {
             match current(wanted) {
@@ -242,9 +267,34 @@ impl Drainer {
                     .and_then(|n| n.spec.as_ref())
                     .and_then(|s| s.unschedulable)
                     .unwrap_or(false);
+            if cordoned && cordoned_at.is_none() {
+                cordoned_at = Some(Utc::now());
+            }
+            // Never past the deadline: at `stop_at` the pods get one round of evictions, delay
+            // or not.
+            if let Some(from) = cordoned_at.map(|at| (at + delay(self.delay)).min(stop_at))
+                && let Ok(wait) = (from - Utc::now()).to_std()
+                && !wait.is_zero()
+            {
+                tracing::info!(
+                    node = %self.api.node_name,
+                    event_id = %target.event_id,
+                    wait = ?wait,
+                    "drain waits --kubernetes.drain-delay before its first eviction, for load balancers to let the node go"
+                );
+                tokio::select! {
+                    changed = wanted.changed() => {
+                        if changed.is_err() || current(wanted).is_none_or(|now| now.event_id != target.event_id) {
+                            return Outcome::Cancelled;
+                        }
+                    }
+                    () = tokio::time::sleep(wait) => {}
+                }
+                continue;
+            }
             let mut progress = true;
             if cordoned {
-                match self.list_pods().await {
+                match self.list_pods(&target.event_type).await {
                     Ok(pods) => {
                         listed = true;
                         let pods: Vec<Pod> = pods.into_iter().filter(evictable).collect();
@@ -320,9 +370,17 @@ impl Drainer {
         }
     }
 
-    /// The pods bound to this node.
-    async fn list_pods(&mut self) -> Result<Vec<Pod>, ()> {
-        let params = ListParams::default().fields(&format!("spec.nodeName={}", self.api.node_name));
+    /// The pods bound to this node that the drain for `event_type` evicts, from the API server's
+    /// cache (`resourceVersion=0`): a wave of drains does not read etcd once a node. The cache
+    /// may lag a little; the drain lists again until no pod is left, so a pod it missed is
+    /// evicted at the next round and one it lists twice is refused as gone.
+    async fn list_pods(&mut self, event_type: &str) -> Result<Vec<Pod>, ()> {
+        let mut params = ListParams::default()
+            .fields(&format!("spec.nodeName={}", self.api.node_name))
+            .match_any();
+        if let Some(selector) = self.selectors.for_type(event_type) {
+            params = params.labels(selector.as_str());
+        }
         let pods = kube::core::Request::new(Pod::url_path(&(), None));
         let listed: Result<ObjectList<Pod>, _> = self.api.send_drain(pods.list(&params)).await;
         match self.api.count("list_pods", listed) {

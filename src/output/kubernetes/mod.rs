@@ -24,14 +24,14 @@ use tokio::task::JoinHandle;
 
 use crate::azure::event::{Affects, Event};
 use crate::config::kubernetes::KubernetesConfig;
-use crate::core::occurrence::{Context, Occurrence};
+use crate::core::occurrence::{Context, Imds, Occurrence};
 use crate::core::tracker::Tracked;
 use crate::output::metrics::Metrics;
 
 use super::Output;
 use api::{Api, KubernetesMetrics, NodeWriter};
 use drain::Drainer;
-use wanted::{Note, Wanted};
+use wanted::{Blind, Names, Note, Wanted};
 
 /// Events waiting to be created at most; a document holds a handful of events, each with a few
 /// transitions.
@@ -48,6 +48,10 @@ pub struct Kubernetes {
     /// Node before the agent knows what is pending (nor before it knows this VM's name).
     events: Option<Arc<[Tracked]>>,
     wanted: tokio::sync::watch::Sender<Option<Wanted>>,
+    /// Set while no valid document comes: the conditions turn `Unknown` after
+    /// `--kubernetes.imds-unknown-after`.
+    blind: tokio::sync::watch::Sender<Option<Blind>>,
+    names: Names,
     notes: mpsc::Sender<Note>,
     metrics: Arc<KubernetesMetrics>,
     /// The Node's watch, its writer, and the drain when asked for.
@@ -68,6 +72,7 @@ impl Kubernetes {
         )?);
         let api = Api::connect(&config, Arc::clone(&metrics)).await?;
         let (wanted, wanted_rx) = tokio::sync::watch::channel(None);
+        let (blind, blind_rx) = tokio::sync::watch::channel(None);
         let (seen, seen_rx) = tokio::sync::watch::channel(None);
         let (notes, notes_rx) = mpsc::channel(QUEUE);
         let mut tasks = vec![tokio::spawn(watch::run(
@@ -76,18 +81,31 @@ impl Kubernetes {
             seen,
         ))];
         if drains {
-            let drainer = Drainer::new(api.clone(), config.drain_margin, notes.clone());
+            let drainer = Drainer::new(
+                api.clone(),
+                config.drain_margin,
+                config.drain_delay,
+                config.drain_pod_selectors.clone(),
+                notes.clone(),
+            );
             tasks.push(tokio::spawn(
                 drainer.run(wanted_rx.clone(), seen_rx.clone()),
             ));
         }
         tasks.push(tokio::spawn(
-            NodeWriter::new(api).run(wanted_rx, notes_rx, seen_rx),
+            NodeWriter::new(api).run(wanted_rx, blind_rx, notes_rx, seen_rx),
         ));
+        let names = if config.aks_condition_names {
+            Names::Aks
+        } else {
+            Names::Own
+        };
         Ok(Self {
             config,
             events: None,
             wanted,
+            blind,
+            names,
             notes,
             metrics,
             tasks,
@@ -154,6 +172,18 @@ impl Output for Kubernetes {
                         )));
                     }
                 }
+                // The agent is blind from the first failed poll on; the conditions say so once
+                // that has lasted (the writer keeps the time).
+                Occurrence::Imds(Imds::Unreachable { reason, error }) => {
+                    let from = tokio::time::Instant::now() + self.config.imds_unknown_after;
+                    self.blind.send_replace(Some(Blind {
+                        from,
+                        conditions: self.names.blind(reason, error, context.at),
+                    }));
+                }
+                Occurrence::Imds(Imds::Reachable { .. }) => {
+                    self.blind.send_replace(None);
+                }
                 Occurrence::Restarted(_)
                 | Occurrence::VmUnidentified { .. }
                 | Occurrence::Imds(_)
@@ -173,7 +203,7 @@ impl Output for Kubernetes {
                 .map(|tracked| &tracked.event)
                 .filter(|event| context.affects(event) == Affects::Yes)
                 .collect();
-            let wanted = Wanted::from_events(&ours, &self.config.actions);
+            let wanted = Wanted::from_events(&ours, &self.config.actions, self.names);
             self.wanted.send_if_modified(|current| {
                 let modified = current.as_ref() != Some(&wanted);
                 *current = Some(wanted);

@@ -14,10 +14,10 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition, Taint};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::wanted::Wanted;
+#[cfg(test)]
+use super::wanted::CONDITION;
+use super::wanted::{Condition, Wanted};
 
-/// The node condition's type. AKS's own is `VMEventScheduled`: a different name on purpose.
-pub const CONDITION: &str = "AzureScheduledEvent";
 /// The key of the agent's taint; its value is the event type.
 pub const TAINT_KEY: &str = "azure-scheduled-events/impact";
 pub const TAINT_EFFECT: &str = "NoSchedule";
@@ -83,36 +83,49 @@ impl Plan {
 
 /// What to change on `node` for it to be as `wanted`, at `now`.
 pub fn plan(node: &Node, wanted: &Wanted, now: DateTime<Utc>) -> Plan {
+    plan_with(node, &wanted.conditions, Some(wanted), now)
+}
+
+/// What to change on `node` for its conditions to be `conditions` and, when known, the rest as
+/// `wanted`: a blind agent writes the conditions `Unknown` and leaves the rest as it is.
+pub fn plan_with(
+    node: &Node,
+    conditions: &[Condition],
+    wanted: Option<&Wanted>,
+    now: DateTime<Utc>,
+) -> Plan {
     let version = node.metadata.resource_version.clone();
+    let changed: Vec<Value> = conditions
+        .iter()
+        .filter_map(|condition| condition_patch(node, condition, now))
+        .collect();
     Plan {
-        status: condition_patch(node, wanted, now).map(|condition| {
+        status: (!changed.is_empty()).then(|| {
             json!({
                 "metadata": { "resourceVersion": version },
-                "status": { "conditions": [condition] },
+                "status": { "conditions": changed },
             })
         }),
-        spec: spec_patch(node, wanted).map(|mut patch| {
-            patch["metadata"]["resourceVersion"] = json!(version);
-            patch
-        }),
+        spec: wanted
+            .and_then(|wanted| spec_patch(node, wanted))
+            .map(|mut patch| {
+                patch["metadata"]["resourceVersion"] = json!(version);
+                patch
+            }),
     }
 }
 
-fn condition_patch(node: &Node, wanted: &Wanted, now: DateTime<Utc>) -> Option<Value> {
-    let status = if wanted.condition.status {
-        "True"
-    } else {
-        "False"
-    };
+fn condition_patch(node: &Node, wanted: &Condition, now: DateTime<Utc>) -> Option<Value> {
+    let status = wanted.status.as_str();
     let current: Option<&NodeCondition> = node
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .and_then(|conditions| conditions.iter().find(|c| c.type_ == CONDITION));
+        .and_then(|conditions| conditions.iter().find(|c| c.type_ == wanted.type_));
     if let Some(current) = current
         && current.status == status
-        && current.reason.as_deref() == Some(wanted.condition.reason.as_str())
-        && current.message.as_deref() == Some(wanted.condition.message.as_str())
+        && current.reason.as_deref() == Some(wanted.reason.as_str())
+        && current.message.as_deref() == Some(wanted.message.as_str())
     {
         return None;
     }
@@ -125,10 +138,10 @@ fn condition_patch(node: &Node, wanted: &Wanted, now: DateTime<Utc>) -> Option<V
         _ => now.clone(),
     };
     Some(json!({
-        "type": CONDITION,
+        "type": wanted.type_,
         "status": status,
-        "reason": wanted.condition.reason,
-        "message": wanted.condition.message,
+        "reason": wanted.reason,
+        "message": wanted.message,
         "lastHeartbeatTime": now,
         "lastTransitionTime": transition,
     }))
@@ -293,7 +306,7 @@ fn same_taints(a: &[Taint], b: &[Taint]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::wanted::{Condition, Deadline};
+    use super::super::wanted::{Condition, Deadline, Status};
     use super::*;
 
     fn node(value: Value) -> Node {
@@ -302,8 +315,13 @@ mod tests {
 
     fn wanted(taint: Option<&str>, cordon: bool) -> Wanted {
         Wanted {
-            condition: Condition {
-                status: taint.is_some() || cordon,
+            conditions: vec![Condition {
+                type_: CONDITION,
+                status: if taint.is_some() || cordon {
+                    Status::True
+                } else {
+                    Status::False
+                },
                 reason: if taint.is_some() || cordon {
                     "RebootScheduled"
                 } else {
@@ -311,7 +329,7 @@ mod tests {
                 }
                 .into(),
                 message: "m".into(),
-            },
+            }],
             taint: taint.map(str::to_owned),
             cordon,
             advisory_taint: None,
@@ -343,6 +361,27 @@ mod tests {
             status["status"]["conditions"][0]["lastTransitionTime"],
             "1970-01-01T00:00:00Z"
         );
+    }
+
+    #[test]
+    fn a_blind_plan_writes_the_condition_unknown_and_nothing_else() {
+        let tainted = node(json!({
+            "metadata": {"name": "n", "resourceVersion": "2", "annotations": {APPLIED: r#"{"taint":true,"cordon":true}"#}},
+            "spec": {"unschedulable": true, "taints": [{"key": TAINT_KEY, "value": "Reboot", "effect": "NoSchedule"}]},
+            "status": {"conditions": [{"type": CONDITION, "status": "True", "reason": "RebootScheduled", "message": "m"}]}
+        }));
+        let blind = Condition {
+            type_: CONDITION,
+            status: Status::Unknown,
+            reason: "ImdsUnreachable".into(),
+            message: "no document".into(),
+        };
+        let plan = plan_with(&tainted, &[blind], None, now());
+        assert_eq!(plan.spec, None, "no taint nor cordon lifted");
+        let Some(status) = plan.status else {
+            panic!("the condition changes")
+        };
+        assert_eq!(status["status"]["conditions"][0]["status"], "Unknown");
     }
 
     #[test]

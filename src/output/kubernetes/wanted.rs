@@ -9,19 +9,224 @@ use crate::azure::event::{Event, EventStatus};
 use crate::config::kubernetes::Actions;
 use crate::core::tracker::Transition;
 
-/// The `AzureScheduledEvent` condition as it should be.
+/// A node condition's status, as Kubernetes spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    True,
+    False,
+    /// Nobody knows: the agent has had no valid document for `--kubernetes.imds-unknown-after`.
+    Unknown,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+/// One node condition as it should be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Condition {
-    /// `True` while an event naming this VM is in the document.
-    pub status: bool,
+    /// The condition's type: `AzureScheduledEvent`, or AKS's names ([`Names::Aks`]).
+    pub type_: &'static str,
+    pub status: Status,
     pub reason: String,
     pub message: String,
+}
+
+/// Which conditions the agent writes, and in which words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Names {
+    /// `AzureScheduledEvent`, the agent's own.
+    Own,
+    /// AKS node-problem-detector's `VMEventScheduled` and `PreemptionScheduled`
+    /// (`--kubernetes.aks-condition-names`), with its reasons and message format.
+    Aks,
+}
+
+/// The condition's type. AKS's own is `VMEventScheduled`: a different name on purpose.
+pub const CONDITION: &str = "AzureScheduledEvent";
+/// AKS node-problem-detector's consolidated condition (AgentBaker:
+/// `parts/linux/cloud-init/artifacts/node-problem-detector/custom-plugin-monitor/custom-scheduledevents-consolidated-condition-monitor.json`).
+pub const AKS_CONDITION: &str = "VMEventScheduled";
+/// The condition of a Spot eviction that Karpenter's Azure provider reads.
+pub const AKS_PREEMPTION_CONDITION: &str = "PreemptionScheduled";
+/// The link AKS's plugin puts in every message
+/// (`parts/linux/cloud-init/artifacts/node-problem-detector/plugin/check_scheduledevent_consolidated.sh`).
+const AKS_LINK: &str = "https://aka.ms/aks/scheduledevents";
+/// The longest description AKS's plugin puts in a message, keeping it under 512 bytes.
+const AKS_DESCRIPTION: usize = 400;
+
+impl Names {
+    /// The conditions this style writes, `Unknown`: no valid document has come for a while, for
+    /// the reason `kind` (a bounded error kind) with `error`, since `since`.
+    pub fn blind(self, kind: &str, error: &str, since: DateTime<Utc>) -> Vec<Condition> {
+        match self {
+            Names::Own => vec![Condition {
+                type_: CONDITION,
+                status: Status::Unknown,
+                reason: "ImdsUnreachable".into(),
+                message: format!(
+                    "No valid Scheduled Events document since {} ({kind}: {error}); whether an event is scheduled is unknown.",
+                    since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                ),
+            }],
+            // As node-problem-detector reports a plugin that exits UNKNOWN: the default reason,
+            // the plugin's output ("IMDS query failed, exit code: 28 ...") as message.
+            Names::Aks => {
+                let message = format!("IMDS query failed, {kind}: {error}");
+                vec![
+                    Condition {
+                        type_: AKS_CONDITION,
+                        status: Status::Unknown,
+                        reason: "NoVMEventScheduled".into(),
+                        message: message.clone(),
+                    },
+                    Condition {
+                        type_: AKS_PREEMPTION_CONDITION,
+                        status: Status::Unknown,
+                        reason: "NoPreemptionScheduled".into(),
+                        message,
+                    },
+                ]
+            }
+        }
+    }
+
+    /// The conditions for the events naming this VM, sorted soonest first.
+    fn conditions(self, ours: &[&Event]) -> Vec<Condition> {
+        let impacts: Vec<&&Event> = ours.iter().filter(|e| !e.is_advisory()).collect();
+        match self {
+            Names::Own => vec![match impacts.first() {
+                None => Condition {
+                    type_: CONDITION,
+                    status: Status::False,
+                    reason: "NoScheduledEvents".into(),
+                    message: "No scheduled event names this VM.".into(),
+                },
+                Some(soonest) => Condition {
+                    type_: CONDITION,
+                    status: Status::True,
+                    reason: format!(
+                        "{}{}",
+                        word(soonest.event_type.as_str()),
+                        word(soonest.status.as_str())
+                    ),
+                    message: format!(
+                        "{} {} {}, NotBefore {}{}",
+                        soonest.event_type,
+                        soonest.id,
+                        soonest.status,
+                        rfc1123(soonest),
+                        match impacts.len() {
+                            0 | 1 => String::new(),
+                            2 => " (and 1 more event)".into(),
+                            n => format!(" (and {} more events)", n - 1),
+                        }
+                    ),
+                },
+            }],
+            Names::Aks => {
+                // The plugin reports only these types; any other leaves the condition False.
+                let reported = ["Freeze", "Reboot", "Redeploy", "Terminate", "Preempt"];
+                let vm_event = match impacts
+                    .iter()
+                    .find(|e| reported.contains(&e.event_type.as_str()))
+                {
+                    None => Condition {
+                        type_: AKS_CONDITION,
+                        status: Status::False,
+                        reason: "NoVMEventScheduled".into(),
+                        message: "VM has no scheduled event".into(),
+                    },
+                    Some(event) => {
+                        let description: String = event
+                            .description
+                            .as_deref()
+                            .unwrap_or_default()
+                            .chars()
+                            .take(AKS_DESCRIPTION)
+                            .collect();
+                        let duration = event
+                            .duration
+                            .map_or_else(|| "null".to_owned(), |d| d.0.to_string());
+                        Condition {
+                            type_: AKS_CONDITION,
+                            status: Status::True,
+                            reason: "VMEventScheduled".into(),
+                            message: format!(
+                                "{}. DurationInSeconds: {duration}. {description} For more information, see {AKS_LINK}.",
+                                aks_headline(event)
+                            ),
+                        }
+                    }
+                };
+                // A Spot eviction, or its advisory: the readers of this condition tell them
+                // apart by the message's first words.
+                let preemption = match ours.iter().find(|e| {
+                    matches!(
+                        e.event_type.as_str(),
+                        "Preempt" | "SpotRebalanceRecommendation"
+                    )
+                }) {
+                    None => Condition {
+                        type_: AKS_PREEMPTION_CONDITION,
+                        status: Status::False,
+                        reason: "NoPreemptionScheduled".into(),
+                        message: "VM has no scheduled Preempt event".into(),
+                    },
+                    Some(event) => Condition {
+                        type_: AKS_PREEMPTION_CONDITION,
+                        status: Status::True,
+                        reason: "SpotEvictionIncoming".into(),
+                        message: format!(
+                            "{}. For more information, see {AKS_LINK}. EventId: {}",
+                            aks_headline(event),
+                            event.id
+                        ),
+                    },
+                };
+                vec![vm_event, preemption]
+            }
+        }
+    }
+}
+
+/// `<EventType> <EventStatus>`, then `: <NotBefore>` while Scheduled (an event under way has no
+/// NotBefore), as AKS's plugin begins its messages.
+fn aks_headline(event: &Event) -> String {
+    let mut headline = format!("{} {}", event.event_type, event.status);
+    if event.status == EventStatus::Scheduled {
+        headline.push_str(": ");
+        headline.push_str(&rfc1123(event));
+    }
+    headline
+}
+
+/// What a blind agent writes: `conditions` (each `Unknown`), once `from` has come without a
+/// valid document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blind {
+    pub from: tokio::time::Instant,
+    pub conditions: Vec<Condition>,
+}
+
+impl Blind {
+    /// The conditions to write at `now`: these, once `from` has passed.
+    pub fn conditions_at(&self, now: tokio::time::Instant) -> Option<&[Condition]> {
+        (now >= self.from).then_some(self.conditions.as_slice())
+    }
 }
 
 /// The node as the events naming this VM want it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wanted {
-    pub condition: Condition,
+    /// The conditions, soonest event first ([`Names`]).
+    pub conditions: Vec<Condition>,
     /// The value (an event type) of the `azure-scheduled-events/impact` taint, if one is wanted.
     pub taint: Option<String>,
     pub cordon: bool,
@@ -57,11 +262,17 @@ pub struct DrainTarget {
 }
 
 impl Wanted {
+    /// The first condition: the only one of [`Names::Own`].
+    #[cfg(test)]
+    pub fn condition(&self) -> &Condition {
+        &self.conditions[0]
+    }
+
     /// From the document's events that name this VM (as the core's view of each says): the
     /// soonest event names the reason, message and taint value. An advisory never sets the
     /// condition, the labels nor a drain; it taints or cordons only when its type is listed, and
     /// sets the advisory taint when asked.
-    pub fn from_events(ours: &[&Event], actions: &Actions) -> Self {
+    pub fn from_events(ours: &[&Event], actions: &Actions, names: Names) -> Self {
         let mut ours = ours.to_vec();
         // Under way first, then by NotBefore, unknown NotBefore last; EventId breaks ties so the
         // message does not flap between polls.
@@ -74,33 +285,7 @@ impl Wanted {
                 event.id.clone(),
             )
         });
-        let condition = match ours.iter().find(|event| !event.is_advisory()) {
-            None => Condition {
-                status: false,
-                reason: "NoScheduledEvents".into(),
-                message: "No scheduled event names this VM.".into(),
-            },
-            Some(soonest) => Condition {
-                status: true,
-                reason: format!(
-                    "{}{}",
-                    word(soonest.event_type.as_str()),
-                    word(soonest.status.as_str())
-                ),
-                message: format!(
-                    "{} {} {}, NotBefore {}{}",
-                    soonest.event_type,
-                    soonest.id,
-                    soonest.status,
-                    rfc1123(soonest),
-                    match ours.iter().filter(|event| !event.is_advisory()).count() {
-                        0 | 1 => String::new(),
-                        2 => " (and 1 more event)".into(),
-                        n => format!(" (and {} more events)", n - 1),
-                    }
-                ),
-            },
-        };
+        let conditions = names.conditions(&ours);
         let listed = |list: &[crate::azure::event::EventType], event: &Event| {
             list.contains(&event.event_type)
         };
@@ -114,7 +299,7 @@ impl Wanted {
                 started: event.status == EventStatus::Started,
             });
         Self {
-            condition,
+            conditions,
             taint: ours
                 .iter()
                 .find(|event| listed(&actions.taint_events, event))
@@ -290,7 +475,7 @@ mod tests {
             .map(|tracked| &tracked.event)
             .filter(|event| event.affects(vm) == Affects::Yes)
             .collect();
-        Wanted::from_events(&ours, actions)
+        Wanted::from_events(&ours, actions, Names::Own)
     }
     use crate::azure::not_before::NotBefore;
 
@@ -342,8 +527,8 @@ mod tests {
             Some(VM),
             &acts(&[EventType::Reboot], &[EventType::Reboot]),
         );
-        assert!(!wanted.condition.status);
-        assert_eq!(wanted.condition.reason, "NoScheduledEvents");
+        assert_eq!(wanted.condition().status, Status::False);
+        assert_eq!(wanted.condition().reason, "NoScheduledEvents");
         assert_eq!(wanted.taint, None);
         assert!(!wanted.cordon);
     }
@@ -358,15 +543,19 @@ mod tests {
             VM,
         )];
         let wanted = wanted_for(&events, Some(VM), &acts(&[EventType::Preempt], &[]));
-        assert!(!wanted.condition.status);
-        assert_eq!(wanted.condition.reason, "NoScheduledEvents");
+        assert_eq!(wanted.condition().status, Status::False);
+        assert_eq!(wanted.condition().reason, "NoScheduledEvents");
         assert_eq!((wanted.taint, wanted.cordon), (None, false));
         let asked = wanted_for(
             &events,
             Some(VM),
             &acts(&[EventType::SpotRebalanceRecommendation], &[]),
         );
-        assert!(!asked.condition.status, "listing it taints, never pages");
+        assert_eq!(
+            asked.condition().status,
+            Status::False,
+            "listing it taints, never pages"
+        );
         assert_eq!(asked.taint.as_deref(), Some("SpotRebalanceRecommendation"));
     }
 
@@ -403,10 +592,10 @@ mod tests {
                 &[EventType::Redeploy],
             ),
         );
-        assert!(wanted.condition.status);
-        assert_eq!(wanted.condition.reason, "RebootScheduled");
+        assert_eq!(wanted.condition().status, Status::True);
+        assert_eq!(wanted.condition().reason, "RebootScheduled");
         assert_eq!(
-            wanted.condition.message,
+            wanted.condition().message,
             "Reboot SOON Scheduled, NotBefore Mon, 11 Apr 2022 22:26:58 GMT (and 1 more event)"
         );
         assert_eq!(wanted.taint.as_deref(), Some("Reboot"));
@@ -426,7 +615,7 @@ mod tests {
             event("NOW", EventType::Freeze, EventStatus::Started, "", VM),
         ];
         let wanted = wanted_for(&events, Some(VM), &Actions::default());
-        assert_eq!(wanted.condition.reason, "FreezeStarted");
+        assert_eq!(wanted.condition().reason, "FreezeStarted");
         assert_eq!(wanted.taint, None);
     }
 
@@ -439,10 +628,11 @@ mod tests {
             "",
             VM,
         )];
-        assert!(
-            !wanted_for(&events, None, &Actions::default())
-                .condition
-                .status
+        assert_eq!(
+            wanted_for(&events, None, &Actions::default())
+                .condition()
+                .status,
+            Status::False
         );
     }
 
@@ -479,11 +669,11 @@ mod tests {
         );
         assert!(
             wanted
-                .condition
+                .condition()
                 .message
                 .contains("SOON Scheduled, NotBefore Mon, 11 Apr 2022 22:26:58 GMT"),
             "RFC 1123 whatever form Azure sent: {}",
-            wanted.condition.message
+            wanted.condition().message
         );
         let Some(drain) = &wanted.drain else {
             panic!("the Redeploy drains")
@@ -585,6 +775,81 @@ mod tests {
         );
         let gone = Note::ended_while_down("node-0", &tracked.event, at);
         assert_eq!(gone.reason, "RebootEndedWhileDown");
+    }
+
+    #[test]
+    fn aks_names_write_node_problem_detectors_conditions_and_messages() {
+        let mut preempt = event(
+            "40B7BD88-C56E-44E4-93F6-75CEDACE2869",
+            EventType::Preempt,
+            EventStatus::Scheduled,
+            "2026-08-01T05:41:02Z",
+            VM,
+        );
+        preempt.event.description = Some("Spot eviction.".into());
+        let wanted = Wanted::from_events(&[&preempt.event], &Actions::default(), Names::Aks);
+        let [vm_event, preemption] = wanted.conditions.as_slice() else {
+            panic!("two conditions: {:?}", wanted.conditions)
+        };
+        assert_eq!(
+            (vm_event.type_, vm_event.status, vm_event.reason.as_str()),
+            ("VMEventScheduled", Status::True, "VMEventScheduled")
+        );
+        assert_eq!(
+            vm_event.message,
+            "Preempt Scheduled: Sat, 01 Aug 2026 05:41:02 GMT. DurationInSeconds: -1. Spot eviction. For more information, see https://aka.ms/aks/scheduledevents."
+        );
+        assert_eq!(
+            (
+                preemption.type_,
+                preemption.status,
+                preemption.reason.as_str()
+            ),
+            ("PreemptionScheduled", Status::True, "SpotEvictionIncoming")
+        );
+        assert_eq!(
+            preemption.message,
+            "Preempt Scheduled: Sat, 01 Aug 2026 05:41:02 GMT. For more information, see https://aka.ms/aks/scheduledevents. EventId: 40B7BD88-C56E-44E4-93F6-75CEDACE2869"
+        );
+        let started = event("F", EventType::Freeze, EventStatus::Started, "", VM);
+        let wanted = Wanted::from_events(&[&started.event], &Actions::default(), Names::Aks);
+        assert_eq!(
+            wanted.conditions[0].message,
+            "Freeze Started. DurationInSeconds: -1.  For more information, see https://aka.ms/aks/scheduledevents.",
+            "no NotBefore under way; an empty description leaves two spaces, as the plugin does"
+        );
+        assert_eq!(wanted.conditions[1].status, Status::False);
+        let none = Wanted::from_events(&[], &Actions::default(), Names::Aks);
+        assert_eq!(
+            (
+                none.conditions[0].reason.as_str(),
+                none.conditions[0].message.as_str()
+            ),
+            ("NoVMEventScheduled", "VM has no scheduled event")
+        );
+    }
+
+    #[test]
+    fn a_blind_agent_names_the_failure_in_either_style() {
+        let since = DateTime::UNIX_EPOCH;
+        let own = Names::Own.blind("timeout", "no answer in 30s", since);
+        assert_eq!(
+            (own[0].type_, own[0].status, own[0].reason.as_str()),
+            (CONDITION, Status::Unknown, "ImdsUnreachable")
+        );
+        assert!(
+            own[0]
+                .message
+                .contains("since 1970-01-01T00:00:00Z (timeout: no answer in 30s)"),
+            "{}",
+            own[0].message
+        );
+        let aks = Names::Aks.blind("connect", "refused", since);
+        assert_eq!(aks.len(), 2);
+        assert!(
+            aks.iter().all(|c| c.status == Status::Unknown
+                && c.message == "IMDS query failed, connect: refused")
+        );
     }
 
     #[test]

@@ -4,6 +4,12 @@
 //! someone else (a taint removed by hand) arrives at once. A watch that ends is resumed from the
 //! last resourceVersion it delivered; a resourceVersion too old for the API server (410 Gone),
 //! a failure, or the resync reads the Node in full again.
+//!
+//! A Node that is not there yet (the kubelet has not registered it) or not initialised yet (it
+//! still has the taint `node.cloudprovider.kubernetes.io/uninitialized`: on a fresh node,
+//! host-network pods start before the cloud controller has filled it in) is waited for, read
+//! again with backoff, with one line when the wait begins and one when it ends; nothing is
+//! written to it meanwhile, and polling goes on.
 
 use std::time::Duration;
 
@@ -18,6 +24,10 @@ use super::api::{
     status_error,
 };
 use crate::azure::backoff;
+
+/// The taint the kubelet registers a Node with under an external cloud provider, until the cloud
+/// controller has initialised it (set its providerID, addresses and zone).
+const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 
 /// The longest one watch request is asked to last: the client library's bound (under 295 s).
 const WATCH_SECONDS: u64 = 290;
@@ -37,14 +47,37 @@ enum Ended {
 pub async fn run(api: Api, resync: Duration, seen: watch::Sender<Option<Node>>) {
     let mut log = FailureLog::new(&api.node_name, "watching the Node");
     let mut failures: u32 = 0;
+    let mut waiting: Option<Instant> = None;
     loop {
         let read = match api.get_node().await {
+            Ok(node) if uninitialized(&node) => {
+                wait_for_node(
+                    &api,
+                    &mut waiting,
+                    "not initialised by the cloud controller yet (it has the taint node.cloudprovider.kubernetes.io/uninitialized)",
+                );
+                failures = pause(failures).await;
+                continue;
+            }
             Ok(node) => node,
+            Err(failure) if failure.result == "not_found" => {
+                wait_for_node(&api, &mut waiting, "not registered yet");
+                failures = pause(failures).await;
+                continue;
+            }
             Err(failure) => {
                 failures = retry(&mut log, &failure, failures).await;
                 continue;
             }
         };
+        if let Some(since) = waiting.take() {
+            tracing::info!(
+                node = %api.node_name,
+                waited = ?since.elapsed(),
+                "the Node is registered and initialised: writing scheduled events to it"
+            );
+            failures = 0;
+        }
         let mut version = read.metadata.resource_version.clone().unwrap_or_default();
         seen.send_replace(Some(read));
         let resync_at = Instant::now() + resync;
@@ -75,6 +108,33 @@ pub async fn run(api: Api, resync: Duration, seen: watch::Sender<Option<Node>>) 
             }
         }
     }
+}
+
+/// Whether `node` still waits for the cloud controller to initialise it.
+fn uninitialized(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|taints| taints.iter().any(|t| t.key == UNINITIALIZED_TAINT))
+}
+
+/// Says once, at info, that the agent waits for the Node and why; debug after that.
+fn wait_for_node(api: &Api, waiting: &mut Option<Instant>, why: &str) {
+    if waiting.is_none() {
+        *waiting = Some(Instant::now());
+        tracing::info!(
+            node = %api.node_name,
+            "waiting for the Node: {why}; reading it again with backoff (up to {MAX_BACKOFF:?}), writing nothing to it meanwhile"
+        );
+    } else {
+        tracing::debug!(node = %api.node_name, "still waiting for the Node: {why}");
+    }
+}
+
+/// Waits the backoff after `failures` reads, and gives the next count.
+async fn pause(failures: u32) -> u32 {
+    tokio::time::sleep(backoff::delay(FIRST_BACKOFF, MAX_BACKOFF, failures, None)).await;
+    failures.saturating_add(1)
 }
 
 /// Logs `failure` (once per kind), waits the backoff, and gives the next failure count.
@@ -155,6 +215,12 @@ async fn watch_node(
                 continue;
             }
             match serde_json::from_slice::<WatchEvent<Node>>(&event) {
+                // The Node was deleted and registered again: wait for it from the start.
+                Ok(WatchEvent::Added(node) | WatchEvent::Modified(node))
+                    if uninitialized(&node) =>
+                {
+                    return Ok(Ended::Gone);
+                }
                 Ok(WatchEvent::Added(node) | WatchEvent::Modified(node)) => {
                     if let Some(v) = &node.metadata.resource_version {
                         v.clone_into(&mut version);

@@ -1,8 +1,16 @@
 //! A stand-in Kubernetes API server on 127.0.0.1:0, faithful for the calls the agent makes: one
 //! Node (`GET`, a watch on it with `fieldSelector=metadata.name=...` from a resourceVersion,
 //! strategic-merge `PATCH` of the Node and of `nodes/status`), `events.k8s.io/v1` Events
-//! (`POST`), pods listed by node (`fieldSelector=spec.nodeName=...`) and evicted through the
-//! `policy/v1` Eviction subresource. Bodies are read and written as k8s-openapi types.
+//! (`POST`), pods listed by node (`fieldSelector=spec.nodeName=...`) and by label
+//! (`labelSelector`, equality- and set-based requirements as the API server reads them) and
+//! evicted through the `policy/v1` Eviction subresource. Bodies are read and written as
+//! k8s-openapi types.
+//!
+//! A list with `resourceVersion=0` is served from the watch cache, which may be stale: a test can
+//! freeze it ([`ApiServer::freeze_cache`]) to play a cache that lags; a list without a
+//! resourceVersion is a quorum read of the current state. `resourceVersionMatch` without a
+//! resourceVersion is refused (400), as the API server does. The Node may be absent at first
+//! (404 to reads and patches, a watch that waits) until a test registers it.
 //!
 //! A watch streams one JSON `WatchEvent` a line: `MODIFIED` with the Node at every change after
 //! the resourceVersion asked from (changes made while no one watched arrive as one event), until
@@ -62,6 +70,16 @@ struct State {
     refusing: BTreeSet<String>,
     /// `(namespace/name, gracePeriodSeconds)` of every eviction accepted.
     evictions: Vec<(String, Option<i64>)>,
+    /// When each label key first appeared on the Node.
+    labelled_at: BTreeMap<String, std::time::Instant>,
+    /// When each accepted eviction was answered, in order.
+    evicted_at: Vec<std::time::Instant>,
+    /// The Node is not registered yet: reads and patches answer 404.
+    unregistered: bool,
+    /// The watch cache's pods while frozen (stale); `None`: as current as the store.
+    frozen_cache: Option<BTreeMap<String, Value>>,
+    /// Every pod list: `(served from the cache, labelSelector)`.
+    pod_lists: Vec<(bool, Option<String>)>,
 }
 
 /// An answer: whole, or a watch's stream of lines.
@@ -130,6 +148,47 @@ impl ApiServer {
             }
         });
         Ok(server)
+    }
+
+    /// Serves no Node until [`Self::register`]: the kubelet has not registered it yet.
+    pub async fn start_unregistered(node: Node) -> Result<Self, Box<dyn std::error::Error>> {
+        let server = Self::start(node).await?;
+        server.lock().unregistered = true;
+        Ok(server)
+    }
+
+    /// The kubelet registers the Node (a new resourceVersion, which a waiting watch delivers).
+    pub fn register(&self) {
+        let mut state = self.lock();
+        state.unregistered = false;
+        bump(&mut state);
+        self.versions.send_replace(state.version);
+    }
+
+    /// The watch cache stops following the store: lists from it (`resourceVersion=0`) see the
+    /// pods as they are now until [`Self::thaw_cache`].
+    pub fn freeze_cache(&self) {
+        let mut state = self.lock();
+        state.frozen_cache = Some(state.pods.clone());
+    }
+
+    pub fn thaw_cache(&self) {
+        self.lock().frozen_cache = None;
+    }
+
+    /// When the label `key` first appeared on the Node.
+    pub fn labelled_at(&self, key: &str) -> Option<std::time::Instant> {
+        self.lock().labelled_at.get(key).copied()
+    }
+
+    /// When the first eviction was accepted.
+    pub fn first_eviction_at(&self) -> Option<std::time::Instant> {
+        self.lock().evicted_at.first().copied()
+    }
+
+    /// Every pod list, in order: `(served from the cache, labelSelector)`.
+    pub fn pod_lists(&self) -> Vec<(bool, Option<String>)> {
+        self.lock().pod_lists.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -323,7 +382,11 @@ impl ApiServer {
                 *left -= 1;
                 (*code, *body)
             });
-        let response = if let Some((code, body)) = proxied {
+        let absent = state.unregistered
+            && matches!(operation, "get_node" | "patch_node" | "patch_node_status");
+        let response = if absent {
+            status(404, "NotFound", &format!("nodes {name:?} not found"))
+        } else if let Some((code, body)) = proxied {
             let mut response = respond(code, body.to_vec());
             response.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
@@ -362,7 +425,7 @@ impl ApiServer {
                         return Ok(self.watch(since, seconds));
                     }
                 }
-                "list_pods" => list_pods(&state, query.get("fieldSelector")),
+                "list_pods" => list_pods(&mut state, &query),
                 "evict_pod" => evict(&mut state, eviction.as_deref().unwrap_or(""), &body),
                 "create_event" => create_event(&mut state, &body),
                 _ if content_type != "application/strategic-merge-patch+json" => {
@@ -388,11 +451,11 @@ impl ApiServer {
             let end = tokio::time::Instant::now() + std::time::Duration::from_secs(seconds);
             let mut sent = since;
             loop {
-                let (version, node) = {
+                let (version, node, unregistered) = {
                     let state = server.lock();
-                    (state.version, state.node.clone())
+                    (state.version, state.node.clone(), state.unregistered)
                 };
-                if version > sent {
+                if version > sent && !unregistered {
                     sent = version;
                     let mut line = serde_json::to_vec(&json!({"type": "MODIFIED", "object": node}))
                         .unwrap_or_default();
@@ -484,6 +547,10 @@ fn patch(state: &mut State, body: &[u8], status_subresource: bool) -> Response<B
             "Invalid",
             "spec.taints: taints must be unique by key and effect",
         );
+    }
+    let now = std::time::Instant::now();
+    for key in typed.metadata.labels.iter().flat_map(|l| l.keys()) {
+        state.labelled_at.entry(key.clone()).or_insert(now);
     }
     state.node = node;
     bump(state);
@@ -584,17 +651,51 @@ fn pod_key(pod: &Pod) -> String {
     )
 }
 
-/// A `PodList` of the pods the field selector (`spec.nodeName=...`, the only one supported) selects.
-fn list_pods(state: &State, selector: Option<&String>) -> Response<Body> {
-    let node = match selector.map(|s| s.split_once('=')) {
+/// A `PodList` of the pods the field selector (`spec.nodeName=...`, the only one supported) and
+/// the label selector select: from the watch cache with `resourceVersion=0`, else from the store.
+fn list_pods(state: &mut State, query: &BTreeMap<String, String>) -> Response<Body> {
+    let version = query.get("resourceVersion");
+    if query.contains_key("resourceVersionMatch") && version.is_none_or(String::is_empty) {
+        return status(
+            400,
+            "BadRequest",
+            "resourceVersionMatch is forbidden unless resourceVersion is provided",
+        );
+    }
+    let node = match query.get("fieldSelector").map(|s| s.split_once('=')) {
         None => None,
-        Some(Some(("spec.nodeName", node))) => Some(node),
+        Some(Some(("spec.nodeName", node))) => Some(node.to_owned()),
         Some(_) => return status(400, "BadRequest", "unsupported field selector"),
     };
-    let items: Vec<&Value> = state
-        .pods
+    let labels = query.get("labelSelector").cloned();
+    let requirements = match labels.as_deref().map(parse_selector) {
+        None => Vec::new(),
+        Some(Ok(requirements)) => requirements,
+        Some(Err(e)) => {
+            return status(
+                400,
+                "BadRequest",
+                &format!("unable to parse requirement: {e}"),
+            );
+        }
+    };
+    let from_cache = version.is_some_and(|v| v == "0");
+    state.pod_lists.push((from_cache, labels));
+    let pods = match (&state.frozen_cache, from_cache) {
+        (Some(cache), true) => cache,
+        _ => &state.pods,
+    };
+    let items: Vec<&Value> = pods
         .values()
-        .filter(|pod| node.is_none_or(|node| pod["spec"]["nodeName"] == node))
+        .filter(|pod| {
+            node.as_ref()
+                .is_none_or(|node| pod["spec"]["nodeName"] == **node)
+        })
+        .filter(|pod| {
+            requirements
+                .iter()
+                .all(|r| r.matches(&pod["metadata"]["labels"]))
+        })
         .collect();
     ok(
         200,
@@ -604,6 +705,92 @@ fn list_pods(state: &State, selector: Option<&String>) -> Response<Body> {
             "items": items,
         }),
     )
+}
+
+/// One requirement of a label selector.
+enum Requirement {
+    Exists(String),
+    Absent(String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+}
+
+impl Requirement {
+    /// As labels.Selector matches: `!=` and `notin` also match a pod without the label.
+    fn matches(&self, labels: &Value) -> bool {
+        let value = |key: &str| labels.get(key).and_then(Value::as_str);
+        match self {
+            Requirement::Exists(key) => value(key).is_some(),
+            Requirement::Absent(key) => value(key).is_none(),
+            Requirement::In(key, values) => {
+                value(key).is_some_and(|v| values.iter().any(|w| w == v))
+            }
+            Requirement::NotIn(key, values) => {
+                value(key).is_none_or(|v| values.iter().all(|w| w != v))
+            }
+        }
+    }
+}
+
+/// A label selector's requirements, as the API server parses `labelSelector`.
+fn parse_selector(text: &str) -> Result<Vec<Requirement>, String> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    let word = |w: &str| {
+        let w = w.trim();
+        if w.is_empty() || w.contains(char::is_whitespace) || w.contains(['(', ')', '!', '=']) {
+            Err(format!("{w:?} is not a label key"))
+        } else {
+            Ok(w.to_owned())
+        }
+    };
+    let values = |v: &str| -> Vec<String> { v.split(',').map(|v| v.trim().to_owned()).collect() };
+    parts
+        .into_iter()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|part| {
+            if let Some(key) = part.strip_prefix('!') {
+                return Ok(Requirement::Absent(word(key)?));
+            }
+            if let Some((key, value)) = part.split_once("!=") {
+                return Ok(Requirement::NotIn(
+                    word(key)?,
+                    vec![value.trim().to_owned()],
+                ));
+            }
+            if let Some((key, value)) = part.split_once("==").or_else(|| part.split_once('=')) {
+                return Ok(Requirement::In(word(key)?, vec![value.trim().to_owned()]));
+            }
+            if let Some((key, rest)) = part.split_once(char::is_whitespace) {
+                let rest = rest.trim();
+                let set = |op: &str| {
+                    rest.strip_prefix(op)
+                        .map(str::trim)
+                        .and_then(|r| r.strip_prefix('('))
+                        .and_then(|r| r.strip_suffix(')'))
+                };
+                return match (set("notin"), set("in")) {
+                    (Some(v), _) => Ok(Requirement::NotIn(word(key)?, values(v))),
+                    (None, Some(v)) => Ok(Requirement::In(word(key)?, values(v))),
+                    _ => Err(format!("{part:?}: expected in or notin")),
+                };
+            }
+            Ok(Requirement::Exists(word(part)?))
+        })
+        .collect()
 }
 
 /// The Eviction subresource of `key` (`namespace/name`).
@@ -651,6 +838,7 @@ fn evict(state: &mut State, key: &str, body: &[u8]) -> Response<Body> {
         pod["metadata"]["deletionGracePeriodSeconds"] = json!(grace.unwrap_or(30));
     }
     state.evictions.push((key.to_owned(), grace));
+    state.evicted_at.push(std::time::Instant::now());
     ok(
         201,
         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),

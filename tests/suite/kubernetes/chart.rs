@@ -131,3 +131,58 @@ fn the_own_node_policy_is_optional_and_binds_the_agents_account_to_its_node() ->
     }
     Ok(())
 }
+
+#[test]
+fn the_drain_delay_pod_selector_unknown_time_and_aks_names_reach_the_agent() -> TestResult {
+    let objects = ops::helm_template(&[
+        "azure-scheduled-events-exporter",
+        CHART,
+        "--namespace",
+        NAMESPACE,
+        "--set",
+        "kubernetes.enabled=true,kubernetes.drainEvents=Freeze\\,Reboot,kubernetes.drainDelay=1m,kubernetes.imdsUnknownAfter=30s,kubernetes.aksConditionNames=true",
+        "--set-string",
+        "kubernetes.drainPodSelector=Freeze:example.com/evict-on-freeze=true",
+    ])?;
+    let daemon_set = ops::of_kind(&objects, "DaemonSet");
+    let env = daemon_set
+        .first()
+        .and_then(|d| d["spec"]["template"]["spec"]["containers"][0]["env"].as_array())
+        .ok_or("no env")?;
+    for (name, value) in [
+        ("AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_DELAY", "1m"),
+        (
+            "AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_POD_SELECTOR",
+            "Freeze:example.com/evict-on-freeze=true",
+        ),
+        (
+            "AZURE_SCHEDULED_EVENTS_KUBERNETES_IMDS_UNKNOWN_AFTER",
+            "30s",
+        ),
+        (
+            "AZURE_SCHEDULED_EVENTS_KUBERNETES_AKS_CONDITION_NAMES",
+            "true",
+        ),
+    ] {
+        assert!(
+            env.contains(&json!({"name": name, "value": value})),
+            "{name}={value} in {env:#?}"
+        );
+    }
+    let defaults = render("kubernetes.enabled=true")?;
+    let env = ops::of_kind(&defaults, "DaemonSet")
+        .first()
+        .and_then(|d| {
+            d["spec"]["template"]["spec"]["containers"][0]["env"]
+                .as_array()
+                .cloned()
+        })
+        .ok_or("no env")?;
+    assert!(
+        !env.iter().any(|e| e["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("DRAIN_DELAY") || n.ends_with("AKS_CONDITION_NAMES"))),
+        "unset values leave the agent's defaults"
+    );
+    Ok(())
+}

@@ -685,3 +685,158 @@ async fn a_watch_that_ends_is_resumed_without_reading_the_node_and_a_compacted_o
     assert_eq!(cluster.api.unversioned_patches(), 0);
     agent.stop().await
 }
+
+#[tokio::test]
+async fn the_first_eviction_waits_the_drain_delay_after_the_load_balancer_label() -> TestResult {
+    let cluster = Cluster::start(kubelet_node()).await?;
+    typical_pods(&cluster);
+    let imds = Imds::start().await?;
+    imds.sim
+        .set_document(document(1, &[reboot_at(&in_seconds(300))]));
+    let agent = cluster
+        .agent(
+            &imds,
+            &[
+                "--kubernetes.drain-events=Reboot",
+                "--kubernetes.exclude-from-load-balancers-events=Reboot",
+                "--kubernetes.drain-delay=3s",
+            ],
+        )
+        .await?;
+    drain_end(&cluster, "DrainCompleted").await?;
+    assert_eq!(evicted(&cluster), ["default/db", "default/web"]);
+    let labelled = cluster
+        .api
+        .labelled_at(EXCLUDE_LB)
+        .ok_or("never excluded from load balancers")?;
+    let first = cluster.api.first_eviction_at().ok_or("no eviction")?;
+    let waited = first.saturating_duration_since(labelled);
+    eprintln!(
+        "first eviction {waited:?} after the load-balancer label (--kubernetes.drain-delay=3s)"
+    );
+    assert!(
+        waited >= std::time::Duration::from_secs(3),
+        "the delay is waited: {waited:?}"
+    );
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn the_drain_delay_never_passes_not_before_minus_the_margin() -> TestResult {
+    let cluster = Cluster::start(kubelet_node()).await?;
+    typical_pods(&cluster);
+    let imds = Imds::start().await?;
+    // An hour's delay, and a NotBefore 12 s away: the pods must be asked to go 5 s before it.
+    imds.sim
+        .set_document(document(1, &[reboot_at(&in_seconds(12))]));
+    let agent = cluster
+        .agent(
+            &imds,
+            &[
+                "--kubernetes.drain-events=Reboot",
+                "--kubernetes.drain-margin=5s",
+                "--kubernetes.drain-delay=1h",
+            ],
+        )
+        .await?;
+    drain_end(&cluster, "DrainCompleted").await?;
+    assert_eq!(evicted(&cluster), ["default/db", "default/web"]);
+    agent.stop().await
+}
+
+/// A pod bound to this node with `labels`.
+fn labelled_pod(name: &str, labels: &[(&str, &str)]) -> Pod {
+    let mut pod = pod(name, NODE, Some("ReplicaSet"), None);
+    pod.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    );
+    pod
+}
+
+#[tokio::test]
+async fn a_freeze_evicts_only_the_pods_its_selector_picks_listed_from_the_cache() -> TestResult {
+    let cluster = Cluster::start(kubelet_node()).await?;
+    let opted_in = ("example.com/evict-on-freeze", "true");
+    cluster.api.add_pod(labelled_pod("cache", &[opted_in]));
+    cluster.api.add_pod(labelled_pod("db", &[("app", "db")]));
+    cluster.api.add_pod(labelled_pod(
+        "batch",
+        &[("example.com/evict-on-freeze", "false")],
+    ));
+    let imds = Imds::start().await?;
+    let mut freeze = reboot_at(&in_seconds(300));
+    freeze["EventType"] = "Freeze".into();
+    freeze["EventId"] = "F0000000-0000-4000-8000-000000000001".into();
+    imds.sim.set_document(document(1, &[freeze]));
+    let agent = cluster
+        .agent(
+            &imds,
+            &[
+                "--kubernetes.drain-events=Freeze,Reboot",
+                "--kubernetes.drain-pod-selector=Freeze:example.com/evict-on-freeze=true",
+            ],
+        )
+        .await?;
+    drain_end(&cluster, "DrainCompleted").await?;
+    assert_eq!(
+        evicted(&cluster),
+        ["default/cache"],
+        "only the pod that opted in"
+    );
+    let started = event_note(&cluster, "DrainStarted").unwrap_or_default();
+    assert!(
+        started.contains("example.com/evict-on-freeze=true"),
+        "the Event says which pods go: {started}"
+    );
+    let lists = cluster.api.pod_lists();
+    assert!(!lists.is_empty());
+    assert!(
+        lists.iter().all(|(from_cache, selector)| *from_cache
+            && selector.as_deref() == Some("example.com/evict-on-freeze=true")),
+        "every list from the API server's cache, with the Freeze selector: {lists:?}"
+    );
+
+    // A Reboot has no selector of its own: every pod goes.
+    imds.sim.set_document(document(2, &[]));
+    wait("uncordoned once the Freeze is gone")
+        .until(async || !cluster.cordoned())
+        .await?;
+    imds.sim
+        .set_document(document(3, &[reboot_at(&in_seconds(300))]));
+    wait("the rest evicted for the Reboot")
+        .until(async || evicted(&cluster).len() == 3)
+        .await?;
+    assert_eq!(
+        evicted(&cluster),
+        ["default/batch", "default/cache", "default/db"]
+    );
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn a_drain_finishes_when_the_cache_it_lists_from_lags() -> TestResult {
+    let cluster = Cluster::start(kubelet_node()).await?;
+    typical_pods(&cluster);
+    // The cache still shows the pods running after they were evicted.
+    cluster.api.freeze_cache();
+    let imds = Imds::start().await?;
+    imds.sim
+        .set_document(document(1, &[reboot_at(&in_seconds(300))]));
+    let agent = cluster
+        .agent(&imds, &["--kubernetes.drain-events=Reboot"])
+        .await?;
+    wait("both pods evicted")
+        .until(async || evicted(&cluster).len() >= 2)
+        .await?;
+    assert!(
+        event_note(&cluster, "DrainCompleted").is_none(),
+        "not yet: the cache shows them"
+    );
+    cluster.api.thaw_cache();
+    drain_end(&cluster, "DrainCompleted").await?;
+    assert!(terminating(&cluster, "web") && terminating(&cluster, "db"));
+    agent.stop().await
+}

@@ -135,6 +135,22 @@ DaemonSet, whose HostProcess agent keeps the Windows default state file on the n
 - name: AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_MARGIN
   value: {{ . | quote }}
 {{- end }}
+{{- with .drainDelay }}
+- name: AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_DELAY
+  value: {{ . | quote }}
+{{- end }}
+{{- with .drainPodSelector }}
+- name: AZURE_SCHEDULED_EVENTS_KUBERNETES_DRAIN_POD_SELECTOR
+  value: {{ . | quote }}
+{{- end }}
+{{- with .imdsUnknownAfter }}
+- name: AZURE_SCHEDULED_EVENTS_KUBERNETES_IMDS_UNKNOWN_AFTER
+  value: {{ . | quote }}
+{{- end }}
+{{- if .aksConditionNames }}
+- name: AZURE_SCHEDULED_EVENTS_KUBERNETES_AKS_CONDITION_NAMES
+  value: "true"
+{{- end }}
 - name: AZURE_SCHEDULED_EVENTS_KUBERNETES_EXCLUDE_FROM_LOAD_BALANCERS_EVENTS
   value: {{ .excludeFromLoadBalancersEvents | quote }}
 {{- if .advisoryTaint }}
