@@ -222,19 +222,30 @@ impl WindowsAgent {
         &self,
         matches: impl Fn(&serde_json::Value) -> bool,
     ) -> Result<serde_json::Value, String> {
+        let mut lines = self.lines_until(matches)?;
+        lines.pop().ok_or_else(|| "no log line".to_owned())
+    }
+
+    /// The log lines from the next one to the first for which `matches` holds, that one last.
+    fn lines_until(
+        &self,
+        matches: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<Vec<serde_json::Value>, String> {
         let deadline = Instant::now() + WINE_PATIENCE;
         let mut seen = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = self.lines.recv_timeout(left).map_err(|e| {
+                let seen: Vec<String> = seen.iter().map(ToString::to_string).collect();
                 eprintln!("lines seen while waiting:\n{}", seen.join("\n"));
                 format!("no matching log line ({e}): see the lines above")
             })?;
-            seen.push(line.clone());
             let parsed: serde_json::Value = serde_json::from_str(&line)
                 .map_err(|_| format!("a log line is not JSON: {line}"))?;
-            if matches(&parsed) {
-                return Ok(parsed);
+            let found = matches(&parsed);
+            seen.push(parsed);
+            if found {
+                return Ok(seen);
             }
         }
     }
@@ -456,11 +467,23 @@ async fn the_windows_agent_tracks_an_event_runs_its_hooks_and_keeps_its_state_ac
     };
     let seen = first_seen(&saved).ok_or(format!("{waiting} is not in the state file: {saved}"))?;
 
-    // Started again, it reads the file back: the same boot, and the waiting event keeps the time
-    // it was first seen by the first run.
+    // Started again, it reads the file back: the same boot, the waiting event keeps the time it
+    // was first seen by the first run, and what the first run announced is not announced again.
     let mut agent = WindowsAgent::spawn(wine.agent(&args))?;
     agent.next_line_where(|l| l["message"] == "agent restarted; the machine did not reboot")?;
-    agent.next_line_where(is("event scheduled", waiting.clone()))?;
+    let lines = agent.lines_until(|l| {
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("resumed the events"))
+    })?;
+    let again: Vec<_> = lines
+        .iter()
+        .filter(|l| l["event_id"] == waiting.as_str() && l["message"] == "event scheduled")
+        .collect();
+    assert!(again.is_empty(), "announced again after a restart: {again:#?}");
+    let resumed = lines.last().ok_or("no resumed line")?;
+    assert_eq!(resumed["resumed"], 1, "{resumed}");
+    assert_eq!(resumed["changed_while_down"], 0, "{resumed}");
     let status = agent.interrupt()?;
     assert!(status.success(), "exit after Ctrl-C: {status}");
     let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&state)?)?;
