@@ -480,7 +480,10 @@ async fn the_windows_agent_tracks_an_event_runs_its_hooks_and_keeps_its_state_ac
         .iter()
         .filter(|l| l["event_id"] == waiting.as_str() && l["message"] == "event scheduled")
         .collect();
-    assert!(again.is_empty(), "announced again after a restart: {again:#?}");
+    assert!(
+        again.is_empty(),
+        "announced again after a restart: {again:#?}"
+    );
     let resumed = lines.last().ok_or("no resumed line")?;
     assert_eq!(resumed["resumed"], 1, "{resumed}");
     assert_eq!(resumed["changed_while_down"], 0, "{resumed}");

@@ -92,6 +92,10 @@ pub struct ScenarioEvent {
     pub not_before_format: NotBeforeFormat,
 }
 
+/// `NotBefore` as Azure's documentation writes it (RFC 1123, always GMT); a scenario event can ask
+/// for ISO 8601 instead ([`NotBeforeFormat`]).
+pub const NOT_BEFORE_FORMAT: &str = "%a, %d %b %Y %H:%M:%S GMT";
+
 /// How an event's `NotBefore` is written: both forms are seen from Azure.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NotBeforeFormat {
@@ -113,7 +117,7 @@ impl NotBeforeFormat {
     /// `at` written in this form, always UTC.
     pub fn write(self, at: DateTime<Utc>) -> String {
         match self {
-            NotBeforeFormat::Rfc1123 => at.format(super::state::NOT_BEFORE_FORMAT),
+            NotBeforeFormat::Rfc1123 => at.format(NOT_BEFORE_FORMAT),
             NotBeforeFormat::Iso8601 => at.format("%Y-%m-%dT%H:%M:%SZ"),
         }
         .to_string()

@@ -17,10 +17,6 @@ use azure_scheduled_events_protocol::wire::{
     Incarnation, ScheduledEvent, ScheduledEventsDocument, StartRequests,
 };
 
-/// `NotBefore` as Azure's documentation writes it (RFC 1123, always GMT); a scenario event can ask
-/// for ISO 8601 instead ([`super::scenario::NotBeforeFormat`]).
-pub const NOT_BEFORE_FORMAT: &str = "%a, %d %b %Y %H:%M:%S GMT";
-
 /// One `EventId` received in an approval `POST`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Approval {
@@ -761,7 +757,12 @@ mod tests {
                     let not_before = event.not_before.unwrap_or_default();
                     let first = history.first().map_or(second, |(s, _)| *s);
                     let expected = after(t(first), Duration::from_secs(30));
-                    assert_eq!(not_before, expected.format(NOT_BEFORE_FORMAT).to_string());
+                    assert_eq!(
+                        not_before,
+                        expected
+                            .format(crate::scenario::NOT_BEFORE_FORMAT)
+                            .to_string()
+                    );
                 }
             }
         }
