@@ -426,16 +426,7 @@ fn kubeconfig(path: PathBuf) -> Result<ApiServer, ConfigError> {
 /// A DNS subdomain, as Kubernetes requires of node names.
 #[cfg(feature = "kubernetes")]
 fn is_node_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        })
+    super::label_selector::is_dns_subdomain(name)
 }
 
 #[cfg(test)]

@@ -96,15 +96,7 @@ fn requirement_syntax(requirement: &str) -> Result<(), String> {
 fn key_syntax(key: &str) -> Result<(), String> {
     let name = match key.split_once('/') {
         Some((prefix, name)) => {
-            let dns = |label: &str| {
-                !label.is_empty()
-                    && !label.starts_with('-')
-                    && !label.ends_with('-')
-                    && label
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            };
-            if prefix.len() > MAX_PREFIX || !prefix.split('.').all(dns) {
+            if !is_dns_subdomain(prefix) {
                 return Err(format!(
                     "{prefix:?} is not a DNS subdomain (a label key prefix)"
                 ));
@@ -117,6 +109,22 @@ fn key_syntax(key: &str) -> Result<(), String> {
         return Err("a requirement names no label key".into());
     }
     value_syntax(name).map_err(|_| format!("{key:?} is not a label key"))
+}
+
+/// A DNS subdomain (RFC 1123), as Kubernetes requires of node names and label key prefixes: at
+/// most 253 bytes of dot-separated labels of lower-case letters, digits and `-`, neither
+/// beginning nor ending with `-`.
+pub(super) fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_PREFIX
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
 }
 
 fn value_syntax(value: &str) -> Result<(), String> {
