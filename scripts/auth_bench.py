@@ -31,7 +31,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from scrape_bench import free_port, get, parse_at, wait_for  # noqa: E402
+from scrape_bench import free_port, get, parse_at, stop_all, wait_for  # noqa: E402
 
 VM = "bench_0"
 PASSWORD = "bench-password"
@@ -215,13 +215,7 @@ def main():
               + " (medians of 5, before the attack)")
     finally:
         stop.set()
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all(processes)
         os.unlink(config)
 
 

@@ -77,6 +77,17 @@ def memory(pid):
     return f"VmRSS {fields['VmRSS']:.1f} MiB, VmHWM (peak) {fields['VmHWM']:.1f} MiB"
 
 
+def stop_all(processes):
+    """Terminates every process, then kills those still running 10 s later."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
 def parse_at(text):
     # RFC 3339 with nanoseconds: keep microseconds for Python.
     date, fraction = text.rstrip("Z").split(".")
@@ -229,13 +240,7 @@ def main():
         get(f"http://{agent}/metrics")
         print(f"memory, emptied:     {memory(processes[1].pid)} ({args.settle:.0f} s later)")
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all(processes)
 
 
 if __name__ == "__main__":
