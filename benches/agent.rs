@@ -156,6 +156,8 @@ async fn run(plan: &Plan) -> Result<()> {
             format!("--imds.url=http://{sim_address}"),
             format!("--web.listen-address={agent_address}"),
             "--log.level=warn".to_owned(),
+            // State in memory: a bench's agents neither share nor touch the machine's state file.
+            "--state.file=".to_owned(),
         ],
     )?;
     let metrics_url = format!("http://{agent_address}/metrics");
@@ -345,6 +347,9 @@ async fn otlp_overhead(
                 format!("--imds.url=http://{sim_address}"),
                 format!("--web.listen-address={address}"),
                 "--log.level=warn".to_owned(),
+                // Each its own state, in memory: with a shared file, all but the first would
+                // resume the events, already announced, and send no `scheduled` span.
+                "--state.file=".to_owned(),
             ],
             env,
         )?;
