@@ -27,6 +27,12 @@ pub const STATE_FILE: Limit = Limit {
     what: "state file",
     max_bytes: 4 * MIB,
 };
+/// A state file over [`STATE_FILE`]'s cap, which only an older agent wrote (it wrote without
+/// one): read once under this larger cap for the approvals it names, then replaced.
+pub const OVERSIZED_STATE_FILE: Limit = Limit {
+    what: "state file",
+    max_bytes: 16 * MIB,
+};
 /// `--state.boot-id-file`: a UUID and a newline.
 pub const BOOT_ID: Limit = Limit {
     what: "boot id file",

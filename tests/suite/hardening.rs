@@ -508,32 +508,59 @@ async fn a_hook_printing_200_mb_is_read_only_as_far_as_its_log_excerpt() -> Test
     Ok(())
 }
 
-#[tokio::test]
-async fn a_state_file_over_its_cap_is_set_aside_and_the_agent_starts_fresh() -> TestResult {
-    let imds = Imds::start().await?;
-    let dir = TempDir::new("state-cap")?;
-    let path = dir.path("state.json");
-    std::fs::write(&path, vec![b' '; 5 << 20])?;
+/// The first log line of an agent started on the state file `path` whose message is `message`.
+async fn state_file_line(
+    imds: &Imds,
+    path: &std::path::Path,
+    message: &'static str,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let path_text = path.display().to_string();
     let process = spawn(
-        &imds,
+        imds,
         &[],
         &[("AZURE_SCHEDULED_EVENTS_STATE_FILE", &path_text)],
     )?;
     let (_process, line) = tokio::task::spawn_blocking(move || {
-        let line =
-            process.next_line_where(|l| l["message"] == "state file not usable: starting fresh");
+        let line = process.next_line_where(|l| l["message"] == message);
         (process, line)
     })
     .await?;
-    let line = line?;
+    Ok(line?)
+}
+
+#[tokio::test]
+async fn a_state_file_over_its_cap_is_read_once_under_a_larger_one_and_set_aside() -> TestResult {
+    let imds = Imds::start().await?;
+    let dir = TempDir::new("state-cap")?;
+    // Over the 4 MiB cap (only an older agent wrote such files): read for its approvals, copied
+    // aside, replaced at the first write.
+    let path = dir.path("state.json");
+    std::fs::write(&path, vec![b' '; 5 << 20])?;
+    let line = state_file_line(
+        &imds,
+        &path,
+        "state file read in part: every approval it names is kept (counted as sent when unreadable), the rest is dropped",
+    )
+    .await?;
     assert!(
-        line["error"]
+        line["dropped"]
             .as_str()
             .is_some_and(|e| e.contains("larger than 4194304 bytes")),
         "{line}"
     );
     assert!(dir.path("state.json.corrupt").exists(), "set aside: {line}");
+
+    // Over the 16 MiB read once: never read, never written over.
+    let path = dir.path("huge.json");
+    std::fs::write(&path, vec![b' '; 17 << 20])?;
+    let line = state_file_line(&imds, &path, "state file not usable: starting fresh").await?;
+    assert!(
+        line["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("larger than 16777216 bytes")),
+        "{line}"
+    );
+    assert_eq!(std::fs::metadata(&path)?.len(), 17 << 20, "written over");
     Ok(())
 }
 

@@ -681,6 +681,13 @@ fn odd_state_files() -> Vec<(&'static str, Vec<u8>)> {
             "clean_stop and notifications of the wrong shape",
             other(r#""clean_stop":"later","notifications":[1]"#),
         ),
+        (
+            "over the 4 MiB read cap, as an older agent wrote it",
+            other(&format!(
+                r#""events":[{{"event_id":"{}"}}]"#,
+                "E".repeat(5 << 20)
+            )),
+        ),
     ];
     files
         .into_iter()
@@ -694,7 +701,7 @@ async fn no_odd_state_file_gets_an_attempted_approval_sent_again() -> TestResult
     imds.sim
         .set_document(common::document(2, &[user_reboot_json(ATTEMPTED)]));
     let files = odd_state_files();
-    assert_eq!(files.len(), 26);
+    assert_eq!(files.len(), 27);
     let mut sent_again = Vec::new();
     for (name, bytes) in &files {
         let dir = TempDir::new("odd")?;

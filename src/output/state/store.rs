@@ -69,59 +69,59 @@ impl StateStore {
             written,
             unwritten: None,
         };
-        match file_input::read(path, file_input::STATE_FILE) {
-            Err(error) if error.is_not_found() => (store(State::new(), None), Opened::Fresh),
-            Err(error @ FileInputError::TooLarge { .. }) => {
-                let aside = sibling(path, "corrupt");
-                let aside = fs::rename(path, &aside).ok().map(|()| aside);
-                (
-                    store(State::new(), None),
-                    Opened::Replaced {
-                        error: LoadError::Input(error),
-                        aside,
-                    },
-                )
+        // Writing over a device or a FIFO would replace it, and over a file that cannot be read
+        // the approvals it may name: state stays in memory, and no approval is sent.
+        let unreadable = |error: FileInputError| {
+            let mut opened = Self::in_memory();
+            opened.unwritten = Some(Arc::from(error.to_string()));
+            (
+                opened,
+                Opened::Replaced {
+                    error: LoadError::Input(error),
+                    aside: None,
+                },
+            )
+        };
+        let (bytes, oversized) = match file_input::read(path, file_input::STATE_FILE) {
+            Err(error) if error.is_not_found() => {
+                return (store(State::new(), None), Opened::Fresh);
             }
-            // Writing over a device or a FIFO would replace it, and over a file that cannot be
-            // read the approvals it may name: state stays in memory, and no approval is sent.
-            Err(error) => {
-                let mut opened = Self::in_memory();
-                opened.unwritten = Some(Arc::from(error.to_string()));
-                (
-                    opened,
-                    Opened::Replaced {
-                        error: LoadError::Input(error),
-                        aside: None,
-                    },
-                )
-            }
-            Ok(bytes) => {
-                let read = state::read(&bytes, Utc::now());
-                if read.dropped.is_empty() && read.newer.is_none() {
-                    let state = read.state;
-                    return (store(state.clone(), Some(state)), Opened::Loaded);
+            // An older agent's file, written without a cap: its approvals are read once under a
+            // larger one, and the next write replaces it with what this agent reads back.
+            Err(too_large @ FileInputError::TooLarge { .. }) => {
+                match file_input::read(path, file_input::OVERSIZED_STATE_FILE) {
+                    Ok(bytes) => (bytes, Some(too_large.to_string())),
+                    Err(error) => return unreadable(error),
                 }
-                // Copied, not moved: until the first write replaces it with what was kept, a
-                // crash leaves the file as found, to be read the same way again.
-                let aside = sibling(
-                    path,
-                    if read.newer.is_some() {
-                        "newer"
-                    } else {
-                        "corrupt"
-                    },
-                );
-                let aside = copy_aside(path, &aside).ok().map(|()| aside);
-                (
-                    store(read.state, None),
-                    Opened::Partly {
-                        newer: read.newer,
-                        dropped: read.dropped,
-                        aside,
-                    },
-                )
             }
+            Err(error) => return unreadable(error),
+            Ok(bytes) => (bytes, None),
+        };
+        let mut read = state::read(&bytes, Utc::now());
+        read.dropped.extend(oversized);
+        if read.dropped.is_empty() && read.newer.is_none() {
+            let state = read.state;
+            return (store(state.clone(), Some(state)), Opened::Loaded);
         }
+        // Copied, not moved: until the first write replaces it with what was kept, a
+        // crash leaves the file as found, to be read the same way again.
+        let aside = sibling(
+            path,
+            if read.newer.is_some() {
+                "newer"
+            } else {
+                "corrupt"
+            },
+        );
+        let aside = write_atomically(&aside, &bytes).ok().map(|()| aside);
+        (
+            store(read.state, None),
+            Opened::Partly {
+                newer: read.newer,
+                dropped: read.dropped,
+                aside,
+            },
+        )
     }
 
     /// What [`StateStore::open`] would find at `path`, without creating, moving or writing
@@ -213,12 +213,6 @@ fn write_within_cap(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Copies the file at `path` to `aside`, replacing an older copy there.
-fn copy_aside(path: &Path, aside: &Path) -> std::io::Result<()> {
-    let bytes = file_input::read(path, file_input::STATE_FILE)
-        .map_err(|error| std::io::Error::other(error.to_string()))?;
-    write_atomically(aside, &bytes)
-}
-
 /// Creates `dir` and its missing parents, readable and writable by their owner only (0700 on Unix).
 pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     let mut builder = fs::DirBuilder::new();
