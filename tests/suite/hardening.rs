@@ -585,21 +585,7 @@ fn get_status(address: &str, path: &str) -> std::io::Result<u16> {
 #[tokio::test]
 async fn forty_scrapers_of_five_thousand_events_never_delay_a_poll() -> TestResult {
     let imds = Imds::start().await?;
-    let events: Vec<serde_json::Value> = (0..5000)
-        .map(|i| {
-            serde_json::json!({
-                "EventId": format!("E0000000-0000-4000-8000-{i:012}"),
-                "EventStatus": "Scheduled",
-                "EventType": "Freeze",
-                "ResourceType": "VirtualMachine",
-                "Resources": [THIS_VM],
-                "NotBefore": "Mon, 11 Apr 2050 22:26:58 GMT",
-                "Description": "Host server is undergoing routine maintenance.",
-                "EventSource": "Platform",
-                "DurationInSeconds": 9
-            })
-        })
-        .collect();
+    let events = common::freeze_events(5000);
     imds.sim.set_document(common::document(2, &events));
     let url = format!("--imds.url={}", imds.url());
     let process = AgentProcess::spawn(command(&[

@@ -367,21 +367,7 @@ async fn scrapes_beyond_max_requests_get_503() -> TestResult {
     )?;
     let imds = Imds::start().await?;
     // A large exposition keeps each scrape in flight while it is encoded: the limit of one is met.
-    let events: Vec<serde_json::Value> = (0..3000)
-        .map(|i| {
-            serde_json::json!({
-                "EventId": format!("E0000000-0000-4000-8000-{i:012}"),
-                "EventStatus": "Scheduled",
-                "EventType": "Freeze",
-                "ResourceType": "VirtualMachine",
-                "Resources": [common::THIS_VM],
-                "NotBefore": "Mon, 11 Apr 2050 22:26:58 GMT",
-                "Description": "",
-                "EventSource": "Platform",
-                "DurationInSeconds": 9,
-            })
-        })
-        .collect();
+    let events = common::freeze_events(3000);
     imds.sim.set_document(common::document(2, &events));
     let agent = Agent::start(&imds, &[&flag, "--web.max-requests=1"]).await?;
     let url = format!("{}/metrics", agent.base);

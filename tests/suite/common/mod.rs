@@ -235,6 +235,25 @@ pub fn document(incarnation: u64, events: &[serde_json::Value]) -> bytes::Bytes 
     )
 }
 
+/// `count` Freeze events of this VM, years ahead, with distinct EventIds: a large document.
+pub fn freeze_events(count: usize) -> Vec<serde_json::Value> {
+    (0..count)
+        .map(|i| {
+            serde_json::json!({
+                "EventId": format!("E0000000-0000-4000-8000-{i:012}"),
+                "EventStatus": "Scheduled",
+                "EventType": "Freeze",
+                "ResourceType": "VirtualMachine",
+                "Resources": [THIS_VM],
+                "NotBefore": "Mon, 11 Apr 2050 22:26:58 GMT",
+                "Description": "Host server is undergoing routine maintenance.",
+                "EventSource": "Platform",
+                "DurationInSeconds": 9,
+            })
+        })
+        .collect()
+}
+
 /// A directory of its own for a test, removed when dropped.
 pub struct TempDir(pub std::path::PathBuf);
 
