@@ -69,6 +69,13 @@ impl Operation {
             Operation::Approve => "approve",
         }
     }
+
+    /// Whether the request's duration is a histogram: polls and approvals, which recur. Instance
+    /// metadata is read at start (and retried until it answers): a histogram of one read would
+    /// cost every VM nine series for one sample.
+    pub fn timed(self) -> bool {
+        self != Operation::Instance
+    }
 }
 
 /// Why an IMDS request did not yield a usable answer.

@@ -167,12 +167,12 @@ impl Transition {
         }
     }
 
-    /// Every `transition` label value of an event that announces an impact, for pre-creating
-    /// series.
-    pub const KINDS: [&'static str; 5] = [
+    /// The `transition` label values of an impact's lifecycle, for pre-creating series: every
+    /// event is scheduled (or started), then completed or cancelled. `updated` refines an event
+    /// already counted, so its series appears with its first.
+    pub const LIFECYCLE: [&'static str; 4] = [
         Kind::Scheduled.as_str(),
         Kind::Started.as_str(),
-        Kind::Updated.as_str(),
         Kind::Completed.as_str(),
         Kind::Cancelled.as_str(),
     ];

@@ -162,14 +162,21 @@ fn families_of_features_that_are_off_are_not_exported() -> TestResult {
         "azure_scheduled_events_otlp_spans_",
         r#"operation="approve""#,
         "process_",
+        // What a fleet would pay for without reading: a histogram of the one instance read at
+        // start, failure reasons that never happened, other VMs' counts with none of their events.
+        r#"azure_scheduled_events_imds_request_duration_seconds_bucket{operation="instance""#,
+        r#"reason="connect""#,
+        r#"affects_this_vm="false",event_status="Started",event_type="Terminate""#,
     ] {
         assert!(!text.contains(absent), "{absent} is exported:\n{text}");
     }
     for present in [
         r#"azure_scheduled_events_approval_mode{mode="off"} 1"#,
         r#"azure_scheduled_events_reboots_total{clean="false",expected="false"} 0"#,
-        r#"azure_scheduled_events_imds_request_failures_total{operation="events",reason="connect"} 0"#,
-        r#"azure_scheduled_events_imds_request_duration_seconds_bucket{operation="events",le="120"} 3"#,
+        r#"azure_scheduled_events_transitions_total{event_type="Terminate",transition="cancelled"} 0"#,
+        r#"azure_scheduled_events_pending{affects_this_vm="true",event_status="Started",event_type="Terminate"} 0"#,
+        r#"azure_scheduled_events_imds_requests_total{operation="instance"}"#,
+        r#"azure_scheduled_events_imds_request_duration_seconds_bucket{operation="events",le="2.5"} 3"#,
     ] {
         assert!(text.contains(present), "{present} is missing:\n{text}");
     }

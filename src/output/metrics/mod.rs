@@ -31,18 +31,18 @@ use crate::azure::wire;
 pub use crate::config::EventSeries;
 use crate::config::approval::Mode;
 use crate::core::approval::{Decision, HookFailure, HookKind, Outcome};
-use crate::core::tracker::{Kind, Transition};
+use crate::core::tracker::Transition;
 
 /// The prefix of every metric name.
 pub const NAMESPACE: &str = "azure_scheduled_events";
 
 /// Buckets of `..._imds_request_duration_seconds`. IMDS is link-local and answers within a few
 /// milliseconds, so 5 ms and 25 ms split healthy from sluggish; 100 ms and 500 ms show a busy
-/// host; 2.5 s is just past the default `--imds.timeout`; and the first request after Scheduled
-/// Events is enabled can take two minutes, so the last bucket is 120 s. Six buckets (nine series
-/// per operation) where a default latency histogram would cost seventeen: every VM of a fleet
-/// pays for each one.
-const DURATION_BUCKETS: &[f64] = &[0.005, 0.025, 0.1, 0.5, 2.5, 120.0];
+/// host; 2.5 s is just past the default `--imds.timeout`, so what `+Inf` holds beyond it is the
+/// first request after Scheduled Events is enabled, which can take two minutes. Five buckets
+/// (eight series per operation) where a default latency histogram would cost fourteen: every VM
+/// of a fleet pays for each one.
+const DURATION_BUCKETS: &[f64] = &[0.005, 0.025, 0.1, 0.5, 2.5];
 
 /// Which optional families of metrics exist. A fleet pays for every series on every VM, so the
 /// families of a feature that is off are not exported at all; what is on is pre-created at zero
@@ -305,22 +305,18 @@ impl Metrics {
                 continue;
             }
             requests.with_label_values(&[op.as_str()]);
-            durations.with_label_values(&[op.as_str()]);
+            if op.timed() {
+                durations.with_label_values(&[op.as_str()]);
+            }
         }
-        // AzureImdsUnreachable names the reason with increase() of the events operation's
-        // failures; the other operations' reasons appear with their first failure.
-        for reason in ImdsError::KINDS {
-            failures.with_label_values(&[Operation::Events.as_str(), reason]);
-        }
+        // Failures come in runs (one a poll while IMDS is unreachable), so an increase() sees
+        // them from the second on: their series appear with the first failure of each reason.
+        // A fleet's rarest step, an event's, is counted from zero.
         for event_type in EventType::impacts() {
-            for transition in Transition::KINDS {
+            for transition in Transition::LIFECYCLE {
                 transitions.with_label_values(&[event_type.as_str(), transition]);
             }
         }
-        transitions.with_label_values(&[
-            EventType::SpotRebalanceRecommendation.as_str(),
-            Kind::Advisory.as_str(),
-        ]);
         build_info
             .with_label_values(&[
                 env!("CARGO_PKG_VERSION"),
@@ -413,9 +409,11 @@ impl Metrics {
     ) {
         let op = operation.as_str();
         self.requests.with_label_values(&[op]).inc();
-        self.durations
-            .with_label_values(&[op])
-            .observe(elapsed.as_secs_f64());
+        if operation.timed() {
+            self.durations
+                .with_label_values(&[op])
+                .observe(elapsed.as_secs_f64());
+        }
         if let Some(error) = error {
             self.failures.with_label_values(&[op, error.kind()]).inc();
         }
@@ -652,21 +650,16 @@ impl EventsCollector {
         for vec in [&self.not_before, &self.until_not_before, &self.duration] {
             vec.reset();
         }
-        for affects in [Affects::Yes, Affects::No] {
-            for event_type in EventType::impacts() {
-                for status in &EventStatus::IMPACTS {
-                    self.pending.with_label_values(&[
-                        event_type.as_str(),
-                        status.as_str(),
-                        affects.as_str(),
-                    ]);
-                }
+        // This VM's pending counts exist at 0; other VMs' counts, and advisories (a Spot VM's
+        // rare recommendation), exist while one of their events is present.
+        for event_type in EventType::impacts() {
+            for status in &EventStatus::IMPACTS {
+                self.pending.with_label_values(&[
+                    event_type.as_str(),
+                    status.as_str(),
+                    Affects::Yes.as_str(),
+                ]);
             }
-            self.advisories.with_label_values(&[
-                EventType::SpotRebalanceRecommendation.as_str(),
-                EventStatus::Advisory.as_str(),
-                affects.as_str(),
-            ]);
         }
         for (event, affects, first_seen) in &view.events {
             let affects = *affects;
