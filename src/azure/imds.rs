@@ -246,6 +246,9 @@ impl ImdsClient {
             ))
             .pool_max_idle_per_host(1)
             .connect_timeout(connect_timeout)
+            // IMDS is plain HTTP: the root certificates are loaded only for an https:// URL
+            // (a proxy in front of it), or every VM would keep their pages and heap resident.
+            .tls_built_in_root_certs(base.scheme() == "https")
             .build()?;
         // reqwest sends the URL's user and password as basic auth and leaves them out of its
         // errors; the one place the URL is printed shows neither.

@@ -145,7 +145,7 @@ fn log_level(text: &str) -> Result<(), String> {
             ));
         }
     }
-    tracing_subscriber::EnvFilter::try_new(text)
+    text.parse::<tracing_subscriber::filter::Targets>()
         .map(drop)
         .map_err(|e| format!("{text:?}: {e}"))
 }

@@ -15,7 +15,7 @@ use std::io::IsTerminal;
 use opentelemetry_sdk::trace::Tracer;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::field::RecordFields;
-use tracing_subscriber::filter::{EnvFilter, FilterExt, filter_fn};
+use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
 use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::layer::SubscriberExt;
@@ -46,7 +46,10 @@ pub fn init_with_writer<W>(
 ) where
     W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
-    let filter = || EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let targets = level
+        .parse::<Targets>()
+        .unwrap_or_else(|_| Targets::new().with_default(tracing::Level::INFO));
+    let filter = || targets.clone();
     let lines = match format {
         LogFormat::Json => fmt::layer()
             .json()
@@ -72,9 +75,9 @@ pub fn init_with_writer<W>(
     // The Kubernetes client logs an ERROR line of its own, without context, for every failed
     // request; the agent logs one line per kind of failure with the node and the operation
     // (src/output/kubernetes/api.rs). The client's lines are kept for --log.level=debug.
-    let debug = filter()
-        .max_level_hint()
-        .is_none_or(|level| level >= tracing::level_filters::LevelFilter::DEBUG);
+    let debug =
+        tracing_subscriber::layer::Filter::<tracing_subscriber::Registry>::max_level_hint(&targets)
+            .is_none_or(|level| level >= tracing::level_filters::LevelFilter::DEBUG);
     let client = filter_fn(move |metadata| debug || !metadata.target().starts_with("kube_client"));
     // A second initialisation (tests that start several agents) keeps the first subscriber.
     let _ = tracing_subscriber::registry()
