@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Reproduces docs/performance.md: parse+track times, CPU per poll and memory of the agent polling
-# the simulator at 50 Hz next to a bare GET+parse loop, /metrics latency under concurrent scrapes,
-# and the size of the release binary. Takes about five minutes on two cores, a release build included.
+# the simulator at 50 Hz next to the floor (../shared/tools/floor, a bare GET+parse loop, built and
+# run in the same run), for the default build and for the VM packages' build (scripts/dist.sh's
+# binary, built first), /metrics latency under concurrent scrapes, and the size of both binaries.
+# Takes about fifteen minutes on two cores, both release builds included.
 #
 #   scripts/bench.sh              everything
 #   scripts/bench.sh agent        only the agent bench (or: parse_track)
@@ -20,6 +22,15 @@ echo "model:  $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *
 echo "kernel: $(uname -sr)"
 echo "rustc:  $(rustc --version)"
 echo "commit: $(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)"
+
+if [[ " ${benches[*]} " == *" agent "* ]]; then
+    echo
+    echo "== the VM packages' binary (scripts/dist.sh)"
+    scripts/dist.sh >/dev/null
+    VM_PACKAGE_BINARY="$PWD/target/x86_64-unknown-linux-gnu/release/azure-scheduled-events-exporter"
+    export VM_PACKAGE_BINARY
+    echo "$VM_PACKAGE_BINARY: $(stat -c %s "$VM_PACKAGE_BINARY") bytes"
+fi
 
 for bench in "${benches[@]}"; do
     echo
