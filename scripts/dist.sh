@@ -19,7 +19,7 @@
 # (cargo-zigbuild, ziglang) into target/ci-tools when not already on PATH.
 #
 # The VM packages are built without the cargo feature `kubernetes` (the Kubernetes node output and its
-# client, about 5 MB of the binary): a plain VM never uses it, and the agent built so refuses the
+# client, about 4.5 MB of the binary): a plain VM never uses it, and the agent built so refuses the
 # --kubernetes.* flags (exit 64). The container image (Dockerfile) is built with every default feature.
 #
 # DEB_MAINTAINER sets the .deb's Maintainer field (default: a placeholder address that cannot receive mail).

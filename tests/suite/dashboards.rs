@@ -323,16 +323,18 @@ fn the_event_dashboard_picks_event_ids_from_the_metrics_and_links_each_to_its_tr
 /// What a rule or dashboard may name: every family in a live exposition of an agent that has
 /// events (so the per-event families exist), has read instance metadata (`vm_info`), and runs
 /// every optional feature (approval in dry run, a hook, traces, a notification receiver, the
-/// Kubernetes output), whose families exist only then, and has seen an IMDS failure (failure
-/// series appear with the first).
+/// Kubernetes output), whose families exist only then, and has seen an IMDS failure and an
+/// advisory (their series appear with the first).
 async fn exported() -> Result<BTreeSet<String>, Error> {
     let dir = TempDir::new("exported")?;
     let kubeconfig = ops::down_kubeconfig(&dir.0)?;
     let imds = Imds::start().await?;
     imds.sim.inject_fault(Fault::status(503).times(1));
-    imds.sim.load_scenario(Scenario::from_file(
-        &ops::repo().join("scenarios/fleet.yaml"),
-    )?);
+    // The fleet, and an advisory for this VM: advisories are counted only while one is present.
+    let fleet = std::fs::read_to_string(ops::repo().join("scenarios/fleet.yaml"))?;
+    imds.sim.load_scenario(Scenario::parse(&format!(
+        "{fleet}\n  - {{ type: Freeze, status: Advisory, resources: [web_0] }}\n"
+    ))?);
     let agent = Agent::start_traced(
         &imds,
         &[
@@ -353,6 +355,7 @@ async fn exported() -> Result<BTreeSet<String>, Error> {
         .wait_for("per-event series and vm_info", |e| {
             e.has("azure_scheduled_events_vm_info{")
                 && e.has("azure_scheduled_events_imds_request_failures_total{")
+                && e.has("azure_scheduled_events_advisories{")
                 && e.has("azure_scheduled_events_event_not_before_timestamp_seconds{")
                 && e.has("azure_scheduled_events_event_duration_seconds{")
         })
