@@ -207,7 +207,7 @@ pub struct AgentArgs {
     /// Log format [default: json; text for demo].
     #[arg(long = "log.format", env = "AZURE_SCHEDULED_EVENTS_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
-    /// Log filter: a level (error, warn, info, debug, trace) or tracing directives.
+    /// Log filter: a level (off, error, warn, info, debug, trace), or comma-separated `target=level` directives with an optional default level.
     #[arg(
         long = "log.level",
         env = "AZURE_SCHEDULED_EVENTS_LOG_LEVEL",
