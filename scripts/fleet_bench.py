@@ -26,10 +26,10 @@ import uuid
 
 P = "azure_scheduled_events_"
 TYPES = ["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"]
-TRANSITIONS = ["cancelled", "completed", "scheduled", "started", "updated"]
-REASONS = ["connect", "decode", "http_410", "http_429", "http_4xx", "http_5xx", "http_other",
-           "timeout", "too_large", "transport"]
-BUCKETS = ["0.005", "0.025", "0.1", "0.5", "2.5", "120", "+Inf"]
+# What the agent pre-creates (src/output/metrics): the lifecycle of each impact type, this VM's pending
+# counts; failure reasons, other VMs' counts and `updated` appear only when they have something to say.
+TRANSITIONS = ["cancelled", "completed", "scheduled", "started"]
+BUCKETS = ["0.005", "0.025", "0.1", "0.5", "2.5", "+Inf"]
 JOB = "kube-system/azure-scheduled-events-exporter"
 
 
@@ -145,20 +145,18 @@ def scrape(args, state, t):
         ap('%sbuild_info{%s,api_version="2020-07-01",revision="5293579",version="0.4.0"} 1 %d\n' % (P, tg, t))
         ap("%svm_info{%s,%s} 1 %d\n" % (P, tg, vm["info"], t))
         ap("%sstate_up{%s} 1 %d\n" % (P, tg, t))
-        ap('%sreboots_total{%s,expected="false"} 0 %d\n' % (P, tg, t))
-        ap('%sreboots_total{%s,expected="true"} 0 %d\n' % (P, tg, t))
+        ap('%sreboots_total{%s,clean="false",expected="false"} 0 %d\n' % (P, tg, t))
+        ap('%sreboots_total{%s,clean="true",expected="false"} 0 %d\n' % (P, tg, t))
         polls = (t - start) + 86400 + vm["n"]
         ap('%simds_requests_total{%s,operation="events"} %d %d\n' % (P, tg, polls, t))
-        ap('%simds_requests_total{%s,operation="instance"} %d %d\n' % (P, tg, 1 + (t - start) // 30, t))
-        for r in REASONS:
-            ap('%simds_request_failures_total{%s,operation="events",reason="%s"} %d %d\n'
-               % (P, tg, r, (polls if failing and r == "timeout" else 0), t))
-        for op, count in (("events", polls), ("instance", 1 + (t - start) // 30)):
-            for i, le in enumerate(BUCKETS):
-                ap('%simds_request_duration_seconds_bucket{%s,operation="%s",le="%s"} %d %d\n'
-                   % (P, tg, op, le, count if i >= 1 else count // 2, t))
-            ap('%simds_request_duration_seconds_sum{%s,operation="%s"} %.3f %d\n' % (P, tg, op, count * 0.006, t))
-            ap('%simds_request_duration_seconds_count{%s,operation="%s"} %d %d\n' % (P, tg, op, count, t))
+        ap('%simds_requests_total{%s,operation="instance"} 1 %d\n' % (P, tg, t))
+        if failing:
+            ap('%simds_request_failures_total{%s,operation="events",reason="timeout"} %d %d\n' % (P, tg, polls, t))
+        for i, le in enumerate(BUCKETS):
+            ap('%simds_request_duration_seconds_bucket{%s,operation="events",le="%s"} %d %d\n'
+               % (P, tg, le, polls if i >= 1 else polls // 2, t))
+        ap('%simds_request_duration_seconds_sum{%s,operation="events"} %.3f %d\n' % (P, tg, polls * 0.006, t))
+        ap('%simds_request_duration_seconds_count{%s,operation="events"} %d %d\n' % (P, tg, polls, t))
         # The document this VM sees: every event of its scale set (the placement group).
         seen = []
         for e in events.get((vm["c"], vm["s"]), ()):
@@ -183,8 +181,9 @@ def scrape(args, state, t):
         for typ in TYPES:
             for status in ("Scheduled", "Started"):
                 for affects in ("false", "true"):
-                    ap('%spending{%s,affects_this_vm="%s",event_status="%s",event_type="%s"} %d %d\n'
-                       % (P, tg, affects, status, typ, pending.get((typ, status, affects), 0), t))
+                    if affects == "true" or (typ, status, affects) in pending:
+                        ap('%spending{%s,affects_this_vm="%s",event_status="%s",event_type="%s"} %d %d\n'
+                           % (P, tg, affects, status, typ, pending.get((typ, status, affects), 0), t))
             for tr in TRANSITIONS:
                 ap('%stransitions_total{%s,event_type="%s",transition="%s"} %d %d\n'
                    % (P, tg, typ, tr, transitions.get((typ, tr), 0), t))
