@@ -72,7 +72,7 @@ impl Operation {
 
     /// Whether the request's duration is a histogram: polls and approvals, which recur. Instance
     /// metadata is read at start (and retried until it answers): a histogram of one read would
-    /// cost every VM nine series for one sample.
+    /// cost every VM eight series for one sample.
     pub fn timed(self) -> bool {
         self != Operation::Instance
     }
