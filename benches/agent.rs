@@ -447,14 +447,17 @@ async fn cpu_per_poll(
         "anon KiB",
         "file KiB"
     );
-    let mut best: Vec<(&str, Window, Memory)> = Vec::new();
+    let names: Vec<&str> = std::iter::once("floor")
+        .chain(agents.iter().map(|(name, _)| *name))
+        .collect();
     // Every round's CPU and polls summed per process: side by side, every process met the same
     // rounds, so the ratio of the sums is the steadiest figure; the best rounds are printed too.
-    let mut sums: Vec<(&str, u64, u64)> = Vec::new();
+    let mut sums = vec![(0u64, 0u64); names.len()];
+    let mut best: Vec<Option<(Window, Memory)>> = names.iter().map(|_| None).collect();
     for round in 1..=plan.rounds {
-        for (name, window, memory) in
-            side_by_side(control, sim_address, &floor, &agents, round, plan).await?
-        {
+        let measured = side_by_side(control, sim_address, &floor, &agents, round, plan).await?;
+        for (i, (window, memory)) in measured.into_iter().enumerate() {
+            let name = names[i];
             say!(
                 "{name:<12} {round:>5} {:>6} {:>8.1} {:>12.0} {:>7.2}% {:>6} {:>14.0} {:>9} {:>9} {:>9}",
                 window.polls,
@@ -469,30 +472,27 @@ async fn cpu_per_poll(
                 memory.anon_kib,
                 memory.file_kib,
             );
-            match sums.iter_mut().find(|(n, ..)| *n == name) {
-                Some(sum) => {
-                    sum.1 += window.cpu.nanos;
-                    sum.2 += window.polls;
-                }
-                None => sums.push((name, window.cpu.nanos, window.polls)),
-            }
-            match best.iter_mut().find(|(n, ..)| *n == name) {
-                Some(entry) if entry.1.ns_per_poll() <= window.ns_per_poll() => {}
-                Some(entry) => *entry = (name, window, memory),
-                None => best.push((name, window, memory)),
+            sums[i].0 += window.cpu.nanos;
+            sums[i].1 += window.polls;
+            if best[i]
+                .as_ref()
+                .is_none_or(|(kept, _)| window.ns_per_poll() < kept.ns_per_poll())
+            {
+                best[i] = Some((window, memory));
             }
         }
     }
-    let (_, floor_window, floor_memory) = best.first().ok_or("no round")?;
-    let per_poll = |(_, nanos, polls): &(&str, u64, u64)| *nanos as f64 / (*polls).max(1) as f64;
-    let floor_all = per_poll(sums.first().ok_or("no round")?);
+    let best: Vec<(Window, Memory)> = best.into_iter().flatten().collect();
+    let per_poll = |(nanos, polls): (u64, u64)| nanos as f64 / polls.max(1) as f64;
+    let ((floor_window, floor_memory), floor_all) =
+        (best.first().ok_or("no round")?, per_poll(sums[0]));
     say!("");
-    for ((name, window, memory), sum) in best[1..].iter().zip(&sums[1..]) {
+    for ((name, (window, memory)), sum) in names.iter().zip(&best).zip(&sums).skip(1) {
         say!(
             "{name} / floor CPU per poll: {:.2}x over the {} rounds ({:.1} µs vs {:.1} µs; target at most 1.0x), {:.2}x best against best ({:.1} µs vs {:.1} µs); VmRSS {:.2} MiB vs the floor's {:.2} MiB",
-            per_poll(sum) / floor_all,
+            per_poll(*sum) / floor_all,
             plan.rounds,
-            per_poll(sum) / 1000.0,
+            per_poll(*sum) / 1000.0,
             floor_all / 1000.0,
             window.ns_per_poll() / floor_window.ns_per_poll(),
             window.ns_per_poll() / 1000.0,
@@ -501,47 +501,45 @@ async fn cpu_per_poll(
             floor_memory.rss_kib as f64 / 1024.0,
         );
     }
-    Ok(best.get(1).ok_or("no agent measured")?.1.ns_per_poll())
+    Ok(best.get(1).ok_or("no agent measured")?.0.ns_per_poll())
 }
 
 /// One round: the floor and every agent polling at once (started in an order that moves each
-/// round), measured over the same window. An agent's polls are its own counter's; the floor's
-/// are the GETs the simulator counted less the agents'.
-async fn side_by_side<'a>(
+/// round), measured over the same window; the floor first, then the agents as given. An agent's
+/// polls are its own counter's; the floor's are the GETs the simulator counted less the agents'.
+async fn side_by_side(
     control: &reqwest::Client,
     sim_address: SocketAddr,
     floor: &Path,
-    agents: &[(&'a str, PathBuf)],
+    agents: &[(&str, PathBuf)],
     round: usize,
     plan: &Plan,
-) -> Result<Vec<(&'a str, Window, Memory)>> {
+) -> Result<Vec<(Window, Memory)>> {
     let hz = (1.0 / POLL_INTERVAL.as_secs_f64()).to_string();
     // It stops by itself once the window is over; dropping the process ends it sooner.
     let seconds = (plan.warm_up + plan.window + Duration::from_secs(10)).as_secs_f64();
     let floor_args = [format!("http://{sim_address}"), hz, seconds.to_string()];
-    let mut running: Vec<(&str, Process, Option<String>)> = Vec::new();
-    let mut order: Vec<Option<usize>> = std::iter::once(None)
-        .chain((0..agents.len()).map(Some))
-        .collect();
-    let turn = round % order.len();
-    order.rotate_left(turn);
-    for which in order {
-        match which {
-            None => running.push((
-                "floor",
-                Process::spawn_binary("floor", floor, &floor_args, &[])?,
-                None,
-            )),
-            Some(i) => {
-                let (name, path) = &agents[i];
-                let web = free_port()?;
-                let agent =
-                    Process::spawn_binary("agent", path, &agent_args(sim_address, web), &[])?;
-                wait_for(control, &format!("http://{web}/readyz"), &agent).await?;
-                running.push((name, agent, Some(format!("http://{web}/metrics"))));
-            }
+    // Index 0 is the floor, i the agent i - 1; each with the URL of its metrics (none for the floor).
+    let mut order: Vec<usize> = (0..=agents.len()).collect();
+    order.rotate_left(round % (agents.len() + 1));
+    let mut running: Vec<(usize, Process, Option<String>)> = Vec::new();
+    for i in order {
+        if i == 0 {
+            let process = Process::spawn_binary("floor", floor, &floor_args, &[])?;
+            running.push((i, process, None));
+        } else {
+            let web = free_port()?;
+            let agent = Process::spawn_binary(
+                "agent",
+                &agents[i - 1].1,
+                &agent_args(sim_address, web),
+                &[],
+            )?;
+            wait_for(control, &format!("http://{web}/readyz"), &agent).await?;
+            running.push((i, agent, Some(format!("http://{web}/metrics"))));
         }
     }
+    running.sort_by_key(|(i, ..)| *i);
     tokio::time::sleep(plan.warm_up).await;
     let state_url = format!("http://{sim_address}/control/state");
     let requests = || async {
@@ -551,13 +549,17 @@ async fn side_by_side<'a>(
             .as_u64()
             .ok_or_else(|| Box::<dyn Error>::from("no request count in /control/state"))
     };
-    let mut before = Vec::new();
+    // Each agent's own count of its polls; 0 for the floor, whose polls are derived below.
+    let counted = |metrics: Option<String>| async move {
+        match metrics {
+            Some(url) => polls(&scrape(control, &url).await?),
+            None => Ok(0),
+        }
+    };
+    let mut polls_before = Vec::new();
     for (_, process, metrics) in &running {
         process.check_running()?;
-        before.push(match metrics {
-            Some(url) => Some(polls(&scrape(control, url).await?)?),
-            None => None,
-        });
+        polls_before.push(counted(metrics.clone()).await?);
     }
     let served_before = requests().await?;
     let cpu_before = running
@@ -573,38 +575,22 @@ async fn side_by_side<'a>(
     let elapsed = started.elapsed();
     let served = requests().await?.saturating_sub(served_before);
     let mut measured = Vec::new();
-    let mut agent_polls = 0;
-    for (((name, process, metrics), polls_before), (after, before)) in running
+    for (((_, process, metrics), before), (cpu_after, cpu_before)) in running
         .iter()
-        .zip(&before)
+        .zip(&polls_before)
         .zip(cpu_after.iter().zip(&cpu_before))
     {
-        let polls = match (metrics, polls_before) {
-            (Some(url), Some(polls_before)) => {
-                let polls = polls(&scrape(control, url).await?)?.saturating_sub(*polls_before);
-                agent_polls += polls;
-                polls
-            }
-            _ => 0,
-        };
         let window = Window {
-            polls,
+            polls: counted(metrics.clone()).await?.saturating_sub(*before),
             elapsed,
-            cpu: after.since(before),
+            cpu: cpu_after.since(cpu_before),
         };
-        measured.push((*name, window, Memory::of(&process.pid)?));
+        measured.push((window, Memory::of(&process.pid)?));
     }
-    for (name, window, _) in &mut measured {
-        if *name == "floor" {
-            window.polls = served.saturating_sub(agent_polls);
-        }
+    let agent_polls: u64 = measured.iter().skip(1).map(|(w, _)| w.polls).sum();
+    if let Some((floor, _)) = measured.first_mut() {
+        floor.polls = served.saturating_sub(agent_polls);
     }
-    // The floor first, then the agents in the order they were given.
-    measured.sort_by_key(|(name, ..)| {
-        std::iter::once("floor")
-            .chain(agents.iter().map(|(n, _)| *n))
-            .position(|n| n == *name)
-    });
     Ok(measured)
 }
 
