@@ -49,7 +49,6 @@ pub fn init_with_writer<W>(
     let targets = level
         .parse::<Targets>()
         .unwrap_or_else(|_| Targets::new().with_default(tracing::Level::INFO));
-    let filter = || targets.clone();
     let lines = match format {
         LogFormat::Json => fmt::layer()
             .json()
@@ -70,7 +69,7 @@ pub fn init_with_writer<W>(
         let ours = filter_fn(|metadata| metadata.target().starts_with(env!("CARGO_CRATE_NAME")));
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
-            .with_filter(filter().and(ours))
+            .with_filter(targets.clone().and(ours))
     });
     // The Kubernetes client logs an ERROR line of its own, without context, for every failed
     // request; the agent logs one line per kind of failure with the node and the operation
@@ -82,7 +81,7 @@ pub fn init_with_writer<W>(
     // A second initialisation (tests that start several agents) keeps the first subscriber.
     let _ = tracing_subscriber::registry()
         .with(spans)
-        .with(lines.with_filter(filter().and(client)))
+        .with(lines.with_filter(targets.clone().and(client)))
         .try_init();
 }
 
