@@ -103,8 +103,10 @@
     // PollLoopStuck, ImdsUnreachable, the approval, notification and Kubernetes failures,
     // AzureVMRebootedUnexpectedly) are recorded (group azure-scheduled-events.agents): each reads
     // a series of every agent, and these alerts wait minutes (for:) or look back 10 to 30 minutes
-    // anyway; they may fire up to this much later. The alerts of events are evaluated at every
-    // evaluation. Empty: evaluation_interval.
+    // anyway; they may fire up to this much later. The same group records which targets are up
+    // again after their VM's reboot: a held impact (impactHold) ends up to this much after the
+    // VM is back. The alerts of events are evaluated at every evaluation. Empty:
+    // evaluation_interval.
     agentsInterval: '2m',
     // How often the coverage group (AzureScheduledEventsNodesWithoutAgent and the recording rules
     // it reads) is evaluated: its alert waits coverage.for (15 minutes) anyway, and it compares
@@ -183,9 +185,9 @@
     // recorded transitions. Empty: Prometheus' evaluation_interval (then set the window yourself).
     dashboardRecordInterval: '2m',
     // How often the fleet's IMDS rates (10-minute rates of every agent's request counters, failures
-    // and latency histogram: 27 series an agent, summed per cluster, job and place) are recorded:
-    // the panels that read them move in steps of this much (at most 10m, the rates' window, so
-    // that every request is counted). Empty: Prometheus' evaluation_interval.
+    // and latency histogram: 8 series an agent while IMDS answers, summed per cluster, job and
+    // place) are recorded: the panels that read them move in steps of this much (at most 10m, the
+    // rates' window, so that every request is counted). Empty: Prometheus' evaluation_interval.
     dashboardRateInterval: '10m',
     // Two events of one type and description that appear within this window belong to one
     // maintenance wave (Azure gives every host operation its own EventId).

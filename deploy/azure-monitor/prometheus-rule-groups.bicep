@@ -266,6 +266,11 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
+        expression: 'max by (cluster, job, instance) (\n  max_over_time(azure_scheduled_events:target_event_impact:soon[15m])\n  unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon\n)\nand on (cluster, job, instance) (up == 1)'
+        record: 'azure_scheduled_events:target_event_impact:released'
+      }
+      {
+        enabled: true
         expression: 'max by (cluster, job, instance, node) (\n  (up == 0)\n  + on (cluster, job, instance) group_left ()\n  (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 86400)\n)'
         record: 'azure_scheduled_events:target_down:timestamp_seconds'
       }
@@ -295,17 +300,22 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: 'max by (cluster, job, instance, event_id, event_type, event_source, node) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"}\n)\nunless on (cluster, job, instance, event_id)\n  (azure_scheduled_events_event_seconds_until_not_before > 900)'
+        expression: 'azure_scheduled_events_event_seconds_until_not_before\nand on (cluster, job, instance, event_id)\nazure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"}'
+        record: 'azure_scheduled_events:target_event_seconds_until_not_before:own'
+      }
+      {
+        enabled: true
+        expression: 'max by (cluster, job, instance, event_id, event_type, event_source, node) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"}\n)\nunless on (cluster, job, instance, event_id)\n  (azure_scheduled_events:target_event_seconds_until_not_before:own > 900)'
         record: 'azure_scheduled_events:target_event_impact:soon'
       }
       {
         enabled: true
-        expression: 'azure_scheduled_events:target_event_impact:soon\nor on (cluster, job, instance, event_id)\n(\n  max_over_time(azure_scheduled_events:target_event_impact:soon[15m])\n  unless on (cluster, job, instance) (up == 1)\n  unless on (cluster, job, instance) azure_scheduled_events:target_gone:timestamp_seconds{reason=~"discovery|replaced"}\n)'
+        expression: 'azure_scheduled_events:target_event_impact:soon\nor on (cluster, job, instance, event_id)\n(\n  max_over_time(azure_scheduled_events:target_event_impact:soon[15m])\n  unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:released\n  unless on (cluster, job, instance) azure_scheduled_events:target_gone:timestamp_seconds{reason=~"discovery|replaced"}\n)'
         record: 'azure_scheduled_events:target_event_impact:held'
       }
       {
         enabled: true
-        expression: 'label_replace(\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"},\n  "alert", "AzureScheduledEventImpactSoon", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n  ),\n  "alert", "AzureSpotEviction", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n  ),\n  "alert", "AzureScaleSetDelete", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_event_seconds_until_not_before\n  > on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  (\n    max by (cluster, job, instance, event_id, event_type, event_source) (\n      azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n    ) * 0 - Inf\n    or on (cluster, job, instance, event_id)\n    max by (cluster, job, instance, event_id, event_type, event_source) (\n      azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n    ) * 0 + 86400\n  ),\n  "alert", "AzureRedeployAnnouncedDaysAhead", "", ""\n)\nor\nazure_scheduled_events:target_agent_alert:value'
+        expression: 'label_replace(\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"},\n  "alert", "AzureScheduledEventImpactSoon", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n  ),\n  "alert", "AzureSpotEviction", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n  ),\n  "alert", "AzureScaleSetDelete", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events:target_event_seconds_until_not_before:own\n  > on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  (\n    max by (cluster, job, instance, event_id, event_type, event_source) (\n      azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n    ) * 0 - Inf\n    or on (cluster, job, instance, event_id)\n    max by (cluster, job, instance, event_id, event_type, event_source) (\n      azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n    ) * 0 + 86400\n  ),\n  "alert", "AzureRedeployAnnouncedDaysAhead", "", ""\n)\nor\nazure_scheduled_events:target_agent_alert:value'
         record: 'azure_scheduled_events:target_alert:value'
       }
       {

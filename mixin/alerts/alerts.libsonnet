@@ -237,7 +237,7 @@ local promql = import '../lib/promql.libsonnet';
         name: 'azure-scheduled-events.agents',
       } + (if c.agentsInterval == '' then {} else { interval: c.agentsInterval }) + {
         // The conditions of the agent-health alerts (slow): each reads a series of every agent.
-        rules: [$.targetDownRule, $.targetGoneRule, record(r.targetAgentAlert, conditions([a for a in vmAlerts if a.condition.slow]))],
+        rules: [$.targetReleasedRule, $.targetDownRule, $.targetGoneRule, record(r.targetAgentAlert, conditions([a for a in vmAlerts if a.condition.slow]))],
       },
       {
         name: 'azure-scheduled-events.vms',
@@ -355,11 +355,12 @@ local promql = import '../lib/promql.libsonnet';
             // The agent's own mark (hardware_failure_predicted: a Reboot or Redeploy first seen more
             // than a day ahead, or a Description of degraded hardware), or, from agents that do not
             // export it, a Redeploy due further ahead than redeployDaysAheadSeconds.
-            // The seconds until NotBefore of every event are read once, compared with a threshold
-            // per event: none for a marked one, redeployDaysAheadSeconds for a Redeploy.
+            // The seconds until NotBefore of the VM's own events (recorded once per evaluation)
+            // are compared with a threshold per event: none for a marked one,
+            // redeployDaysAheadSeconds for a Redeploy.
             perVm(
               '%(until)s\n> on (%(on)s) group_left (event_type, event_source)\n(\n  %(marked)s * 0 - Inf\n  or on (%(on)s)\n  %(redeploy)s * 0 + %(ahead)d\n)' % {
-                until: q.sel('azure_scheduled_events_event_seconds_until_not_before'),
+                until: r.targetEventUntil,
                 on: q.list(q.vm + ['event_id']),
                 marked: std.strReplace(events(['hardware_failure_predicted="true"']), '\n', '\n  '),
                 ahead: c.redeployDaysAheadSeconds,

@@ -112,6 +112,17 @@ local promql = import '../lib/promql.libsonnet';
   // The impacts of each target, recorded first in the group azure-scheduled-events.vms: the
   // page, the per-VM alerts and the quiet agent-down read them.
   impactRules:: [
+    // The seconds until NotBefore of this VM's own events that will happen or are happening:
+    // every agent exports them for every event its VM can see (a scale set's maintenance wave is
+    // as many events on each of its VMs), and two rules below compare them; read once here.
+    record(
+      r.targetEventUntil,
+      '%(until)s\nand on (%(on)s)\n%(own)s' % {
+        until: q.sel('azure_scheduled_events_event_seconds_until_not_before'),
+        on: q.list(q.vm + ['event_id']),
+        own: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', statuses]),
+      },
+    ),
     // Events of this VM that take it down, with NotBefore within impactSoonSeconds,
     // passed, unknown, or Started: one series per target and event.
     record(
@@ -120,25 +131,41 @@ local promql = import '../lib/promql.libsonnet';
         key: q.list(q.vm + ['event_id', 'event_type', 'event_source', c.nodeLabel]),
         events: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes), statuses]),
         on: q.list(q.vm + ['event_id']),
-        until: q.sel('azure_scheduled_events_event_seconds_until_not_before'),
+        until: r.targetEventUntil,
         soon: c.impactSoonSeconds,
       },
     ),
-    // The same, held for impactHold after its last sighting while the target is not up: the VM
-    // is rebooting, its agent is not scraped. Not for a target recorded gone from service
-    // discovery or replaced on its node (azure_scheduled_events:target_gone:timestamp_seconds).
+    // The same, held for impactHold after its last sighting until the target is recorded
+    // released (it is up again: the VM has rebooted) or gone from service discovery or replaced
+    // on its node (azure_scheduled_events:target_gone:timestamp_seconds). At every evaluation it
+    // reads those records, not `up` of every target.
     record(
       r.targetImpactHeld,
-      '%(soon)s\nor on (%(key)s)\n(\n  max_over_time(%(soon)s[%(hold)s])\n  unless on (%(t)s) (%(up)s == 1)\n  unless on (%(t)s) %(gone)s\n)' % {
+      '%(soon)s\nor on (%(key)s)\n(\n  max_over_time(%(soon)s[%(hold)s])\n  unless on (%(t)s) %(released)s\n  unless on (%(t)s) %(gone)s\n)' % {
         soon: r.targetImpactSoon,
         key: q.list(q.vm + ['event_id']),
         hold: c.impactHold,
         t: target,
-        up: q.sel('up'),
+        released: r.targetImpactReleased,
         gone: q.rec(r.targetGone, ['reason=~"discovery|replaced"']),
       },
     ),
   ],
+
+  // Targets up again with impacts seen within impactHold that they no longer report: their held
+  // impacts end (the VM has rebooted, the event is over). Recorded in the group
+  // azure-scheduled-events.agents, which reads `up` of every target anyway: a held impact ends
+  // up to agentsInterval after its VM is back.
+  targetReleasedRule:: record(
+    r.targetImpactReleased,
+    'max by (%(t)s) (\n  max_over_time(%(soon)s[%(hold)s])\n  unless on (%(key)s) %(soon)s\n)\nand on (%(t)s) (%(up)s == 1)' % {
+      t: target,
+      soon: r.targetImpactSoon,
+      hold: c.impactHold,
+      key: q.list(q.vm + ['event_id']),
+      up: q.sel('up'),
+    },
+  ),
 
   // The held impact by VM (vmIdLabel), with its capacity group and priority, and the VMs of each capacity group
   // it counts: recorded in the group azure-scheduled-events.vms from `joined`, the targets' held

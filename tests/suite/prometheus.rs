@@ -1145,7 +1145,8 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         }
     }
     // Recording rules: every one evaluates without error; each has data for this scenario but
-    // the node count, which needs kube-state-metrics.
+    // the node count, which needs kube-state-metrics, and the released targets, which need a VM
+    // back from its reboot (alerts/azure-scheduled-events.test.yml: "impact soon").
     let records = prometheus.rules_of("record").await?;
     let recorded_names: BTreeSet<&str> = records.iter().map(|(n, ..)| n.as_str()).collect();
     if recorded_names.len() < 10 {
@@ -1160,7 +1161,11 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         }
     }
     for name in &recorded_names {
-        if *name == "azure_scheduled_events:nodes:count" {
+        if matches!(
+            *name,
+            "azure_scheduled_events:nodes:count"
+                | "azure_scheduled_events:target_event_impact:released"
+        ) {
             continue;
         }
         let data = wait(&format!("{name} to have data"))
