@@ -82,7 +82,8 @@ local promql = import '../lib/promql.libsonnet';
   // end (azure_scheduled_events:target_event_impact:held).
   targetGoneRule:: record(
     r.targetGone,
-    local heldOnly(matchers) = '%s unless on (%s) %s' % [q.rec(r.targetImpactHeld, matchers), q.list(q.vm + ['event_id']), r.targetImpactSoon];
+    // Held, not seen now, and not released: a target up again after its reboot is neither.
+    local heldOnly(matchers) = '%s unless on (%s) %s unless on (%s) %s' % [q.rec(r.targetImpactHeld, matchers), q.list(q.vm + ['event_id']), r.targetImpactSoon, target, r.targetImpactReleased];
     local stamp(reason, expr) = 'label_replace(\n  max by (%s) (\n    %s\n  ) * 0 + time(),\n  "reason", "%s", "", ""\n)' % [target, std.strReplace(expr, '\n', '\n    '), reason];
     std.join('\nor\n', [
       stamp('event', 'last_over_time(%s[%s])' % [
