@@ -11,7 +11,7 @@ use {
     std::process::{Command, Stdio},
 };
 
-use azure_scheduled_events_simulator::{Fault, Scenario};
+use azure_scheduled_events_simulator::{Fault, InitialStatus, Scenario, ScenarioEvent};
 use common::{Agent, Imds, TempDir};
 use ops::Error;
 use serde_json::Value;
@@ -331,10 +331,11 @@ async fn exported() -> Result<BTreeSet<String>, Error> {
     let imds = Imds::start().await?;
     imds.sim.inject_fault(Fault::status(503).times(1));
     // The fleet, and an advisory for this VM: advisories are counted only while one is present.
-    let fleet = std::fs::read_to_string(ops::repo().join("scenarios/fleet.yaml"))?;
-    imds.sim.load_scenario(Scenario::parse(&format!(
-        "{fleet}\n  - {{ type: Freeze, status: Advisory, resources: [web_0] }}\n"
-    ))?);
+    let mut fleet = Scenario::from_file(&ops::repo().join("scenarios/fleet.yaml"))?;
+    let mut advisory = ScenarioEvent::new("Freeze", &["web_0"]);
+    advisory.status = InitialStatus::Advisory;
+    fleet.events.push(advisory);
+    imds.sim.load_scenario(fleet);
     let agent = Agent::start_traced(
         &imds,
         &[

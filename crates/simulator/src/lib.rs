@@ -37,7 +37,7 @@ pub use fault::{Fault, FaultAction, FaultCount, FaultTarget};
 pub use http::serve;
 pub use instance::example_compute;
 pub use journal::SeenRequest;
-pub use scenario::{DEMO_OTHER_VM, DEMO_VM, Scenario, ScenarioError, ScenarioEvent};
+pub use scenario::{DEMO_OTHER_VM, DEMO_VM, InitialStatus, Scenario, ScenarioError, ScenarioEvent};
 pub use state::{AddEventError, Approval, Simulator};
 
 /// The simulator shared between the HTTP server and its owner (the demo, a test, `main`).
