@@ -32,12 +32,14 @@ ARG TARGETARCH
 ARG BUILD_REVISION=unknown
 WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
+COPY .cargo/image.toml ./.cargo/image.toml
 COPY src ./src
 COPY crates ./crates
 COPY benches ./benches
 RUN --mount=type=cache,id=cargo-registry-${TARGETARCH},target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,id=cargo-target-${TARGETARCH},target=/src/target,sharing=locked \
-    BUILD_REVISION="${BUILD_REVISION}" cargo build --release --locked --bin azure-scheduled-events-exporter \
+    BUILD_REVISION="${BUILD_REVISION}" cargo build --release --locked --config .cargo/image.toml \
+        --bin azure-scheduled-events-exporter \
     && install -D -m 0755 target/release/azure-scheduled-events-exporter /out/azure-scheduled-events-exporter \
     && install -d -m 0750 /out/state
 

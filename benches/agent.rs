@@ -6,8 +6,8 @@
 //! file into `target/floor`: a bare poller on a single-threaded tokio runtime, a reqwest client with
 //! no proxy and a 5 s timeout, `GET` with `Metadata: true`, the body parsed with serde_json, nothing
 //! else. The simulator and the agents are built binaries, each in its own process on 127.0.0.1:
-//! the default build (this bench's binary) and, when `VM_PACKAGE_BINARY` names one (as
-//! `scripts/bench.sh` does), the VM packages' build. Each round runs the floor and the agents side
+//! the default build (this bench's binary) and, when `IMAGE_BINARY` and `VM_PACKAGE_BINARY` name
+//! them (as `scripts/bench.sh` does), the image's build and the VM packages'. Each round runs the floor and the agents side
 //! by side against the same unchanged one-event document and measures them over the same window,
 //! so that they share whatever else the machine does; the CPU of all rounds over their polls is
 //! compared, and the best round of each. An agent's polls are its own counter's, the floor's the
@@ -397,11 +397,15 @@ fn agent_args(sim_address: SocketAddr, web: SocketAddr) -> Vec<String> {
     ]
 }
 
-/// What is measured against the floor: the default build and, when named, the VM packages'.
+/// What is measured against the floor: the default build and, when named, the image's and the VM
+/// packages'.
 fn agents() -> Vec<(&'static str, PathBuf)> {
     let mut agents = vec![("agent", PathBuf::from(BIN))];
-    if let Some(path) = std::env::var_os("VM_PACKAGE_BINARY") {
-        agents.push(("VM package", PathBuf::from(path)));
+    for (name, variable) in [("image", "IMAGE_BINARY"), ("VM package", "VM_PACKAGE_BINARY")] {
+        match std::env::var_os(variable) {
+            Some(path) => agents.push((name, PathBuf::from(path))),
+            None => say!("{name}: not measured ({variable} unset; scripts/bench.sh builds and names it)"),
+        }
     }
     agents
 }
@@ -421,11 +425,6 @@ async fn cpu_per_poll(
     for (name, path) in &agents[1..] {
         let size = std::fs::metadata(path)?.len();
         say!("{name}: {} ({size} bytes)", path.display());
-    }
-    if agents.len() == 1 {
-        say!(
-            "VM package: not measured (VM_PACKAGE_BINARY unset; scripts/bench.sh builds and names it)"
-        );
     }
     say!("");
     say!(

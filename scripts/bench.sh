@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Reproduces docs/performance.md: parse+track times, CPU per poll and memory of the agent polling
 # the simulator at 50 Hz next to the floor (../shared/tools/floor, a bare GET+parse loop, built and
-# run in the same run), for the default build and for the VM packages' build (scripts/dist.sh's
-# binary, built first), /metrics latency under concurrent scrapes, and the size of both binaries.
-# Takes about fifteen minutes on two cores, both release builds included.
+# run in the same run), for the default build, the image's (.cargo/image.toml, into target/image) and
+# the VM packages' (scripts/dist.sh's binary), the last two built first; /metrics latency under
+# concurrent scrapes; and the size of the binaries. Takes about half an hour on two cores, the
+# release builds included.
 #
 #   scripts/bench.sh              everything
 #   scripts/bench.sh agent        only the agent bench (or: parse_track)
@@ -30,6 +31,13 @@ if [[ " ${benches[*]} " == *" agent "* ]]; then
     VM_PACKAGE_BINARY="$PWD/target/x86_64-unknown-linux-gnu/release/azure-scheduled-events-exporter"
     export VM_PACKAGE_BINARY
     echo "$VM_PACKAGE_BINARY: $(stat -c %s "$VM_PACKAGE_BINARY") bytes"
+    echo
+    echo "== the image's binary (the Dockerfile's build: .cargo/image.toml)"
+    cargo build --release --locked --quiet --config .cargo/image.toml --bin azure-scheduled-events-exporter \
+        --target-dir target/image
+    IMAGE_BINARY="$PWD/target/image/release/azure-scheduled-events-exporter"
+    export IMAGE_BINARY
+    echo "$IMAGE_BINARY: $(stat -c %s "$IMAGE_BINARY") bytes"
 fi
 
 for bench in "${benches[@]}"; do

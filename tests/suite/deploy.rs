@@ -140,6 +140,81 @@ fn the_dockerfile_builds_in_stages_and_runs_the_agent_unprivileged_on_its_port()
     Ok(())
 }
 
+/// `docker build .` sends only what .dockerignore admits: every file the build stage copies must be
+/// admitted and exist, or the image does not build.
+#[test]
+fn the_build_context_holds_every_file_the_build_stage_copies() -> TestResult {
+    let ignore = std::fs::read_to_string(ops::repo().join(".dockerignore"))?;
+    let patterns: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    // Docker's last matching pattern decides. This reads the two forms the file uses: `*` (everything
+    // out) and `!PATH` (PATH, and what is under it, back in).
+    let admitted = |path: &str| -> Result<bool, Error> {
+        let mut admitted = true;
+        for pattern in &patterns {
+            match pattern.strip_prefix('!') {
+                None if *pattern == "*" => admitted = false,
+                Some(back) if !back.contains(['*', '?', '[']) => {
+                    let back = back.trim_end_matches('/');
+                    if path == back || path.starts_with(&format!("{back}/")) {
+                        admitted = true;
+                    }
+                }
+                _ => {
+                    return Err(format!(
+                        ".dockerignore: a pattern this test does not read: {pattern}"
+                    )
+                    .into());
+                }
+            }
+        }
+        Ok(admitted)
+    };
+    let dockerfile = std::fs::read_to_string(ops::repo().join("Dockerfile"))?;
+    let mut copied = Vec::new();
+    for line in dockerfile.lines().filter_map(|l| l.strip_prefix("COPY ")) {
+        let words: Vec<&str> = line
+            .split_whitespace()
+            .filter(|w| !w.starts_with("--"))
+            .collect();
+        if line.contains("--from=") {
+            continue;
+        }
+        copied.extend(words[..words.len().saturating_sub(1)].iter().copied());
+    }
+    for needed in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "src",
+        "crates",
+        ".cargo/image.toml",
+    ] {
+        assert!(
+            copied.contains(&needed),
+            "the build stage does not copy {needed}: {copied:?}"
+        );
+    }
+    for source in &copied {
+        assert!(
+            ops::repo().join(source).exists(),
+            "the Dockerfile copies {source}, which does not exist"
+        );
+        assert!(
+            admitted(source)?,
+            ".dockerignore keeps {source} out of the build context"
+        );
+    }
+    // The same reading does keep out what the file leaves out.
+    assert!(
+        !admitted("target")? && !admitted("docs")?,
+        ".dockerignore admits target/ or docs/"
+    );
+    Ok(())
+}
+
 #[cfg(feature = "external-tools")]
 /// The unit with ExecStart pointing at the freshly built binary (verify checks it exists).
 fn unit_for_verify() -> Result<(TempDir, PathBuf), Error> {
