@@ -399,15 +399,20 @@ fn agent_args(sim_address: SocketAddr, web: SocketAddr) -> Vec<String> {
 
 /// What is measured against the floor: the default build and, when named, the image's and the VM
 /// packages'.
-fn agents() -> Vec<(&'static str, PathBuf)> {
+fn agents() -> Result<Vec<(&'static str, PathBuf)>> {
     let mut agents = vec![("agent", PathBuf::from(BIN))];
-    for (name, variable) in [("image", "IMAGE_BINARY"), ("VM package", "VM_PACKAGE_BINARY")] {
+    for (name, variable) in [
+        ("image", "IMAGE_BINARY"),
+        ("VM package", "VM_PACKAGE_BINARY"),
+    ] {
         match std::env::var_os(variable) {
             Some(path) => agents.push((name, PathBuf::from(path))),
-            None => say!("{name}: not measured ({variable} unset; scripts/bench.sh builds and names it)"),
+            None => say!(
+                "{name}: not measured ({variable} unset; scripts/bench.sh builds and names it)"
+            ),
         }
     }
-    agents
+    Ok(agents)
 }
 
 /// Rounds of the floor and the agents side by side against the same document, so that they
@@ -420,7 +425,7 @@ async fn cpu_per_poll(
     ticks_per_second: u64,
 ) -> Result<f64> {
     let floor = floor_binary()?;
-    let agents = agents();
+    let agents = agents()?;
     say!("floor: {}", floor.display());
     for (name, path) in &agents[1..] {
         let size = std::fs::metadata(path)?.len();
