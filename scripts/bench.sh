@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# Reproduces docs/performance.md: parse+track times, CPU per poll and memory of the agent polling
+# Reproduces docs/performance.md: parse+track times; CPU per poll and memory of the agent polling
 # the simulator at 50 Hz next to the floor (../shared/tools/floor, a bare GET+parse loop, built and
-# run in the same run), for the default build, the image's (.cargo/image.toml, into target/image) and
-# the VM packages' (scripts/dist.sh's binary), the last two built first; /metrics latency under
-# concurrent scrapes; and the size of the binaries. Takes about half an hour on two cores, the
-# release builds included.
+# run in the same run), for the image's build (.cargo/image.toml, into target/image) and the VM
+# packages' (scripts/dist.sh's binary), both built first; /metrics latency under concurrent scrapes;
+# and the size of the binaries. Takes about twenty minutes on two cores, the release builds included.
 #
 #   scripts/bench.sh              everything
 #   scripts/bench.sh agent        only the agent bench (or: parse_track)
@@ -47,11 +46,12 @@ for bench in "${benches[@]}"; do
 done
 
 # `cargo bench` builds the binary with the bench profile, which inherits every setting of
-# [profile.release] and writes to the same target/release directory.
+# [profile.release] and writes to the same target/release directory; its dependencies carry the
+# features the dev-dependencies add, so it is bigger than any binary that ships.
 binary=target/release/azure-scheduled-events-exporter
 if [[ -f $binary ]]; then
     bytes=$(stat -c %s "$binary")
     echo
-    echo "== release binary"
+    echo "== this bench's build of the agent"
     echo "$binary: $bytes bytes ($(awk -v b="$bytes" 'BEGIN { printf "%.2f MiB, %.2f MB", b / 1048576, b / 1e6 }'))"
 fi
