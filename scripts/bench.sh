@@ -26,7 +26,9 @@ echo "commit: $(git describe --always --dirty --abbrev=12 2>/dev/null || echo un
 if [[ " ${benches[*]} " == *" agent "* ]]; then
     echo
     echo "== the VM packages' binary (scripts/dist.sh)"
-    DIST_WINDOWS=0 scripts/dist.sh >/dev/null   # the Linux packages' binary; no Windows zip
+    # The Linux packages' binary, no Windows zip; the packages go beside target/dist, which the test
+    # suite reads, not over it.
+    DIST_WINDOWS=0 DIST_DIR=target/bench-dist scripts/dist.sh >/dev/null
     VM_PACKAGE_BINARY="$PWD/target/x86_64-unknown-linux-gnu/release/azure-scheduled-events-exporter"
     export VM_PACKAGE_BINARY
     echo "$VM_PACKAGE_BINARY: $(stat -c %s "$VM_PACKAGE_BINARY") bytes"

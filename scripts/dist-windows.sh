@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the Windows artefact into target/dist/, beside the Linux ones (scripts/dist.sh runs it last):
+# Builds the Windows artefact into target/dist/ (or DIST_DIR), beside the Linux ones (scripts/dist.sh runs
+# it last):
 #
 #   azure-scheduled-events-exporter-<version>-x86_64-windows.zip          the .exe, LICENSE, README.md and
 #                                                                          install-service.ps1 (the service,
@@ -18,7 +19,7 @@ name=azure-scheduled-events-exporter
 target=x86_64-pc-windows-gnu
 version=$(awk -F'"' '/^\[/ { section = $0 } section == "[workspace.package]" && /^version *=/ { print $2; exit }' Cargo.toml)
 [ -n "$version" ] || { echo "dist-windows.sh: no version in Cargo.toml" >&2; exit 1; }
-dist=target/dist
+dist="${DIST_DIR:-target/dist}"
 stem="$name-$version-x86_64-windows"
 export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}"
 
@@ -36,6 +37,7 @@ cargo build --release --locked --bin "$name" --target "$target"
 binary="target/$target/release/$name.exe"
 
 mkdir -p "$dist"
+dist=$(cd "$dist" && pwd)   # zip runs from the staging directory
 rm -f "$dist/$name"-*-windows.zip "$dist/$name"-*-windows.zip.sha256
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -45,7 +47,7 @@ install -m 0644 LICENSE README.md deploy/windows/install-service.ps1 "$stage/$st
 # Reproducible: files dated at the commit, in a fixed order, without extra attributes.
 find "$stage/$stem" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 echo "== $stem.zip"
-(cd "$stage" && find "$stem" -type f | LC_ALL=C sort | TZ=UTC zip -X -q -D "$OLDPWD/$dist/$stem.zip" -@)
+(cd "$stage" && find "$stem" -type f | LC_ALL=C sort | TZ=UTC zip -X -q -D "$dist/$stem.zip" -@)
 (cd "$dist" && sha256sum -- "$stem.zip" >"$stem.zip.sha256")
 python3 scripts/sbom.py --target "$target" --output "$dist/$stem.cdx.json"
 (cd "$dist" && ls -l -- "$stem.zip" && cat "$stem.zip.sha256")

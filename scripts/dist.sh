@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the release artefacts into target/dist/:
+# Builds the release artefacts into target/dist/ (or DIST_DIR):
 #
 #   azure-scheduled-events-exporter-<version>-<arch>-linux-gnu.tar.gz   binary, LICENSE, README.md, systemd
 #                                                                        unit, example environment file
@@ -11,6 +11,7 @@
 #   scripts/dist.sh                                          x86_64 (the artefacts the test suite checks)
 #   TARGET=aarch64-unknown-linux-gnu scripts/dist.sh         arm64, on a machine with that Rust target
 #                                                            (`rustup target add aarch64-unknown-linux-gnu`)
+#   DIST_DIR=DIR scripts/dist.sh                             into DIR, emptied first, rather than target/dist
 #
 # The binary is linked against glibc 2.28 (RHEL 8, Ubuntu 20.04, Debian 10 and newer), whatever the glibc
 # of the machine that builds it: cargo-zigbuild links with Zig's copy of the glibc 2.28 symbol versions, so
@@ -41,7 +42,7 @@ esac
 # The release's version: Cargo.toml's [workspace.package] version, which every crate of the workspace takes.
 version=$(awk -F'"' '/^\[/ { section = $0 } section == "[workspace.package]" && /^version *=/ { print $2; exit }' Cargo.toml)
 [ -n "$version" ] || { echo "dist.sh: no version in Cargo.toml" >&2; exit 1; }
-dist=target/dist
+dist="${DIST_DIR:-target/dist}"
 stem="$name-$version-$arch-linux-gnu"
 # Reproducible archives: every file dated at the commit being built.
 export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}"
