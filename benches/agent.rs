@@ -7,11 +7,11 @@
 //! no proxy and a 5 s timeout, `GET` with `Metadata: true`, the body parsed with serde_json, nothing
 //! else. The simulator and the agents are built binaries, each in its own process on 127.0.0.1:
 //! the image's build and the VM packages', when `IMAGE_BINARY` and `VM_PACKAGE_BINARY` name them
-//! (as `scripts/bench.sh` does), else this bench's own build of the agent. Each round runs the floor and the agents side
-//! by side against the same unchanged one-event document and measures them over the same window,
-//! so that they share whatever else the machine does; the CPU of all rounds over their polls is
-//! compared, and the best round of each. An agent's polls are its own counter's, the floor's the
-//! GETs the simulator counted less the agents'. CPU time is the sum
+//! (as `scripts/bench.sh` does), else this bench's own build of the agent. Each round runs the
+//! floor and the agents side by side against the same unchanged one-event document and measures
+//! them over the same window, so that they share whatever else the machine does; the CPU of all
+//! rounds over their polls is compared, and the best round of each. An agent's polls are its own
+//! counter's, the floor's the GETs the simulator counted less the agents'. CPU time is the sum
 //! of every thread's `/proc/<pid>/task/<tid>/schedstat` run time (nanoseconds; `utime + stime`
 //! from `/proc/<pid>/stat` is printed as a cross-check, but at 100 ticks per second it is too
 //! coarse for a window of a few hundred milliseconds of CPU). Memory is `VmRSS`, `RssAnon`,
