@@ -141,10 +141,17 @@ async fn run(plan: &Plan) -> Result<()> {
         document.len()
     );
 
-    let agent_ns_per_poll = cpu_per_poll(&control, sim_address, plan, ticks_per_second).await?;
+    // The scrapes are measured on the agent just measured polling: its CPU per poll is taken off.
+    let (agent_binary, agent_ns_per_poll) =
+        cpu_per_poll(&control, sim_address, plan, ticks_per_second).await?;
 
     let agent_address = free_port()?;
-    let agent = Process::spawn("agent", &agent_args(sim_address, agent_address))?;
+    let agent = Process::spawn_binary(
+        "agent",
+        &agent_binary,
+        &agent_args(sim_address, agent_address),
+        &[],
+    )?;
     let metrics_url = format!("http://{agent_address}/metrics");
     wait_for(&control, &format!("http://{agent_address}/readyz"), &agent).await?;
     tokio::time::sleep(plan.warm_up).await;
@@ -423,13 +430,14 @@ fn agents() -> Result<Vec<(&'static str, PathBuf)>> {
 
 /// Rounds of the floor and the agents side by side against the same document, so that they
 /// share whatever else the machine does; prints each window and each one's best against the
-/// floor's best, and returns the default agent's best CPU per poll.
+/// floor's best, and returns the first agent (the image's build, or this bench's) and its best
+/// CPU per poll: the agent whose scrapes are measured next.
 async fn cpu_per_poll(
     control: &reqwest::Client,
     sim_address: SocketAddr,
     plan: &Plan,
     ticks_per_second: u64,
-) -> Result<f64> {
+) -> Result<(PathBuf, f64)> {
     let floor = floor_binary()?;
     let agents = agents()?;
     say!("floor: {}", floor.display());
@@ -511,7 +519,11 @@ async fn cpu_per_poll(
             floor_memory.rss_kib as f64 / 1024.0,
         );
     }
-    Ok(best.get(1).ok_or("no agent measured")?.0.ns_per_poll())
+    let first = agents.into_iter().next().ok_or("no agent measured")?.1;
+    Ok((
+        first,
+        best.get(1).ok_or("no agent measured")?.0.ns_per_poll(),
+    ))
 }
 
 /// One round: the floor and every agent polling at once (started in an order that moves each
