@@ -1,10 +1,14 @@
 //! The HTTP client for the Instance Metadata Service.
 //!
 //! Every request carries `Metadata: true` (IMDS answers 400 without it) and goes straight to the
-//! configured address: proxies are switched off whatever `HTTP_PROXY`/`ALL_PROXY` say, because a
+//! configured address: no proxy is ever asked, whatever `HTTP_PROXY`/`ALL_PROXY` say, because a
 //! proxy either cannot reach 169.254.169.254 or adds `X-Forwarded-For`, which IMDS rejects.
 //! Redirects are not followed (the header exists to stop redirected requests). Bodies are read up
 //! to a cap so a broken endpoint cannot exhaust memory. Errors carry a bounded [`ImdsError::kind`].
+//!
+//! It is hyper's client, not reqwest's: a poll is one GET to one address that is built once, and
+//! reqwest's redirect and URL layers (the URL printed and parsed again twice per request) were
+//! a third of the instructions of an unchanged poll (docs/performance.md).
 //!
 //! The client records every request it sends (the poll's GET, instance metadata, approval POSTs)
 //! in one place, `ImdsClient::recorded`, through the [`RecordRequest`] it was given.
@@ -12,8 +16,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderValue};
-use reqwest::{StatusCode, Url};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use reqwest::Url;
 
 use tracing::Instrument;
 
@@ -165,24 +176,29 @@ impl ImdsError {
         }
     }
 
-    fn from_reqwest(error: reqwest::Error, timeout: Duration, connect_timeout: Duration) -> Self {
-        // The chain holds the useful part ("connection refused", "connection closed before
-        // message completed"); reqwest's own message is only "error sending request".
+    /// What hyper's client reported: a connect that failed (timed out, or refused, or a TLS
+    /// handshake gone wrong) or an exchange cut short. The chain holds the useful part
+    /// ("Connection refused", "connection closed before message completed").
+    fn from_transport(
+        error: &(dyn std::error::Error + 'static),
+        connect: bool,
+        connect_timeout: Duration,
+    ) -> Self {
         let mut text = error.to_string();
-        let mut source = std::error::Error::source(&error);
+        let mut timed_out = false;
+        let mut source = error.source();
         while let Some(cause) = source {
             text.push_str(": ");
             text.push_str(&cause.to_string());
+            timed_out |= cause
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
             source = cause.source();
         }
-        if error.is_connect() && error.is_timeout() {
-            ImdsError::ConnectTimeout(connect_timeout)
-        } else if error.is_timeout() {
-            ImdsError::Timeout(timeout)
-        } else if error.is_connect() {
-            ImdsError::Connect(text)
-        } else {
-            ImdsError::Transport(text)
+        match (connect, timed_out) {
+            (true, true) => ImdsError::ConnectTimeout(connect_timeout),
+            (true, false) => ImdsError::Connect(text),
+            (false, _) => ImdsError::Transport(text),
         }
     }
 }
@@ -206,14 +222,27 @@ pub enum Polled {
     Unchanged,
 }
 
+/// Why a client could not be made for an IMDS URL.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("not a URL a request can be sent to: {0}")]
+    Uri(#[from] hyper::http::uri::InvalidUri),
+    #[error("cannot set up TLS: {0}")]
+    Tls(#[from] rustls::Error),
+}
+
 /// A client for one IMDS base URL.
 #[derive(Debug, Clone)]
 pub struct ImdsClient {
-    http: reqwest::Client,
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     connect_timeout: Duration,
-    events_url: Url,
-    instance_url: Url,
-    /// `events_url` without the password or user a proxy in front of IMDS may need, for logs.
+    events_uri: Uri,
+    instance_uri: Uri,
+    /// Sent with every request: `Metadata: true`, the user agent, and the URL's user and password
+    /// as basic auth when it has them.
+    headers: HeaderMap,
+    /// The scheduled-events URL without the password or user a proxy in front of IMDS may need,
+    /// for logs.
     shown_url: Url,
     recorder: Option<Arc<dyn RecordRequest>>,
 }
@@ -221,7 +250,7 @@ pub struct ImdsClient {
 impl ImdsClient {
     /// A client for `base` (`http://169.254.169.254` on Azure) asking for `api_version` of
     /// scheduled events.
-    pub fn new(base: &Url, api_version: &str) -> Result<Self, reqwest::Error> {
+    pub fn new(base: &Url, api_version: &str) -> Result<Self, ClientError> {
         Self::with_connect_timeout(base, api_version, DEFAULT_CONNECT_TIMEOUT)
     }
 
@@ -232,26 +261,45 @@ impl ImdsClient {
         base: &Url,
         api_version: &str,
         connect_timeout: Duration,
-    ) -> Result<Self, reqwest::Error> {
+    ) -> Result<Self, ClientError> {
         let mut headers = HeaderMap::new();
         headers.insert("Metadata", HeaderValue::from_static("true"));
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .default_headers(headers)
-            .user_agent(concat!(
+        headers.insert(
+            header::USER_AGENT,
+            HeaderValue::from_static(concat!(
                 env!("CARGO_PKG_NAME"),
                 "/",
                 env!("CARGO_PKG_VERSION")
-            ))
+            )),
+        );
+        if let Some(credentials) = basic_auth(base) {
+            headers.insert(header::AUTHORIZATION, credentials);
+        }
+        let mut tcp = HttpConnector::new();
+        tcp.enforce_http(false);
+        tcp.set_nodelay(true);
+        tcp.set_connect_timeout(Some(connect_timeout));
+        // IMDS is plain HTTP: the root certificates are loaded only for an https:// URL (a proxy
+        // in front of it), or every VM would keep their pages and heap resident.
+        let mut roots = rustls::RootCertStore::empty();
+        if base.scheme() == "https" {
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(tcp);
+        let http = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
             .pool_max_idle_per_host(1)
-            .connect_timeout(connect_timeout)
-            // IMDS is plain HTTP: the root certificates are loaded only for an https:// URL
-            // (a proxy in front of it), or every VM would keep their pages and heap resident.
-            .tls_built_in_root_certs(base.scheme() == "https")
-            .build()?;
-        // reqwest sends the URL's user and password as basic auth and leaves them out of its
-        // errors; the one place the URL is printed shows neither.
+            .build(connector);
         let events_url = endpoint(base, "metadata/scheduledevents", api_version);
         let mut shown_url = events_url.clone();
         if !shown_url.username().is_empty() || shown_url.password().is_some() {
@@ -261,8 +309,9 @@ impl ImdsClient {
         Ok(Self {
             http,
             connect_timeout,
-            events_url,
-            instance_url: endpoint(base, "metadata/instance", INSTANCE_API_VERSION),
+            events_uri: request_uri(&events_url)?,
+            instance_uri: request_uri(&endpoint(base, "metadata/instance", INSTANCE_API_VERSION))?,
+            headers,
             shown_url,
             recorder: None,
         })
@@ -275,10 +324,6 @@ impl ImdsClient {
     }
 
     /// The scheduled-events URL the client polls, any user and password in it redacted.
-    #[expect(
-        clippy::misnamed_getters,
-        reason = "the URL polled, as it may be shown: never the one holding a password"
-    )]
     pub fn events_url(&self) -> &Url {
         &self.shown_url
     }
@@ -299,8 +344,12 @@ impl ImdsClient {
             error.type = tracing::field::Empty,
         );
         let read = async {
-            let request = self.http.get(self.events_url.clone());
-            let body = self.exchange(request, timeout).await?;
+            let body = self
+                .exchange(
+                    self.request(Method::GET, &self.events_uri, Bytes::new()),
+                    timeout,
+                )
+                .await?;
             if body == *last {
                 return Ok(Polled::Unchanged);
             }
@@ -330,8 +379,12 @@ impl ImdsClient {
     /// Reads the `compute` section of instance metadata.
     pub async fn instance(&self, timeout: Duration) -> Result<wire::Compute, ImdsError> {
         let read = async {
-            let request = self.http.get(self.instance_url.clone());
-            let body = self.exchange(request, timeout).await?;
+            let body = self
+                .exchange(
+                    self.request(Method::GET, &self.instance_uri, Bytes::new()),
+                    timeout,
+                )
+                .await?;
             serde_json::from_slice::<wire::InstanceMetadata>(&body)
                 .map(|metadata| metadata.compute)
                 .map_err(|error| ImdsError::Decode(format!("not instance metadata: {error}")))
@@ -349,11 +402,11 @@ impl ImdsClient {
                 }],
             };
             let body = serde_json::to_vec(&body).map_err(|e| ImdsError::Decode(e.to_string()))?;
-            let request = self
-                .http
-                .post(self.events_url.clone())
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body);
+            let mut request = self.request(Method::POST, &self.events_uri, Bytes::from(body));
+            request.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
             self.exchange(request, timeout).await.map(drop)
         };
         self.recorded(Operation::Approve, post).await
@@ -374,29 +427,47 @@ impl ImdsClient {
         result
     }
 
+    /// A request to `uri` with the headers every request carries.
+    fn request(&self, method: Method, uri: &Uri, body: Bytes) -> Request<Full<Bytes>> {
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = method;
+        *request.uri_mut() = uri.clone();
+        *request.headers_mut() = self.headers.clone();
+        request
+    }
+
     async fn exchange(
         &self,
-        request: reqwest::RequestBuilder,
+        request: Request<Full<Bytes>>,
         timeout: Duration,
     ) -> Result<Vec<u8>, ImdsError> {
         let exchange = async {
-            let mut response = request.send().await?;
+            let response = self.http.request(request).await.map_err(|error| {
+                ImdsError::from_transport(&error, error.is_connect(), self.connect_timeout)
+            })?;
             let status = response.status();
             let retry_after = crate::azure::backoff::retry_after(response.headers());
-            if response
-                .content_length()
-                .is_some_and(|length| length > MAX_BODY_BYTES as u64)
-            {
-                return Ok(Err(ImdsError::TooLarge));
+            let declared = response
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|length| length.to_str().ok()?.parse::<u64>().ok());
+            if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
+                return Err(ImdsError::TooLarge);
             }
             let mut body = Vec::new();
-            while let Some(chunk) = response.chunk().await? {
-                if body.len() + chunk.len() > MAX_BODY_BYTES {
-                    return Ok(Err(ImdsError::TooLarge));
+            let mut incoming = response.into_body();
+            while let Some(frame) = incoming.frame().await {
+                let frame = frame.map_err(|error| {
+                    ImdsError::from_transport(&error, false, self.connect_timeout)
+                })?;
+                if let Ok(chunk) = frame.into_data() {
+                    if body.len() + chunk.len() > MAX_BODY_BYTES {
+                        return Err(ImdsError::TooLarge);
+                    }
+                    body.extend_from_slice(&chunk);
                 }
-                body.extend_from_slice(&chunk);
             }
-            Ok(if status == StatusCode::OK {
+            if status == StatusCode::OK {
                 Ok(body)
             } else {
                 Err(ImdsError::Status {
@@ -404,20 +475,39 @@ impl ImdsClient {
                     retry_after,
                     body: excerpt(&body),
                 })
-            })
+            }
         };
         // One deadline for connect, headers and body: a server that trickles a body must not
         // hold the single request in flight past the poll timeout.
-        match tokio::time::timeout(timeout, exchange).await {
-            Err(_) => Err(ImdsError::Timeout(timeout)),
-            Ok(Err(error)) => Err(ImdsError::from_reqwest(
-                error,
-                timeout,
-                self.connect_timeout,
-            )),
-            Ok(Ok(result)) => result,
-        }
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or(Err(ImdsError::Timeout(timeout)))
     }
+}
+
+/// The URL's user and password, percent-decoded, as an `Authorization: Basic` value.
+fn basic_auth(url: &Url) -> Option<HeaderValue> {
+    use base64::Engine as _;
+
+    if url.username().is_empty() && url.password().is_none() {
+        return None;
+    }
+    let decode = |part: &str| percent_encoding::percent_decode_str(part).collect::<Vec<u8>>();
+    let mut credentials = decode(url.username());
+    credentials.push(b':');
+    credentials.extend(decode(url.password().unwrap_or("")));
+    let encoded = base64::engine::general_purpose::STANDARD.encode(credentials);
+    let mut value = HeaderValue::from_str(&format!("Basic {encoded}")).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
+/// What a request is sent to: the URL without its user and password (sent as basic auth).
+fn request_uri(url: &Url) -> Result<Uri, hyper::http::uri::InvalidUri> {
+    let mut url = url.clone();
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    url.as_str().parse()
 }
 
 fn endpoint(base: &Url, path: &str, api_version: &str) -> Url {
@@ -481,7 +571,7 @@ mod tests {
             "http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01"
         );
         assert_eq!(
-            client.instance_url.as_str(),
+            client.instance_uri.to_string(),
             "http://169.254.169.254/metadata/instance?api-version=2021-02-01"
         );
         let prefixed = ImdsClient::new(&Url::parse("http://127.0.0.1:8080/imds/")?, "2019-08-01")?;
@@ -489,6 +579,35 @@ mod tests {
             prefixed.events_url().as_str(),
             "http://127.0.0.1:8080/imds/metadata/scheduledevents?api-version=2019-08-01"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_user_and_password_in_the_url_go_as_basic_auth_and_not_in_the_request_line()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let client = ImdsClient::new(
+            &Url::parse("https://agent:s3cret%40pw@imds-proxy.example:8443")?,
+            "2020-07-01",
+        )?;
+        let request = client.request(Method::GET, &client.events_uri, Bytes::new());
+        assert_eq!(
+            request.uri().to_string(),
+            "https://imds-proxy.example:8443/metadata/scheduledevents?api-version=2020-07-01"
+        );
+        // base64("agent:s3cret@pw")
+        assert_eq!(
+            request.headers()[header::AUTHORIZATION],
+            "Basic YWdlbnQ6czNjcmV0QHB3"
+        );
+        assert!(request.headers()[header::AUTHORIZATION].is_sensitive());
+        assert_eq!(request.headers()["Metadata"], "true");
+        assert_eq!(
+            client.events_url().as_str(),
+            "https://redacted@imds-proxy.example:8443/metadata/scheduledevents?api-version=2020-07-01"
+        );
+        let plain = ImdsClient::new(&Url::parse("http://169.254.169.254")?, "2020-07-01")?;
+        let request = plain.request(Method::GET, &plain.events_uri, Bytes::new());
+        assert!(request.headers().get(header::AUTHORIZATION).is_none());
         Ok(())
     }
 
