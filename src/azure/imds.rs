@@ -611,6 +611,42 @@ mod tests {
         Ok(())
     }
 
+    /// An `https://` URL (a proxy in front of IMDS) is spoken to in TLS, and its certificate is
+    /// checked against the built-in roots: one they do not sign fails the connect, naming why.
+    #[tokio::test]
+    async fn an_https_url_speaks_tls_and_refuses_a_certificate_no_root_signs()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()])?;
+        let key = rustls_pki_types::PrivateKeyDer::try_from(certified.signing_key.serialize_der())?;
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(vec![certified.cert.der().clone()], key)?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = Url::parse(&format!("https://{}", listener.local_addr()?))?;
+        let server = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await?;
+            let handshake = acceptor.accept(stream).await;
+            std::io::Result::Ok(handshake.map(drop))
+        });
+
+        let client = ImdsClient::new(&url, "2020-07-01")?;
+        let error = client
+            .scheduled_events(Duration::from_secs(5), &mut Vec::new())
+            .await
+            .err()
+            .ok_or("a certificate no root signs was accepted")?;
+        assert_eq!(error.kind(), "connect", "{error}");
+        assert!(error.to_string().contains("UnknownIssuer"), "{error}");
+        // The server got a TLS handshake, which the client ended when it read the certificate.
+        let handshake = server.await??;
+        assert!(handshake.is_err());
+        Ok(())
+    }
+
     #[test]
     fn a_label_value_longer_than_azure_sends_refuses_the_document()
     -> Result<(), Box<dyn std::error::Error>> {
