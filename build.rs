@@ -7,24 +7,27 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=BUILD_REVISION");
-    for path in [".git/HEAD", ".git/refs/heads"] {
-        if std::path::Path::new(path).exists() {
-            println!("cargo:rerun-if-changed={path}");
+    // Where git keeps what HEAD is and where the branches point, as git says: in a worktree (or
+    // with GIT_DIR) `.git` is not that directory. A commit changes one of them.
+    if let Some(paths) = git(&[
+        "rev-parse",
+        "--git-path",
+        "HEAD",
+        "--git-path",
+        "refs/heads",
+        "--git-path",
+        "packed-refs",
+    ]) {
+        for path in paths.lines() {
+            if std::path::Path::new(path).exists() {
+                println!("cargo:rerun-if-changed={path}");
+            }
         }
     }
     let revision = std::env::var("BUILD_REVISION")
         .ok()
         .filter(|r| !r.is_empty())
-        .or_else(|| {
-            let output = Command::new("git")
-                .args(["rev-parse", "--short=12", "HEAD"])
-                .output()
-                .ok()?;
-            output
-                .status
-                .success()
-                .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
-        });
+        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]));
     println!(
         "cargo:rustc-env=BUILD_REVISION={}",
         revision.unwrap_or_else(|| "unknown".to_owned())
@@ -61,6 +64,15 @@ fn main() {
         features.join(", ")
     };
     println!("cargo:rustc-env=BUILD_FEATURES={features}");
+}
+
+/// What `git ARGS` prints, trimmed, when git is there and succeeds.
+fn git(args: &[&str]) -> Option<String> {
+    let output = Command::new("git").args(args).output().ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 /// The proleptic Gregorian date (YYYY-MM-DD) of a day counted from 1970-01-01 (Howard Hinnant's
