@@ -276,31 +276,10 @@ impl ImdsClient {
         if let Some(credentials) = basic_auth(base) {
             headers.insert(header::AUTHORIZATION, credentials);
         }
-        let mut tcp = HttpConnector::new();
-        tcp.enforce_http(false);
-        tcp.set_nodelay(true);
-        tcp.set_connect_timeout(Some(connect_timeout));
-        // IMDS is plain HTTP: the root certificates are loaded only for an https:// URL (a proxy
-        // in front of it), or every VM would keep their pages and heap resident.
-        let mut roots = rustls::RootCertStore::empty();
-        if base.scheme() == "https" {
-            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        }
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(tcp);
         let http = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_max_idle_per_host(1)
-            .build(connector);
+            .build(connector(base, connect_timeout)?);
         let events_url = endpoint(base, "metadata/scheduledevents", api_version);
         let mut shown_url = events_url.clone();
         if !shown_url.username().is_empty() || shown_url.password().is_some() {
@@ -484,6 +463,35 @@ impl ImdsClient {
             .await
             .unwrap_or(Err(ImdsError::Timeout(timeout)))
     }
+}
+
+/// Straight to the address of `base`, over TLS when it is an `https://` URL: no proxy, whatever
+/// the environment says.
+fn connector(
+    base: &Url,
+    connect_timeout: Duration,
+) -> Result<HttpsConnector<HttpConnector>, rustls::Error> {
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(connect_timeout));
+    // IMDS is plain HTTP: the root certificates are loaded only for an https:// URL (a proxy in
+    // front of it), or every VM would keep their pages and heap resident.
+    let mut roots = rustls::RootCertStore::empty();
+    if base.scheme() == "https" {
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp))
 }
 
 /// The URL's user and password, percent-decoded, as an `Authorization: Basic` value.
