@@ -455,18 +455,16 @@ impl NodeWriter {
         let mut current: Option<Node> = None;
         let mut retry_at: Option<Instant> = None;
         let mut failures: u32 = 0;
+        // When a blind agent's conditions are due to turn Unknown, until that wake-up is taken:
+        // past by the time the loop comes round (another wake-up came just before it), it
+        // still wakes the writer.
+        let mut blind_at: Option<Instant> = None;
         loop {
             let due = match retry_at {
                 Some(at) => at,
                 None if dirty || head.is_some() => Instant::now(),
                 None => Instant::now() + Duration::from_secs(86_400),
             };
-            // When a blind agent's conditions are due to turn Unknown.
-            let blind_at = blind
-                .borrow()
-                .as_ref()
-                .map(|b| b.from)
-                .filter(|at| *at > Instant::now());
             tokio::select! {
                 biased;
                 changed = wanted.changed() => {
@@ -480,11 +478,12 @@ impl NodeWriter {
                     if changed.is_err() {
                         return;
                     }
-                    blind.borrow_and_update();
+                    blind_at = blind.borrow_and_update().as_ref().map(|b| b.from);
                     dirty = true;
                     continue;
                 }
                 () = tokio::time::sleep_until(blind_at.unwrap_or(due)), if blind_at.is_some() => {
+                    blind_at = None;
                     dirty = true;
                     continue;
                 }
