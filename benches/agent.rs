@@ -141,14 +141,17 @@ async fn run(plan: &Plan) -> Result<()> {
         document.len()
     );
 
-    // The scrapes are measured on the agent just measured polling: its CPU per poll is taken off.
-    let (agent_binary, agent_ns_per_poll) =
-        cpu_per_poll(&control, sim_address, plan, ticks_per_second).await?;
+    let agents = agents()?;
+    let agent_ns_per_poll =
+        cpu_per_poll(&control, sim_address, &agents, plan, ticks_per_second).await?;
 
+    // The scrapes are measured on the first agent, just measured polling: its CPU per poll is
+    // taken off.
+    let (_, scraped) = agents.first().ok_or("no agent measured")?;
     let agent_address = free_port()?;
     let agent = Process::spawn_binary(
         "agent",
-        &agent_binary,
+        scraped,
         &agent_args(sim_address, agent_address),
         &[],
     )?;
@@ -430,18 +433,17 @@ fn agents() -> Result<Vec<(&'static str, PathBuf)>> {
 
 /// Rounds of the floor and the agents side by side against the same document, so that they
 /// share whatever else the machine does; prints each window and each one's best against the
-/// floor's best, and returns the first agent (the image's build, or this bench's) and its best
-/// CPU per poll: the agent whose scrapes are measured next.
+/// floor's best, and returns the first agent's best CPU per poll.
 async fn cpu_per_poll(
     control: &reqwest::Client,
     sim_address: SocketAddr,
+    agents: &[(&'static str, PathBuf)],
     plan: &Plan,
     ticks_per_second: u64,
-) -> Result<(PathBuf, f64)> {
+) -> Result<f64> {
     let floor = floor_binary()?;
-    let agents = agents()?;
     say!("floor: {}", floor.display());
-    for (name, path) in &agents {
+    for (name, path) in agents {
         let size = std::fs::metadata(path)?.len();
         say!("{name}: {} ({size} bytes)", path.display());
     }
@@ -473,7 +475,7 @@ async fn cpu_per_poll(
     let mut sums = vec![(0u64, 0u64); names.len()];
     let mut best: Vec<Option<(Window, Memory)>> = names.iter().map(|_| None).collect();
     for round in 1..=plan.rounds {
-        let measured = side_by_side(control, sim_address, &floor, &agents, round, plan).await?;
+        let measured = side_by_side(control, sim_address, &floor, agents, round, plan).await?;
         for (i, (window, memory)) in measured.into_iter().enumerate() {
             let name = names[i];
             say!(
@@ -519,11 +521,7 @@ async fn cpu_per_poll(
             floor_memory.rss_kib as f64 / 1024.0,
         );
     }
-    let first = agents.into_iter().next().ok_or("no agent measured")?.1;
-    Ok((
-        first,
-        best.get(1).ok_or("no agent measured")?.0.ns_per_poll(),
-    ))
+    Ok(best.get(1).ok_or("no agent measured")?.0.ns_per_poll())
 }
 
 /// One round: the floor and every agent polling at once (started in an order that moves each

@@ -324,12 +324,7 @@ impl ImdsClient {
             error.type = tracing::field::Empty,
         );
         let read = async {
-            let body = self
-                .exchange(
-                    self.request(Method::GET, &self.events_uri, Bytes::new()),
-                    timeout,
-                )
-                .await?;
+            let body = self.get(&self.events_uri, timeout).await?;
             if body == *last {
                 return Ok(Polled::Unchanged);
             }
@@ -359,12 +354,7 @@ impl ImdsClient {
     /// Reads the `compute` section of instance metadata.
     pub async fn instance(&self, timeout: Duration) -> Result<wire::Compute, ImdsError> {
         let read = async {
-            let body = self
-                .exchange(
-                    self.request(Method::GET, &self.instance_uri, Bytes::new()),
-                    timeout,
-                )
-                .await?;
+            let body = self.get(&self.instance_uri, timeout).await?;
             serde_json::from_slice::<wire::InstanceMetadata>(&body)
                 .map(|metadata| metadata.compute)
                 .map_err(|error| ImdsError::Decode(format!("not instance metadata: {error}")))
@@ -405,6 +395,12 @@ impl ImdsClient {
             recorder.record_request(operation, started.elapsed(), result.as_ref().err());
         }
         result
+    }
+
+    /// `GET uri`, the answer's body read.
+    async fn get(&self, uri: &Uri, timeout: Duration) -> Result<Vec<u8>, ImdsError> {
+        self.exchange(self.request(Method::GET, uri, Bytes::new()), timeout)
+            .await
     }
 
     /// A request to `uri` with the headers every request carries.
