@@ -39,7 +39,7 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: '(\n  max by (cluster, job, instance) (timestamp(azure_scheduled_events_build_info))\n  or on (cluster, job, instance)\n  max by (cluster, job, instance) (timestamp(azure_scheduled_events_vm_info))\n)\nor on (cluster, job, instance)\n(\n  last_over_time(azure_scheduled_events:target_last_seen:timestamp_seconds[10m])\n  > time() - 86400\n)'
+        expression: 'max by (cluster, job, instance) (timestamp(azure_scheduled_events_build_info))\nor on (cluster, job, instance)\n(\n  last_over_time(azure_scheduled_events:target_last_seen:timestamp_seconds[10m])\n  > time() - 86400\n)'
         record: 'azure_scheduled_events:target_last_seen:timestamp_seconds'
       }
       {
@@ -54,7 +54,7 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'topk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node, priority) (azure_scheduled_events:target_vm_info:last{node!=""})\n)\nor on (cluster, vm_id)\ntopk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node, priority) (azure_scheduled_events:target_vm_info:last)\n)'
+        expression: 'topk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node, priority) (azure_scheduled_events:target_vm_info:last{node!=""})\n)\nor on (cluster, vm_id)\ntopk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node, priority) (azure_scheduled_events:target_vm_info:last{node=""})\n)'
         record: 'azure_scheduled_events:vm_info:last'
       }
       {
@@ -141,7 +141,7 @@ resource ruleGroup2 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: 'count by (cluster, job, location, zone, vm_scale_set_name) (\n  ((up == 0) and on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds)\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        expression: 'count by (cluster, job, location, zone, vm_scale_set_name) (\n  (up == 0)\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
         record: 'azure_scheduled_events:agents_down:count'
       }
       {
@@ -156,7 +156,7 @@ resource ruleGroup2 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'max by (cluster, job, instance, event_id) (azure_scheduled_events_event_info)\n* on (cluster, job, instance) group_left (vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node)\nmax by (cluster, job, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node) (azure_scheduled_events:target_vm_info:last)\nor on (cluster, job, instance, event_id)\nmax by (cluster, job, instance, event_id) (azure_scheduled_events_event_info)'
+        expression: 'max by (cluster, job, instance, event_id) (azure_scheduled_events_event_info)\n* on (cluster, job, instance) group_left (vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node)\nazure_scheduled_events:target_vm_info:last\nor on (cluster, job, instance, event_id)\nmax by (cluster, job, instance, event_id) (azure_scheduled_events_event_info)'
         record: 'azure_scheduled_events:target_event:info'
       }
     ]

@@ -188,15 +188,15 @@ local promql = import '../lib/promql.libsonnet';
         name: 'azure-scheduled-events.targets',
       } + (if c.targetsInterval == '' then {} else { interval: c.targetsInterval }) + {
         rules: [
-          // When each target last was the agent (exported build_info or vm_info). It reads its
-          // own last value: the series lasts agentSeenLookback after the last scrape, without
-          // reading a day of samples.
+          // When each target last was the agent: exported build_info, which every agent does
+          // from its first scrape (its vm_info comes later, or never without instance metadata).
+          // It reads its own last value: the series lasts agentSeenLookback after the last
+          // scrape, without reading a day of samples.
           record(
             r.targetLastSeen,
-            '(\n  max by (%(t)s) (timestamp(%(build)s))\n  or on (%(t)s)\n  max by (%(t)s) (timestamp(%(info)s))\n)\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[10m])\n  > time() - %(lookback)d\n)' % {
+            'max by (%(t)s) (timestamp(%(build)s))\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[10m])\n  > time() - %(lookback)d\n)' % {
               t: target,
               build: q.sel('azure_scheduled_events_build_info'),
-              info: q.sel('azure_scheduled_events_vm_info'),
               prev: r.targetLastSeen,
               lookback: seconds(c.agentSeenLookback),
             },
@@ -235,9 +235,11 @@ local promql = import '../lib/promql.libsonnet';
           // names the node is preferred.
           record(
             r.vmInfo,
+            // The VMs without such a series are those whose series all lack it: the second
+            // half reads only those.
             local one(matchers) = 'topk by (%s) (\n  1,\n  max by (%s) (%s)\n)' % [q.vmIdBy, vmInfoLabels, q.rec(r.targetVmInfo, matchers)];
             if c.nodeLabel == '' then one([])
-            else '%s\nor on (%s)\n%s' % [one(['%s!=""' % c.nodeLabel]), q.vmIdBy, one([])],
+            else '%s\nor on (%s)\n%s' % [one(['%s!=""' % c.nodeLabel]), q.vmIdBy, one(['%s=""' % c.nodeLabel])],
           ),
           // Each target with its VM's id and alert labels: the VM's instance (as vm_instance),
           // vmInfoLabels and capacityLabel of its one recorded vm_info, whichever job scraped it.

@@ -182,17 +182,19 @@ local g = import 'grafana.libsonnet';
         name: 'azure-scheduled-events.dashboards',
       } + (if c.dashboardRecordInterval == '' then {} else { interval: c.dashboardRecordInterval }) + {
         rules: [
-          // Targets that were the agent within agentSeenLookback and whose last scrape failed.
-          // Counted among the few that are down or blind (absent at 0): only those are joined
-          // with their place.
-          record(r.agentsDown, 'count by (%s) %s' % [fleetBy([]), placed('((%s == 0) and on (%s) %s)' % [q.sel('up'), vm, r.targetLastSeen])]),
+          // Targets that were the agent within agentSeenLookback and whose last scrape failed:
+          // the recorded place holds exactly the targets that were the agent within it. Counted
+          // among the few that are down or blind (absent at 0): only those are joined with their
+          // place.
+          record(r.agentsDown, 'count by (%s) %s' % [fleetBy([]), placed('(%s == 0)' % q.sel('up'))]),
           record(r.agentsBlind, 'count by (%s) %s' % [fleetBy([]), placed('(%s == 0)' % q.sel('azure_scheduled_events_up'))]),
           record(r.transitions, recordedTransitions),
           // Each target's events (any status, whether or not they affect its VM), with its VM's
           // name and place where known (the labels of the recorded vm_info).
           record(r.targetEvent, (
             local events = 'max by (%s) (%s)' % [by(q.vm + ['event_id']), q.sel('azure_scheduled_events_event_info')];
-            '%(events)s\n* on (%(vm)s) group_left (%(labels)s)\nmax by (%(vm)s, %(labels)s) (%(info)s)\nor on (%(vm)s, event_id)\n%(events)s' % {
+            // The recorded vm_info is one series per target: joined as it is.
+            '%(events)s\n* on (%(vm)s) group_left (%(labels)s)\n%(info)s\nor on (%(vm)s, event_id)\n%(events)s' % {
               events: events,
               vm: vm,
               labels: by(recordLabels),
