@@ -95,6 +95,9 @@ rules_in() { # rules_in DIR: the rule files of DIR, checked by promtool
 for ((i = 0; i < ${#pairs[@]}; i += 2)); do
   [[ -d "${pairs[i + 1]}" ]] || { echo "fleet-bench: no directory ${pairs[i + 1]}" >&2; exit 2; }
   rules_in "${pairs[i]}" >/dev/null
+  # Absolute: Prometheus reads rule files relative to its configuration's directory.
+  pairs[i]="$(cd "${pairs[i]}" && pwd)"
+  pairs[i + 1]="$(cd "${pairs[i + 1]}" && pwd)"
 done
 
 echo "# Fleet benchmark"
