@@ -437,16 +437,19 @@ def rule_queries(args, base, samples, server, cycle):
 
     reading = min(allocating(lambda: None)[1] for _ in range(3))
 
-    def least_allocated(query):
-        """The least heap one of three runs of an instant query allocated, and its result."""
-        runs = [allocating(lambda: get(base, "/api/v1/query", {"query": query, "timeout": "30s"}, 40)) for _ in range(3)]
-        return min(a for _, a in runs) - reading, runs[0][0][0]["data"]["result"]
+    def three_runs(query, **params):
+        """Three runs of an instant query: each one's answer and the heap it allocated. The least
+        of the three is the query's own (a group evaluating meanwhile shows only in the others)."""
+        return [(body, allocated - reading) for (body, _), allocated in (
+            allocating(lambda: get(base, "/api/v1/query", dict(query=query, timeout="30s", **params), 40))
+            for _ in range(3))]
 
     # What any rule pays for each series of every agent it reads, whatever it then does: the
     # floor under a rule that reads each agent's series, at this Prometheus' version.
-    selected, result = least_allocated("count(%sbuild_info)" % P)
+    runs = three_runs("count(%sbuild_info)" % P)
+    selected, result = min(a for _, a in runs), runs[0][0]["data"]["result"]
     agents = int(float(result[0]["value"][1])) if result else 0
-    aggregated, _ = least_allocated("count(max by (cluster, job, instance) (%sbuild_info))" % P)
+    aggregated = min(a for _, a in three_runs("count(max by (cluster, job, instance) (%sbuild_info))" % P))
     if agents:
         print("\nReading one series of every agent (`count(%sbuild_info)`, %d series): %.1f MB of heap, %.2f kB a"
               " series; one aggregation of them more (`max by (cluster, job, instance)`): %.2f kB a series"
@@ -464,26 +467,20 @@ def rule_queries(args, base, samples, server, cycle):
         share = share_of_cycle(group, cycle)
         for r in group["rules"]:
             server.fresh(120)
+            try:
+                runs = three_runs(r["query"], stats="all")
+            except Exception as e:  # reported, not fatal: the figures of the others stand
+                print("| %s | %s | %s | | | | | |" % (name, r.get("name", ""), ("error: %s" % e)[:80]))
+                continue
             best = None
-            allocations = []
-            for _ in range(3):
-                try:
-                    (body, _), allocated = allocating(lambda: get(
-                        base, "/api/v1/query", {"query": r["query"], "stats": "all", "timeout": "30s"}, 40))
-                except Exception as e:  # reported, not fatal: the figures of the others stand
-                    best = ("error: %s" % e, 0, 0, 0)
-                    break
+            for body, _ in runs:
                 st = body["data"].get("stats", {})
                 took = st.get("timings", {}).get("evalTotalTime", 0.0)
                 got = (took, st.get("samples", {}).get("totalQueryableSamples", 0),
                        st.get("samples", {}).get("peakSamples", 0), len(body["data"]["result"]))
                 if best is None or took < best[0]:
                     best = got
-                allocations.append(allocated)
-            if isinstance(best[0], str):
-                print("| %s | %s | %s | | | | | |" % (name, r.get("name", ""), best[0][:80]))
-                continue
-            least = min(allocations) - reading
+            least = min(a for _, a in runs)
             total_ms += best[0] * 1000
             total_samples += best[1]
             total_mb += least / 1e6 * share
