@@ -121,27 +121,33 @@ local promql = import '../lib/promql.libsonnet';
   // The labels the conditions keep besides the target's.
   local keys(alerts) = std.uniq(std.sort(std.flattenArrays([a.condition.key for a in alerts]))),
 
-  // The rolled-up alerts' conditions per cluster (and key), their value the number of VMs: for
-  // `share`, where at least rollup.minVMs VMs and more than rollup.fraction of the cluster's VMs
-  // have it, for `always`, wherever one has it. Read from the per-VM conditions, a few series.
-  local rollups(alerts) = std.join('\nor\n', [
-    local key = q.list([cl, 'alert'] + a.condition.rollup.key);
-    local vms = 'count by (%s) (\n  count by (%s) (\n    %s\n  )\n)' % [
-      key,
+  // The number of VMs with each rolled-up alert's condition, per cluster, alert and the alert's
+  // key: each alert's per-VM conditions counted once, for the thresholds below to read.
+  local rollupVms(alerts) = std.join('\nor\n', [
+    'count by (%s) (\n  count by (%s) (\n    %s\n  )\n)' % [
+      q.list([cl, 'alert'] + a.condition.rollup.key),
       q.list(q.vmId + c.vmLabels + ['alert'] + a.condition.rollup.key),
       std.strReplace(vmExpr(a.condition, q.rec(r.vmAlert, ['alert="%s"' % a.alert])), '\n', '\n    '),
-    ];
-    if a.condition.rollup.kind == 'always' then vms
-    else '(\n  %(vms)s >= %(min)s\n)\nand on (%(key)s)\n(\n  %(vms)s\n  / on (%(cluster)s) group_left ()\n  %(known)s > %(fraction)s\n  or\n  %(vms)s\n  unless on (%(cluster)s) %(known)s\n)' % {
-      vms: std.strReplace(vms, '\n', '\n  '),
-      min: number(c.rollup.minVMs),
-      key: key,
-      cluster: q.list([cl]),
-      known: r.vmsKnown,
-      fraction: number(c.rollup.fraction),
-    }
+    ]
     for a in alerts
   ]),
+  // The rolled-up alerts' conditions per cluster (and key), their value the number of VMs: for
+  // `share`, where at least rollup.minVMs VMs and more than rollup.fraction of the cluster's VMs
+  // have it, for `always`, wherever one has it. Read from the VMs counted by rollupVms.
+  local rollups(alerts) =
+    local named(kind) = [a.alert for a in alerts if a.condition.rollup.kind == kind];
+    local vms(kind) = q.rec(r.rollupVms, ['alert=~"%s"' % std.join('|', named(kind))]);
+    std.join('\nor\n', (
+      if named('share') == [] then [] else [
+        '(\n  %(vms)s >= %(min)s\n)\nand\n(\n  %(vms)s\n  / on (%(cluster)s) group_left ()\n  %(known)s > %(fraction)s\n  or\n  %(vms)s\n  unless on (%(cluster)s) %(known)s\n)' % {
+          vms: vms('share'),
+          min: number(c.rollup.minVMs),
+          cluster: q.list([cl]),
+          known: r.vmsKnown,
+          fraction: number(c.rollup.fraction),
+        },
+      ]
+    ) + (if named('always') == [] then [] else [vms('always')])),
   // Texts of an alert in both forms: one VM's (with an instance) or the cluster's.
   local forms(vm, cluster) = '{{ if $labels.instance }}%s{{ else }}%s{{ end }}' % [vm, cluster],
   // A cluster alert's sample of VMs: `(VM: name (instance); ...)`, of the VMs `flaps(selector)`
@@ -252,6 +258,7 @@ local promql = import '../lib/promql.libsonnet';
           record(r.targetAlertVm, join.joined),
         ] + $.vmImpactRules(r.targetAlertVm) + [
           record(r.vmAlert, join.byVm),
+          record(r.rollupVms, rollupVms([a for a in perVmAlerts if std.objectHas(a.condition, 'rollup')])),
           record(r.clusterAlert, rollups([a for a in perVmAlerts if std.objectHas(a.condition, 'rollup')])),
         ] + self.alerts,
         alerts:: [
