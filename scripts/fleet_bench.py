@@ -391,18 +391,18 @@ class Server:
             return 0
 
     def fresh(self, max_age):
-        """Resumes the feed until the newest sample is at most one interval old, or until one more
-        scrape of every target was fed (a feed slower than the scrape interval, as at 10,000 agents
-        on a busy machine, never gets within one interval), if it is older than max_age; then
-        pauses it."""
+        """If the newest sample is older than max_age, resumes the feed until it has fed a scrape
+        taken within one interval of the resume, then pauses it. (The feed skips the scrapes it
+        missed while paused, so that is the first or second scrape after it resumes, however long
+        each takes to send; the first one to end may be the one the pause cut short, as old as the
+        pause.)"""
         import signal
         if not self.args.feed_pid or time.time() - self.fed() <= max_age:
             return
-        before = self.fed()
+        resumed = time.time()
         os.kill(self.args.feed_pid, signal.SIGCONT)
         until = time.monotonic() + 300
-        while (time.time() - self.fed() > self.args.interval + 5 and self.fed() == before
-               and time.monotonic() < until):
+        while self.fed() < resumed - self.args.interval - 5 and time.monotonic() < until:
             time.sleep(0.5)
         os.kill(self.args.feed_pid, signal.SIGSTOP)
 
