@@ -28,9 +28,10 @@ daemonset() {
 # azure-scheduled-events-exporter on every node of an AKS cluster (or any Kubernetes on Azure VMs).
 # Rendered from the Helm chart (deploy/helm/azure-scheduled-events-exporter) with its defaults by
 # scripts/render-manifests.sh: change the chart, not this file.
-#   kubectl apply -k deploy/kubernetes                   # this file, through kustomization.yaml
-#   kubectl apply -f deploy/kubernetes/podmonitor.yaml   # with the Prometheus Operator
-# The image is the one each release publishes (docs/releasing.md); kustomization.yaml can name a copy.
+#   kubectl apply -k "https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter//deploy/kubernetes?ref=v0.1.0"
+#   (this file, through kustomization.yaml; podmonitor.yaml beside it for the Prometheus Operator)
+# The image is the one each release publishes (docs/releasing.md). The pods run on the pod network at Pod
+# Security "restricted"; where AKS's IMDS restriction is on, install the chart with hostNetwork=true.
 HEADER
     # The test hook (`helm test`) is no object to apply.
     render --set namespace.create=true --skip-tests | sed "1{/^---$/d}"

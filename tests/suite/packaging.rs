@@ -811,8 +811,9 @@ fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> Te
     );
     let ds = one(&objects, "DaemonSet")?;
     let pod = &ds["spec"]["template"]["spec"];
-    assert_eq!(pod["hostNetwork"], true, "IMDS needs the node's network");
-    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    // The pod's own network, where pods reach IMDS on AKS by default.
+    assert_eq!(pod["hostNetwork"], false, "host networking by default");
+    assert!(pod.get("dnsPolicy").is_none(), "{}", pod["dnsPolicy"]);
     assert_eq!(pod["automountServiceAccountToken"], false);
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(pod["securityContext"]["runAsUser"], 65532);
@@ -836,17 +837,33 @@ fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> Te
     assert_eq!(security["readOnlyRootFilesystem"], true);
     assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
     assert_eq!(agent["ports"][0]["containerPort"], 10188);
+    assert!(agent["ports"][0].get("hostPort").is_none());
 
-    // The state directory is the node's, so the state file survives node reboots; only the init
-    // container that hands it to the agent's user runs as root, with no capability but CHOWN, and
-    // it is the agent's own image: the pod pulls nothing else.
+    // By default the state directory is the pod's (an emptyDir that fsGroup gives to the agent's
+    // group): no hostPath and no init container running as root.
     let volumes = pod["volumes"].as_array().ok_or("no volumes")?;
     let state = volumes
         .iter()
         .find(|v| v["name"] == "state")
         .ok_or("no state volume")?;
-    assert_eq!(state["hostPath"]["path"], STATE_DIR);
+    assert!(state.get("hostPath").is_none(), "{state}");
+    assert!(state["emptyDir"].is_object(), "{state}");
     assert_eq!(agent["volumeMounts"][0]["mountPath"], STATE_DIR);
+    assert!(pod.get("initContainers").is_none(), "{pod}");
+
+    // With state.persistent the state directory is the node's, so the state file survives node
+    // reboots; only the init container that hands it to the agent's user runs as root, with no
+    // capability but CHOWN, and it is the agent's own image: the pod pulls nothing else.
+    let persistent = render(&["--set", "state.persistent=true"])?;
+    let pod = &one(&persistent, "DaemonSet")?["spec"]["template"]["spec"];
+    let agent = &pod["containers"][0];
+    let state = pod["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == "state")
+        .ok_or("no state volume")?;
+    assert_eq!(state["hostPath"]["path"], STATE_DIR);
     let init = pod["initContainers"]
         .as_array()
         .ok_or("no init container")?;
@@ -870,7 +887,13 @@ fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> Te
         init[0]["securityContext"]["allowPrivilegeEscalation"],
         false
     );
+    // Clusters with AKS's IMDS restriction: the node's network, and cluster DNS still.
+    let restricted = render(&["--set", "hostNetwork=true"])?;
+    let pod = &one(&restricted, "DaemonSet")?["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
 
+    let agent = &containers[0];
     let env = agent["env"].as_array().ok_or("no env")?;
     let variable = |name: &str| env.iter().position(|e| e["name"] == name);
     let state_file = env
@@ -939,9 +962,10 @@ fn windows_enabled_adds_a_hostprocess_daemonset_on_windows_nodes_beside_the_linu
         pod["securityContext"]["windowsOptions"]["hostProcess"],
         true
     );
+    // The least-privileged account HostProcess allows, its state file in its own profile.
     assert_eq!(
         pod["securityContext"]["windowsOptions"]["runAsUserName"],
-        "NT AUTHORITY\\SYSTEM"
+        "NT AUTHORITY\\Local service"
     );
     assert_eq!(
         pod["nodeSelector"],
@@ -958,11 +982,50 @@ fn windows_enabled_adds_a_hostprocess_daemonset_on_windows_nodes_beside_the_linu
     assert_eq!(container["args"], linux_container["args"], "the same flags");
     assert_eq!(container["args"], json!(["--log.level=debug"]));
     let env = container["env"].as_array().ok_or("no env")?;
-    assert!(
-        !env.iter()
-            .any(|e| e["name"] == "AZURE_SCHEDULED_EVENTS_STATE_FILE"),
+    let state_file = |env: &[Value]| {
+        env.iter()
+            .find(|e| e["name"] == "AZURE_SCHEDULED_EVENTS_STATE_FILE")
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(
+        state_file(env),
+        Some(json!(
+            "C:\\Windows\\ServiceProfiles\\LocalService\\AppData\\Local\\azure-scheduled-events-exporter\\state.json"
+        )),
         "{env:?}"
     );
+    // SYSTEM, asked for, keeps the Windows default (%ProgramData%), as the Windows service does.
+    for (account, expected) in [
+        ("NT AUTHORITY\\SYSTEM", None),
+        (
+            "NT AUTHORITY\\NetworkService",
+            Some(json!(
+                "C:\\Windows\\ServiceProfiles\\NetworkService\\AppData\\Local\\azure-scheduled-events-exporter\\state.json"
+            )),
+        ),
+    ] {
+        let objects = render(&[
+            "--set",
+            "windows.enabled=true",
+            "--set-json",
+            &format!("windows.runAsUserName={}", json!(account)),
+        ])?;
+        let windows = ops::of_kind(&objects, "DaemonSet")
+            .into_iter()
+            .find(|d| {
+                d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("-windows"))
+            })
+            .ok_or("no Windows DaemonSet")?;
+        let pod = &windows["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["securityContext"]["windowsOptions"]["runAsUserName"],
+            account
+        );
+        let env = pod["containers"][0]["env"].as_array().ok_or("no env")?;
+        assert_eq!(state_file(env), expected, "{account}");
+    }
     assert!(env.iter().any(|e| e["name"] == "OTEL_RESOURCE_ATTRIBUTES"));
     // Its pods carry the chart's selector labels (the PodMonitor and the Service find them), and
     // its own selector never matches the Linux pods.
@@ -1079,7 +1142,7 @@ fn the_image_users_pull_is_named_once_in_the_chart_and_used_everywhere() -> Test
     assert_eq!(all_on.len(), 1, "{all_on:?}");
     let image = all_on.first().cloned().unwrap_or_default();
     assert!(
-        image.starts_with("myregistry.azurecr.io/azure-scheduled-events-exporter@sha256:"),
+        image.starts_with("registry.example.com/mirror/azure-scheduled-events-exporter@sha256:"),
         "{image}"
     );
     Ok(())
@@ -1788,5 +1851,285 @@ fn the_vm_packages_binary_has_no_kubernetes_output_and_refuses_its_settings() ->
     // The build the test suite runs (default features) has the output and its flags.
     let full = String::from_utf8(Command::new(BIN).arg("--help").output()?.stdout)?;
     assert!(full.contains("--kubernetes.node-name"));
+    Ok(())
+}
+
+// ---- One install story ----
+
+/// The published chart, as every install command names it.
+const PUBLISHED_CHART: &str =
+    "oci://ghcr.io/azure-scheduled-events-exporter/charts/azure-scheduled-events-exporter";
+
+/// The pages users install from: the README, docs/, the chart's README and the examples.
+fn install_pages() -> Result<Vec<(String, String)>, Error> {
+    let mut pages = Vec::new();
+    let mut paths = vec![
+        ops::repo().join("README.md"),
+        ops::repo().join(CHART).join("README.md"),
+    ];
+    paths.extend(ops::files("docs", ".md")?);
+    paths.extend(ops::files("examples", ".yaml")?);
+    paths.extend(ops::files("examples", ".yml")?);
+    paths.extend(ops::files("examples/azure-monitor", ".yaml")?);
+    paths.extend(ops::files("deploy/kubernetes", ".yaml")?);
+    for path in paths {
+        let text = std::fs::read_to_string(&path)?;
+        let name = path
+            .strip_prefix(ops::repo())
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        pages.push((name, text));
+    }
+    Ok(pages)
+}
+
+/// Every command of a page, its continuation lines (`\` at the end) joined, a YAML comment's `#`
+/// and a Markdown list's indentation left out.
+fn commands(text: &str) -> Vec<String> {
+    let mut commands = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let line = line.trim_start().trim_start_matches('#').trim();
+        current.push_str(line.trim_end_matches('\\'));
+        current.push(' ');
+        if !line.ends_with('\\') {
+            commands.push(std::mem::take(&mut current));
+        }
+    }
+    commands
+}
+
+/// Every way in that the docs give installs the published chart (`oci://ghcr.io/...`, at a version)
+/// and the published image, never a checkout's chart directory, a file of a checkout or an image
+/// of a registry of one's own: a user with only the release's artefacts can follow each.
+#[test]
+fn every_install_path_in_the_docs_uses_the_published_chart_and_image() -> TestResult {
+    let mut installs = 0;
+    for (page, text) in install_pages()? {
+        assert!(
+            !text.contains("myregistry"),
+            "{page} names a registry of one's own as if it were the image to use"
+        );
+        for command in commands(&text) {
+            let words: Vec<&str> = command.split_whitespace().collect();
+            for (at, pair) in words.windows(3).enumerate() {
+                let helm = pair[0].trim_start_matches('`') == "helm"
+                    && ["install", "upgrade", "template"].contains(&pair[1]);
+                let ours = words[at + 2..]
+                    .iter()
+                    .take(3)
+                    .any(|w| *w == NAME || *w == "...");
+                if helm && ours && !words[at + 2..].starts_with(&["..."]) {
+                    assert!(
+                        !command.contains("deploy/helm/"),
+                        "{page}: a checkout's chart: {command}"
+                    );
+                    assert!(
+                        command.contains(PUBLISHED_CHART) && command.contains("--version "),
+                        "{page}: not the published chart at a version: {command}"
+                    );
+                    installs += 1;
+                }
+            }
+            let kubectl = words
+                .windows(2)
+                .any(|w| w[0] == "kubectl" && ["apply", "create"].contains(&w[1]));
+            if kubectl {
+                for (flag, file) in words.windows(2).map(|w| (w[0], w[1].trim_matches('"'))) {
+                    if ["-f", "-k"].contains(&flag) && file != "-" && !file.starts_with('$') {
+                        assert!(
+                            file.starts_with("https://"),
+                            "{page}: kubectl {flag} a file of a checkout: {command}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert!(installs >= 8, "only {installs} helm installs found");
+    Ok(())
+}
+
+#[cfg(feature = "external-tools")]
+/// The `--set` flags of the first code block of `text` that sets `marker`, in order.
+fn set_flags(text: &str, marker: &str) -> Result<Vec<String>, Error> {
+    let block = text
+        .split("```")
+        .find(|b| b.contains(marker) && b.contains("helm install"))
+        .ok_or_else(|| format!("no helm install that sets {marker}"))?;
+    let words: Vec<&str> = block.split_whitespace().collect();
+    Ok(words
+        .windows(2)
+        .filter(|w| w[0] == "--set")
+        .map(|w| w[1].to_owned())
+        .collect())
+}
+
+#[cfg(feature = "external-tools")]
+/// An install from the published chart alone (OCI: no repository files) reaches
+/// kube-prometheus-stack's values: the chart's README (`helm show readme`) and docs/install.md give
+/// them as `--set` flags, which render exactly what examples/helm-kube-prometheus-stack.yaml
+/// renders; and the README is what `helm show readme` of the packaged chart prints.
+#[test]
+fn the_kube_prometheus_stack_values_reach_an_oci_install_as_the_readmes_set_flags() -> TestResult {
+    let readme = std::fs::read_to_string(ops::repo().join(CHART).join("README.md"))?;
+    let install = std::fs::read_to_string(ops::repo().join("docs/install.md"))?;
+    let marker = "podMonitor.labels.release=kube-prometheus-stack";
+    let flags = set_flags(&readme, marker)?;
+    assert_eq!(
+        flags,
+        set_flags(&install, marker)?,
+        "docs/install.md and the chart's README differ"
+    );
+    let mut args: Vec<&str> = Vec::new();
+    for flag in &flags {
+        args.extend(["--set", flag.as_str()]);
+    }
+    let from_flags = render(&args)?;
+    let from_file = render(&["-f", "examples/helm-kube-prometheus-stack.yaml"])?;
+    assert_eq!(from_flags.len(), from_file.len());
+    for (a, b) in from_flags.iter().zip(&from_file) {
+        assert_eq!(a, b, "{} {}", a["kind"], a["metadata"]["name"]);
+    }
+    let kinds: BTreeSet<&str> = from_flags
+        .iter()
+        .filter_map(|o| o["kind"].as_str())
+        .collect();
+    for kind in ["PodMonitor", "PrometheusRule", "ConfigMap"] {
+        assert!(kinds.contains(kind), "no {kind}");
+    }
+
+    // The packaged chart shows this README.
+    let dir = TempDir::new("chart-package")?;
+    let out = dir.path("out");
+    ok(
+        ops::tool("helm"),
+        &["package", CHART, "--destination", &out.to_string_lossy()],
+    )?;
+    let archive = out.join(format!("{NAME}-{VERSION}.tgz"));
+    let shown = ok(
+        ops::tool("helm"),
+        &["show", "readme", &archive.to_string_lossy()],
+    )?;
+    assert_eq!(shown.trim(), readme.trim());
+    Ok(())
+}
+
+#[cfg(feature = "external-tools")]
+/// Azure Monitor's node-level scrape step adds the agent's job to a ConfigMap a cluster may already
+/// have: the job users add is the one the example ConfigMap holds, promtool accepts a configuration
+/// with it after another job (as the collector sees it, $NODE_NAME filled in), and the step creates
+/// the ConfigMap with `kubectl create` (which refuses to replace one) or edits it, never `apply`s
+/// it. One scrape interval everywhere: the job's, the monitors' and the README's 15 s.
+#[test]
+fn the_azure_monitor_scrape_step_adds_its_job_to_an_existing_configuration() -> TestResult {
+    let map = ops::yaml(
+        &ops::repo().join("examples/azure-monitor/ama-metrics-prometheus-config-node.yaml"),
+    )?;
+    assert_eq!(
+        map["metadata"]["name"],
+        "ama-metrics-prometheus-config-node"
+    );
+    let config: Value = serde_norway::from_str(
+        map["data"]["prometheus-config"]
+            .as_str()
+            .ok_or("no prometheus-config")?,
+    )?;
+    let fragment = ops::yaml(&ops::repo().join("examples/azure-monitor/scrape-job-node.yaml"))?;
+    assert_eq!(
+        config["scrape_configs"], fragment,
+        "the job to add differs from the ConfigMap's"
+    );
+    let job = &fragment[0];
+    assert_eq!(job["scrape_interval"], "15s");
+
+    // An existing node-level configuration (another job), with the agent's job added to it.
+    let existing = json!({"scrape_configs": [{
+        "job_name": "ama-logs-daemonset",
+        "kubernetes_sd_configs": [{"role": "pod"}],
+        "relabel_configs": [{"source_labels": ["__meta_kubernetes_pod_node_name"], "action": "keep", "regex": "$NODE_NAME"}],
+    }]});
+    let mut merged = existing.clone();
+    merged["scrape_configs"]
+        .as_array_mut()
+        .ok_or("scrape_configs")?
+        .push(job.clone());
+    // Debian's promtool is built without Kubernetes discovery: it checks the rest of each job (the
+    // relabelling, the interval) with the discovery as a static target.
+    let mut checked = merged.clone();
+    for job in checked["scrape_configs"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        let discovery = job
+            .as_object_mut()
+            .and_then(|j| j.remove("kubernetes_sd_configs"))
+            .ok_or("a job without kubernetes_sd_configs")?;
+        assert_eq!(discovery[0]["role"], "pod");
+        job["static_configs"] = json!([{"targets": ["10.224.0.4:10188"]}]);
+    }
+    let text = serde_norway::to_string(&checked)?
+        .replace("$NODE_NAME", "aks-nodepool1-12345678-vmss000000");
+    let dir = TempDir::new("ama-node-config")?;
+    let file = dir.path("prometheus.yml");
+    std::fs::write(&file, text)?;
+    let output = run("promtool", &["check", "config", &file.to_string_lossy()])
+        .map_err(|e| format!("promtool is required (Debian package prometheus): {e}"))?;
+    assert!(output.status.success(), "{}", report(&output));
+    let jobs: Vec<&Value> = merged["scrape_configs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|j| &j["job_name"])
+        .collect();
+    assert_eq!(
+        jobs,
+        [
+            &json!("ama-logs-daemonset"),
+            &json!("azure-scheduled-events")
+        ]
+    );
+
+    // The documented step never applies the whole ConfigMap over an existing one.
+    let install = std::fs::read_to_string(ops::repo().join("docs/install.md"))?;
+    for command in commands(&install) {
+        if command.contains("ama-metrics-prometheus-config-node") && command.contains("kubectl") {
+            assert!(
+                !command.contains(" apply ") && !command.contains(" replace "),
+                "docs/install.md replaces the ConfigMap: {command}"
+            );
+        }
+    }
+    assert!(
+        install.contains("kubectl create -f \"$BASE/ama-metrics-prometheus-config-node.yaml\"")
+    );
+    assert!(
+        install
+            .contains("kubectl -n kube-system edit configmap ama-metrics-prometheus-config-node")
+    );
+
+    // One interval: the chart's monitors, the README's advice and this job.
+    let values = ops::yaml(&ops::repo().join(CHART).join("values.yaml"))?;
+    assert_eq!(values["podMonitor"]["interval"], "15s");
+    assert_eq!(values["serviceMonitor"]["interval"], "15s");
+    let readme = std::fs::read_to_string(ops::repo().join("README.md"))?;
+    assert!(
+        readme.contains("every 15 s or faster"),
+        "the README's scrape interval"
+    );
+    for (page, text) in install_pages()? {
+        for line in text.lines() {
+            let line = line.trim();
+            if let Some(interval) = line.strip_prefix("scrape_interval:") {
+                let interval = interval.trim();
+                assert!(
+                    ["15s", "10s", "5s", "1s"].contains(&interval),
+                    "{page}: a scrape interval of {interval}, slower than the 15 s a Spot eviction needs"
+                );
+            }
+        }
+    }
     Ok(())
 }

@@ -86,6 +86,25 @@ flag or a value outside its syntax. */}}
 {{- end }}
 {{- end }}
 
+{{/* The state file of the Windows pods for an account other than SYSTEM: in the account's own profile,
+which it may write, where %ProgramData%\azure-scheduled-events-exporter is SYSTEM's and the
+administrators' only. */}}
+{{- define "ase.windowsStateFile" -}}
+{{- $profile := ternary "NetworkService" "LocalService" (eq . "NT AUTHORITY\\NetworkService") -}}
+{{- printf "C:\\Windows\\ServiceProfiles\\%s\\AppData\\Local\\azure-scheduled-events-exporter\\state.json" $profile -}}
+{{- end }}
+
+{{/* Pod Security level the rendered pods need (docs/install.md#pod-security): "restricted" by default;
+"privileged" for host networking, a hostPath state directory (and its root init container) and HostProcess
+pods on Windows, which "baseline" refuses. */}}
+{{- define "ase.podSecurityLevel" -}}
+{{- if or .Values.hostNetwork .Values.state.persistent .Values.windows.enabled -}}
+privileged
+{{- else -}}
+restricted
+{{- end -}}
+{{- end }}
+
 {{/* The agent's environment, for the DaemonSets and the test hook alike: the chart's settings, then
 env (which may use $(K8S_NODE_NAME)). Called with {"Values": .Values, "windows": true} for the Windows
 DaemonSet, whose HostProcess agent keeps the Windows default state file on the node itself
@@ -98,6 +117,10 @@ DaemonSet, whose HostProcess agent keeps the Windows default state file on the n
 {{- if not .windows }}
 - name: AZURE_SCHEDULED_EVENTS_STATE_FILE
   value: /var/lib/azure-scheduled-events-exporter/state.json
+{{- else if ne .Values.windows.runAsUserName "NT AUTHORITY\\SYSTEM" }}
+# A service account's own profile, which it may write (SYSTEM keeps the Windows default, %ProgramData%).
+- name: AZURE_SCHEDULED_EVENTS_STATE_FILE
+  value: {{ include "ase.windowsStateFile" .Values.windows.runAsUserName | quote }}
 {{- end }}
 # For the traces' Resource: which node and pod saw the event.
 - name: K8S_NODE_NAME
