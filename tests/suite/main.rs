@@ -25,6 +25,7 @@
 //! | `configuration` | helm (the chart's refusals and its test hook) | every setting refused before the agent runs, naming what was meant: usage errors, unknown variables, `check-config`, the chart's values schema through `helm template` and its test hook |
 //! | `dashboards` | node and tests/grafana's npm packages, jsonnet, helm (3 tests) | the Grafana dashboards against Grafana's schema, import and provisioning, and the exported metrics |
 //! | `deploy` | hadolint, systemd-analyze (3 tests) | the Dockerfiles (hadolint), the systemd unit (systemd-analyze), the Kubernetes DaemonSet |
+//! | `drill` | *all:* Prometheus, Alertmanager | the drill of docs/simulator.md: three simulated VMs of one scale set, each with its own vmId, page through a real Prometheus and Alertmanager |
 //! | `exposition` |  | the exposition as a contract: the golden files and docs/metrics.md |
 //! | `footprint` |  | the series the built binary exports at idle, per configuration, against docs/metrics.md and the budget |
 //! | `hardening` |  | what an outsider or careless operator controls: file inputs that are devices, FIFOs or too large, absurd flag values, credentials in --imds.url, signals, unknown event types, a hook's huge output |
@@ -67,6 +68,8 @@ mod binary;
 mod configuration;
 mod dashboards;
 mod deploy;
+#[cfg(feature = "external-tools")]
+mod drill;
 mod exposition;
 mod footprint;
 mod hardening;

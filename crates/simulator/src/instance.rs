@@ -45,8 +45,34 @@ pub fn network_section() -> Value {
     })
 }
 
-/// A realistic scale-set VM called `name`, for the demo and the standalone simulator. The scale
-/// set name is what comes before the last `_` of a `{scaleSetName}_{instanceId}` name.
+/// The vmId of the simulated VM called `name`: Azure gives every VM its own, and the rules count VMs
+/// by it, so simulators of different VMs must not share one. Derived from the name alone (FNV-1a,
+/// 128 bits, laid out as the lower-case version-4 GUID Azure's vmIds look like), so the same name gets
+/// the same vmId in every run, on every machine and with every Rust version.
+pub fn vm_id_for(name: &str) -> String {
+    const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
+    let mut hash = OFFSET;
+    for byte in name.bytes() {
+        hash ^= u128::from(byte);
+        hash = hash.wrapping_mul(PRIME);
+    }
+    let hash = (hash & !(0xF << 76)) | (0x4 << 76);
+    let hash = (hash & !(0x3 << 62)) | (0x2 << 62);
+    let hex = format!("{hash:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// A realistic scale-set VM called `name`, for the demo and the standalone simulator, with its own
+/// stable vmId ([`vm_id_for`]). The scale set name is what comes before the last `_` of a
+/// `{scaleSetName}_{instanceId}` name.
 pub fn example_compute(name: &str) -> Compute {
     let scale_set = name
         .rsplit_once('_')
@@ -54,7 +80,7 @@ pub fn example_compute(name: &str) -> Compute {
         .unwrap_or_default();
     Compute {
         name: name.to_owned(),
-        vm_id: "02aab8a4-74ef-476e-8182-f6d2ba4166a6".to_owned(),
+        vm_id: vm_id_for(name),
         location: "westeurope".to_owned(),
         zone: "1".to_owned(),
         vm_scale_set_name: scale_set,
@@ -81,6 +107,29 @@ mod tests {
         let body = serde_json::to_vec(&instance_document(&compute)?)?;
         let read: InstanceMetadata = serde_json::from_slice(&body)?;
         assert_eq!(read.compute, compute);
+        Ok(())
+    }
+
+    #[test]
+    fn each_vm_name_has_its_own_vm_id_the_same_in_every_run() -> TestResult {
+        let ids: Vec<String> = ["web_0", "web_1", "web_2", "db01"]
+            .iter()
+            .map(|name| example_compute(name).vm_id)
+            .collect();
+        for (i, id) in ids.iter().enumerate() {
+            assert!(!ids[..i].contains(id), "{id} twice: {ids:?}");
+            // A lower-case version-4 GUID, as Azure's vmIds.
+            assert_eq!(id.len(), 36, "{id}");
+            assert_eq!(&id[14..15], "4", "{id}");
+            assert!(
+                id.chars()
+                    .all(|c| c == '-' || c.is_ascii_digit() || ('a'..='f').contains(&c))
+            );
+        }
+        assert_eq!(example_compute("web_1").vm_id, ids[1], "not stable");
+        // Fixed: another build or machine gives the same vmId for the same name.
+        assert_eq!(vm_id_for("web_0"), vm_id_for("web_0"));
+        assert_eq!(vm_id_for(""), "6c62272e-07bb-4142-a2b8-21756295c58d");
         Ok(())
     }
 

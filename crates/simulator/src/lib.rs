@@ -35,7 +35,7 @@ use azure_scheduled_events_protocol::wire::{Compute, ScheduledEventsDocument};
 pub use azure_scheduled_events_protocol::api_version::ApiVersion;
 pub use fault::{Fault, FaultAction, FaultCount, FaultTarget};
 pub use http::serve;
-pub use instance::example_compute;
+pub use instance::{example_compute, vm_id_for};
 pub use journal::SeenRequest;
 pub use scenario::{DEMO_OTHER_VM, DEMO_VM, InitialStatus, Scenario, ScenarioError, ScenarioEvent};
 pub use state::{AddEventError, Approval, Simulator};
