@@ -43,7 +43,10 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/$stem"
 install -m 0755 "$binary" "$stage/$stem/$name.exe"
-install -m 0644 LICENSE README.md deploy/windows/install-service.ps1 "$stage/$stem/"
+install -m 0644 LICENSE deploy/windows/install-service.ps1 "$stage/$stem/"
+# The README with its links made absolute, at this release's tag (scripts/archive-readme.sh).
+bash scripts/archive-readme.sh >"$stage/$stem/README.md"
+chmod 0644 "$stage/$stem/README.md"
 # Reproducible: files dated at the commit, in a fixed order, without extra attributes.
 find "$stage/$stem" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 echo "== $stem.zip"

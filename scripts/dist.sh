@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the release artefacts into target/dist/ (or DIST_DIR):
 #
-#   azure-scheduled-events-exporter-<version>-<arch>-linux-gnu.tar.gz   binary, LICENSE, README.md, systemd
+#   azure-scheduled-events-exporter-<version>-<arch>-linux-gnu.tar.gz   binary, LICENSE, README.md (its links
+#                                                                        absolute: scripts/archive-readme.sh), systemd
 #                                                                        unit, example environment file
 #   azure-scheduled-events-exporter_<version>-1_<debian arch>.deb       /usr/bin, the unit, /etc/default
 #   SHA256SUMS                                                          of both
@@ -74,7 +75,11 @@ pack() {
 echo "== $stem.tar.gz"
 mkdir -p "$stage/tar/$stem"
 install -m 0755 "$binary" "$stage/tar/$stem/$name"
-install -m 0644 LICENSE README.md "$stage/tar/$stem/"
+install -m 0644 LICENSE "$stage/tar/$stem/"
+# The README with its links to docs/ and the rest made absolute, at this release's tag: the archive holds
+# none of those files.
+bash scripts/archive-readme.sh >"$stage/README.md"
+install -m 0644 "$stage/README.md" "$stage/tar/$stem/README.md"
 install -m 0644 "deploy/systemd/$name.service" "$stage/tar/$stem/$name.service"
 install -m 0644 "deploy/systemd/$name.default" "$stage/tar/$stem/$name.env"
 pack -C "$stage/tar" -czf "$dist/$stem.tar.gz" "$stem"
@@ -97,7 +102,7 @@ grep -qx "ExecStart=/usr/bin/$name" "$stage/$name.service" || {
 install -D -m 0644 "$stage/$name.service" "$root/lib/systemd/system/$name.service"
 install -D -m 0644 "deploy/systemd/$name.default" "$root/etc/default/$name"
 install -D -m 0644 deploy/debian/copyright "$root/usr/share/doc/$name/copyright"
-install -D -m 0644 README.md "$root/usr/share/doc/$name/README.md"
+install -D -m 0644 "$stage/README.md" "$root/usr/share/doc/$name/README.md"
 install -d -m 0755 "$root/DEBIAN"
 for script in postinst prerm postrm; do
     install -m 0755 "deploy/debian/$script" "$root/DEBIAN/$script"

@@ -164,9 +164,14 @@ fn the_tarball_holds_the_binary_license_readme_unit_and_environment_file() -> Te
     assert_eq!(files, expected);
 
     let (_dir, top) = unpacked_tarball()?;
+    // The README with its links made absolute: the tarball holds none of the files it links to.
+    assert_eq!(
+        std::fs::read_to_string(top.join("README.md"))?,
+        archive_readme()?,
+        "the tarball's README is not scripts/archive-readme.sh's"
+    );
     for (shipped, source) in [
         ("LICENSE", "LICENSE"),
-        ("README.md", "README.md"),
         (
             &format!("{NAME}.service"),
             &format!("deploy/systemd/{NAME}.service"),
@@ -1851,6 +1856,70 @@ fn the_vm_packages_binary_has_no_kubernetes_output_and_refuses_its_settings() ->
     // The build the test suite runs (default features) has the output and its flags.
     let full = String::from_utf8(Command::new(BIN).arg("--help").output()?.stdout)?;
     assert!(full.contains("--kubernetes.node-name"));
+    Ok(())
+}
+
+// ---- The archives' README ----
+
+/// README.md as the archives ship it: `scripts/archive-readme.sh`'s output.
+fn archive_readme() -> Result<String, Error> {
+    let output = Command::new("bash")
+        .arg("scripts/archive-readme.sh")
+        .current_dir(ops::repo())
+        .output()?;
+    if !output.status.success() {
+        return Err(format!(
+            "archive-readme.sh: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+/// The README the tarball, the .deb and the Windows zip ship links only to the web: each link to a
+/// file of the repository points at that file at the release's tag (Cargo.toml's repository and
+/// version), and that file exists here, so the link resolves once the tag is pushed; nothing else of
+/// the README changes.
+#[test]
+fn the_archives_readme_links_resolve_outside_the_repository() -> TestResult {
+    let source = std::fs::read_to_string(ops::repo().join("README.md"))?;
+    let shipped = archive_readme()?;
+    let repository = env!("CARGO_PKG_REPOSITORY");
+    let version = env!("CARGO_PKG_VERSION");
+    let at_tag = |kind: &str| format!("{repository}/{kind}/v{version}/");
+    let targets = |text: &str| -> Vec<String> {
+        text.split("](")
+            .skip(1)
+            .filter_map(|rest| rest.split(')').next().map(str::to_owned))
+            .collect()
+    };
+    let before = targets(&source);
+    let after = targets(&shipped);
+    assert_eq!(before.len(), after.len(), "links were lost or added");
+    let mut rewritten = 0;
+    for (link, shipped_link) in before.iter().zip(&after) {
+        if link.starts_with("http") || link.starts_with('#') {
+            assert_eq!(link, shipped_link, "a web link changed");
+            continue;
+        }
+        let path = link.split('#').next().unwrap_or_default();
+        assert!(
+            ops::repo().join(path).exists(),
+            "README links to {path}, which is not in the repository"
+        );
+        let kind = if path.ends_with('/') { "tree" } else { "blob" };
+        assert_eq!(shipped_link, &format!("{}{link}", at_tag(kind)));
+        rewritten += 1;
+    }
+    assert!(rewritten >= 10, "only {rewritten} links rewritten");
+    // Outside the links the text is the same.
+    let strip = |text: &str, links: &[String]| {
+        links.iter().fold(text.to_owned(), |t, l| {
+            t.replacen(&format!("]({l})"), "]()", 1)
+        })
+    };
+    assert_eq!(strip(&source, &before), strip(&shipped, &after));
     Ok(())
 }
 

@@ -293,6 +293,7 @@ pub fn strictest(pods: &[(Value, Value)]) -> Option<Level> {
         })
 }
 
+#[cfg(feature = "external-tools")]
 /// The name Pod Security admission's namespace label uses.
 pub fn label(level: Option<Level>) -> &'static str {
     match level {
@@ -302,6 +303,7 @@ pub fn label(level: Option<Level>) -> &'static str {
     }
 }
 
+#[cfg(feature = "external-tools")]
 /// The pods among rendered objects: each workload's pod template and each bare Pod (the `helm test`
 /// hook), as (spec, annotations).
 pub fn pods(objects: &[Value]) -> Vec<(String, Value, Value)> {
