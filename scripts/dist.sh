@@ -24,7 +24,8 @@
 # client, about 4.5 MB of the binary): a plain VM never uses it, and the agent built so refuses the
 # --kubernetes.* flags (exit 64). The container image (Dockerfile) is built with every default feature.
 #
-# DEB_MAINTAINER sets the .deb's Maintainer field (default: a placeholder address that cannot receive mail).
+# The .deb's Maintainer field is the first of Cargo.toml's [workspace.package] authors, or DEB_MAINTAINER;
+# DIST_RELEASE=1 (the release workflow) refuses to build without one.
 # One release build (the `release` profile, in target/<target>/release); nothing else is rebuilt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -109,7 +110,20 @@ for script in postinst prerm postrm; do
 done
 echo "/etc/default/$name" >"$root/DEBIAN/conffiles"
 installed_size=$(du -s -k --exclude=DEBIAN "$root" | cut -f1)
-maintainer=${DEB_MAINTAINER:-azure-scheduled-events-exporter maintainers <maintainers@example.invalid>}
+# The Maintainer: DEB_MAINTAINER, else the first of Cargo.toml's [workspace.package] authors ("Name <mail>"),
+# the project's metadata. A release (DIST_RELEASE=1, as the release workflow sets it) refuses to ship
+# without one: a .deb's Maintainer is whom users write to.
+authors=$(awk '/^\[/ { section = $0 } section == "[workspace.package]" && /^authors *=/ { print; exit }' Cargo.toml |
+    sed -n 's/^authors *= *\[ *"\([^"]*\)".*/\1/p')
+maintainer=${DEB_MAINTAINER:-$authors}
+if [ -z "$maintainer" ] || [[ "$maintainer" != *"<"*"@"*">"* ]] || [[ "$maintainer" == *".invalid>"* ]]; then
+    if [ "${DIST_RELEASE:-0}" = 1 ]; then
+        echo "dist.sh: no maintainer (\"Name <mail>\") in Cargo.toml's [workspace.package] authors or DEB_MAINTAINER: a release does not ship a .deb without one" >&2
+        exit 1
+    fi
+    maintainer="azure-scheduled-events-exporter maintainers <maintainers@example.invalid>"
+    echo "dist.sh: no maintainer in Cargo.toml's authors; the .deb says $maintainer (a release refuses this)" >&2
+fi
 sed -e "s|@VERSION@|$deb_version|" -e "s|@MAINTAINER@|$maintainer|" -e "s|@ARCH@|$deb_arch|" -e "s|@INSTALLED_SIZE@|$installed_size|" \
     deploy/debian/control >"$root/DEBIAN/control"
 find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
