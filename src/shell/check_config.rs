@@ -14,8 +14,8 @@ use std::fmt::Write as _;
 use crate::config::environment::UnknownVariable;
 use crate::config::otlp::EnvSource;
 use crate::config::{AgentArgs, Config, LogFormat};
-use crate::core::state::LoadError;
 use crate::output::notify::delivery;
+use crate::output::state::store::LoadError;
 use crate::output::state::store::StateStore;
 use crate::output::telemetry::{self, lenient};
 
@@ -92,7 +92,7 @@ pub fn check(args: AgentArgs, env: &impl EnvSource, unknown: &[UnknownVariable])
     {
         let then = match error {
             LoadError::Input(_) => "set it aside and start fresh",
-            LoadError::Corrupt(_) | LoadError::Newer(_) => {
+            LoadError::Parse(_) => {
                 "keep every approval it names, set it aside (a copy) and drop the rest"
             }
         };
@@ -101,7 +101,7 @@ pub fn check(args: AgentArgs, env: &impl EnvSource, unknown: &[UnknownVariable])
             path.display()
         ));
     }
-    if crate::core::boot::read_boot_id(&config.boot_id_file).is_none() {
+    if crate::shell::boot_id::read_boot_id(&config.boot_id_file).is_none() {
         checked.warnings.push(format!(
             "boot id file {}: unreadable or empty; the agent would not tell a reboot from a restart",
             config.boot_id_file.display()
