@@ -16,7 +16,8 @@ jsonnet -J "$repo/mixin" --tla-code "config=$config" --tla-code chart=true --tla
 jsonnet -J "$repo/mixin" --tla-code "config=$config" -m "$out" "$repo/mixin/render-dashboards.jsonnet" >/dev/null
 # Azure Monitor managed Prometheus: the rules as prometheusRuleGroups (ARM and Bicep), and the
 # dashboards with a $datasource variable for the Azure Monitor Managed Service for Prometheus
-# data source plugin.
+# data source plugin. Their uids end in -azmon: a Grafana that imports both sets keeps both, where equal
+# uids would make one set overwrite the other (their links between dashboards follow).
 mkdir -p "$out/deploy/azure-monitor/dashboards"
 jsonnet -J "$repo/mixin" --tla-code "config=$config" -S -m "$out" "$repo/mixin/render-azure-monitor.jsonnet" >/dev/null
-jsonnet -J "$repo/mixin" --tla-code "config={datasourceType: 'grafana-azureprometheus-datasource'} + $config" -m "$out/deploy/azure-monitor" "$repo/mixin/render-dashboards.jsonnet" >/dev/null
+jsonnet -J "$repo/mixin" --tla-code "config={datasourceType: 'grafana-azureprometheus-datasource', dashboardUids: {fleet: 'azure-sched-events-fleet-azmon', event: 'azure-sched-events-event-azmon', agent: 'azure-sched-events-agent-azmon'}} + $config" -m "$out/deploy/azure-monitor" "$repo/mixin/render-dashboards.jsonnet" >/dev/null

@@ -674,14 +674,25 @@ fn the_azure_monitor_rule_groups_are_the_mixins_rendering_one_resource_per_group
         alerts,
         "every alert notifies the action group of its severity"
     );
-    // The Azure dashboards differ from dashboards/ only in the type of $datasource.
+    // The Azure dashboards differ from dashboards/ only in the type of $datasource and in their
+    // uids, which end in -azmon (and so do their links to each other): a Grafana that imports both
+    // sets keeps both, where one uid for two dashboards would let the second import replace the first.
+    let mut azure_uids = BTreeSet::new();
     for (name, json) in ops::dashboards()? {
         let azure: Value = serde_json::from_str(&std::fs::read_to_string(
             ops::repo()
                 .join("deploy/azure-monitor/dashboards")
                 .join(&name),
         )?)?;
-        let mut expected = json.clone();
+        let uid = json["uid"].as_str().ok_or("no uid")?;
+        assert_eq!(azure["uid"], format!("{uid}-azmon"), "{name}");
+        azure_uids.insert(azure["uid"].as_str().unwrap_or_default().to_owned());
+        let mut text = serde_json::to_string(&json)?;
+        for uid in UIDS {
+            text = text.replace(&format!("\"{uid}\""), &format!("\"{uid}-azmon\""));
+            text = text.replace(&format!("/d/{uid}?"), &format!("/d/{uid}-azmon?"));
+        }
+        let mut expected: Value = serde_json::from_str(&text)?;
         let list = expected["templating"]["list"]
             .as_array_mut()
             .ok_or("no variables")?;
@@ -692,6 +703,9 @@ fn the_azure_monitor_rule_groups_are_the_mixins_rendering_one_resource_per_group
         }
         assert_eq!(azure, expected, "{name}");
     }
+    let uids: BTreeSet<String> = UIDS.iter().map(|u| (*u).to_owned()).collect();
+    assert_eq!(azure_uids.len(), UIDS.len());
+    assert!(azure_uids.is_disjoint(&uids), "{azure_uids:?}");
     Ok(())
 }
 
