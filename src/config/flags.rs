@@ -152,8 +152,8 @@ pub struct AgentArgs {
     /// IMDS is link-local, so a connect that takes longer never completes (a pod outside the
     /// host network, AKS's IMDS restriction, a NetworkPolicy). At most half of --imds.timeout.
     ///
-    /// Such a connect fails at once instead of waiting for the first call's timeout. The fix is
-    /// `hostNetwork: true`.
+    /// Such a connect fails at once instead of waiting for the first call's timeout. The fix, with
+    /// the Helm chart, is its value hostNetwork=true.
     #[arg(long = "imds.connect-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_CONNECT_TIMEOUT", default_value = "1s", value_parser = duration)]
     pub imds_connect_timeout: Duration,
     /// Longest wait between polls when IMDS answers 429, 410 or 5xx; at most 5m.

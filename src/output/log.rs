@@ -146,8 +146,8 @@ impl Output for Log {
                         tracing::warn!(
                             vm_name,
                             reason,
-                            likely_causes = "not on the host network (a Kubernetes pod without hostNetwork: true); AKS's IMDS restriction (--enable-imds-restriction), which lets only host-network pods reach IMDS; a NetworkPolicy or a pod-identity agent dropping traffic to 169.254.169.254",
-                            fix = "run the agent with hostNetwork: true (the Helm chart and deploy/kubernetes do), or allow egress to 169.254.169.254:80",
+                            likely_causes = "a pod without host network where AKS's IMDS restriction (--enable-imds-restriction) lets only host-network pods reach IMDS; a NetworkPolicy or a pod-identity agent dropping traffic to 169.254.169.254; a container outside the host network on a plain VM",
+                            fix = "with the Helm chart, set its value hostNetwork=true (helm upgrade RELEASE CHART --reuse-values --set hostNetwork=true), which runs the agent on the node's network, where IMDS answers; with docker, --network host; or allow egress to 169.254.169.254:80",
                             "the connection to IMDS never completes: its traffic is dropped before it reaches IMDS"
                         );
                     }

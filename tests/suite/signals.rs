@@ -608,12 +608,16 @@ async fn a_blocked_connect_is_logged_once_with_its_likely_causes_and_the_fix() -
     for cause in ["host network", "IMDS restriction", "NetworkPolicy"] {
         assert!(causes.contains(cause), "{line}");
     }
+    // The fix names the chart's value that puts the agent on the node's network, as the chart's
+    // values.yaml spells it.
+    let fix = line["fix"].as_str().unwrap_or_default();
+    assert!(fix.contains("--set hostNetwork=true"), "{line}");
+    let values = std::fs::read_to_string(
+        crate::ops::repo().join("deploy/helm/azure-scheduled-events-exporter/values.yaml"),
+    )?;
     assert!(
-        line["fix"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("hostNetwork: true"),
-        "{line}"
+        values.lines().any(|l| l == "hostNetwork: false"),
+        "the chart has no top-level hostNetwork value"
     );
     let failures = |text: &str| {
         Exposition(text.to_owned()).get(r#"azure_scheduled_events_imds_request_failures_total{operation="events",reason="connect_timeout"}"#)
