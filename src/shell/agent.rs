@@ -123,7 +123,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         let approval = &config.approval;
         tracing::info!(
             mode = approval.mode.as_str(),
-            policy = ?approval.policy,
+            policy = %crate::shell::describe::policy(&approval.policy),
             hook = approval.hook.as_ref().map(|h| h.argv().join(" ")),
             hook_timeout = ?approval.hook_timeout,
             "approval enabled"

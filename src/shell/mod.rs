@@ -10,6 +10,7 @@ pub mod agent;
 pub mod boot_id;
 pub mod check_config;
 pub mod commands;
+pub mod describe;
 pub mod logging;
 pub(crate) mod poll_loop;
 #[cfg(windows)]

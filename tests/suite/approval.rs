@@ -1004,3 +1004,31 @@ async fn polls_go_on_while_posts_fail() -> TestResult {
     );
     agent.stop().await
 }
+
+/// The start line says the approval policy in words a person reads (what it approves, what never,
+/// when), not as a Rust value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_line_says_the_approval_policy_in_words() -> TestResult {
+    let imds = Imds::start().await?;
+    let dir = TempDir::new("policy-line")?;
+    let args = flags(
+        &dir,
+        &[
+            "--approve",
+            "--approve.deny-event-types=Terminate",
+            "--approve.freeze-max-duration=5s",
+        ],
+    )?;
+    let url = imds.url();
+    let lines = binary_log_lines(&url, &args, |l| l["message"] == "approval enabled")?;
+    let line = lines
+        .iter()
+        .find(|l| l["message"] == "approval enabled")
+        .ok_or("no approval line")?;
+    let policy = line["policy"].as_str().ok_or("policy is not a string")?;
+    assert_eq!(
+        policy,
+        "approves events a user started (EventSource User) and Freezes shorter than 5s; never Terminate; as soon as seen; a shared event by each next VM of its Resources 30s after the one before; only events naming this VM, never once Started"
+    );
+    Ok(())
+}
