@@ -111,8 +111,15 @@ async fn windows_console_close() {
 /// Traces go wherever `telemetry` says (the `OTEL_*` variables or `--otlp.*` flags).
 pub async fn demo(mut config: Config, telemetry: Telemetry) -> anyhow::Result<()> {
     let shutdown = shutdown_signal();
-    let sim = SimulatorHandle::new(example_compute(DEMO_VM));
+    // The demo plays a Spot eviction (Preempt) on its VM: a Spot VM, as instance metadata says
+    // (vm_info's priority), like every VM Azure evicts.
+    let mut compute = example_compute(DEMO_VM);
+    compute.priority = "Spot".to_owned();
+    let sim = SimulatorHandle::new(compute);
     sim.load_scenario(Scenario::demo(DEMO_VM, DEMO_OTHER_VM));
+    // The banner announces the neighbour's Reboot: report neighbours' events, so that its lines
+    // (affects_this_vm false) are in the log as announced.
+    config.event_series = crate::config::EventSeries::All;
     let imds = RunningSimulator::start(sim)
         .await
         .context("cannot start the simulator")?;
@@ -123,7 +130,8 @@ pub async fn demo(mut config: Config, telemetry: Telemetry) -> anyhow::Result<()
     eprintln!(
         "\n  The agent is polling a simulated IMDS that plays maintenance on VM {DEMO_VM} every 3 minutes:\n  \
          a Freeze shared with {DEMO_OTHER_VM}, a user Reboot, a Spot Preempt with 30 s notice, a Redeploy that\n  \
-         is cancelled, and a Reboot of {DEMO_OTHER_VM} only. Each change is one log line below.\n\n  \
+         is cancelled, and a Reboot of {DEMO_OTHER_VM} only (a neighbour's event: affects_this_vm false).\n  \
+         {DEMO_VM} is a Spot VM. Each change is one log line below.\n\n  \
          metrics:         {metrics}\n  \
          watch events:    watch -n1 \"curl -s {metrics} | grep -E '^azure_scheduled_events_(event_|pending.* [1-9])'\"\n  \
          simulator state: curl -s {sim_url}/control/state\n  \

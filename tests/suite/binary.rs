@@ -502,3 +502,48 @@ async fn a_restart_with_the_state_file_announces_nothing_twice_and_says_it_resum
     );
     Ok(())
 }
+
+/// `demo` shows what its banner announces: its VM, which plays a Spot Preempt, is a Spot VM in
+/// instance metadata (vm_info's priority), and the neighbour's Reboot is in the log as a
+/// neighbour's event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demos_vm_is_spot_and_its_log_shows_the_neighbours_reboot_it_announces() -> TestResult {
+    let mut agent = AgentProcess::spawn(command(&[
+        "demo",
+        "--log.format=json",
+        "--web.listen-address=127.0.0.1:0",
+    ]))?;
+    let metrics = agent
+        .wait_for_series("azure_scheduled_events_vm_info{")
+        .await?;
+    let info = metrics
+        .lines()
+        .find(|l| l.starts_with("azure_scheduled_events_vm_info{"))
+        .ok_or("no vm_info")?;
+    assert!(info.contains("vm_name=\"demo-vmss_0\""), "{info}");
+    assert!(info.contains("priority=\"Spot\""), "{info}");
+    // The neighbour's Reboot appears 30 s into the demo's loop.
+    let mut seen = Vec::new();
+    let mut found = None;
+    common::wait("the neighbour's Reboot in the demo's log")
+        .within(std::time::Duration::from_secs(90))
+        .until(async || {
+            seen.extend(agent.lines_so_far()?);
+            found = seen
+                .iter()
+                .find(|l| {
+                    l["event_type"] == "Reboot"
+                        && l["resources"]
+                            .as_str()
+                            .is_some_and(|r| r.contains("demo-vmss_1"))
+                })
+                .cloned();
+            Ok::<bool, String>(found.is_some())
+        })
+        .await?;
+    let line = found.ok_or("no line")?;
+    assert_eq!(line["affects_this_vm"], "false", "{line}");
+    assert_eq!(line["level"], "INFO", "{line}");
+    agent.terminate()?;
+    Ok(())
+}
