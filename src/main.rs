@@ -8,7 +8,7 @@ use azure_scheduled_events_exporter::config::{
     AgentArgs, Cli, Command, Config, ConfigError, EXIT_USAGE, LogFormat, environment, usage,
 };
 use azure_scheduled_events_exporter::output::telemetry::{ProcessEnv, Telemetry, lenient};
-use azure_scheduled_events_exporter::shell::{agent, check_config, commands, logging};
+use azure_scheduled_events_exporter::shell::{agent, check_config, check_imds, commands, logging};
 use clap::error::ErrorKind;
 use clap::{CommandFactory as _, Parser as _};
 
@@ -58,6 +58,20 @@ fn main() -> ExitCode {
     let result = match cli.command {
         // Answered above.
         Some(Command::CheckConfig(_)) => Ok(()),
+        Some(Command::CheckImds(args)) => {
+            return match args.agent.validate(LogFormat::Text) {
+                Ok(config) => {
+                    let report = runtime.block_on(check_imds::check(&config));
+                    let _ = write!(std::io::stdout(), "{}", report.text);
+                    if report.answered {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(check_imds::EXIT_UNAVAILABLE)
+                    }
+                }
+                Err(error) => usage_error(&error.to_string()),
+            };
+        }
         None => match prepare(cli.agent, LogFormat::Json) {
             Ok((config, telemetry)) => {
                 logging::init(config.log_format, &config.log_level, telemetry.tracer());

@@ -69,6 +69,15 @@ pub enum Command {
     /// prints every problem, or one line saying what would run. Sends no request, opens no port,
     /// writes nothing (docs/configuration.md).
     CheckConfig(CheckConfigArgs),
+    /// Read IMDS once and say what the agent would report: this VM, its events and how each would
+    /// be treated, or what is wrong when IMDS does not answer. Exit 0, or 69 when IMDS did not
+    /// answer.
+    ///
+    /// A first check on a new VM, before wiring Prometheus: the agent's flags and variables apply
+    /// (--imds.url, --vm.name, --approve and its policy, --report.neighbours). Reads instance
+    /// metadata and the scheduled-events document once each; sends no approval, opens no port,
+    /// writes nothing.
+    CheckImds(CheckImdsArgs),
     /// Create the state directory if missing (mode 0700) and, with --owner, give it to that user and
     /// exit: run as root with only CAP_CHOWN before the agent (the Helm chart's init container).
     PrepareStateDir(PrepareStateDirArgs),
@@ -351,6 +360,13 @@ impl DemoArgs {
             .get_or_insert_with(String::new);
         self.agent
     }
+}
+
+/// The agent's flags, for one read of IMDS.
+#[derive(Debug, Clone, Args)]
+pub struct CheckImdsArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
 }
 
 /// The agent's flags, to check.

@@ -36,8 +36,8 @@ use reqwest::Url;
 
 use approval::ApprovalConfig;
 pub use flags::{
-    AgentArgs, ApproveArgs, CheckConfigArgs, Cli, Command, DemoArgs, LogFormat, Owner,
-    PrepareStateDirArgs, SimulatorArgs,
+    AgentArgs, ApproveArgs, CheckConfigArgs, CheckImdsArgs, Cli, Command, DemoArgs, LogFormat,
+    Owner, PrepareStateDirArgs, SimulatorArgs,
 };
 pub use flags::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE};
 pub use values::ConfigError;

@@ -2,13 +2,15 @@
 //!
 //! [`agent`] builds every part from the resolved settings, [`poll_loop`] runs the one poll loop
 //! (a single request in flight) and hands each poll's occurrences to the outputs, [`commands`]
-//! runs `demo` and `simulator`, [`check_config`] checks a configuration without starting it,
+//! runs `demo` and `simulator`, [`check_config`] checks a configuration without starting it, [`check_imds`] reads IMDS once
+//! and says what the agent would report,
 //! [`logging`] installs the log subscriber, [`boot_id`] reads this boot's identity, [`systemd`]
 //! speaks systemd's notify protocol and `service` the Windows service control manager.
 
 pub mod agent;
 pub mod boot_id;
 pub mod check_config;
+pub mod check_imds;
 pub mod commands;
 pub mod describe;
 pub mod logging;

@@ -547,3 +547,108 @@ async fn the_demos_vm_is_spot_and_its_log_shows_the_neighbours_reboot_it_announc
     agent.terminate()?;
     Ok(())
 }
+
+/// `check-imds` run against `imds` (the built binary, a clean environment): exit code and stdout.
+fn check_imds(imds_url: &str, extra: &[&str]) -> Result<(Option<i32>, String), String> {
+    let url = format!("--imds.url={imds_url}");
+    let mut args = vec!["check-imds", url.as_str()];
+    args.extend_from_slice(extra);
+    let output = command(&args).output().map_err(|e| e.to_string())?;
+    Ok((
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    ))
+}
+
+/// A first check on a VM: `check-imds` reads IMDS once and prints the VM it finds (name, vmId,
+/// scale set, priority), each event with its NotBefore and how the agent would treat it (reported
+/// or a neighbour's; approved or not, by which rule), and the approval policy; exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_imds_prints_the_vm_its_events_and_how_each_would_be_treated() -> TestResult {
+    let imds = Imds::start().await?;
+    let user_reboot = "0C5E2F4A-1B3D-4E6F-8A9B-0C1D2E3F4A5B";
+    let neighbours = "9A4E7B2C-6D1F-4A38-8C5B-2E9F1D7A3B64";
+    let soon = (chrono::Utc::now() + chrono::Duration::minutes(12))
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string();
+    let event = |id: &str, source: &str, vm: &str| {
+        serde_json::json!({
+            "EventId": id, "EventStatus": "Scheduled", "EventType": "Reboot",
+            "ResourceType": "VirtualMachine", "Resources": [vm], "NotBefore": soon,
+            "Description": "", "EventSource": source, "DurationInSeconds": -1,
+        })
+    };
+    imds.sim.set_document(common::document(
+        7,
+        &[
+            event(user_reboot, "User", THIS_VM),
+            event(neighbours, "Platform", "test-vmss_1"),
+        ],
+    ));
+    let url = imds.url();
+    let (code, out) = tokio::task::spawn_blocking(move || check_imds(&url, &[])).await??;
+    assert_eq!(code, Some(0), "{out}");
+    let vm_id = azure_scheduled_events_simulator::vm_id_for(THIS_VM);
+    for said in [
+        format!("this VM: {THIS_VM} (vmId {vm_id}), scale set test-vmss"),
+        "priority Regular".to_owned(),
+        "DocumentIncarnation 7, 2 events".to_owned(),
+        format!("{user_reboot} Reboot Scheduled, NotBefore {soon} (in 1"),
+        "source User".to_owned(),
+        "names this VM: reported".to_owned(),
+        "approval off, so the agent approves nothing; with --approve: approved at once (rule user_event)".to_owned(),
+        format!("{neighbours} Reboot Scheduled"),
+        "a neighbour's event: logged at debug level only".to_owned(),
+        "approval: off (--approve turns it on; its policy approves events a user started".to_owned(),
+    ] {
+        assert!(out.contains(&said), "no {said:?} in:\n{out}");
+    }
+    // With the agent's approval flags, the same verdicts as the agent's, and nothing sent.
+    let url = imds.url();
+    let (code, out) = tokio::task::spawn_blocking(move || {
+        check_imds(&url, &["--approve", "--approve.deny-event-types=Reboot"])
+    })
+    .await??;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("approval on: not approved (denied_type)"),
+        "{out}"
+    );
+    assert!(
+        imds.sim.approvals().is_empty(),
+        "check-imds sent an approval"
+    );
+    Ok(())
+}
+
+/// When IMDS does not answer, `check-imds` says so, what is wrong and what to do, and exits 69.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_imds_says_what_is_wrong_when_imds_does_not_answer() -> TestResult {
+    // Nothing listens.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        format!("http://{}", listener.local_addr()?)
+    };
+    let (code, out) = tokio::task::spawn_blocking(move || check_imds(&closed, &[])).await??;
+    assert_eq!(code, Some(69), "{out}");
+    assert!(
+        out.contains("scheduled events: no answer: cannot connect"),
+        "{out}"
+    );
+    assert!(
+        out.contains("what to do: nothing answers at the IMDS address"),
+        "{out}"
+    );
+    // IMDS failing: its own 503s.
+    let imds = Imds::start().await?;
+    imds.sim
+        .inject_fault(azure_scheduled_events_simulator::Fault::status(503).until_cleared());
+    let url = imds.url();
+    let (code, out) =
+        tokio::task::spawn_blocking(move || check_imds(&url, &["--imds.first-timeout=2s"]))
+            .await??;
+    assert_eq!(code, Some(69), "{out}");
+    assert!(out.contains("HTTP 503"), "{out}");
+    assert!(out.contains("what to do: IMDS itself is failing"), "{out}");
+    Ok(())
+}

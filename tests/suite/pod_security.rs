@@ -125,7 +125,7 @@ pub fn violations(spec: &Value, annotations: &Value, level: Level) -> Vec<String
     let mut contexts = vec![("spec".to_owned(), pod_security)];
     for (at, container) in &containers {
         let security = &container["securityContext"];
-        contexts.push((format!("{at}"), security));
+        contexts.push((at.clone(), security));
         if truthy(&security["windowsOptions"]["hostProcess"]) {
             found.push(format!(
                 "{at}.securityContext.windowsOptions.hostProcess: true (HostProcess)"
