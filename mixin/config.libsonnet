@@ -144,15 +144,14 @@
     // seen within vmInfoLookback; with none known, the count alone decides) have the same
     // agent-health condition (AzureScheduledEventsAgentDown, AzureScheduledEventsPollLoopStuck,
     // AzureImdsUnreachable, AzureScheduledEventApprovalsFailing for one event type and reason,
-    // AzureVMRebootedUnexpectedly), one alert for the cluster, with the number of VMs and
-    // `sampleVMs` of them, replaces theirs. Notification receivers and the Kubernetes API server
+    // AzureVMRebootedUnexpectedly), one alert for the cluster, with the number of VMs, replaces
+    // theirs. Notification receivers and the Kubernetes API server
     // are shared by nature: AzureScheduledEventNotificationsFailing and
     // AzureScheduledEventsKubernetesRequestsFailing are always one alert per cluster and receiver
     // or operation.
     rollup: {
       minVMs: 3,
       fraction: 0.1,
-      sampleVMs: 10,
     },
 
     // A Started event older than this is stuck.

@@ -110,7 +110,7 @@ local promql = import '../lib/promql.libsonnet';
     },
   ),
 
-  // The impacts of each target, recorded first in the group azure-scheduled-events.vms: the
+  // The impacts of each target, recorded first in the group azure-scheduled-events.events: the
   // page, the per-VM alerts and the quiet agent-down read them.
   impactRules:: [
     // The seconds until NotBefore of this VM's own events that will happen or are happening:
@@ -169,7 +169,7 @@ local promql = import '../lib/promql.libsonnet';
   ),
 
   // The held impact by VM (vmIdLabel), with its capacity group and priority, and the VMs of each capacity group
-  // it counts: recorded in the group azure-scheduled-events.vms from `joined`, the targets' held
+  // it counts: recorded in the group azure-scheduled-events.events from `joined`, the targets' held
   // impacts (and the per-VM alerts' conditions) joined once with their VM
   // (azure_scheduled_events:target_alert_vm:value, whose impacts have no label `alert`). Only
   // VMs whose vm_info is known.

