@@ -64,6 +64,11 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:target_vm_info:last{vm_scale_set_name!="", priority!~"Spot|SpotPlus|Low"}\n    and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 900)\n    unless on (cluster, job, instance)\n    azure_scheduled_events:target_gone:timestamp_seconds{reason=~"discovery|replaced"}\n  )\n)'
+        record: 'azure_scheduled_events:capacity_regular_vms:count'
+      }
+      {
+        enabled: true
         expression: 'count by (cluster) (azure_scheduled_events:vm_info:last)'
         record: 'azure_scheduled_events:vms_known:count'
       }
@@ -204,12 +209,12 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: 'azure_scheduled_events_event_seconds_until_not_before\nand on (cluster, job, instance, event_id)\nazure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"}'
+        expression: 'azure_scheduled_events_event_not_before_timestamp_seconds - time()\nand on (cluster, job, instance, event_id)\nazure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"}'
         record: 'azure_scheduled_events:target_event_seconds_until_not_before:own'
       }
       {
         enabled: true
-        expression: 'max by (cluster, job, instance, event_id, event_type, event_source, node) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"}\n)\nunless on (cluster, job, instance, event_id)\n  (azure_scheduled_events:target_event_seconds_until_not_before:own > 900)'
+        expression: 'max by (cluster, job, instance, event_id, event_type, event_source, node) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"} * 0\n  + on (cluster, job, instance, event_id) group_left ()\n  azure_scheduled_events_event_not_before_timestamp_seconds\n  or\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"} * 0\n)\nunless on (cluster, job, instance, event_id)\n  (azure_scheduled_events:target_event_seconds_until_not_before:own > 900)'
         record: 'azure_scheduled_events:target_event_impact:soon'
       }
       {
@@ -234,7 +239,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy", priority!~"Spot|SpotPlus"}\n  )\n)'
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy|Preempt", priority!~"Spot|SpotPlus|Low"}\n    unless\n    azure_scheduled_events:vm_event_impact:held{event_type="Preempt", priority=""}\n  )\n)'
         record: 'azure_scheduled_events:capacity_vms_at_risk:count'
       }
       {
@@ -255,7 +260,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureScheduledEventImpactSoon'
         annotations: {
-          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}): {{ \$labels.event_source }} {{ \$labels.event_type }} event {{ \$labels.event_id }} starts within 15 minutes, has started, or has no NotBefore.'
+          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}): {{ \$labels.event_source }} {{ \$labels.event_type }} event {{ \$labels.event_id }} {{ if gt \$value 0.0 }}is due at {{ \$value | humanizeTimestamp }}{{ else }}has started, or its NotBefore passed or is unknown{{ end }}.'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventimpactsoon'
           summary: '{{ \$labels.event_type }} of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} within 15 minutes'
         }
@@ -375,12 +380,12 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureScheduledEventsCapacityAtRisk'
         annotations: {
-          description: '{{ \$value }} VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} face a Reboot or Redeploy event whose NotBefore is less than 15 minutes away, passed, or already Started: more than 25 % of its VMs at once.'
+          description: 'At least 2 and more than 25 % of the Regular VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} face a Reboot or Redeploy or Preempt event, the first {{ if gt \$value 0.0 }}at {{ \$value | humanizeTimestamp }}{{ else }}now (Started, or NotBefore passed or unknown){{ end }}. NotBefore cannot be postponed: add capacity first. The runbook lists the VMs.'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventscapacityatrisk'
-          summary: '{{ \$value }} VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} go down at once'
+          summary: 'Scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}: over 25 % of its Regular VMs go down, the first {{ if gt \$value 0.0 }}at {{ \$value | humanizeTimestamp }}{{ else }}now (Started, or NotBefore passed or unknown){{ end }}'
         }
         enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy", priority!~"Spot|SpotPlus"}\n  )\n) >= 2\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_at_risk:count\n  / azure_scheduled_events:capacity_vms:count\n) > 0.25'
+        expression: 'min by (cluster, vm_scale_set_name) (\n  azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy|Preempt", priority!~"Spot|SpotPlus|Low"}\n  unless\n  azure_scheduled_events:vm_event_impact:held{event_type="Preempt", priority=""}\n)\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_at_risk:count >= 2\n  and\n  azure_scheduled_events:capacity_vms_at_risk:count\n  / (\n    azure_scheduled_events:capacity_regular_vms:count\n    - (\n      count by (cluster, vm_scale_set_name) (\n        max by (cluster, vm_id, vm_scale_set_name) (\n          azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type="Terminate", priority!~"Spot|SpotPlus|Low"}\n        )\n      )\n      or azure_scheduled_events:capacity_regular_vms:count * 0\n    )\n  ) > 0.25\n)'
         'for': 'PT1M'
         labels: {
           severity: 'critical'
@@ -431,7 +436,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: 'max by (cluster, job, instance) (\n  max_over_time(azure_scheduled_events:target_event_impact:soon[15m])\n  unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon\n)\nand on (cluster, job, instance) (up == 1)'
+        expression: 'group by (cluster, job, instance) (\n  max_over_time(azure_scheduled_events:target_event_impact:soon[15m])\n  unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon\n)\nand on (cluster, job, instance) (up == 1)\nunless on (cluster, job, instance) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"}\n  unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon\n)'
         record: 'azure_scheduled_events:target_event_impact:released'
       }
       {
@@ -441,12 +446,12 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'label_replace(\n  max by (cluster, job, instance) (\n    last_over_time(azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Terminate", event_status=~"Scheduled|Started"}[240s])\n  ) * 0 + time(),\n  "reason", "event", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance) (\n    azure_scheduled_events:target_event_impact:held unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:released\n    unless on (cluster, job, instance) azure_scheduled_events:target_down:timestamp_seconds\n    unless on (cluster, node) kube_node_info{os_image!~"Windows.*"}\n  ) * 0 + time(),\n  "reason", "discovery", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance) (\n    azure_scheduled_events:target_event_impact:held{node!=""} unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:released\n    and on (cluster, node) azure_scheduled_events_vm_info{node!=""}\n  ) * 0 + time(),\n  "reason", "replaced", "", ""\n)\nor on (cluster, job, instance, reason)\n(\n  last_over_time(azure_scheduled_events:target_gone:timestamp_seconds[10m]) > time() - 86400\n)\nunless on (cluster, job, instance) (up == 1)'
+        expression: 'label_replace(\n  max by (cluster, job, instance) (\n    last_over_time(azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Terminate", event_status=~"Scheduled|Started"}[240s])\n  ) * 0 + time(),\n  "reason", "event", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance) (\n    azure_scheduled_events:target_event_impact:held unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:released\n    unless on (cluster, job, instance) azure_scheduled_events:target_down:timestamp_seconds\n    unless on (cluster, node) kube_node_info{os_image!~"Windows.*"}\n    unless on (cluster, job, instance) up\n    and on (cluster, job) group by (cluster, job) (up)\n  ) * 0 + time(),\n  "reason", "discovery", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance) (\n    azure_scheduled_events:target_event_impact:held{node!=""} unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:released\n    and on (cluster, node) azure_scheduled_events_vm_info{node!=""}\n  ) * 0 + time(),\n  "reason", "replaced", "", ""\n)\nor on (cluster, job, instance, reason)\n(\n  last_over_time(azure_scheduled_events:target_gone:timestamp_seconds[10m]) > time() - 86400\n)\nunless on (cluster, job, instance) (up == 1)'
         record: 'azure_scheduled_events:target_gone:timestamp_seconds'
       }
       {
         enabled: true
-        expression: 'label_replace(\n  (\n    max without (alert) (azure_scheduled_events:target_agent_alert:value{alert="AzureScheduledEventsAgentDown"})\n    and on (cluster, job, instance)\n    (\n      azure_scheduled_events:target_down:timestamp_seconds\n      unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n      unless on (cluster, job, instance) azure_scheduled_events:target_gone:timestamp_seconds\n      unless on (cluster, node) max by (cluster, node) (\n        max_over_time(kube_node_spec_taint{key="node.kubernetes.io/unschedulable"}[10m])\n      )\n    )\n  )\n  or on (cluster, job, instance)\n  (\n    (\n      azure_scheduled_events:target_down:timestamp_seconds\n      unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n      unless on (cluster, job, instance) azure_scheduled_events:target_gone:timestamp_seconds\n      unless on (cluster, node) max by (cluster, node) (\n        max_over_time(kube_node_spec_taint{key="node.kubernetes.io/unschedulable"}[10m])\n      )\n    ) * 0 + time()\n  ),\n  "alert", "AzureScheduledEventsAgentDown", "", ""\n)\nor\nlabel_replace(\n  time() - azure_scheduled_events_last_poll_timestamp_seconds > 180,\n  "alert", "AzureScheduledEventsPollLoopStuck", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_up == 0,\n  "alert", "AzureImdsUnreachable", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, event_type, reason) (\n    increase(azure_scheduled_events_approval_failures_total[10m])\n  ) > 0\n  unless on (cluster, job, instance, event_type)\n    sum by (cluster, job, instance, event_type) (increase(azure_scheduled_events_approvals_total[10m])) > 0,\n  "alert", "AzureScheduledEventApprovalsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, receiver) (\n    increase(azure_scheduled_events_notifications_total{result!="delivered"}[10m])\n    or\n    increase(azure_scheduled_events_notifications_dropped_total[10m])\n  ) > 0,\n  "alert", "AzureScheduledEventNotificationsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, operation, result) (\n    increase(azure_scheduled_events_kubernetes_requests_total{result!~"ok|conflict|already_exists"}[10m])\n  ) > 0\n  unless on (cluster, job, instance, operation)\n    sum by (cluster, job, instance, operation) (increase(azure_scheduled_events_kubernetes_requests_total{result="ok"}[10m])) > 0,\n  "alert", "AzureScheduledEventsKubernetesRequestsFailing", "", ""\n)\nor\nlabel_replace(\n  increase(azure_scheduled_events_reboots_total{expected="false", clean!="true"}[30m]) > 0,\n  "alert", "AzureVMRebootedUnexpectedly", "", ""\n)'
+        expression: 'label_replace(\n  (\n    max without (alert) (azure_scheduled_events:target_agent_alert:value{alert="AzureScheduledEventsAgentDown"})\n    and on (cluster, job, instance)\n    (\n      azure_scheduled_events:target_down:timestamp_seconds\n      unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n      unless on (cluster, job, instance) azure_scheduled_events:target_gone:timestamp_seconds\n      unless on (cluster, node) max by (cluster, node) (\n        max_over_time(kube_node_spec_taint{key="node.kubernetes.io/unschedulable"}[10m])\n      )\n    )\n  )\n  or on (cluster, job, instance)\n  (\n    (\n      azure_scheduled_events:target_down:timestamp_seconds\n      unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n      unless on (cluster, job, instance) azure_scheduled_events:target_gone:timestamp_seconds\n      unless on (cluster, node) max by (cluster, node) (\n        max_over_time(kube_node_spec_taint{key="node.kubernetes.io/unschedulable"}[10m])\n      )\n    ) * 0 + time()\n  ),\n  "alert", "AzureScheduledEventsAgentDown", "", ""\n)\nor\nlabel_replace(\n  changes(azure_scheduled_events_last_poll_timestamp_seconds[180s]) == 0\n  and\n  count_over_time(azure_scheduled_events_last_poll_timestamp_seconds[180s]) > 1,\n  "alert", "AzureScheduledEventsPollLoopStuck", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_up == 0,\n  "alert", "AzureImdsUnreachable", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, event_type, reason) (\n    increase(azure_scheduled_events_approval_failures_total[10m])\n  ) > 0\n  unless on (cluster, job, instance, event_type)\n    sum by (cluster, job, instance, event_type) (increase(azure_scheduled_events_approvals_total[10m])) > 0,\n  "alert", "AzureScheduledEventApprovalsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, receiver) (\n    increase(azure_scheduled_events_notifications_total{result!="delivered"}[10m])\n    or\n    increase(azure_scheduled_events_notifications_dropped_total[10m])\n  ) > 0,\n  "alert", "AzureScheduledEventNotificationsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, operation, result) (\n    increase(azure_scheduled_events_kubernetes_requests_total{result!~"ok|conflict|already_exists"}[10m])\n  ) > 0\n  unless on (cluster, job, instance, operation)\n    sum by (cluster, job, instance, operation) (increase(azure_scheduled_events_kubernetes_requests_total{result="ok"}[10m])) > 0,\n  "alert", "AzureScheduledEventsKubernetesRequestsFailing", "", ""\n)\nor\nlabel_replace(\n  increase(azure_scheduled_events_reboots_total{expected="false", clean!="true"}[30m]) > 0,\n  "alert", "AzureVMRebootedUnexpectedly", "", ""\n)'
         record: 'azure_scheduled_events:target_agent_alert:value'
       }
       {
@@ -466,7 +471,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: '(\n  azure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"} >= 3\n)\nand\n(\n  azure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"}\n  / on (cluster) group_left ()\n  azure_scheduled_events:vms_known:count > 0.1\n  or\n  azure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"}\n  unless on (cluster) azure_scheduled_events:vms_known:count\n)\nor\nazure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventNotificationsFailing|AzureScheduledEventsKubernetesRequestsFailing"}'
+        expression: '(\n  azure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"} >= 3\n)\nand\n(\n  azure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"}\n  / on (cluster) group_left ()\n  azure_scheduled_events:vms_known:count > 0.1\n  or\n  azure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"}\n  unless on (cluster) azure_scheduled_events:vms_known:count\n)\nor\n(\n  azure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"}\n  and\n  last_over_time(azure_scheduled_events:shared_alert:value{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"}[180s])\n)\nor\nazure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventNotificationsFailing|AzureScheduledEventsKubernetesRequestsFailing"}'
         record: 'azure_scheduled_events:shared_alert:value'
       }
       {
@@ -555,7 +560,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         }
         enabled: true
         expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n  )\n)\nunless on (cluster, event_type, reason) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventApprovalsFailing"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n)'
-        'for': 'PT1M'
+        'for': 'PT5M'
         labels: {
           severity: 'warning'
         }
@@ -627,7 +632,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         }
         enabled: true
         expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureVMRebootedUnexpectedly"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureVMRebootedUnexpectedly"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureVMRebootedUnexpectedly"}\n)'
-        'for': 'PT0S'
+        'for': 'PT5M'
         labels: {
           severity: 'warning'
         }

@@ -130,8 +130,13 @@ local promql = import '../lib/promql.libsonnet';
     local vms(kind) = q.rec(r.rollupVms, ['alert=~"%s"' % std.join('|', named(kind))]);
     std.join('\nor\n', (
       if named('share') == [] then [] else [
-        '(\n  %(vms)s >= %(min)s\n)\nand\n(\n  %(vms)s\n  / on (%(cluster)s) group_left ()\n  %(known)s > %(fraction)s\n  or\n  %(vms)s\n  unless on (%(cluster)s) %(known)s\n)' % {
+        '(\n  %(vms)s >= %(min)s\n)\nand\n(\n  %(vms)s\n  / on (%(cluster)s) group_left ()\n  %(known)s > %(fraction)s\n  or\n  %(vms)s\n  unless on (%(cluster)s) %(known)s\n)\nor\n(\n  %(vms)s\n  and\n  last_over_time(%(previous)s[%(window)s])\n)' % {
           vms: vms('share'),
+          // Once formed, a shared cause lasts while any of its VMs has the condition (its own
+          // previous value, read over one and a half intervals of its group), rather than turning
+          // into as many per-VM alerts when it falls under the threshold.
+          previous: q.rec(r.clusterAlert, ['alert=~"%s"' % std.join('|', named('share'))]),
+          window: if c.agentsInterval == '' then '90s' else '%ds' % (3 * seconds(c.agentsInterval) / 2),
           min: number(c.rollup.minVMs),
           cluster: q.list([cl]),
           known: r.vmsKnown,
@@ -157,6 +162,27 @@ local promql = import '../lib/promql.libsonnet';
       size: r.capacityVms,
       fraction: number(settings.fraction),
     },
+  // The page: at least capacity.minVMs Regular VMs and more than capacity.fraction of a capacity
+  // group's Regular VMs (its recorded Regular size, less its VMs being deleted at this
+  // evaluation) face an event of capacity.eventTypes. Its value is the earliest NotBefore of
+  // those VMs' events (a Unix time; 0 when one has started or has none), which its texts give.
+  local pageExpr =
+    local held(types) = std.strReplace($.heldOfGroup(c.capacity, types), '\n', '\n  ');
+    local deleted = 'count by (%s) (\n  max by (%s) (\n    %s\n  )\n)' % [q.groupBy, q.list(q.vmId + [c.capacityLabel]), q.rec(r.vmImpactHeld, ['%s!=""' % c.capacityLabel, 'event_type="Terminate"'] + $.exemptMatchers(c.capacity))];
+    'min by (%(group)s) (\n  %(held)s\n)\nand on (%(group)s)\n(\n  %(atRisk)s >= %(min)s\n  and\n  %(atRisk)s\n  / (\n    %(size)s\n    - (\n      %(deleted)s\n      or %(size)s * 0\n    )\n  ) > %(fraction)s\n)' % {
+      group: q.groupBy,
+      held: held(c.capacity.eventTypes),
+      atRisk: r.capacityAtRisk,
+      min: number(c.capacity.minVMs),
+      size: r.capacityRegularVms,
+      deleted: std.strReplace(deleted, '\n', '\n      '),
+      fraction: number(c.capacity.fraction),
+    },
+  // When the page's first VM goes down: its value as a time, or "now".
+  local firstDown = '{{ if gt $value 0.0 }}at {{ $value | humanizeTimestamp }}{{ else }}now (Started, or NotBefore passed or unknown){{ end }}',
+  // Where a store runs queries in templates (Prometheus, vmalert; not Azure Monitor): the time
+  // left until the page's value, from the value alone (no label, so none can be missing).
+  local timeLeft = '{{ if gt $value 0.0 }}{{ with printf "%.0f - time()" $value | query }}{{ $left := . | first | value }}{{ if gt $left 0.0 }}, in {{ humanizeDuration $left }}{{ else }}, passed{{ end }}{{ end }}{{ end }}',
   // " of scale set X " when the alert has a capacity group.
   local ofGroup = '{{ with $labels.%s }} of %s {{ . }}{{ end }}' % [c.capacityLabel, c.capacityName],
   // The alerts of events (the per-VM ones and the stuck event) and of agent health (`slow`:
@@ -170,7 +196,7 @@ local promql = import '../lib/promql.libsonnet';
       '1m',
       c.severities.vm,
       '%s of VM %s within %d minutes' % [label('event_type'), vmName, c.impactSoonSeconds / 60],
-      'VM %s (%s%s): %s %s event %s %s.' % [vmName, label('instance'), inCluster, label('event_source'), label('event_type'), label('event_id'), 'starts within %d minutes, has started, or has no NotBefore' % (c.impactSoonSeconds / 60)],
+      'VM %s (%s%s): %s %s event %s %s.' % [vmName, label('instance'), inCluster, label('event_source'), label('event_type'), label('event_id'), '{{ if gt $value 0.0 }}is due at {{ $value | humanizeTimestamp }}{{ else }}has started, or its NotBefore passed or is unknown{{ end }}'],
     ),
     alert(
       'AzureSpotEviction',
@@ -296,10 +322,13 @@ local promql = import '../lib/promql.libsonnet';
       'AzureScheduledEventsPollLoopStuck',
       // The heartbeat moves at every poll, successful or not; 0 before the first poll
       // ends, which the first request (up to 2 minutes) may delay.
-      perVm('time() - %s > %d' % [
-        q.sel('azure_scheduled_events_last_poll_timestamp_seconds'),
-        c.pollStuckSeconds,
-      ], slow=true) + rollup('share'),
+      // Judged by the store's sample times, not the VM's clock (which may be minutes off): the
+      // heartbeat has not changed in any sample of the last pollStuckSeconds, of which there are
+      // at least two.
+      perVm('changes(%(hb)s[%(window)ds]) == 0\nand\ncount_over_time(%(hb)s[%(window)ds]) > 1' % {
+        hb: q.sel('azure_scheduled_events_last_poll_timestamp_seconds'),
+        window: c.pollStuckSeconds,
+      }, slow=true) + rollup('share'),
       '5m',
       c.severities.vm,
       forms('The agent on VM %s no longer polls IMDS' % vmName, 'The agents of {{ $value }} VMs%s no longer poll IMDS' % inClusterOrFleet),
@@ -338,7 +367,9 @@ local promql = import '../lib/promql.libsonnet';
         },
         ['event_type', 'reason'],
        slow=true) + rollup('share', ['event_type', 'reason']),
-      '1m',
+      // Long enough for a shared cause (the hook as deployed) to reach the roll-up's threshold
+      // as the VMs' events come, before each VM alerts alone.
+      '5m',
       c.severities.vm,
       forms(
         'Approvals of %s events fail on VM %s (%s)' % [label('event_type'), vmName, label('reason')],
@@ -406,7 +437,9 @@ unless on (%(on)s)
       // rise from the previous process' 0, and the alert clears itself 30 minutes later.
       // A clean reboot (the agent was stopped before it, clean="true") is not unexpected.
       perVm('increase(%s[30m]) > 0' % q.sel('azure_scheduled_events_reboots_total', ['expected="false"', 'clean!="true"']), slow=true) + rollup('share'),
-      '0s',
+      // Long enough for a shared cause (a zone or host outage) to reach the roll-up's
+      // threshold before the first VMs back alert one by one.
+      '5m',
       c.severities.vm,
       forms('VM %s rebooted without a scheduled event' % vmName, '{{ $value }} VMs%s rebooted without a scheduled event' % inClusterOrFleet),
       forms(
@@ -420,15 +453,31 @@ unless on (%(on)s)
 
   // The capacity page and the Spot wave: they read the held impacts of the events' group.
   capacityAlerts:: [
+    local pageText(left) = {
+      summary: '%s %s%s: over %s %% of its Regular VMs go down, the first %s%s' % [std.asciiUpper(std.substr(c.capacityName, 0, 1)) + std.substr(c.capacityName, 1, std.length(c.capacityName) - 1), label(c.capacityLabel), inClusterOnly, percent(c.capacity.fraction), firstDown, left],
+      description: ('At least %s and more than %s %% of the Regular VMs of %s %s%s face a %s event, the first %s%s. ' +
+                    'NotBefore cannot be postponed: add capacity first. The runbook lists the VMs.') % [
+        number(c.capacity.minVMs),
+        percent(c.capacity.fraction),
+        c.capacityName,
+        label(c.capacityLabel),
+        inClusterOnly,
+        typesText(c.capacity.eventTypes),
+        firstDown,
+        left,
+      ],
+    };
     alert(
       'AzureScheduledEventsCapacityAtRisk',
-      groupAtRisk(c.capacity, r.capacityAtRisk),
+      pageExpr,
       c.capacity['for'],
       c.severities.page,
-      '{{ $value }} VMs of %s %s%s go down at once' % [c.capacityName, label(c.capacityLabel), inClusterOnly],
-      ('{{ $value }} VMs of %s %s%s face a %s event whose NotBefore is less than %d minutes away, ' +
-       'passed, or already Started: more than %s %% of its VMs at once.') % [c.capacityName, label(c.capacityLabel), inClusterOnly, typesText(c.capacity.eventTypes), c.impactSoonSeconds / 60, percent(c.capacity.fraction)],
-    ),
+      pageText(timeLeft).summary,
+      pageText(timeLeft).description,
+    ) + {
+      // Azure Monitor runs no query in annotations: the time of the first VM alone.
+      azureAnnotations:: super.annotations + { summary: pageText('').summary, description: pageText('').description },
+    },
     // Many Spot VMs of one group evicted at once: worth knowing (the pool shrinks, its
     // workload moves), never a page: Spot pools are built for it, and 30 seconds of
     // notice leave nothing to do.

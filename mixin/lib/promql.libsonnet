@@ -65,6 +65,7 @@
       targetDown: 'azure_scheduled_events:target_down:timestamp_seconds',
       vmImpactHeld: 'azure_scheduled_events:vm_event_impact:held',
       capacityVms: 'azure_scheduled_events:capacity_vms:count',
+      capacityRegularVms: 'azure_scheduled_events:capacity_regular_vms:count',
       capacityAtRisk: 'azure_scheduled_events:capacity_vms_at_risk:count',
       capacityEvicted: 'azure_scheduled_events:capacity_vms_evicted:count',
       nodes: 'azure_scheduled_events:nodes:count',

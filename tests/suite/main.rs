@@ -76,9 +76,9 @@ mod mixin;
 mod notify;
 mod packaging;
 mod prometheus;
-mod rule_limits;
 #[cfg(feature = "external-tools")]
 mod release;
+mod rule_limits;
 mod signals;
 mod span_ids;
 mod state;

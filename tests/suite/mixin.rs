@@ -231,7 +231,7 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
     assert!(
         capacity
             .expr
-            .starts_with("count by (k8s_cluster, vm_scale_set_name)"),
+            .starts_with("min by (k8s_cluster, vm_scale_set_name)"),
         "{}",
         capacity.expr
     );
@@ -390,7 +390,7 @@ fn the_charts_prometheus_rule_for_one_cluster_has_no_cluster_label() -> TestResu
         .find(|a| a.name == "AzureScheduledEventsCapacityAtRisk")
         .ok_or("no capacity alert")?;
     assert!(
-        capacity.expr.starts_with("count by (zone)"),
+        capacity.expr.starts_with("min by (zone)"),
         "{}",
         capacity.expr
     );
@@ -476,7 +476,7 @@ fn the_mixin_renders_for_one_cluster_and_a_selector_of_your_own() -> TestResult 
         .find(|a| a.name == "AzureScheduledEventsCapacityAtRisk")
         .ok_or("no capacity alert")?;
     assert!(
-        capacity.expr.starts_with("count by (zone)"),
+        capacity.expr.starts_with("min by (zone)"),
         "{}",
         capacity.expr
     );

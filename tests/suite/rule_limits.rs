@@ -21,7 +21,10 @@ const MAX_ANNOTATION_CHARS: usize = 1024;
 /// The Prometheus rule files we ship: alerts/ and the Helm chart's two copies.
 fn prometheus_rule_files() -> Result<Vec<std::path::PathBuf>, Error> {
     let mut files = ops::rule_files()?;
-    for name in ["prometheus-rules.yml", "prometheus-rules-single-cluster.yml"] {
+    for name in [
+        "prometheus-rules.yml",
+        "prometheus-rules-single-cluster.yml",
+    ] {
         files.push(
             ops::repo()
                 .join("deploy/helm/azure-scheduled-events-exporter/files")
@@ -197,7 +200,10 @@ fn bicep_groups() -> Result<(Vec<(String, Vec<Value>)>, Vec<(String, String)>), 
     let mut section = "";
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("resource ") {
-            groups.push((rest.split(' ').next().unwrap_or_default().to_owned(), Vec::new()));
+            groups.push((
+                rest.split(' ').next().unwrap_or_default().to_owned(),
+                Vec::new(),
+            ));
             continue;
         }
         let Some((name, rules)) = groups.last_mut() else {
@@ -279,12 +285,21 @@ fn every_azure_monitor_rule_group_fits_microsofts_limits_in_arm_and_bicep() -> T
     assert!(!arm.is_empty(), "the ARM template has no rule groups");
     // The Bicep file is read by lines: the same groups and rules as the ARM template, or the
     // reading is wrong.
-    let shape = |groups: &[(String, Vec<Value>)]| groups.iter().map(|(_, r)| r.len()).collect::<Vec<_>>();
+    let shape =
+        |groups: &[(String, Vec<Value>)]| groups.iter().map(|(_, r)| r.len()).collect::<Vec<_>>();
     assert_eq!(shape(&arm), shape(&bicep), "rules per group, ARM and Bicep");
     let mut broken = broken_limits("prometheus-rule-groups.json", &arm, true);
     broken.extend(broken_limits("prometheus-rule-groups.bicep", &bicep, true));
-    assert_eq!(arm_intervals.len(), arm.len(), "every ARM group has an interval");
-    assert_eq!(bicep_intervals.len(), bicep.len(), "every Bicep group has an interval");
+    assert_eq!(
+        arm_intervals.len(),
+        arm.len(),
+        "every ARM group has an interval"
+    );
+    assert_eq!(
+        bicep_intervals.len(),
+        bicep.len(),
+        "every Bicep group has an interval"
+    );
     for (group, interval) in arm_intervals.iter().chain(&bicep_intervals) {
         match iso_minutes(interval) {
             Some(1..=15) => {}
@@ -308,18 +323,39 @@ fn the_limit_checks_catch_what_they_are_for() {
     };
     let group = |rules: Vec<Value>| vec![("g".to_owned(), rules)];
     assert!(broken_limits("f", &group(vec![rule("fine {{ $value }}", 1)]), true).is_empty());
-    assert_eq!(broken_limits("f", &group(vec![rule("x", 1); 21]), false).len(), 1);
-    assert_eq!(broken_limits("f", &group(vec![rule("x", 11)]), false).len(), 1);
-    assert_eq!(broken_limits("f", &group(vec![rule(&"x".repeat(1025), 1)]), false).len(), 1);
+    assert_eq!(
+        broken_limits("f", &group(vec![rule("x", 1); 21]), false).len(),
+        1
+    );
+    assert_eq!(
+        broken_limits("f", &group(vec![rule("x", 11)]), false).len(),
+        1
+    );
+    assert_eq!(
+        broken_limits("f", &group(vec![rule(&"x".repeat(1025), 1)]), false).len(),
+        1
+    );
     let queried = r#"{{ with query "time()" }}{{ . | first | value }}{{ end }}"#;
     assert!(broken_limits("f", &group(vec![rule(queried, 1)]), false).is_empty());
-    assert_eq!(broken_limits("f", &group(vec![rule(queried, 1)]), true).len(), 1);
+    assert_eq!(
+        broken_limits("f", &group(vec![rule(queried, 1)]), true).len(),
+        1
+    );
     let piped = r#"{{ range "up" | query }}{{ end }}"#;
-    assert_eq!(broken_limits("f", &group(vec![rule(piped, 1)]), true).len(), 1);
+    assert_eq!(
+        broken_limits("f", &group(vec![rule(piped, 1)]), true).len(),
+        1
+    );
     let quoted = r#"{{ with printf "up{cluster=%q}" $labels.cluster | query }}{{ end }}"#;
-    assert_eq!(broken_limits("f", &group(vec![rule(quoted, 1)]), false).len(), 1);
+    assert_eq!(
+        broken_limits("f", &group(vec![rule(quoted, 1)]), false).len(),
+        1
+    );
     let compared = r#"{{ if eq $labels.event_source "User" }}u{{ end }}"#;
-    assert_eq!(broken_limits("f", &group(vec![rule(compared, 1)]), false).len(), 1);
+    assert_eq!(
+        broken_limits("f", &group(vec![rule(compared, 1)]), false).len(),
+        1
+    );
     let guarded = r#"{{ with $labels.event_source }}{{ if eq . "User" }}u{{ end }}{{ end }}"#;
     assert!(broken_limits("f", &group(vec![rule(guarded, 1)]), false).is_empty());
     assert_eq!(iso_minutes("PT15M"), Some(15));
