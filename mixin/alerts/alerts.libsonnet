@@ -359,7 +359,8 @@ local promql = import '../lib/promql.libsonnet';
       // Approvals of one event type failed and none of that type succeeded: the hook
       // keeps failing or IMDS refuses the POST. The events still start at NotBefore.
       perVm(
-        'sum by (%(key)s) (\n  increase(%(failures)s[10m])\n) > 0\nunless on (%(on)s)\n  sum by (%(on)s) (increase(%(approvals)s[10m])) > 0' % {
+        // max, not sum: the copies of one series an HA pair of servers stores count once.
+        'max by (%(key)s) (\n  increase(%(failures)s[10m])\n) > 0\nunless on (%(on)s)\n  max by (%(on)s) (increase(%(approvals)s[10m])) > 0' % {
           key: q.list(q.vm + ['event_type', 'reason']),
           on: q.list(q.vm + ['event_type']),
           failures: q.sel('azure_scheduled_events_approval_failures_total'),

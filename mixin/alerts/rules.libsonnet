@@ -59,7 +59,14 @@ local promql = import '../lib/promql.libsonnet';
     },
 
   // Node names of kube_node_info, under nodeLabel.
-  local kubeNodes = q.underNodeLabel(q.kubeStateMetrics('kube_node_info', c.coverage.nodeMatchers)),
+  // Series without the cluster label (a kube-state-metrics stored without it) make no cluster of
+  // their own where the agents' series have one: kube_node_info without it counts only where some
+  // agent's series lack it too (one cluster, no label).
+  local kubeNodes =
+    local nodes(matchers) = q.underNodeLabel(q.kubeStateMetrics('kube_node_info', c.coverage.nodeMatchers + matchers));
+    // (Not in the Helm chart's copy, whose cluster label is a placeholder.)
+    if cl == '' || std.startsWith(cl, '@@') then nodes([])
+    else '(\n  %s\n  or\n  %s\n  and on (%s) group by (%s) (%s)\n)' % [nodes(['%s!=""' % cl]), nodes(['%s=""' % cl]), cl, cl, q.sel('azure_scheduled_events_build_info', ['%s=""' % cl])],
   // The labels of one scrape job of a cluster.
   local jobKey = q.list([cl] + q.without(c.vmLabels, 'instance')),
 
@@ -68,9 +75,12 @@ local promql = import '../lib/promql.libsonnet';
   // the same throughout one failure: a new value is a new failure. Recorded in the group
   // azure-scheduled-events.agents, first: the condition of AzureScheduledEventsAgentDown and the
   // gone targets read it.
+  // A target is down only where no copy of its `up` is 1: an HA pair of Prometheus servers stored
+  // without deduplication has two (a replica label apart), and one that cannot reach an agent the
+  // other scrapes is not the agent being down.
   targetDownRule:: record(
     r.targetDown,
-    'max by (%(by)s) (\n  (%(up)s == 0)\n  + on (%(t)s) group_left ()\n  (%(seen)s > time() - %(lookback)d)\n)' % {
+    'max by (%(by)s) (\n  (\n    (%(up)s == 0)\n    unless on (%(t)s) (%(up)s == 1)\n  )\n  + on (%(t)s) group_left ()\n  (%(seen)s > time() - %(lookback)d)\n)' % {
       by: q.list(q.vm + [c.nodeLabel]),
       up: q.sel('up'),
       t: target,
@@ -148,7 +158,8 @@ local promql = import '../lib/promql.libsonnet';
       'max by (%(key)s) (\n  %(events)s * 0\n  + on (%(on)s) group_left ()\n  %(notBefore)s\n  or\n  %(events)s * 0\n)\nunless on (%(on)s)\n  (%(until)s > %(soon)d)' % {
         key: q.list(q.vm + ['event_id', 'event_type', 'event_source', c.nodeLabel]),
         events: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes), statuses]),
-        notBefore: q.sel('azure_scheduled_events_event_not_before_timestamp_seconds'),
+        // One per target and event, however many copies the store holds (an HA pair).
+        notBefore: 'max by (%s) (%s)' % [q.list(q.vm + ['event_id']), q.sel('azure_scheduled_events_event_not_before_timestamp_seconds')],
         on: q.list(q.vm + ['event_id']),
         until: r.targetEventUntil,
         soon: c.impactSoonSeconds,
