@@ -103,7 +103,7 @@ resource ruleGroup1 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: '(\n  count by (cluster) (\n    max by (cluster, node) ((\n  kube_node_info{os_image!~"Windows.*", cluster!=""}\n  or\n  kube_node_info{os_image!~"Windows.*", cluster=""}\n  and on (cluster) group by (cluster) (azure_scheduled_events_build_info{cluster=""})\n))\n    unless on (cluster, node)\n    azure_scheduled_events_build_info{node!=""}\n    unless on (cluster, node)\n    max_over_time(azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown", node!=""}[30m])\n  )\n  and on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  or on (cluster)\n  (\n  (\n    azure_scheduled_events:nodes:count\n    - (azure_scheduled_events:vms_reporting:count or on (cluster) azure_scheduled_events:nodes:count * 0)\n    - (count by (cluster) (azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}) or on (cluster) azure_scheduled_events:nodes:count * 0)\n  ) > 0\n  unless on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  )\n)\nor on (cluster)\n(\n  count by (cluster) (\n    (up == 0)\n    and on (cluster, job) count by (cluster, job) (azure_scheduled_events_build_info)\n    unless on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds\n  )\n  unless on (cluster) azure_scheduled_events:nodes:count\n)'
+        expression: '(\n  count by (cluster) (\n    max by (cluster, node) ((\n  kube_node_info{os_image!~"Windows.*", cluster!=""}\n  or\n  kube_node_info{os_image!~"Windows.*", cluster=""}\n  and on (cluster) group by (cluster) (azure_scheduled_events_build_info{cluster=""})\n))\n    unless on (cluster, node)\n    azure_scheduled_events_build_info{node!=""}\n    unless on (cluster, node)\n    max_over_time(azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsAgentDown", node!=""}[30m])\n  )\n  and on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  or on (cluster)\n  (\n  (\n    azure_scheduled_events:nodes:count\n    - (azure_scheduled_events:vms_reporting:count or on (cluster) azure_scheduled_events:nodes:count * 0)\n    - (count by (cluster) (azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsAgentDown"}) or on (cluster) azure_scheduled_events:nodes:count * 0)\n  ) > 0\n  unless on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  )\n)\nor on (cluster)\n(\n  count by (cluster) (\n    (up == 0)\n    and on (cluster, job) count by (cluster, job) (azure_scheduled_events_build_info)\n    unless on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds\n  )\n  unless on (cluster) azure_scheduled_events:nodes:count\n)'
         record: 'azure_scheduled_events:nodes_without_agent:count'
       }
       {
@@ -462,11 +462,11 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       {
         enabled: true
         expression: 'max without (vm_instance) (\n  label_replace(\n    max by (cluster, vm_id, alert, event_type, operation, reason, receiver, result, vm_instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_agent_alert_vm:value{alert!=""}),\n    "instance", "\$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\nazure_scheduled_events:target_agent_alert:value\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_agent_alert_vm:value'
-        record: 'azure_scheduled_events:vm_alert:value'
+        record: 'azure_scheduled_events:vm_agent_alert:value'
       }
       {
         enabled: true
-        expression: 'count by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}\n    or\n    changes(azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}[30m]) >= 2\n  )\n)\nor\ncount by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n  )\n)\nor\ncount by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureImdsUnreachable"}\n  )\n)\nor\ncount by (cluster, alert, event_type, reason) (\n  count by (cluster, vm_id, job, instance, alert, event_type, reason) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n  )\n)\nor\ncount by (cluster, alert, receiver) (\n  count by (cluster, vm_id, job, instance, alert, receiver) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventNotificationsFailing"}\n  )\n)\nor\ncount by (cluster, alert, operation) (\n  count by (cluster, vm_id, job, instance, alert, operation) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsKubernetesRequestsFailing"}\n  )\n)\nor\ncount by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureVMRebootedUnexpectedly"}\n  )\n)'
+        expression: 'count by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsAgentDown"}\n    or\n    changes(azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsAgentDown"}[30m]) >= 2\n  )\n)\nor\ncount by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n  )\n)\nor\ncount by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureImdsUnreachable"}\n  )\n)\nor\ncount by (cluster, alert, event_type, reason) (\n  count by (cluster, vm_id, job, instance, alert, event_type, reason) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n  )\n)\nor\ncount by (cluster, alert, receiver) (\n  count by (cluster, vm_id, job, instance, alert, receiver) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventNotificationsFailing"}\n  )\n)\nor\ncount by (cluster, alert, operation) (\n  count by (cluster, vm_id, job, instance, alert, operation) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsKubernetesRequestsFailing"}\n  )\n)\nor\ncount by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureVMRebootedUnexpectedly"}\n  )\n)'
         record: 'azure_scheduled_events:rollup_vms:count'
       }
       {
@@ -487,7 +487,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: '{{ if \$labels.instance }}Scheduled-events agent down on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}{{ else }}Scheduled-events agents down on {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}{{ end }}'
         }
         enabled: true
-        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}\n    or\n    changes(azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}[30m]) >= 2\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsAgentDown"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsAgentDown"}\n)'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsAgentDown"}\n    or\n    changes(azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsAgentDown"}[30m]) >= 2\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsAgentDown"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsAgentDown"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'
@@ -511,7 +511,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: '{{ if \$labels.instance }}The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} no longer polls IMDS{{ else }}The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} no longer poll IMDS{{ end }}'
         }
         enabled: true
-        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n)'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'
@@ -535,7 +535,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: '{{ if \$labels.instance }}IMDS scheduled events unreachable from VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}{{ else }}IMDS scheduled events unreachable from {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}{{ end }}'
         }
         enabled: true
-        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureImdsUnreachable"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureImdsUnreachable"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureImdsUnreachable"}\n)'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureImdsUnreachable"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureImdsUnreachable"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureImdsUnreachable"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'
@@ -559,7 +559,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: '{{ if \$labels.instance }}Approvals of {{ \$labels.event_type }} events fail on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.reason }}){{ else }}Approvals of {{ \$labels.event_type }} events fail on {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} ({{ \$labels.reason }}){{ end }}'
         }
         enabled: true
-        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n  )\n)\nunless on (cluster, event_type, reason) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventApprovalsFailing"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n)'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n  )\n)\nunless on (cluster, event_type, reason) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventApprovalsFailing"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'
@@ -631,7 +631,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: '{{ if \$labels.instance }}VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} rebooted without a scheduled event{{ else }}{{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} rebooted without a scheduled event{{ end }}'
         }
         enabled: true
-        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureVMRebootedUnexpectedly"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureVMRebootedUnexpectedly"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureVMRebootedUnexpectedly"}\n)'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureVMRebootedUnexpectedly"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureVMRebootedUnexpectedly"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureVMRebootedUnexpectedly"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'

@@ -50,7 +50,8 @@ local promql = import '../lib/promql.libsonnet';
     alert: name,
     expr: (
       if std.isObject(expr) then
-        local selector = q.rec(r.vmAlert, ['alert="%s"' % name]);
+        // The event alerts' per-VM conditions are recorded in .events, the agent-health ones in .agents.
+        local selector = q.rec(if expr.slow then r.vmAgentAlert else r.vmAlert, ['alert="%s"' % name]);
         local vms = if std.objectHas(expr, 'alertExpr') then expr.alertExpr(selector)
         else 'max without (alert) (\n  %s\n)' % std.strReplace(vmExpr(expr, selector), '\n', '\n  ');
         local cluster = 'max without (alert) (\n  %s\n)' % q.rec(r.clusterAlert, ['alert="%s"' % name]);
@@ -118,7 +119,7 @@ local promql = import '../lib/promql.libsonnet';
     'count by (%s) (\n  count by (%s) (\n    %s\n  )\n)' % [
       q.list([cl, 'alert'] + a.condition.rollup.key),
       q.list(q.vmId + c.vmLabels + ['alert'] + a.condition.rollup.key),
-      std.strReplace(vmExpr(a.condition, q.rec(r.vmAlert, ['alert="%s"' % a.alert])), '\n', '\n    '),
+      std.strReplace(vmExpr(a.condition, q.rec(r.vmAgentAlert, ['alert="%s"' % a.alert])), '\n', '\n    '),
     ]
     for a in alerts
   ]),
@@ -529,7 +530,7 @@ unless on (%(on)s)
           $.targetGoneRule,
           record(r.targetAgentAlert, conditions(conditionsOf)),
           record(r.targetAgentAlertVm, join.joined),
-          record(r.vmAlert, join.byVm),
+          record(r.vmAgentAlert, join.byVm),
           record(r.rollupVms, rollupVms(rolledUp(agentAlerts))),
           record(r.clusterAlert, rollups(rolledUp(agentAlerts))),
         ] + agentAlerts,

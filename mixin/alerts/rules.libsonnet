@@ -347,7 +347,7 @@ local promql = import '../lib/promql.libsonnet';
             r.nodesWithoutAgent,
             // AzureScheduledEventsAgentDown's VMs: their nodes have an agent, which that alert
             // names (now, or within agentDown.flapWindow by name: a crash loop between failures).
-            local agentDown = q.rec(r.vmAlert, ['alert="AzureScheduledEventsAgentDown"']);
+            local agentDown = q.rec(r.vmAgentAlert, ['alert="AzureScheduledEventsAgentDown"']);
             local byCount = '(\n    %(nodes)s\n    - (%(reporting)s or on (%(cluster)s) %(nodes)s * 0)\n    - (count by (%(cluster)s) (%(down)s) or on (%(cluster)s) %(nodes)s * 0)\n  ) > 0' % {
               nodes: r.nodes,
               reporting: r.vmsReporting,
@@ -360,7 +360,7 @@ local promql = import '../lib/promql.libsonnet';
               on: q.list([cl, c.nodeLabel]),
               kube: kubeNodes,
               agents: q.sel('azure_scheduled_events_build_info', ['%s!=""' % c.nodeLabel]),
-              down: q.rec(r.vmAlert, ['alert="AzureScheduledEventsAgentDown"', '%s!=""' % c.nodeLabel]),
+              down: q.rec(r.vmAgentAlert, ['alert="AzureScheduledEventsAgentDown"', '%s!=""' % c.nodeLabel]),
               window: c.agentDown.flapWindow,
               named: named,
             };

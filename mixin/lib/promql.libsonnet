@@ -82,6 +82,7 @@
       targetAlert: 'azure_scheduled_events:target_alert:value',
       targetAlertVm: 'azure_scheduled_events:target_alert_vm:value',
       vmAlert: 'azure_scheduled_events:vm_alert:value',
+      vmAgentAlert: 'azure_scheduled_events:vm_agent_alert:value',
       rollupVms: 'azure_scheduled_events:rollup_vms:count',
       clusterAlert: 'azure_scheduled_events:shared_alert:value',
     },

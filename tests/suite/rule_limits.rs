@@ -18,6 +18,11 @@ const MAX_RULES_PER_GROUP: usize = 20;
 const MAX_LABELS_PER_RULE: usize = 10;
 const MAX_ANNOTATION_CHARS: usize = 1024;
 
+/// Rule groups as `(group name, rules)`, each rule as JSON.
+type Groups = Vec<(String, Vec<Value>)>;
+/// Each group's name and evaluation interval (ISO 8601).
+type Intervals = Vec<(String, String)>;
+
 /// The Prometheus rule files we ship: alerts/ and the Helm chart's two copies.
 fn prometheus_rule_files() -> Result<Vec<std::path::PathBuf>, Error> {
     let mut files = ops::rule_files()?;
@@ -120,7 +125,7 @@ fn actions(template: &str) -> impl Iterator<Item = &str> {
 }
 
 /// A Prometheus rule file's groups.
-fn prometheus_groups(path: &Path) -> Result<Vec<(String, Vec<Value>)>, Error> {
+fn prometheus_groups(path: &Path) -> Result<Groups, Error> {
     let doc = ops::yaml(path)?;
     Ok(doc["groups"]
         .as_array()
@@ -137,7 +142,7 @@ fn prometheus_groups(path: &Path) -> Result<Vec<(String, Vec<Value>)>, Error> {
 
 /// The ARM template's rule groups, and the intervals it gives them (parameters resolved to their
 /// defaults).
-fn arm_groups() -> Result<(Vec<(String, Vec<Value>)>, Vec<(String, String)>), Error> {
+fn arm_groups() -> Result<(Groups, Intervals), Error> {
     let path = ops::repo().join("deploy/azure-monitor/prometheus-rule-groups.json");
     let arm: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
     let mut groups = Vec::new();
@@ -187,7 +192,7 @@ fn bicep_string(literal: &str) -> String {
 
 /// The Bicep file's rule groups, read line by line as the renderer writes them: one `resource` a
 /// group, one `{` a rule at the rules' indentation, its labels and annotations one a line.
-fn bicep_groups() -> Result<(Vec<(String, Vec<Value>)>, Vec<(String, String)>), Error> {
+fn bicep_groups() -> Result<(Groups, Intervals), Error> {
     let path = ops::repo().join("deploy/azure-monitor/prometheus-rule-groups.bicep");
     let text = std::fs::read_to_string(&path)?;
     let default_interval = text
@@ -211,15 +216,13 @@ fn bicep_groups() -> Result<(Vec<(String, Vec<Value>)>, Vec<(String, String)>), 
         };
         let trimmed = line.trim_start();
         let indent = line.len() - trimmed.len();
-        if indent == 4 {
-            if let Some(value) = trimmed.strip_prefix("interval: ") {
-                let value = if value == "interval" {
-                    default_interval.clone()
-                } else {
-                    bicep_string(value.trim_matches('\''))
-                };
-                intervals.push((name.clone(), value));
-            }
+        if let (4, Some(value)) = (indent, trimmed.strip_prefix("interval: ")) {
+            let value = if value == "interval" {
+                default_interval.clone()
+            } else {
+                bicep_string(value.trim_matches('\''))
+            };
+            intervals.push((name.clone(), value));
         }
         if indent == 6 && trimmed == "{" {
             rules.push(serde_json::json!({}));
@@ -237,11 +240,11 @@ fn bicep_groups() -> Result<(Vec<(String, Vec<Value>)>, Vec<(String, String)>), 
             if let Some((key @ ("alert" | "record"), value)) = trimmed.split_once(": ") {
                 rule[key] = Value::String(bicep_string(value.trim_matches('\'')));
             }
-        } else if indent == 10 && !section.is_empty() {
-            if let Some((key, value)) = trimmed.split_once(": ") {
-                let key = bicep_string(key.trim_matches('\''));
-                rule[section][key] = Value::String(bicep_string(value.trim_matches('\'')));
-            }
+        } else if let (10, false, Some((key, value))) =
+            (indent, section.is_empty(), trimmed.split_once(": "))
+        {
+            let key = bicep_string(key.trim_matches('\''));
+            rule[section][key] = Value::String(bicep_string(value.trim_matches('\'')));
         }
     }
     Ok((groups, intervals))

@@ -649,8 +649,7 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     let quick_dir = dir.0.join("quick");
     rendered_rules("{pollStuckSeconds: 8}", &quick_dir)?;
     let quick = ops::yaml(&quick_dir.join("alerts/azure-scheduled-events.yml"))?;
-    // The agent-health alerts' chain, all in the group .agents (vm_alert is recorded by
-    // .events too, for the event alerts).
+    // The agent-health alerts' chain, all in the group .agents.
     let record = |name: &str| -> Result<String, Error> {
         quick["groups"]
             .as_array()
@@ -665,14 +664,14 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     };
     let conditions = "azure_scheduled_events:target_agent_alert:value";
     let conditions_expr = record(conditions)?;
-    // vm_alert reads the conditions joined with each target's VM (target_agent_alert_vm): that
+    // vm_agent_alert reads the conditions joined with each target's VM (target_agent_alert_vm): that
     // join of the rendered conditions.
     let joined = "azure_scheduled_events:target_agent_alert_vm:value";
     let joined_expr = record(joined)?;
-    let vm_alert = record("azure_scheduled_events:vm_alert:value")?;
+    let vm_alert = record("azure_scheduled_events:vm_agent_alert:value")?;
     let only_alerts = format!("{joined}{{alert!=\"\"}}");
     if !vm_alert.contains(&only_alerts) {
-        return Err(format!("vm_alert does not read {only_alerts}: {vm_alert}").into());
+        return Err(format!("vm_agent_alert does not read {only_alerts}: {vm_alert}").into());
     }
     let expr = vm_alert
         .replace(&only_alerts, &format!("({joined_expr})"))
@@ -841,7 +840,8 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
 
     // The failing outputs are west/pool_0's alone, though east/pool_0 has the same instance.
     // Receivers and the API server are shared by nature: one alert per cluster and receiver or
-    // operation, with no VM label, and the VM it comes from in the per-VM record.
+    // operation, with no VM label, and the VM it comes from in the per-VM record (the agent-health
+    // alerts': vm_agent_alert).
     for name in [
         "AzureScheduledEventNotificationsFailing",
         "AzureScheduledEventsKubernetesRequestsFailing",
@@ -876,7 +876,7 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         }
         let per_vm = prometheus
             .query(&format!(
-                "azure_scheduled_events:vm_alert:value{{alert=\"{name}\"}}"
+                "azure_scheduled_events:vm_agent_alert:value{{alert=\"{name}\"}}"
             ))
             .await?;
         let named: BTreeSet<(String, String)> = per_vm
