@@ -35,7 +35,14 @@ fn promtool(args: &[&str]) -> Result<(bool, String), Error> {
 #[test]
 fn promtool_accepts_every_rule_file_and_passes_its_unit_tests() -> TestResult {
     for rules in ops::rule_files()? {
-        let (ok, report) = promtool(&["check", "rules", &rules.to_string_lossy()])?;
+        // Lint errors (a rule recorded twice) fail too.
+        let (ok, report) = promtool(&[
+            "check",
+            "rules",
+            "--lint=all",
+            "--lint-fatal",
+            &rules.to_string_lossy(),
+        ])?;
         assert!(ok, "promtool check rules {}:\n{report}", rules.display());
     }
     let tests = ops::rule_tests()?;
