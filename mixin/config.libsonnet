@@ -70,20 +70,22 @@
     // AzureScheduledEventImpactSoon firing.
     impactHold: '15m',
 
-    // The capacity page: at least `minVMs` VMs (counted by vmIdLabel) and more than `fraction`
-    // of one capacity group (capacityLabel) in one cluster face one of `eventTypes` with
-    // NotBefore within impactSoonSeconds, passed, or already Started. Terminate (scale-in,
-    // usually wanted) and Preempt (Spot pools are built for evictions: spotWave) are left out;
-    // add 'Preempt' to page for Spot waves too. VMs whose priority (the `priority` label of
-    // azure_scheduled_events_vm_info, from instance metadata) is one of `exemptPriorities` are
-    // never counted: a Spot pool is built to lose VMs, whatever the event. A VM without a
-    // priority counts as Regular.
+    // The capacity page reads Regular capacity: at least `minVMs` Regular VMs (counted by
+    // vmIdLabel) and more than `fraction` of the Regular VMs of one capacity group
+    // (capacityLabel) in one cluster face one of `eventTypes` with NotBefore within
+    // impactSoonSeconds, passed, or already Started. A VM's priority decides, not the event's
+    // type: VMs whose priority (the `priority` label of azure_scheduled_events_vm_info, from
+    // instance metadata) is one of `exemptPriorities` are built for interruption and never
+    // counted, in the VMs going down or in the group's size, so a scale set without Regular VMs
+    // never pages; a VM without a priority counts as Regular. VMs being deleted (Terminate,
+    // usually a wanted scale-in) leave the size at once. Spot waves are spotWave.
     capacity: {
-      eventTypes: ['Reboot', 'Redeploy'],
+      eventTypes: ['Reboot', 'Redeploy', 'Preempt'],
       minVMs: 2,
       fraction: 0.25,
       'for': '1m',
-      exemptPriorities: ['Spot', 'SpotPlus'],
+      // Low is Spot's former name, still reported by older scale sets.
+      exemptPriorities: ['Spot', 'SpotPlus', 'Low'],
     },
     // A Spot wave: the same thresholds for evictions, reported at `severity`, never paged.
     spotWave: {
@@ -144,15 +146,14 @@
     // seen within vmInfoLookback; with none known, the count alone decides) have the same
     // agent-health condition (AzureScheduledEventsAgentDown, AzureScheduledEventsPollLoopStuck,
     // AzureImdsUnreachable, AzureScheduledEventApprovalsFailing for one event type and reason,
-    // AzureVMRebootedUnexpectedly), one alert for the cluster, with the number of VMs and
-    // `sampleVMs` of them, replaces theirs. Notification receivers and the Kubernetes API server
+    // AzureVMRebootedUnexpectedly), one alert for the cluster, with the number of VMs, replaces
+    // theirs. Notification receivers and the Kubernetes API server
     // are shared by nature: AzureScheduledEventNotificationsFailing and
     // AzureScheduledEventsKubernetesRequestsFailing are always one alert per cluster and receiver
     // or operation.
     rollup: {
       minVMs: 3,
       fraction: 0.1,
-      sampleVMs: 10,
     },
 
     // A Started event older than this is stuck.

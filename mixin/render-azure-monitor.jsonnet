@@ -63,7 +63,11 @@ function(config={})
       actions: actions(actionGroup(r)),
     } + (if std.objectHas(r, 'for') then { 'for': iso(r['for']) } else {})
     + (if std.objectHas(r, 'labels') then { labels: { [k]: text(r.labels[k]) for k in std.objectFields(r.labels) } } else {})
-    + (if std.objectHas(r, 'annotations') then { annotations: { [k]: text(r.annotations[k]) for k in std.objectFields(r.annotations) } } else {});
+    + (
+      // An alert's annotations for Azure Monitor, which runs no query in them, where they differ.
+      local annotations = if std.objectHasAll(r, 'azureAnnotations') then r.azureAnnotations else if std.objectHas(r, 'annotations') then r.annotations else null;
+      if annotations == null then {} else { annotations: { [k]: text(annotations[k]) for k in std.objectFields(annotations) } }
+    );
   local description(group) =
     'azure-scheduled-events-exporter: rule group %s (generated from the monitoring mixin).' % group.name;
 

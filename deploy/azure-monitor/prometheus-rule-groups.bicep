@@ -64,6 +64,11 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:target_vm_info:last{vm_scale_set_name!="", priority!~"Spot|SpotPlus|Low"}\n    and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 900)\n    unless on (cluster, job, instance)\n    azure_scheduled_events:target_gone:timestamp_seconds{reason=~"discovery|replaced"}\n  )\n)'
+        record: 'azure_scheduled_events:capacity_regular_vms:count'
+      }
+      {
+        enabled: true
         expression: 'count by (cluster) (azure_scheduled_events:vm_info:last)'
         record: 'azure_scheduled_events:vms_known:count'
       }
@@ -93,12 +98,12 @@ resource ruleGroup1 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'count by (cluster) (kube_node_info{os_image!~"Windows.*"})'
+        expression: 'count by (cluster) ((\n  kube_node_info{os_image!~"Windows.*", cluster!=""}\n  or\n  kube_node_info{os_image!~"Windows.*", cluster=""}\n  and on (cluster) group by (cluster) (azure_scheduled_events_build_info{cluster=""})\n))'
         record: 'azure_scheduled_events:nodes:count'
       }
       {
         enabled: true
-        expression: '(\n  count by (cluster) (\n    max by (cluster, node) (kube_node_info{os_image!~"Windows.*"})\n    unless on (cluster, node)\n    azure_scheduled_events_build_info{node!=""}\n    unless on (cluster, node)\n    max_over_time(azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown", node!=""}[30m])\n  )\n  and on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  or on (cluster)\n  (\n  (\n    azure_scheduled_events:nodes:count\n    - (azure_scheduled_events:vms_reporting:count or on (cluster) azure_scheduled_events:nodes:count * 0)\n    - (count by (cluster) (azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}) or on (cluster) azure_scheduled_events:nodes:count * 0)\n  ) > 0\n  unless on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  )\n)\nor on (cluster)\n(\n  count by (cluster) (\n    (up == 0)\n    and on (cluster, job) count by (cluster, job) (azure_scheduled_events_build_info)\n    unless on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds\n  )\n  unless on (cluster) azure_scheduled_events:nodes:count\n)'
+        expression: '(\n  count by (cluster) (\n    max by (cluster, node) ((\n  kube_node_info{os_image!~"Windows.*", cluster!=""}\n  or\n  kube_node_info{os_image!~"Windows.*", cluster=""}\n  and on (cluster) group by (cluster) (azure_scheduled_events_build_info{cluster=""})\n))\n    unless on (cluster, node)\n    azure_scheduled_events_build_info{node!=""}\n    unless on (cluster, node)\n    max_over_time(azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsAgentDown", node!=""}[30m])\n  )\n  and on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  or on (cluster)\n  (\n  (\n    azure_scheduled_events:nodes:count\n    - (azure_scheduled_events:vms_reporting:count or on (cluster) azure_scheduled_events:nodes:count * 0)\n    - (count by (cluster) (azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsAgentDown"}) or on (cluster) azure_scheduled_events:nodes:count * 0)\n  ) > 0\n  unless on (cluster) count by (cluster) (azure_scheduled_events_build_info{node!=""})\n  )\n)\nor on (cluster)\n(\n  count by (cluster) (\n    (up == 0)\n    and on (cluster, job) count by (cluster, job) (azure_scheduled_events_build_info)\n    unless on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds\n  )\n  unless on (cluster) azure_scheduled_events:nodes:count\n)'
         record: 'azure_scheduled_events:nodes_without_agent:count'
       }
       {
@@ -109,7 +114,7 @@ resource ruleGroup1 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureScheduledEventsNodesWithoutAgent'
         annotations: {
-          description: '{{ \$value }} nodes{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} have no working agent (and no agent that AzureScheduledEventsAgentDown names): their scheduled events go unseen, and the capacity page does not count them. (Nodes without an agent: {{ range printf "kube_node_info{os_image!~\\"Windows.*\\",cluster=%q} unless on (cluster, node) azure_scheduled_events_build_info{cluster=%q} unless on (cluster, node) azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventsAgentDown\\",cluster=%q} and on (cluster) azure_scheduled_events_build_info{node!=\\"\\",cluster=%q}" \$labels.cluster \$labels.cluster \$labels.cluster \$labels.cluster | query | sortByLabel "node" }}{{ .Labels.node }} {{ else }}not named (the agents\' series carry no node label) {{ end }}; targets never up: {{ range printf "up{cluster=%q} == 0 and on (cluster, job) azure_scheduled_events_build_info{cluster=%q} unless on (cluster, job, instance) azure_scheduled_events:target_last_seen:timestamp_seconds{cluster=%q}" \$labels.cluster \$labels.cluster \$labels.cluster | query | sortByLabel "instance" }}{{ .Labels.instance }} {{ else }}none {{ end }}.)'
+          description: '{{ \$value }} nodes{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} have no working agent (and no agent that AzureScheduledEventsAgentDown names): their scheduled events go unseen, and the capacity page does not count them.'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventsnodeswithoutagent'
           summary: '{{ \$value }} nodes{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} without a working scheduled-events agent'
         }
@@ -194,118 +199,22 @@ resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
 }
 
 resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
-  name: '${ruleGroupPrefix}azure-scheduled-events.capacity'
+  name: '${ruleGroupPrefix}azure-scheduled-events.events'
   location: location
   properties: {
     clusterName: empty(clusterName) ? null : clusterName
-    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.capacity (generated from the monitoring mixin).'
-    enabled: true
-    interval: interval
-    rules: [
-      {
-        actions: empty(criticalActionGroupId) ? [] : [
-          {
-            actionGroupId: criticalActionGroupId
-          }
-        ]
-        alert: 'AzureScheduledEventsCapacityAtRisk'
-        annotations: {
-          description: '{{ \$value }} VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} face a Reboot or Redeploy event whose NotBefore is less than 15 minutes away, passed, or already Started: more than 25 % of its VMs at once. (VM, event: {{ range printf "max by (instance, vm_name, event_type, event_id) (azure_scheduled_events_event_info{affects_this_vm=\\"true\\",event_type=~\\"Reboot|Redeploy\\",event_status=~\\"Scheduled|Started\\",cluster=%q} * on (cluster, job, instance) group_left (vm_name) azure_scheduled_events_vm_info{vm_scale_set_name=%q,cluster=%q})" \$labels.cluster \$labels.vm_scale_set_name \$labels.cluster | query | sortByLabel "vm_name" }}{{ .Labels.vm_name }} ({{ .Labels.instance }}) {{ .Labels.event_type }} {{ .Labels.event_id }}; {{ end }})'
-          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventscapacityatrisk'
-          summary: '{{ \$value }} VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} go down at once'
-        }
-        enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy", priority!~"Spot|SpotPlus"}\n  )\n) >= 2\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_at_risk:count\n  / azure_scheduled_events:capacity_vms:count\n) > 0.25'
-        'for': 'PT1M'
-        labels: {
-          severity: 'critical'
-        }
-        resolveConfiguration: {
-          autoResolved: true
-          timeToResolve: 'PT10M'
-        }
-        severity: 0
-      }
-      {
-        actions: empty(warningActionGroupId) ? [] : [
-          {
-            actionGroupId: warningActionGroupId
-          }
-        ]
-        alert: 'AzureSpotEvictionWave'
-        annotations: {
-          description: '{{ \$value }} VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} are being evicted (Preempt): more than 25 % of its VMs at once. Not paged: a Spot pool is built for evictions; check that its workload found room elsewhere. (VM, event: {{ range printf "max by (instance, vm_name, event_type, event_id) (azure_scheduled_events_event_info{affects_this_vm=\\"true\\",event_type=~\\"Preempt\\",event_status=~\\"Scheduled|Started\\",cluster=%q} * on (cluster, job, instance) group_left (vm_name) azure_scheduled_events_vm_info{vm_scale_set_name=%q,cluster=%q})" \$labels.cluster \$labels.vm_scale_set_name \$labels.cluster | query | sortByLabel "vm_name" }}{{ .Labels.vm_name }} ({{ .Labels.instance }}) {{ .Labels.event_type }} {{ .Labels.event_id }}; {{ end }})'
-          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurespotevictionwave'
-          summary: '{{ \$value }} Spot VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} evicted at once'
-        }
-        enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Preempt"}\n  )\n) >= 2\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_evicted:count\n  / azure_scheduled_events:capacity_vms:count\n) > 0.25'
-        'for': 'PT1M'
-        labels: {
-          severity: 'warning'
-        }
-        resolveConfiguration: {
-          autoResolved: true
-          timeToResolve: 'PT10M'
-        }
-        severity: 2
-      }
-    ]
-    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
-  }
-}
-
-resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
-  name: '${ruleGroupPrefix}azure-scheduled-events.agents'
-  location: location
-  properties: {
-    clusterName: empty(clusterName) ? null : clusterName
-    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.agents (generated from the monitoring mixin).'
-    enabled: true
-    interval: 'PT2M'
-    rules: [
-      {
-        enabled: true
-        expression: 'max by (cluster, job, instance) (\n  max_over_time(azure_scheduled_events:target_event_impact:soon[15m])\n  unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon\n)\nand on (cluster, job, instance) (up == 1)'
-        record: 'azure_scheduled_events:target_event_impact:released'
-      }
-      {
-        enabled: true
-        expression: 'max by (cluster, job, instance, node) (\n  (up == 0)\n  + on (cluster, job, instance) group_left ()\n  (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 86400)\n)'
-        record: 'azure_scheduled_events:target_down:timestamp_seconds'
-      }
-      {
-        enabled: true
-        expression: 'label_replace(\n  max by (cluster, job, instance) (\n    last_over_time(azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Terminate", event_status=~"Scheduled|Started"}[240s])\n  ) * 0 + time(),\n  "reason", "event", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance) (\n    azure_scheduled_events:target_event_impact:held unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:released\n    unless on (cluster, job, instance) azure_scheduled_events:target_down:timestamp_seconds\n    unless on (cluster, node) kube_node_info{os_image!~"Windows.*"}\n  ) * 0 + time(),\n  "reason", "discovery", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance) (\n    azure_scheduled_events:target_event_impact:held{node!=""} unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:released\n    and on (cluster, node) azure_scheduled_events_vm_info{node!=""}\n  ) * 0 + time(),\n  "reason", "replaced", "", ""\n)\nor on (cluster, job, instance, reason)\n(\n  last_over_time(azure_scheduled_events:target_gone:timestamp_seconds[10m]) > time() - 86400\n)\nunless on (cluster, job, instance) (up == 1)'
-        record: 'azure_scheduled_events:target_gone:timestamp_seconds'
-      }
-      {
-        enabled: true
-        expression: 'label_replace(\n  (\n    max without (alert) (azure_scheduled_events:target_agent_alert:value{alert="AzureScheduledEventsAgentDown"})\n    and on (cluster, job, instance)\n    (\n      azure_scheduled_events:target_down:timestamp_seconds\n      unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n      unless on (cluster, job, instance) azure_scheduled_events:target_gone:timestamp_seconds\n      unless on (cluster, node) max by (cluster, node) (\n        max_over_time(kube_node_spec_taint{key="node.kubernetes.io/unschedulable"}[10m])\n      )\n    )\n  )\n  or on (cluster, job, instance)\n  (\n    (\n      azure_scheduled_events:target_down:timestamp_seconds\n      unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n      unless on (cluster, job, instance) azure_scheduled_events:target_gone:timestamp_seconds\n      unless on (cluster, node) max by (cluster, node) (\n        max_over_time(kube_node_spec_taint{key="node.kubernetes.io/unschedulable"}[10m])\n      )\n    ) * 0 + time()\n  ),\n  "alert", "AzureScheduledEventsAgentDown", "", ""\n)\nor\nlabel_replace(\n  time() - azure_scheduled_events_last_poll_timestamp_seconds > 180,\n  "alert", "AzureScheduledEventsPollLoopStuck", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_up == 0,\n  "alert", "AzureImdsUnreachable", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, event_type, reason) (\n    increase(azure_scheduled_events_approval_failures_total[10m])\n  ) > 0\n  unless on (cluster, job, instance, event_type)\n    sum by (cluster, job, instance, event_type) (increase(azure_scheduled_events_approvals_total[10m])) > 0,\n  "alert", "AzureScheduledEventApprovalsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, receiver) (\n    increase(azure_scheduled_events_notifications_total{result!="delivered"}[10m])\n    or\n    increase(azure_scheduled_events_notifications_dropped_total[10m])\n  ) > 0,\n  "alert", "AzureScheduledEventNotificationsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, operation, result) (\n    increase(azure_scheduled_events_kubernetes_requests_total{result!~"ok|conflict|already_exists"}[10m])\n  ) > 0\n  unless on (cluster, job, instance, operation)\n    sum by (cluster, job, instance, operation) (increase(azure_scheduled_events_kubernetes_requests_total{result="ok"}[10m])) > 0,\n  "alert", "AzureScheduledEventsKubernetesRequestsFailing", "", ""\n)\nor\nlabel_replace(\n  increase(azure_scheduled_events_reboots_total{expected="false", clean!="true"}[30m]) > 0,\n  "alert", "AzureVMRebootedUnexpectedly", "", ""\n)'
-        record: 'azure_scheduled_events:target_agent_alert:value'
-      }
-    ]
-    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
-  }
-}
-
-resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
-  name: '${ruleGroupPrefix}azure-scheduled-events.vms'
-  location: location
-  properties: {
-    clusterName: empty(clusterName) ? null : clusterName
-    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.vms (generated from the monitoring mixin).'
+    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.events (generated from the monitoring mixin).'
     enabled: true
     interval: interval
     rules: [
       {
         enabled: true
-        expression: 'azure_scheduled_events_event_seconds_until_not_before\nand on (cluster, job, instance, event_id)\nazure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"}'
+        expression: 'azure_scheduled_events_event_not_before_timestamp_seconds - time()\nand on (cluster, job, instance, event_id)\nazure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started"}'
         record: 'azure_scheduled_events:target_event_seconds_until_not_before:own'
       }
       {
         enabled: true
-        expression: 'max by (cluster, job, instance, event_id, event_type, event_source, node) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"}\n)\nunless on (cluster, job, instance, event_id)\n  (azure_scheduled_events:target_event_seconds_until_not_before:own > 900)'
+        expression: 'max by (cluster, job, instance, event_id, event_type, event_source, node) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"} * 0\n  + on (cluster, job, instance, event_id) group_left ()\n  max by (cluster, job, instance, event_id) (azure_scheduled_events_event_not_before_timestamp_seconds)\n  or\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"} * 0\n)\nunless on (cluster, job, instance, event_id)\n  (azure_scheduled_events:target_event_seconds_until_not_before:own > 900)'
         record: 'azure_scheduled_events:target_event_impact:soon'
       }
       {
@@ -315,7 +224,7 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'label_replace(\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"},\n  "alert", "AzureScheduledEventImpactSoon", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n  ),\n  "alert", "AzureSpotEviction", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n  ),\n  "alert", "AzureScaleSetDelete", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events:target_event_seconds_until_not_before:own\n  > on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  (\n    max by (cluster, job, instance, event_id, event_type, event_source) (\n      azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n    ) * 0 - Inf\n    or on (cluster, job, instance, event_id)\n    max by (cluster, job, instance, event_id, event_type, event_source) (\n      azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n    ) * 0 + 86400\n  ),\n  "alert", "AzureRedeployAnnouncedDaysAhead", "", ""\n)\nor\nazure_scheduled_events:target_agent_alert:value'
+        expression: 'label_replace(\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"},\n  "alert", "AzureScheduledEventImpactSoon", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n  ),\n  "alert", "AzureSpotEviction", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n  ),\n  "alert", "AzureScaleSetDelete", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events:target_event_seconds_until_not_before:own\n  > on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  (\n    max by (cluster, job, instance, event_id, event_type, event_source) (\n      azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n    ) * 0 - Inf\n    or on (cluster, job, instance, event_id)\n    max by (cluster, job, instance, event_id, event_type, event_source) (\n      azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n    ) * 0 + 86400\n  ),\n  "alert", "AzureRedeployAnnouncedDaysAhead", "", ""\n)'
         record: 'azure_scheduled_events:target_alert:value'
       }
       {
@@ -330,7 +239,7 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy", priority!~"Spot|SpotPlus"}\n  )\n)'
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy|Preempt", priority!~"Spot|SpotPlus|Low"}\n    unless\n    azure_scheduled_events:vm_event_impact:held{event_type="Preempt", priority=""}\n  )\n)'
         record: 'azure_scheduled_events:capacity_vms_at_risk:count'
       }
       {
@@ -340,18 +249,8 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'max without (vm_instance) (\n  label_replace(\n    max by (cluster, vm_id, alert, event_id, event_source, event_type, operation, reason, receiver, result, vm_instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_alert_vm:value{alert!=""}),\n    "instance", "\$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\nazure_scheduled_events:target_alert:value\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_alert_vm:value'
+        expression: 'max without (vm_instance) (\n  label_replace(\n    max by (cluster, vm_id, alert, event_id, event_source, event_type, vm_instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_alert_vm:value{alert!=""}),\n    "instance", "\$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\nazure_scheduled_events:target_alert:value\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_alert_vm:value'
         record: 'azure_scheduled_events:vm_alert:value'
-      }
-      {
-        enabled: true
-        expression: 'count by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}\n    or\n    changes(azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}[30m]) >= 2\n  )\n)\nor\ncount by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n  )\n)\nor\ncount by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureImdsUnreachable"}\n  )\n)\nor\ncount by (cluster, alert, event_type, reason) (\n  count by (cluster, vm_id, job, instance, alert, event_type, reason) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n  )\n)\nor\ncount by (cluster, alert, receiver) (\n  count by (cluster, vm_id, job, instance, alert, receiver) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventNotificationsFailing"}\n  )\n)\nor\ncount by (cluster, alert, operation) (\n  count by (cluster, vm_id, job, instance, alert, operation) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsKubernetesRequestsFailing"}\n  )\n)\nor\ncount by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureVMRebootedUnexpectedly"}\n  )\n)'
-        record: 'azure_scheduled_events:rollup_vms:count'
-      }
-      {
-        enabled: true
-        expression: '(\n  azure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"} >= 3\n)\nand\n(\n  azure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"}\n  / on (cluster) group_left ()\n  azure_scheduled_events:vms_known:count > 0.1\n  or\n  azure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"}\n  unless on (cluster) azure_scheduled_events:vms_known:count\n)\nor\nazure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventNotificationsFailing|AzureScheduledEventsKubernetesRequestsFailing"}'
-        record: 'azure_scheduled_events:shared_alert:value'
       }
       {
         actions: empty(warningActionGroupId) ? [] : [
@@ -361,7 +260,7 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureScheduledEventImpactSoon'
         annotations: {
-          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}): {{ \$labels.event_source }} {{ \$labels.event_type }} event {{ \$labels.event_id }} {{ with printf "azure_scheduled_events_event_seconds_until_not_before{cluster=%q,instance=%q,event_id=%q} > 0" \$labels.cluster \$labels.instance \$labels.event_id | query }}starts in {{ . | first | value | humanizeDuration }}{{ else }}has started or starts any moment{{ end }}.'
+          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}): {{ \$labels.event_source }} {{ \$labels.event_type }} event {{ \$labels.event_id }} {{ if gt \$value 0.0 }}is due at {{ \$value | humanizeTimestamp }}{{ else }}has started, or its NotBefore passed or is unknown{{ end }}.'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventimpactsoon'
           summary: '{{ \$labels.event_type }} of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} within 15 minutes'
         }
@@ -385,7 +284,7 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureSpotEviction'
         annotations: {
-          description: 'Spot VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) is being evicted: Preempt event {{ \$labels.event_id }} {{ with printf "azure_scheduled_events_event_seconds_until_not_before{cluster=%q,instance=%q,event_id=%q} > 0" \$labels.cluster \$labels.instance \$labels.event_id | query }}in {{ . | first | value | humanizeDuration }}{{ else }}now{{ end }}. Informational: Azure gives 30 seconds, less than scrape, rule evaluation and notification take.'
+          description: 'Spot VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) is being evicted: Preempt event {{ \$labels.event_id }}. Informational: Azure gives 30 seconds, less than scrape, rule evaluation and notification take.'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurespoteviction'
           summary: 'Spot eviction of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}'
         }
@@ -409,7 +308,7 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureScaleSetDelete'
         annotations: {
-          description: '{{ \$value }} VMs{{ with \$labels.vm_scale_set_name }} of scale set {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} are being deleted by their scale set: {{ if eq \$labels.event_source "User" }}requested (a scale-in, a delete by a user or an automation){{ else }}Terminate events from {{ or \$labels.event_source "an unknown source" }}{{ end }}, the first {{ with printf "min(azure_scheduled_events_event_seconds_until_not_before{cluster=%q} and on (cluster, instance, event_id) azure_scheduled_events:vm_alert:value{alert=\\"AzureScaleSetDelete\\",cluster=%q,vm_scale_set_name=%q,event_source=%q})" \$labels.cluster \$labels.cluster \$labels.vm_scale_set_name \$labels.event_source | query }}{{ with . | first | value }}{{ if gt . 0.0 }}in {{ humanizeDuration . }}{{ else }}now{{ end }}{{ end }}{{ else }}now{{ end }}. Informational: a scale set deletes VMs on purpose. (VM, event: {{ range printf "azure_scheduled_events:vm_alert:value{alert=\\"AzureScaleSetDelete\\",cluster=%q,vm_scale_set_name=%q,event_source=%q}" \$labels.cluster \$labels.vm_scale_set_name \$labels.event_source | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}) {{ .Labels.event_id }}; {{ end }})'
+          description: '{{ \$value }} VMs{{ with \$labels.vm_scale_set_name }} of scale set {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} are being deleted by their scale set: {{ with \$labels.event_source }}{{ if eq . "User" }}requested (a scale-in, a delete by a user or an automation){{ else }}Terminate events from {{ . }}{{ end }}{{ else }}Terminate events from an unknown source{{ end }}. Informational: a scale set deletes VMs on purpose.'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescalesetdelete'
           summary: '{{ \$value }} VMs{{ with \$labels.vm_scale_set_name }} of scale set {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} deleted by their scale set'
         }
@@ -433,12 +332,12 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureScheduledEventStuckStarted'
         annotations: {
-          description: '{{ \$labels.event_type }} event {{ \$labels.event_id }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} has been Started for more than 30m. VMs it names (as their agents report): {{ range printf "max by (instance, vm_name) (azure_scheduled_events_event_info{event_id=%q,affects_this_vm=\\"true\\",cluster=%q} * on (cluster, job, instance) group_left (vm_name) azure_scheduled_events_vm_info{cluster=%q} or on (cluster, job, instance) azure_scheduled_events_event_info{event_id=%q,affects_this_vm=\\"true\\",cluster=%q})" \$labels.event_id \$labels.cluster \$labels.cluster \$labels.event_id \$labels.cluster | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ else }}none whose agent reports it; {{ end }}seen by {{ with printf "count(max by (instance) (azure_scheduled_events_event_info{event_id=%q,cluster=%q}))" \$labels.event_id \$labels.cluster | query }}{{ . | first | value }}{{ end }} agents.'
+          description: '{{ \$labels.event_type }} event {{ \$labels.event_id }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} has been Started for more than 30m, on {{ \$value }} VMs whose agents report it as their own (0: only neighbours see it). Open one Azure support case for this EventId.'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventstuckstarted'
           summary: '{{ \$labels.event_type }} event {{ \$labels.event_id }} Started for over 30m{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}'
         }
         enabled: true
-        expression: 'max by (cluster, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{event_status="Started"}\n)'
+        expression: 'count by (cluster, event_id, event_type, event_source) (\n  max by (cluster, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{event_status="Started", affects_this_vm="true"}\n  )\n)\nor\nmax by (cluster, event_id, event_type, event_source) (\n  azure_scheduled_events_event_info{event_status="Started"}\n) * 0'
         'for': 'PT30M'
         labels: {
           severity: 'warning'
@@ -474,6 +373,108 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         severity: 2
       }
       {
+        actions: empty(criticalActionGroupId) ? [] : [
+          {
+            actionGroupId: criticalActionGroupId
+          }
+        ]
+        alert: 'AzureScheduledEventsCapacityAtRisk'
+        annotations: {
+          description: 'At least 2 and more than 25 % of the Regular VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} face a Reboot or Redeploy or Preempt event, the first {{ if gt \$value 0.0 }}at {{ \$value | humanizeTimestamp }}{{ else }}now (Started, or NotBefore passed or unknown){{ end }}. NotBefore cannot be postponed: add capacity first. The runbook lists the VMs.'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventscapacityatrisk'
+          summary: 'Scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}: over 25 % of its Regular VMs go down, the first {{ if gt \$value 0.0 }}at {{ \$value | humanizeTimestamp }}{{ else }}now (Started, or NotBefore passed or unknown){{ end }}'
+        }
+        enabled: true
+        expression: 'min by (cluster, vm_scale_set_name) (\n  azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy|Preempt", priority!~"Spot|SpotPlus|Low"}\n  unless\n  azure_scheduled_events:vm_event_impact:held{event_type="Preempt", priority=""}\n)\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_at_risk:count >= 2\n  and\n  azure_scheduled_events:capacity_vms_at_risk:count\n  / (\n    azure_scheduled_events:capacity_regular_vms:count\n    - (\n      count by (cluster, vm_scale_set_name) (\n        max by (cluster, vm_id, vm_scale_set_name) (\n          azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type="Terminate", priority!~"Spot|SpotPlus|Low"}\n        )\n      )\n      or azure_scheduled_events:capacity_regular_vms:count * 0\n    )\n  ) > 0.25\n)'
+        'for': 'PT1M'
+        labels: {
+          severity: 'critical'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 0
+      }
+      {
+        actions: empty(warningActionGroupId) ? [] : [
+          {
+            actionGroupId: warningActionGroupId
+          }
+        ]
+        alert: 'AzureSpotEvictionWave'
+        annotations: {
+          description: '{{ \$value }} VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} are being evicted (Preempt): more than 25 % of its VMs at once. Not paged: a Spot pool is built for evictions; check that its workload found room elsewhere.'
+          'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurespotevictionwave'
+          summary: '{{ \$value }} Spot VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} evicted at once'
+        }
+        enabled: true
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Preempt"}\n  )\n) >= 2\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_evicted:count\n  / azure_scheduled_events:capacity_vms:count\n) > 0.25'
+        'for': 'PT1M'
+        labels: {
+          severity: 'warning'
+        }
+        resolveConfiguration: {
+          autoResolved: true
+          timeToResolve: 'PT10M'
+        }
+        severity: 2
+      }
+    ]
+    scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
+  }
+}
+
+resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01' = {
+  name: '${ruleGroupPrefix}azure-scheduled-events.agents'
+  location: location
+  properties: {
+    clusterName: empty(clusterName) ? null : clusterName
+    description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.agents (generated from the monitoring mixin).'
+    enabled: true
+    interval: 'PT2M'
+    rules: [
+      {
+        enabled: true
+        expression: 'group by (cluster, job, instance) (\n  max_over_time(azure_scheduled_events:target_event_impact:soon[15m])\n  unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon\n)\nand on (cluster, job, instance) (up == 1)\nunless on (cluster, job, instance) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"}\n  unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon\n)'
+        record: 'azure_scheduled_events:target_event_impact:released'
+      }
+      {
+        enabled: true
+        expression: 'max by (cluster, job, instance, node) (\n  (\n    (up == 0)\n    unless on (cluster, job, instance) (up == 1)\n  )\n  + on (cluster, job, instance) group_left ()\n  (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 86400)\n)'
+        record: 'azure_scheduled_events:target_down:timestamp_seconds'
+      }
+      {
+        enabled: true
+        expression: 'label_replace(\n  max by (cluster, job, instance) (\n    last_over_time(azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Terminate", event_status=~"Scheduled|Started"}[240s])\n  ) * 0 + time(),\n  "reason", "event", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance) (\n    azure_scheduled_events:target_event_impact:held unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:released\n    unless on (cluster, job, instance) azure_scheduled_events:target_down:timestamp_seconds\n    unless on (cluster, node) (\n      kube_node_info{os_image!~"Windows.*", cluster!=""}\n      or\n      kube_node_info{os_image!~"Windows.*", cluster=""}\n      and on (cluster) group by (cluster) (azure_scheduled_events_build_info{cluster=""})\n    )\n    unless on (cluster, job, instance) up\n    and on (cluster, job) group by (cluster, job) (up)\n  ) * 0 + time(),\n  "reason", "discovery", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance) (\n    azure_scheduled_events:target_event_impact:held{node!=""} unless on (cluster, job, instance, event_id) azure_scheduled_events:target_event_impact:soon unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:released\n    and on (cluster, node) azure_scheduled_events_vm_info{node!=""}\n  ) * 0 + time(),\n  "reason", "replaced", "", ""\n)\nor on (cluster, job, instance, reason)\n(\n  last_over_time(azure_scheduled_events:target_gone:timestamp_seconds[10m]) > time() - 86400\n)\nunless on (cluster, job, instance) (up == 1)'
+        record: 'azure_scheduled_events:target_gone:timestamp_seconds'
+      }
+      {
+        enabled: true
+        expression: 'label_replace(\n  (\n    max without (alert) (azure_scheduled_events:target_agent_alert:value{alert="AzureScheduledEventsAgentDown"})\n    and on (cluster, job, instance)\n    (\n      azure_scheduled_events:target_down:timestamp_seconds\n      unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n      unless on (cluster, job, instance) azure_scheduled_events:target_gone:timestamp_seconds\n      unless on (cluster, node) max by (cluster, node) (\n        max_over_time(kube_node_spec_taint{key="node.kubernetes.io/unschedulable"}[10m])\n      )\n    )\n  )\n  or on (cluster, job, instance)\n  (\n    (\n      azure_scheduled_events:target_down:timestamp_seconds\n      unless on (cluster, job, instance) azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy|Preempt|Terminate"}\n      unless on (cluster, job, instance) azure_scheduled_events:target_gone:timestamp_seconds\n      unless on (cluster, node) max by (cluster, node) (\n        max_over_time(kube_node_spec_taint{key="node.kubernetes.io/unschedulable"}[10m])\n      )\n    ) * 0 + time()\n  ),\n  "alert", "AzureScheduledEventsAgentDown", "", ""\n)\nor\nlabel_replace(\n  changes(azure_scheduled_events_last_poll_timestamp_seconds[180s]) == 0\n  and\n  count_over_time(azure_scheduled_events_last_poll_timestamp_seconds[180s]) > 1,\n  "alert", "AzureScheduledEventsPollLoopStuck", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events_up == 0,\n  "alert", "AzureImdsUnreachable", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_type, reason) (\n    increase(azure_scheduled_events_approval_failures_total[10m])\n  ) > 0\n  unless on (cluster, job, instance, event_type)\n    max by (cluster, job, instance, event_type) (increase(azure_scheduled_events_approvals_total[10m])) > 0,\n  "alert", "AzureScheduledEventApprovalsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, receiver) (\n    increase(azure_scheduled_events_notifications_total{result!="delivered"}[10m])\n    or\n    increase(azure_scheduled_events_notifications_dropped_total[10m])\n  ) > 0,\n  "alert", "AzureScheduledEventNotificationsFailing", "", ""\n)\nor\nlabel_replace(\n  sum by (cluster, job, instance, operation, result) (\n    increase(azure_scheduled_events_kubernetes_requests_total{result!~"ok|conflict|already_exists"}[10m])\n  ) > 0\n  unless on (cluster, job, instance, operation)\n    sum by (cluster, job, instance, operation) (increase(azure_scheduled_events_kubernetes_requests_total{result="ok"}[10m])) > 0,\n  "alert", "AzureScheduledEventsKubernetesRequestsFailing", "", ""\n)\nor\nlabel_replace(\n  increase(azure_scheduled_events_reboots_total{expected="false", clean!="true"}[30m]) > 0,\n  "alert", "AzureVMRebootedUnexpectedly", "", ""\n)'
+        record: 'azure_scheduled_events:target_agent_alert:value'
+      }
+      {
+        enabled: true
+        expression: 'azure_scheduled_events:target_agent_alert:value\n* on (cluster, job, instance) group_left (vm_id, vm_instance, vm_name, vm_scale_set_name, node, priority)\nazure_scheduled_events:target_vm:info'
+        record: 'azure_scheduled_events:target_agent_alert_vm:value'
+      }
+      {
+        enabled: true
+        expression: 'max without (vm_instance) (\n  label_replace(\n    max by (cluster, vm_id, alert, event_type, operation, reason, receiver, result, vm_instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_agent_alert_vm:value{alert!=""}),\n    "instance", "\$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\nazure_scheduled_events:target_agent_alert:value\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_agent_alert_vm:value'
+        record: 'azure_scheduled_events:vm_agent_alert:value'
+      }
+      {
+        enabled: true
+        expression: 'count by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsAgentDown"}\n    or\n    changes(azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsAgentDown"}[30m]) >= 2\n  )\n)\nor\ncount by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n  )\n)\nor\ncount by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureImdsUnreachable"}\n  )\n)\nor\ncount by (cluster, alert, event_type, reason) (\n  count by (cluster, vm_id, job, instance, alert, event_type, reason) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n  )\n)\nor\ncount by (cluster, alert, receiver) (\n  count by (cluster, vm_id, job, instance, alert, receiver) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventNotificationsFailing"}\n  )\n)\nor\ncount by (cluster, alert, operation) (\n  count by (cluster, vm_id, job, instance, alert, operation) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsKubernetesRequestsFailing"}\n  )\n)\nor\ncount by (cluster, alert) (\n  count by (cluster, vm_id, job, instance, alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureVMRebootedUnexpectedly"}\n  )\n)'
+        record: 'azure_scheduled_events:rollup_vms:count'
+      }
+      {
+        enabled: true
+        expression: '(\n  azure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"} >= 3\n)\nand\n(\n  azure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"}\n  / on (cluster) group_left ()\n  azure_scheduled_events:vms_known:count > 0.1\n  or\n  azure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"}\n  unless on (cluster) azure_scheduled_events:vms_known:count\n)\nor\n(\n  azure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"}\n  and\n  last_over_time(azure_scheduled_events:shared_alert:value{alert=~"AzureScheduledEventsAgentDown|AzureScheduledEventsPollLoopStuck|AzureImdsUnreachable|AzureScheduledEventApprovalsFailing|AzureVMRebootedUnexpectedly"}[180s])\n)\nor\nazure_scheduled_events:rollup_vms:count{alert=~"AzureScheduledEventNotificationsFailing|AzureScheduledEventsKubernetesRequestsFailing"}'
+        record: 'azure_scheduled_events:shared_alert:value'
+      }
+      {
         actions: empty(warningActionGroupId) ? [] : [
           {
             actionGroupId: warningActionGroupId
@@ -481,12 +482,12 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureScheduledEventsAgentDown'
         annotations: {
-          description: '{{ if \$labels.instance }}Prometheus cannot scrape the agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.job }}, job {{ . }}{{ end }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}), or could not 3 times or more in 30m (a crash loop): scheduled events of this VM go unseen.{{ else }}Prometheus cannot scrape the agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs): one cause for them all, such as a NetworkPolicy, the scrape configuration or the agent\'s release, rather than each VM\'s. Scheduled events of these VMs go unseen. (VM: {{ range printf "topk(10, azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventsAgentDown\\",cluster=%q} or changes(azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventsAgentDown\\",cluster=%q}[30m]) >= 2)" \$labels.cluster \$labels.cluster | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }}){{ end }}'
+          description: '{{ if \$labels.instance }}Prometheus cannot scrape the agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.job }}, job {{ . }}{{ end }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}), or could not 3 times or more in 30m (a crash loop): scheduled events of this VM go unseen.{{ else }}Prometheus cannot scrape the agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs): one cause for them all, such as a NetworkPolicy, the scrape configuration or the agent\'s release. Scheduled events of these VMs go unseen.{{ end }}'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventsagentdown'
           summary: '{{ if \$labels.instance }}Scheduled-events agent down on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}{{ else }}Scheduled-events agents down on {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}{{ end }}'
         }
         enabled: true
-        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}\n    or\n    changes(azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsAgentDown"}[30m]) >= 2\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsAgentDown"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsAgentDown"}\n)'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsAgentDown"}\n    or\n    changes(azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsAgentDown"}[30m]) >= 2\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsAgentDown"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsAgentDown"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'
@@ -505,12 +506,12 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureScheduledEventsPollLoopStuck'
         annotations: {
-          description: '{{ if \$labels.instance }}The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) answers scrapes but its last poll ended {{ \$value | humanizeDuration }} ago: its poll loop is stuck and new events of this VM go unseen, while the last known ones stay exported.{{ else }}The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs) answer scrapes but have not finished a poll for more than 180 seconds: one cause for them all, such as a release of the agent or the nodes\' network, rather than each VM\'s. New events of these VMs go unseen. (VM: {{ range printf "topk(10, azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventsPollLoopStuck\\",cluster=%q})" \$labels.cluster | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }}){{ end }}'
+          description: '{{ if \$labels.instance }}The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) answers scrapes but has not finished a poll for more than 180 seconds: its poll loop is stuck and new events of this VM go unseen, while the last known ones stay exported.{{ else }}The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs) answer scrapes but have not finished a poll for more than 180 seconds: one cause for them all, such as a release of the agent or the nodes\' network. New events of these VMs go unseen.{{ end }}'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventspollloopstuck'
           summary: '{{ if \$labels.instance }}The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} no longer polls IMDS{{ else }}The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} no longer poll IMDS{{ end }}'
         }
         enabled: true
-        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n)'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventsPollLoopStuck"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'
@@ -529,12 +530,12 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureImdsUnreachable'
         annotations: {
-          description: '{{ if \$labels.instance }}The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) has had no valid scheduled-events document for 5m{{- with printf "topk(1, increase(azure_scheduled_events_imds_request_failures_total{cluster=%q,instance=%q,operation=\\"events\\"}[5m]) > 0)" \$labels.cluster \$labels.instance | query }} (most failures: {{ . | first | label "reason" }}){{ end }}: no events of this VM are seen; the last known ones stay exported.{{ else }}The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs) have had no valid scheduled-events document for 5m{{- with printf "topk(1, sum by (reason) (increase(azure_scheduled_events_imds_request_failures_total{operation=\\"events\\",cluster=%q}[5m])) > 0)" \$labels.cluster | query }} (most failures: {{ . | first | label "reason" }}){{ end }}: one cause for them all, such as AKS\' IMDS restriction, a NetworkPolicy or the pods\' host network, rather than each VM\'s. No events of these VMs are seen. (VM: {{ range printf "topk(10, azure_scheduled_events:vm_alert:value{alert=\\"AzureImdsUnreachable\\",cluster=%q})" \$labels.cluster | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }}){{ end }}'
+          description: '{{ if \$labels.instance }}The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) has had no valid scheduled-events document for 5m: no events of this VM are seen; the last known ones stay exported.{{ else }}The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs) have had no valid scheduled-events document for 5m: one cause for them all, such as AKS\' IMDS restriction, a NetworkPolicy or the pods\' host network. No events of these VMs are seen.{{ end }}'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azureimdsunreachable'
           summary: '{{ if \$labels.instance }}IMDS scheduled events unreachable from VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}{{ else }}IMDS scheduled events unreachable from {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}{{ end }}'
         }
         enabled: true
-        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureImdsUnreachable"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureImdsUnreachable"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureImdsUnreachable"}\n)'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureImdsUnreachable"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureImdsUnreachable"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureImdsUnreachable"}\n)'
         'for': 'PT5M'
         labels: {
           severity: 'warning'
@@ -553,13 +554,13 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureScheduledEventApprovalsFailing'
         annotations: {
-          description: '{{ if \$labels.instance }}The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) failed to approve {{ \$labels.event_type }} events {{ printf "%.0f" \$value }} times in 10 minutes ({{ \$labels.reason }}) and approved none (Scheduled {{ \$labels.event_type }} events now: {{ range printf "azure_scheduled_events_event_info{cluster=%q,instance=%q,event_type=%q,event_status=\\"Scheduled\\"}" \$labels.cluster \$labels.instance \$labels.event_type | query | sortByLabel "event_id" }}{{ .Labels.event_id }} {{ else }}none {{ end }}). They will start at NotBefore instead, ready or not.{{ else }}The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs) failed to approve {{ \$labels.event_type }} events in 10 minutes ({{ \$labels.reason }}) and approved none: one cause for them all, such as the approval hook or policy as deployed, or IMDS refusing the POSTs, rather than each VM\'s. Their events will start at NotBefore instead, ready or not. (VM: {{ range printf "topk(10, azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventApprovalsFailing\\",cluster=%q,event_type=%q,reason=%q})" \$labels.cluster \$labels.event_type \$labels.reason | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }}){{ end }}'
+          description: '{{ if \$labels.instance }}The agent on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) failed to approve {{ \$labels.event_type }} events {{ printf "%.0f" \$value }} times in 10 minutes ({{ \$labels.reason }}) and approved none. They will start at NotBefore instead, ready or not.{{ else }}The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs) failed to approve {{ \$labels.event_type }} events in 10 minutes ({{ \$labels.reason }}) and approved none: one cause for them all, such as the approval hook or policy as deployed, or IMDS refusing the POSTs. Their events will start at NotBefore instead, ready or not.{{ end }}'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventapprovalsfailing'
           summary: '{{ if \$labels.instance }}Approvals of {{ \$labels.event_type }} events fail on VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.reason }}){{ else }}Approvals of {{ \$labels.event_type }} events fail on {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} ({{ \$labels.reason }}){{ end }}'
         }
         enabled: true
-        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n  )\n)\nunless on (cluster, event_type, reason) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventApprovalsFailing"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n)'
-        'for': 'PT1M'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n  )\n)\nunless on (cluster, event_type, reason) azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventApprovalsFailing"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureScheduledEventApprovalsFailing"}\n)'
+        'for': 'PT5M'
         labels: {
           severity: 'warning'
         }
@@ -577,7 +578,7 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureScheduledEventNotificationsFailing'
         annotations: {
-          description: 'The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} could not deliver {{ with printf "sum(max by (instance) (sum by (cluster, job, instance) (increase(azure_scheduled_events_notifications_total{result!=\\"delivered\\",receiver=%q,cluster=%q}[10m]) or increase(azure_scheduled_events_notifications_dropped_total{receiver=%q,cluster=%q}[10m]))))" \$labels.receiver \$labels.cluster \$labels.receiver \$labels.cluster | query }}{{ . | first | value | printf "%.0f" }}{{ end }} notifications to receiver {{ \$labels.receiver }} in 10 minutes (refused, retries exhausted, or dropped from a full queue). A receiver is shared: one cause for them all, such as a rotated or revoked URL, the receiver down or a proxy. Whoever relies on it is not told of these VMs\' events. (VM: {{ range printf "topk(10, azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventNotificationsFailing\\",cluster=%q,receiver=%q})" \$labels.cluster \$labels.receiver | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }})'
+          description: 'The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} could not deliver notifications to receiver {{ \$labels.receiver }} in 10 minutes (refused, retries exhausted, or dropped from a full queue). A receiver is shared: one cause for them all, such as a rotated or revoked URL, the receiver down or a proxy. Whoever relies on it is not told of these VMs\' events.'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventnotificationsfailing'
           summary: 'Notifications to receiver {{ \$labels.receiver }} are lost{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}'
         }
@@ -601,7 +602,7 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureScheduledEventsKubernetesRequestsFailing'
         annotations: {
-          description: 'The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} failed {{ \$labels.operation }} requests to the Kubernetes API server in 10 minutes and none succeeded (results: {{ range printf "count by (result) (azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventsKubernetesRequestsFailing\\",operation=%q,cluster=%q})" \$labels.operation \$labels.cluster | query | sortByLabel "result" }}{{ .Labels.result }} on {{ .Value }} VMs; {{ end }}). The API server and the agents\' RBAC are the cluster\'s: one cause for them all. Their Nodes may lack the AzureScheduledEvent condition, Events, or the taint and cordon of a pending event. (VM: {{ range printf "topk(10, azure_scheduled_events:vm_alert:value{alert=\\"AzureScheduledEventsKubernetesRequestsFailing\\",cluster=%q,operation=%q})" \$labels.cluster \$labels.operation | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }})'
+          description: 'The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} failed {{ \$labels.operation }} requests to the Kubernetes API server in 10 minutes and none succeeded. The API server and the agents\' RBAC are the cluster\'s: one cause for them all. Their Nodes may lack the AzureScheduledEvent condition, Events, or the taint and cordon of a pending event.'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventskubernetesrequestsfailing'
           summary: 'The agents of {{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} cannot {{ \$labels.operation }}'
         }
@@ -625,13 +626,13 @@ resource ruleGroup6 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureVMRebootedUnexpectedly'
         annotations: {
-          description: '{{ if \$labels.instance }}VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) rebooted, and no Reboot, Redeploy, Freeze or Preempt event of its own was seen Started before: a crash, a manual restart, or an event missed while the agent was down.{{ else }}{{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs) rebooted within 30 minutes, uncleanly and with no Reboot, Redeploy, Freeze or Preempt event of their own seen Started before: one cause for them all, such as a node image or kernel, a host or zone outage, or someone restarting them. (VM: {{ range printf "topk(10, azure_scheduled_events:vm_alert:value{alert=\\"AzureVMRebootedUnexpectedly\\",cluster=%q})" \$labels.cluster | query | sortByLabel "instance" }}{{ with .Labels.vm_name }}{{ . }} {{ end }}({{ .Labels.instance }}); {{ end }}){{ end }}'
+          description: '{{ if \$labels.instance }}VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) rebooted, and no Reboot, Redeploy, Freeze or Preempt event of its own was seen Started before: a crash, a manual restart, or an event missed while the agent was down.{{ else }}{{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} (at least 3 and more than 10 % of its VMs) rebooted within 30 minutes, uncleanly and with no Reboot, Redeploy, Freeze or Preempt event of their own seen Started before: one cause for them all, such as a node image or kernel, a host or zone outage, or someone restarting them.{{ end }}'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurevmrebootedunexpectedly'
           summary: '{{ if \$labels.instance }}VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} rebooted without a scheduled event{{ else }}{{ \$value }} VMs{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} rebooted without a scheduled event{{ end }}'
         }
         enabled: true
-        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_alert:value{alert="AzureVMRebootedUnexpectedly"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureVMRebootedUnexpectedly"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureVMRebootedUnexpectedly"}\n)'
-        'for': 'PT0S'
+        expression: '(\n  max without (alert) (\n    azure_scheduled_events:vm_agent_alert:value{alert="AzureVMRebootedUnexpectedly"}\n  )\n)\nunless on (cluster) azure_scheduled_events:shared_alert:value{alert="AzureVMRebootedUnexpectedly"}\nor\nmax without (alert) (\n  azure_scheduled_events:shared_alert:value{alert="AzureVMRebootedUnexpectedly"}\n)'
+        'for': 'PT5M'
         labels: {
           severity: 'warning'
         }

@@ -37,28 +37,50 @@ local promql = import '../lib/promql.libsonnet';
   local statuses = 'event_status=~"%s"' % q.types(c.impactStatuses),
   local record(name, expr) = { record: name, expr: expr + '\n' },
 
+  // The matcher that leaves out VMs of a priority in `settings.exemptPriorities` (Spot pools).
+  local exempt(settings) =
+    if std.objectHas(settings, 'exemptPriorities') && settings.exemptPriorities != [] then ['%s!~"%s"' % [q.priority, q.types(settings.exemptPriorities)]] else [],
+  // The held impacts by VM of `types` of a capacity group's VMs that count towards
+  // `settings` (the page or the Spot wave): for the page (exemptPriorities), not the VMs of an
+  // exempt priority, nor a Preempt of a VM whose priority is unknown (Azure evicts only Spot VMs:
+  // an agent that exports no priority on a Spot VM).
+  exemptMatchers(settings):: exempt(settings),
+  heldOfGroup(settings, types)::
+    local held = q.rec(r.vmImpactHeld, ['%s!=""' % cap, 'event_type=~"%s"' % q.types(types)] + exempt(settings));
+    if exempt(settings) == [] then held
+    else '%s\nunless\n%s' % [held, q.rec(r.vmImpactHeld, ['event_type="Preempt"', '%s=""' % q.priority])],
   // VMs of each capacity group with a held event of `settings.eventTypes`, counted by VM, but for
   // VMs of a priority in `settings.exemptPriorities` (Spot pools).
   groupCount(settings)::
     'count by (%(group)s) (\n  max by (%(vm)s) (\n    %(held)s\n  )\n)' % {
       group: q.groupBy,
       vm: q.list(q.vmId + [cap]),
-      held: q.rec(r.vmImpactHeld, ['%s!=""' % cap, 'event_type=~"%s"' % q.types(settings.eventTypes)] + (
-        if std.objectHas(settings, 'exemptPriorities') && settings.exemptPriorities != [] then ['%s!~"%s"' % [q.priority, q.types(settings.exemptPriorities)]] else []
-      )),
+      held: std.strReplace($.heldOfGroup(settings, settings.eventTypes), '\n', '\n    '),
     },
 
   // Node names of kube_node_info, under nodeLabel.
-  local kubeNodes = q.underNodeLabel(q.kubeStateMetrics('kube_node_info', c.coverage.nodeMatchers)),
+  // Series without the cluster label (a kube-state-metrics stored without it) make no cluster of
+  // their own where the agents' series have one: kube_node_info without it counts only where some
+  // agent's series lack it too (one cluster, no label).
+  local kubeNodes =
+    local nodes(matchers) = q.underNodeLabel(q.kubeStateMetrics('kube_node_info', c.coverage.nodeMatchers + matchers));
+    // (Not in the Helm chart's copy, whose cluster label is a placeholder.)
+    if cl == '' || std.startsWith(cl, '@@') then nodes([])
+    else '(\n  %s\n  or\n  %s\n  and on (%s) group by (%s) (%s)\n)' % [nodes(['%s!=""' % cl]), nodes(['%s=""' % cl]), cl, cl, q.sel('azure_scheduled_events_build_info', ['%s=""' % cl])],
+  // The labels of one scrape job of a cluster.
+  local jobKey = q.list([cl] + q.without(c.vmLabels, 'instance')),
 
   // Targets that were the agent within agentSeenLookback and fail their scrape now, with the node
   // they run on (nodeLabel, when the scrape sets it); the value is when each was last the agent,
   // the same throughout one failure: a new value is a new failure. Recorded in the group
   // azure-scheduled-events.agents, first: the condition of AzureScheduledEventsAgentDown and the
   // gone targets read it.
+  // A target is down only where no copy of its `up` is 1: an HA pair of Prometheus servers stored
+  // without deduplication has two (a replica label apart), and one that cannot reach an agent the
+  // other scrapes is not the agent being down.
   targetDownRule:: record(
     r.targetDown,
-    'max by (%(by)s) (\n  (%(up)s == 0)\n  + on (%(t)s) group_left ()\n  (%(seen)s > time() - %(lookback)d)\n)' % {
+    'max by (%(by)s) (\n  (\n    (%(up)s == 0)\n    unless on (%(t)s) (%(up)s == 1)\n  )\n  + on (%(t)s) group_left ()\n  (%(seen)s > time() - %(lookback)d)\n)' % {
       by: q.list(q.vm + [c.nodeLabel]),
       up: q.sel('up'),
       t: target,
@@ -73,8 +95,10 @@ local promql = import '../lib/promql.libsonnet';
   //   the group's previous evaluation counts (a Spot VM's Preempt lasts 30 seconds), its time that
   //   evaluation's;
   // - `discovery`: a target whose impacts are held (its VM reboots, its agent cannot be scraped)
-  //   and that has left service discovery (no `up` any more), unless the node it names is still a
-  //   node of kube_node_info (a collector on the node itself goes down with it);
+  //   and that has left service discovery (no `up` any more) while its scrape job's discovery is
+  //   itself seen (other targets of its cluster and job have `up`: a scraper down or replaying
+  //   its WAL has none), unless the node it names is still a node of kube_node_info (a collector
+  //   on the node itself goes down with it);
   // - `replaced`: the same, and its node answers again with instance metadata, from another
   //   target: another VM (or the same VM under another scrape target).
   // Recorded in the group azure-scheduled-events.agents, before the condition of
@@ -93,7 +117,7 @@ local promql = import '../lib/promql.libsonnet';
       ]),
       stamp('discovery', '%s\nunless on (%s) %s' % [heldOnly([]), target, r.targetDown] + (
         if c.nodeLabel == '' then '' else '\nunless on (%s) %s' % [q.list([cl, c.nodeLabel]), kubeNodes]
-      )),
+      ) + '\nunless on (%s) %s\nand on (%s) group by (%s) (%s)' % [target, q.sel('up'), jobKey, jobKey, q.sel('up')]),
     ] + (
       if c.nodeLabel == '' then [] else [
         stamp('replaced', '%s\nand on (%s) %s' % [
@@ -110,27 +134,32 @@ local promql = import '../lib/promql.libsonnet';
     },
   ),
 
-  // The impacts of each target, recorded first in the group azure-scheduled-events.vms: the
+  // The impacts of each target, recorded first in the group azure-scheduled-events.events: the
   // page, the per-VM alerts and the quiet agent-down read them.
   impactRules:: [
-    // The seconds until NotBefore of this VM's own events that will happen or are happening:
-    // every agent exports them for every event its VM can see (a scale set's maintenance wave is
-    // as many events on each of its VMs), and two rules below compare them; read once here.
+    // The seconds until NotBefore of this VM's own events that will happen or are happening, by
+    // the store's clock (NotBefore, which Azure gives, minus time()): a VM whose clock is behind
+    // exports a countdown too long by as much. Every agent exports them for every event its VM
+    // can see (a scale set's maintenance wave is as many events on each of its VMs), and two
+    // rules below compare them; read once here.
     record(
       r.targetEventUntil,
-      '%(until)s\nand on (%(on)s)\n%(own)s' % {
-        until: q.sel('azure_scheduled_events_event_seconds_until_not_before'),
+      '%(until)s - time()\nand on (%(on)s)\n%(own)s' % {
+        until: q.sel('azure_scheduled_events_event_not_before_timestamp_seconds'),
         on: q.list(q.vm + ['event_id']),
         own: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', statuses]),
       },
     ),
     // Events of this VM that take it down, with NotBefore within impactSoonSeconds,
-    // passed, unknown, or Started: one series per target and event.
+    // passed, unknown, or Started: one series per target and event, its value NotBefore (a Unix
+    // time; 0 when unknown), which the alerts' texts give.
     record(
       r.targetImpactSoon,
-      'max by (%(key)s) (\n  %(events)s\n)\nunless on (%(on)s)\n  (%(until)s > %(soon)d)' % {
+      'max by (%(key)s) (\n  %(events)s * 0\n  + on (%(on)s) group_left ()\n  %(notBefore)s\n  or\n  %(events)s * 0\n)\nunless on (%(on)s)\n  (%(until)s > %(soon)d)' % {
         key: q.list(q.vm + ['event_id', 'event_type', 'event_source', c.nodeLabel]),
         events: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes), statuses]),
+        // One per target and event, however many copies the store holds (an HA pair).
+        notBefore: 'max by (%s) (%s)' % [q.list(q.vm + ['event_id']), q.sel('azure_scheduled_events_event_not_before_timestamp_seconds')],
         on: q.list(q.vm + ['event_id']),
         until: r.targetEventUntil,
         soon: c.impactSoonSeconds,
@@ -153,15 +182,18 @@ local promql = import '../lib/promql.libsonnet';
     ),
   ],
 
-  // Targets up again with impacts seen within impactHold that they no longer report: their held
-  // impacts end (the VM has rebooted, the event is over). Recorded in the group
+  // Targets up again with impacts seen within impactHold that they no longer report, and no
+  // event of those types pending that is not near yet: their held impacts end (the VM has
+  // rebooted, the event is over). A target whose events Azure rescheduled under new EventIds,
+  // further ahead, keeps its hold until they come near, then has theirs. Recorded in the group
   // azure-scheduled-events.agents, which reads `up` of every target anyway: a held impact ends
   // up to agentsInterval after its VM is back.
   targetReleasedRule:: record(
     r.targetImpactReleased,
-    'max by (%(t)s) (\n  max_over_time(%(soon)s[%(hold)s])\n  unless on (%(key)s) %(soon)s\n)\nand on (%(t)s) (%(up)s == 1)' % {
+    'group by (%(t)s) (\n  max_over_time(%(soon)s[%(hold)s])\n  unless on (%(key)s) %(soon)s\n)\nand on (%(t)s) (%(up)s == 1)\nunless on (%(t)s) (\n  %(pending)s\n  unless on (%(key)s) %(soon)s\n)' % {
       t: target,
       soon: r.targetImpactSoon,
+      pending: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes), statuses]),
       hold: c.impactHold,
       key: q.list(q.vm + ['event_id']),
       up: q.sel('up'),
@@ -169,7 +201,7 @@ local promql = import '../lib/promql.libsonnet';
   ),
 
   // The held impact by VM (vmIdLabel), with its capacity group and priority, and the VMs of each capacity group
-  // it counts: recorded in the group azure-scheduled-events.vms from `joined`, the targets' held
+  // it counts: recorded in the group azure-scheduled-events.events from `joined`, the targets' held
   // impacts (and the per-VM alerts' conditions) joined once with their VM
   // (azure_scheduled_events:target_alert_vm:value, whose impacts have no label `alert`). Only
   // VMs whose vm_info is known.
@@ -256,6 +288,22 @@ local promql = import '../lib/promql.libsonnet';
               vmInfo: r.vmInfo,
             },
           ),
+          // The Regular VMs of each capacity group (not of a priority in capacity.exemptPriorities),
+          // seen within impactHold (a rebooting VM still counts) and not gone from service
+          // discovery or replaced: the page's size of a scale set. A VM being deleted (Terminate)
+          // is left out by the page itself, at once.
+          record(
+            r.capacityRegularVms,
+            'count by (%(group)s) (\n  max by (%(vm)s) (\n    %(info)s\n    and on (%(t)s)\n    (%(seen)s > time() - %(hold)d)\n    unless on (%(t)s)\n    %(gone)s\n  )\n)' % {
+              group: q.groupBy,
+              vm: q.list(q.vmId + [cap]),
+              info: q.rec(r.targetVmInfo, ['%s!=""' % cap] + exempt(c.capacity)),
+              t: target,
+              seen: r.targetLastSeen,
+              hold: seconds(c.impactHold),
+              gone: q.rec(r.targetGone, ['reason=~"discovery|replaced"']),
+            },
+          ),
           // VMs seen within vmInfoLookback.
           record(r.vmsKnown, 'count by (%s) (%s)' % [q.list([cl]), r.vmInfo]),
           // The VMs of each capacity group: seen within impactHold (a rebooting VM still counts). In
@@ -299,7 +347,7 @@ local promql = import '../lib/promql.libsonnet';
             r.nodesWithoutAgent,
             // AzureScheduledEventsAgentDown's VMs: their nodes have an agent, which that alert
             // names (now, or within agentDown.flapWindow by name: a crash loop between failures).
-            local agentDown = q.rec(r.vmAlert, ['alert="AzureScheduledEventsAgentDown"']);
+            local agentDown = q.rec(r.vmAgentAlert, ['alert="AzureScheduledEventsAgentDown"']);
             local byCount = '(\n    %(nodes)s\n    - (%(reporting)s or on (%(cluster)s) %(nodes)s * 0)\n    - (count by (%(cluster)s) (%(down)s) or on (%(cluster)s) %(nodes)s * 0)\n  ) > 0' % {
               nodes: r.nodes,
               reporting: r.vmsReporting,
@@ -312,7 +360,7 @@ local promql = import '../lib/promql.libsonnet';
               on: q.list([cl, c.nodeLabel]),
               kube: kubeNodes,
               agents: q.sel('azure_scheduled_events_build_info', ['%s!=""' % c.nodeLabel]),
-              down: q.rec(r.vmAlert, ['alert="AzureScheduledEventsAgentDown"', '%s!=""' % c.nodeLabel]),
+              down: q.rec(r.vmAgentAlert, ['alert="AzureScheduledEventsAgentDown"', '%s!=""' % c.nodeLabel]),
               window: c.agentDown.flapWindow,
               named: named,
             };

