@@ -4,11 +4,12 @@
 //!
 //! Two tiers. `cargo test` runs every test that needs only Rust (and the programs of any Linux
 //! machine: sh, kill, dpkg-deb...), and passes on a machine with nothing else. The tests that run
-//! an external tool (Prometheus, promtool, Alertmanager, amtool, helm, jsonnet, node and npm, Wine
-//! and mingw-w64, hadolint, kubernetes-validate, systemd-analyze, zip, unzip, objdump) or read the
-//! release artefacts `scripts/dist.sh` leaves in target/dist are compiled only with the feature
-//! `external-tools`: `cargo test --features external-tools` runs everything, and a tool that is
-//! missing fails its tests, naming what to install; none is ever skipped. `.ci/run` installs the
+//! an external tool (Prometheus, promtool, Alertmanager, amtool, VictoriaMetrics and vmalert,
+//! helm, jsonnet, node and npm, Wine and mingw-w64, hadolint, kubernetes-validate,
+//! systemd-analyze, zip, unzip, objdump) or read the release artefacts `scripts/dist.sh` leaves
+//! in target/dist are compiled only with the feature `external-tools`: `cargo test --features
+//! external-tools` runs everything, and a tool that is missing fails its tests, naming what to
+//! install; none is ever skipped. `.ci/run` installs the
 //! tools, builds target/dist and turns the feature on. Tools are looked for in
 //! `target/ci-tools/bin` first (where `.ci/run` puts helm, hadolint and kubernetes-validate), then
 //! on PATH. The table names what each module's gated tests need: *all:* when every test of the
@@ -40,6 +41,7 @@
 //! | `systemd` |  | systemd's notify protocol over a real unix datagram socket |
 //! | `telemetry` |  | bad `OTEL_*` values never stop the metrics; OTLP over TLS with a client certificate |
 //! | `traces` |  | traces as a collector receives them, over gRPC and HTTP/protobuf |
+//! | `vmalert` | *all:* VictoriaMetrics and vmalert (Debian `victoria-metrics`) | the alert rules on a second engine: the promtool unit tests' scenarios replayed through vmalert into VictoriaMetrics fire what promtool expects, with and without a `cluster` label, and every description renders |
 //! | `web` |  | the listener: gzip, TLS, basic auth, certificate rotation, the scrape limit, idle connections |
 //! | `windows` | *all:* target/dist, Wine, mingw-w64, unzip | the Windows zip's `.exe` under Wine against the simulator: metrics, an event's life, hooks and their Job object, the state file across a restart, a clean stop |
 //!
@@ -83,6 +85,8 @@ mod state;
 mod systemd;
 mod telemetry;
 mod traces;
+#[cfg(feature = "external-tools")]
+mod vmalert;
 mod web;
 #[cfg(feature = "external-tools")]
 mod windows;
