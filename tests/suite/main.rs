@@ -22,6 +22,7 @@
 //! | `alertmanager` | Alertmanager, amtool (5 tests) | the `alertmanager` receiver against a real Alertmanager: one grouped notification for the VMs of one event, a restart mid-event, a down Alertmanager never holds up polling; one PagerDuty incident per event |
 //! | `agent` |  | the agent against the simulator over loopback: the lifecycle on /metrics, every fault kind, health, real-world documents |
 //! | `approval` |  | approval: off by default, the default policy, once per EventId across restarts, shared events, hooks, failed POSTs retried or not |
+//! | `azure_schema` | *all:* Python's jsonschema | the Azure Monitor rule groups (the ARM template, its expressions resolved) against Microsoft's published definition of `prometheusRuleGroups`, vendored in tests/fixtures/azure-rest-api-specs |
 //! | `binary` | promtool (1 test) | the built binary as users run it: exit codes, environment, signals, the log, promtool |
 //! | `configuration` | helm (the chart's refusals and its test hook) | every setting refused before the agent runs, naming what was meant: usage errors, unknown variables, `check-config`, the chart's values schema through `helm template` and its test hook |
 //! | `dashboards` | node and tests/grafana's npm packages, jsonnet, helm (3 tests) | the Grafana dashboards against Grafana's schema, import and provisioning, and the exported metrics |
@@ -64,6 +65,8 @@ mod otlp;
 mod agent;
 mod alertmanager;
 mod approval;
+#[cfg(feature = "external-tools")]
+mod azure_schema;
 mod binary;
 mod configuration;
 mod dashboards;
