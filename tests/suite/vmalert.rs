@@ -1214,7 +1214,7 @@ async fn evaluate_at(
     let log_path = dir.path(&format!("vmalert-{at}.log"));
     let log = std::fs::File::create(&log_path)?;
     let lookback_ms = chrono::Utc::now().timestamp_millis() - at;
-    let _vmalert = Process::spawn(
+    let mut vmalert = Process::spawn(
         "vmalert",
         Command::new("vmalert")
             .arg(format!("-rule={}", rules.display()))
@@ -1234,16 +1234,16 @@ async fn evaluate_at(
     // Every rule evaluated at least once.
     let groups = wait("vmalert's first evaluation of every rule")
         .within(Duration::from_secs(60))
-        .retrying_errors()
         .until(async || -> Result<Option<Value>, Error> {
-            let rules: Value = http
-                .get(format!("{base}/api/v1/rules"))
-                .send()
-                .await?
-                .error_for_status()?
-                .text()
-                .await?
-                .parse()?;
+            if let Ok(Some(status)) = vmalert.child.try_wait() {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                return Err(format!("vmalert exited ({status}):\n{log}").into());
+            }
+            // Not listening yet: not yet.
+            let Ok(answer) = http.get(format!("{base}/api/v1/rules")).send().await else {
+                return Ok(None);
+            };
+            let rules: Value = answer.error_for_status()?.text().await?.parse()?;
             let groups = rules["data"]["groups"].clone();
             let all_evaluated = groups.as_array().is_some_and(|g| !g.is_empty())
                 && groups
@@ -1324,7 +1324,10 @@ async fn vmalert_fires_the_same_alerts_without_a_cluster_label_and_renders_every
         // Every description rendered where the alerts are expected, as a live vmalert does.
         let interval = format!("{}s", test.interval_ms / 1000);
         let rules = dir.path("alerting-rules.yml");
-        std::fs::write(&rules, ruler_file(&test, &interval, false)?)?;
+        // Evaluated every second, so that every group's first evaluation comes within a second
+        // of the start (vmalert spreads groups' starts over their interval); each query still
+        // looks back by the test's interval (`-datasource.queryStep`).
+        std::fs::write(&rules, ruler_file(&test, "1s", false)?)?;
         let mut rendered = 0;
         for (slot, scenario) in scenarios.iter().enumerate() {
             let zero = start + slot as i64 * SLOT + LEAD;
