@@ -1341,8 +1341,10 @@ async fn vmalert_fires_the_same_alerts_without_a_cluster_label_and_renders_every
                 let (active, errors) =
                     evaluate_at(&store, &rules, &notifier, zero + t, &interval, &dir).await?;
                 rendered += 1;
-                let mut problems: Vec<String> =
-                    errors.into_iter().map(|e| format!("failed: {e}")).collect();
+                let mut problems: Vec<String> = errors
+                    .into_iter()
+                    .map(|e| format!("failed: {}", e.chars().take(400).collect::<String>()))
+                    .collect();
                 for case in scenario
                     .cases
                     .iter()
