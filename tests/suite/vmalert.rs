@@ -11,6 +11,8 @@
 //!   its time 0 at [`LEAD`] into the slot, so that no scenario sees another's data. Its input
 //!   series (promtool's notation expanded: `a+bxn`, `_`, `_xn`, `stale` as Prometheus' staleness
 //!   marker) are written with Prometheus' remote-write protocol, which carries staleness markers.
+//!   A series that holds a time (its name ends in `_timestamp_seconds` or `_time_seconds`) is
+//!   written in promtool's clock, which starts at 0: its values move with the scenario too.
 //! - vmalert replays the rules over every slot (`-replay.timeFrom/-replay.timeTo`, one query per
 //!   rule over all slots, so an alert's `for` runs across the whole scenario), writing its recording
 //!   rules and `ALERTS` back into VictoriaMetrics over remote write. As promtool does, every
@@ -992,7 +994,31 @@ async fn replay(
     for (slot, scenario) in scenarios.iter().enumerate() {
         let zero = start + slot as i64 * SLOT + LEAD;
         for s in &scenario.series {
-            let samples = s.samples.iter().map(|(t, v)| (zero + t, *v)).collect();
+            // A series that holds a time (`_timestamp_seconds`, `_time_seconds`: Prometheus'
+            // naming convention) is written in promtool's clock, which starts at 0: it moves
+            // with its scenario.
+            let name = s
+                .labels
+                .get("__name__")
+                .map(String::as_str)
+                .unwrap_or_default();
+            let offset = if name.ends_with("_timestamp_seconds") || name.ends_with("_time_seconds")
+            {
+                zero as f64 / 1000.0
+            } else {
+                0.0
+            };
+            let samples = s
+                .samples
+                .iter()
+                .map(|(t, v)| {
+                    let v = match v {
+                        Sample::Value(v) => Sample::Value(v + offset),
+                        Sample::Stale => Sample::Stale,
+                    };
+                    (zero + t, v)
+                })
+                .collect();
             series.push((s.labels.clone(), samples));
         }
     }
