@@ -4,11 +4,12 @@
 //!
 //! Two tiers. `cargo test` runs every test that needs only Rust (and the programs of any Linux
 //! machine: sh, kill, dpkg-deb...), and passes on a machine with nothing else. The tests that run
-//! an external tool (Prometheus, promtool, Alertmanager, amtool, helm, jsonnet, node and npm, Wine
-//! and mingw-w64, hadolint, kubernetes-validate, systemd-analyze, zip, unzip, objdump) or read the
-//! release artefacts `scripts/dist.sh` leaves in target/dist are compiled only with the feature
-//! `external-tools`: `cargo test --features external-tools` runs everything, and a tool that is
-//! missing fails its tests, naming what to install; none is ever skipped. `.ci/run` installs the
+//! an external tool (Prometheus, promtool, Alertmanager, amtool, VictoriaMetrics and vmalert,
+//! helm, jsonnet, node and npm, Wine and mingw-w64, hadolint, kubernetes-validate,
+//! systemd-analyze, zip, unzip, objdump) or read the release artefacts `scripts/dist.sh` leaves
+//! in target/dist are compiled only with the feature `external-tools`: `cargo test --features
+//! external-tools` runs everything, and a tool that is missing fails its tests, naming what to
+//! install; none is ever skipped. `.ci/run` installs the
 //! tools, builds target/dist and turns the feature on. Tools are looked for in
 //! `target/ci-tools/bin` first (where `.ci/run` puts helm, hadolint and kubernetes-validate), then
 //! on PATH. The table names what each module's gated tests need: *all:* when every test of the
@@ -21,6 +22,7 @@
 //! | `alertmanager` | Alertmanager, amtool (5 tests) | the `alertmanager` receiver against a real Alertmanager: one grouped notification for the VMs of one event, a restart mid-event, a down Alertmanager never holds up polling; one PagerDuty incident per event |
 //! | `agent` |  | the agent against the simulator over loopback: the lifecycle on /metrics, every fault kind, health, real-world documents |
 //! | `approval` |  | approval: off by default, the default policy, once per EventId across restarts, shared events, hooks, failed POSTs retried or not |
+//! | `azure_schema` | *all:* Python's jsonschema | the Azure Monitor rule groups (the ARM template, its expressions resolved) against Microsoft's published definition of `prometheusRuleGroups`, vendored in tests/fixtures/azure-rest-api-specs |
 //! | `binary` | promtool (1 test) | the built binary as users run it: exit codes, environment, signals, the log, promtool, the demo, `check-imds` against the simulator |
 //! | `configuration` | helm (the chart's refusals and its test hook) | every setting refused before the agent runs, naming what was meant: usage errors, unknown variables, `check-config`, the chart's values schema through `helm template` and its test hook |
 //! | `dashboards` | node and tests/grafana's npm packages, jsonnet, helm (3 tests) | the Grafana dashboards against Grafana's schema, import and provisioning, and the exported metrics |
@@ -43,6 +45,7 @@
 //! | `systemd` |  | systemd's notify protocol over a real unix datagram socket |
 //! | `telemetry` |  | bad `OTEL_*` values never stop the metrics; OTLP over TLS with a client certificate |
 //! | `traces` |  | traces as a collector receives them, over gRPC and HTTP/protobuf |
+//! | `vmalert` | *all:* VictoriaMetrics and vmalert (Debian `victoria-metrics`) | the alert rules on a second engine: the promtool unit tests' scenarios replayed through vmalert into VictoriaMetrics fire what promtool expects, with and without a `cluster` label, and every description renders |
 //! | `web` |  | the listener: gzip, TLS, basic auth, certificate rotation, the scrape limit, idle connections |
 //! | `windows` | *all:* target/dist, Wine, mingw-w64, unzip | the Windows zip's `.exe` under Wine against the simulator: metrics, an event's life, hooks and their Job object, the state file across a restart, a clean stop |
 //!
@@ -65,6 +68,8 @@ mod otlp;
 mod agent;
 mod alertmanager;
 mod approval;
+#[cfg(feature = "external-tools")]
+mod azure_schema;
 mod binary;
 mod configuration;
 mod dashboards;
@@ -90,6 +95,8 @@ mod state;
 mod systemd;
 mod telemetry;
 mod traces;
+#[cfg(feature = "external-tools")]
+mod vmalert;
 mod web;
 #[cfg(feature = "external-tools")]
 mod windows;
