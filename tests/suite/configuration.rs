@@ -6,7 +6,7 @@
 use std::net::TcpListener;
 use std::process::Output;
 
-use crate::common::process::command;
+use crate::common::process::{AgentProcess, command};
 use crate::common::{TempDir, TestResult};
 use crate::ops;
 
@@ -64,6 +64,94 @@ fn variables_the_agent_reads_but_no_agent_flag_names_are_not_refused() -> TestRe
     ]);
     let output = command.output()?;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    Ok(())
+}
+
+/// The variables the kubelet gives every pod of a namespace for a Service `name` with cluster IP
+/// `ip` and `ports` (name, port, protocol), as pkg/kubelet/envvars writes them.
+fn service_links(name: &str, ip: &str, ports: &[(&str, u16, &str)]) -> Vec<(String, String)> {
+    let prefix = name.to_uppercase().replace('-', "_");
+    let host_port = |port: u16| match ip.contains(':') {
+        true => format!("[{ip}]:{port}"),
+        false => format!("{ip}:{port}"),
+    };
+    let mut env = vec![
+        (format!("{prefix}_SERVICE_HOST"), ip.to_owned()),
+        (format!("{prefix}_SERVICE_PORT"), ports[0].1.to_string()),
+    ];
+    for (port_name, port, _) in ports.iter().filter(|p| !p.0.is_empty()) {
+        let port_name = port_name.to_uppercase().replace('-', "_");
+        env.push((
+            format!("{prefix}_SERVICE_PORT_{port_name}"),
+            port.to_string(),
+        ));
+    }
+    for (i, (_, port, protocol)) in ports.iter().enumerate() {
+        let link = format!("{}://{}", protocol.to_lowercase(), host_port(*port));
+        if i == 0 {
+            env.push((format!("{prefix}_PORT"), link.clone()));
+        }
+        let at = format!("{prefix}_PORT_{port}_{}", protocol.to_uppercase());
+        env.push((format!("{at}_PROTO"), protocol.to_lowercase()));
+        env.push((format!("{at}_PORT"), port.to_string()));
+        env.push((format!("{at}_ADDR"), ip.to_owned()));
+        env.push((at, link));
+    }
+    env
+}
+
+#[test]
+fn the_agent_starts_next_to_a_service_of_each_of_its_names() -> TestResult {
+    // kubectl expose names a Service after what it exposes (the DaemonSet, or one of its pods);
+    // the chart's objects are named after the release, the chart's name appended when the
+    // release's does not contain it. Ports as kubectl expose copies them (one unnamed), as the
+    // chart's ServiceMonitor Service has them (named), and a second protocol on IPv6.
+    let services: [(&str, &str, &[(&str, u16, &str)]); 4] = [
+        (
+            "azure-scheduled-events-exporter",
+            "10.0.0.11",
+            &[("", 10188, "TCP")],
+        ),
+        (
+            "azure-scheduled-events-exporter-7bq2x",
+            "10.0.0.12",
+            &[("", 10188, "TCP")],
+        ),
+        (
+            "azure-scheduled-events-azure-scheduled-events-exporter",
+            "10.0.0.13",
+            &[("metrics", 10188, "TCP")],
+        ),
+        (
+            "azure-scheduled-events",
+            "fd00::14",
+            &[("metrics", 10188, "TCP"), ("otlp-udp", 4317, "UDP")],
+        ),
+    ];
+    let env: Vec<(String, String)> = services
+        .iter()
+        .flat_map(|(name, ip, ports)| service_links(name, ip, ports))
+        .collect();
+    assert!(env.len() >= 30, "{env:?}");
+    let mut command = command(&[
+        "demo",
+        "--log.format=json",
+        "--web.listen-address=127.0.0.1:0",
+    ]);
+    command.envs(env.iter().map(|(n, v)| (n, v)));
+    let mut agent = AgentProcess::spawn(command)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(agent.wait_for_series("azure_scheduled_events_up 1"))?;
+    assert!(agent.exited()?.is_none());
+    agent.terminate()?;
+    // The same names with a value no Service gives are still refused: a setting, mistyped.
+    let line = refused(&[], &[("AZURE_SCHEDULED_EVENTS_EXPORTER_PORT", "10188")])?;
+    assert!(
+        line.contains("AZURE_SCHEDULED_EVENTS_EXPORTER_PORT"),
+        "{line}"
+    );
     Ok(())
 }
 
