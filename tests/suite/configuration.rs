@@ -355,6 +355,38 @@ fn check_config_reports_every_usage_error_and_checks_the_rest() -> TestResult {
 }
 
 #[test]
+fn check_config_says_an_older_agents_large_state_file_is_read_and_kept() -> TestResult {
+    // Over the 4 MiB cap, as an agent that wrote without one left it: the agent reads it once
+    // under the larger cap and keeps its approvals; check-config must say so, not "start fresh".
+    let dir = TempDir::new("check-config-legacy")?;
+    let state = dir.path("state.json");
+    let mut legacy =
+        br#"{"version":1,"approvals":{"A1B2C3D4-0000-4000-8000-000000000001":{}}}"#.to_vec();
+    legacy.resize(5 << 20, b' ');
+    std::fs::write(&state, &legacy)?;
+    let mut command = command(&["check-config", &format!("--state.file={}", state.display())]);
+    let output = command.output()?;
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    let warning = text
+        .lines()
+        .find(|l| l.starts_with("warning: state file"))
+        .ok_or_else(|| format!("no state file warning: {text}"))?;
+    for said in [
+        "larger than 4194304 bytes",
+        "keep every approval it names (1)",
+        "copy it to",
+        "replace it at its first write",
+    ] {
+        assert!(warning.contains(said), "{said}: {warning}");
+    }
+    assert!(!warning.contains("fresh"), "{warning}");
+    assert_eq!(std::fs::read(&state)?, legacy, "left as it is");
+    assert!(!dir.path("state.json.corrupt").exists(), "nothing copied");
+    Ok(())
+}
+
+#[test]
 fn what_the_agent_would_run_on_is_a_warning_that_passes_the_check() -> TestResult {
     let dir = TempDir::new("check-config-warnings")?;
     let state = dir.path("state.json");
@@ -371,8 +403,10 @@ fn what_the_agent_would_run_on_is_a_warning_that_passes_the_check() -> TestResul
         "{text}"
     );
     assert!(
-        text.lines()
-            .any(|l| l.starts_with("warning: ") && l.contains("set it aside")),
+        text.lines().any(|l| l.starts_with("warning: ")
+            && l.contains("read in part")
+            && l.contains("copy it to")
+            && l.contains("state.json.corrupt")),
         "{text}"
     );
     assert_eq!(

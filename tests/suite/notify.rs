@@ -821,3 +821,54 @@ async fn detection_to_delivery_latency_over_200_transitions() -> TestResult {
     );
     agent.stop().await
 }
+
+#[tokio::test]
+async fn notifications_dropped_for_a_receiver_that_hangs_are_logged_once_with_a_count() -> TestResult
+{
+    // A receiver that never answers fills its queue (256); the rest of 400 new events are
+    // dropped: counted each, logged once a minute rather than once each.
+    let imds = Imds::start().await?;
+    let hanging = Receiver::start().await?;
+    hanging.then_answer(Answer::Hang);
+    let dir = TempDir::new("notify-drops")?;
+    let config = write(
+        &dir,
+        "receivers.yaml",
+        &format!(
+            "receivers:\n  - name: hanging\n    url: {}\n    timeout: 60s\n",
+            hanging.url("/hook")
+        ),
+    )?;
+    imds.sim
+        .set_document(document(1, &common::freeze_events(400)));
+    let url = format!("--imds.url={}", imds.url());
+    let mut agent = AgentProcess::spawn(command(&[
+        &url,
+        "--notify.config-file",
+        &config,
+        "--web.listen-address=127.0.0.1:0",
+        "--log.format=json",
+        "--poll.interval=100ms",
+    ]))?;
+    let dropped = r#"azure_scheduled_events_notifications_dropped_total{receiver="hanging"}"#;
+    let metrics = agent
+        .wait_for_metrics("the drops counted", |text| {
+            Exposition(text.to_owned()).value(dropped) >= Some(100.0)
+        })
+        .await?;
+    let count = Exposition(metrics).get(dropped);
+    agent.terminate()?;
+    let lines = agent.lines_until(|l| l["message"] == "stopped")?;
+    let logged: Vec<_> = lines
+        .iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("notification dropped"))
+        })
+        .collect();
+    assert_eq!(logged.len(), 1, "{count} dropped: {logged:#?}");
+    assert_eq!(logged[0]["suppressed"], 0, "{logged:#?}");
+    assert_eq!(logged[0]["receiver"], "hanging");
+    Ok(())
+}
