@@ -18,9 +18,9 @@ use std::hint::black_box;
 use std::io::Write;
 use std::time::Duration;
 
-use azure_scheduled_events_exporter::azure::event::Document;
+use azure_scheduled_events_core::event::Document;
+use azure_scheduled_events_core::tracker::Tracker;
 use azure_scheduled_events_exporter::azure::imds::MAX_BODY_BYTES;
-use azure_scheduled_events_exporter::core::tracker::Tracker;
 use chrono::{DateTime, Utc};
 use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput};
 

@@ -1,18 +1,18 @@
 //! azure-scheduled-events-exporter turns Azure Scheduled Events into Prometheus metrics, traces
 //! and logs.
 //!
-//! The folders are the layers, each importing only from those listed before it:
-//! [`azure`] speaks the Instance Metadata Service (documents, api-versions, the client);
-//! [`config`] turns flags, environment and files into resolved settings; [`core`] is the pure
-//! functional core that turns each poll into a list of occurrences; [`output`] hands that list to
-//! each consumer (log, metrics, spans exported over OTLP, state, hooks, approval, notifications,
-//! Kubernetes); [`http`] serves `/metrics` and health; [`shell`]
-//! wires it all, runs the one poll loop and the subcommands. The simulated IMDS that `demo` and
-//! `simulator` run is its own crate, `azure-scheduled-events-simulator`.
+//! The rules are a crate of their own, `azure-scheduled-events-core`: the event model and the
+//! pure functional core that turns each poll into a list of occurrences, with no I/O crate among
+//! its dependencies. Here the folders are the layers around it, each importing only from those
+//! listed before it: [`azure`] asks the Instance Metadata Service (the client); [`config`] turns
+//! flags, environment and files into the core's types and the edges' settings; [`output`] hands
+//! each poll's occurrences to each consumer (log, metrics, spans exported over OTLP, state, hooks,
+//! approval, notifications, Kubernetes); [`http`] serves `/metrics` and health; [`shell`] reads
+//! the boot id, wires it all, runs the one poll loop and the subcommands. The simulated IMDS that
+//! `demo` and `simulator` run is its own crate, `azure-scheduled-events-simulator`.
 
 pub mod azure;
 pub mod config;
-pub mod core;
 pub mod http;
 pub mod output;
 pub mod shell;

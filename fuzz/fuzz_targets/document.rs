@@ -9,8 +9,8 @@
 
 use std::collections::HashSet;
 
-use azure_scheduled_events_exporter::azure::event::Document;
-use azure_scheduled_events_exporter::core::tracker::{IncarnationChange, Tracker};
+use azure_scheduled_events_core::event::Document;
+use azure_scheduled_events_core::tracker::{IncarnationChange, Tracker};
 use chrono::{DateTime, TimeDelta, Utc};
 use libfuzzer_sys::fuzz_target;
 

@@ -27,9 +27,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use reqwest::Url;
 
+use azure_scheduled_events_core::event::{Document, DocumentError, EventId, Polled};
 use tracing::Instrument;
 
-use crate::azure::event::{Document, DocumentError, EventId};
 use crate::azure::wire;
 
 /// Largest body the agent reads. Real documents are a few kilobytes; the cap leaves room for
@@ -214,13 +214,6 @@ impl From<DocumentError> for ImdsError {
 /// it failed (the request metrics implement it).
 pub trait RecordRequest: std::fmt::Debug + Send + Sync {
     fn record_request(&self, operation: Operation, elapsed: Duration, error: Option<&ImdsError>);
-}
-
-/// A valid scheduled-events document, or the news that it is byte for byte the last one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Polled {
-    Changed(Document),
-    Unchanged,
 }
 
 /// Why a client could not be made for an IMDS URL.

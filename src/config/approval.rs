@@ -2,37 +2,18 @@
 //! the policy file (YAML or JSON, the flags' names without `approve.`) combine into them, a flag
 //! given winning over the file.
 //!
-//! Settings only: deciding what to approve is [`crate::core::approval`]'s job, which receives an
-//! [`ApprovalConfig`] already validated here.
+//! Settings only: deciding what to approve is the core's job
+//! ([`azure_scheduled_events_core::approval`]), which is handed the [`approval::Settings`] of an
+//! [`ApprovalConfig`] validated here: the mode, the policy, and which hooks exist.
 
 use std::time::Duration;
 
+use azure_scheduled_events_core::approval::{self, Hooks, Mode, Policy, When};
+
 use super::flags::ApproveArgs;
 use super::values::EventTypes;
-pub use super::values::When;
 use super::values::{ConfigError, duration, invalid};
-use crate::azure::event::EventType;
 use crate::config::file_input;
-
-/// Whether approval is off, deciding only, or sending.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Off,
-    DryRun,
-    On,
-}
-
-impl Mode {
-    pub const ALL: [Mode; 3] = [Mode::Off, Mode::DryRun, Mode::On];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Off => "off",
-            Mode::DryRun => "dry_run",
-            Mode::On => "on",
-        }
-    }
-}
 
 /// The approval settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +30,19 @@ pub struct ApprovalConfig {
 }
 
 impl ApprovalConfig {
+    /// What the core decides by: the mode, the policy and which hooks exist, never the commands.
+    pub fn settings(&self) -> approval::Settings {
+        approval::Settings {
+            mode: self.mode,
+            policy: self.policy.clone(),
+            hooks: Hooks {
+                approve: self.hook.is_some(),
+                prepare: self.prepare_hook.is_some(),
+                recover: self.recover_hook.is_some(),
+            },
+        }
+    }
+
     /// Whether a hook can ever run: the approval hook (only with `--approve`; a dry run never
     /// runs it), the prepare hook or the recover hook.
     pub fn runs_hooks(&self) -> bool {
@@ -73,47 +67,6 @@ impl Default for ApprovalConfig {
 
 /// Default time a hook has to exit.
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// What may be approved. The default is Microsoft's sample policy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Policy {
-    /// Approve events whose `EventSource` is `User` (a restart or redeploy someone asked for).
-    pub user_events: bool,
-    /// Approve at once an event marked as a predicted hardware failure
-    /// ([`crate::azure::hardware_failure::predicted`]), whatever `when` says. Off by default.
-    pub predicted_hardware_failure: bool,
-    /// Approve Freezes whose `DurationInSeconds` is known and `0 <= d < freeze_max_duration`.
-    /// Zero turns the rule off.
-    pub freeze_max_duration: Duration,
-    /// Approve every event of these types.
-    pub event_types: Vec<EventType>,
-    /// Never approve events of these types, whatever the other rules say.
-    pub deny_event_types: Vec<EventType>,
-    pub when: When,
-    /// Shared events: the k-th VM in `Resources` (from 0) approves only k times this long after
-    /// it first saw the event. Zero lets every VM approve at once.
-    pub takeover_delay: Duration,
-}
-
-/// Microsoft's sample: Freezes shorter than this many seconds are approved.
-pub const DEFAULT_FREEZE_MAX_DURATION: Duration = Duration::from_secs(9);
-
-/// Default delay between one VM's turn to approve a shared event and the next VM's.
-pub const DEFAULT_TAKEOVER_DELAY: Duration = Duration::from_secs(30);
-
-impl Default for Policy {
-    fn default() -> Self {
-        Self {
-            user_events: true,
-            predicted_hardware_failure: false,
-            freeze_max_duration: DEFAULT_FREEZE_MAX_DURATION,
-            event_types: Vec::new(),
-            deny_event_types: Vec::new(),
-            when: When::Immediately,
-            takeover_delay: DEFAULT_TAKEOVER_DELAY,
-        }
-    }
-}
 
 /// A command to run: program and arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,7 +140,7 @@ impl ApproveArgs {
             };
         let when = match (self.before_not_before, file.before_not_before) {
             (Some(when), _) => when,
-            (None, Some(text)) => When::parse(&text).map_err(|e| {
+            (None, Some(text)) => super::values::when(&text).map_err(|e| {
                 invalid(
                     "approve.before-not-before",
                     format!("in the policy file: {e}"),

@@ -23,7 +23,7 @@ pub const DEFAULT_API_VERSION: &str = "2020-07-01";
 /// Where Linux keeps the current boot's id: the default of `--state.boot-id-file`.
 #[cfg(not(windows))]
 pub const DEFAULT_BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
-/// Windows has no boot id file: empty means the boot time Windows reports (see [`crate::core::boot`]).
+/// Windows has no boot id file: empty means the boot time Windows reports (see [`azure_scheduled_events_core::boot`]).
 #[cfg(windows)]
 pub const DEFAULT_BOOT_ID_FILE: &str = "";
 
@@ -299,9 +299,9 @@ pub struct ApproveArgs {
         long = "approve.before-not-before",
         env = "AZURE_SCHEDULED_EVENTS_APPROVE_BEFORE_NOT_BEFORE",
         value_name = "WHEN",
-        value_parser = super::values::When::parse
+        value_parser = super::values::when
     )]
-    pub before_not_before: Option<super::values::When>,
+    pub before_not_before: Option<azure_scheduled_events_core::approval::When>,
     /// Shared events: the k-th VM in Resources approves only if the event is still Scheduled k
     /// times this delay after it first saw it; at most 7d [default: 30s].
     #[arg(long = "approve.takeover-delay", env = "AZURE_SCHEDULED_EVENTS_APPROVE_TAKEOVER_DELAY", value_parser = duration)]

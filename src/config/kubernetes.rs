@@ -17,7 +17,7 @@ use super::label_selector::DrainPodSelectors;
 use super::values::{ConfigError, invalid};
 use super::values::{EventTypes, ImpactEventTypes};
 #[cfg(feature = "kubernetes")]
-use crate::azure::event::EventType;
+use azure_scheduled_events_core::event::EventType;
 
 /// Default of `--kubernetes.drain-margin`.
 pub const DEFAULT_DRAIN_MARGIN: Duration = Duration::from_secs(15);

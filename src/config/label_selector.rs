@@ -5,7 +5,7 @@
 //! agent only checks the syntax at startup, so that a typo is one clear line and exit 64 rather
 //! than a drain that the API server refuses with 400 when a VM is about to go.
 
-use crate::azure::event::EventType;
+use azure_scheduled_events_core::event::EventType;
 
 /// The longest label name (the part after the prefix) and value, as Kubernetes allows.
 const MAX_NAME: usize = 63;

@@ -11,7 +11,7 @@
 //! (the last two by a test, [`reference`]).
 //!
 //! Settings only: this folder imports the domain types it needs and none of the modules that act
-//! on the settings, except for the state file's default path, which [`crate::core::state`] defines.
+//! on the settings, except for the state file's default path, which [`azure_scheduled_events_core::state`] defines.
 
 pub mod approval;
 pub mod environment;
@@ -276,9 +276,10 @@ impl AgentArgs {
 mod tests {
     use clap::Parser;
 
-    use super::approval::{HookCommand, Mode, Policy, When};
+    use super::approval::HookCommand;
     use super::*;
-    use crate::azure::event::EventType;
+    use azure_scheduled_events_core::approval::{Mode, Policy, When};
+    use azure_scheduled_events_core::event::EventType;
 
     fn parse(args: &[&str]) -> Result<Config, String> {
         let cli = Cli::try_parse_from(

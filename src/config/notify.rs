@@ -15,9 +15,12 @@ use reqwest::Url;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
+use azure_scheduled_events_core::event::{EventSource, EventType};
+use azure_scheduled_events_core::notices::{Filter, Recipient, TRANSITIONS};
+use azure_scheduled_events_core::view::EVENT_FIELDS;
+
 use super::values::{ConfigError, duration, invalid, one_line};
 use super::values::{EventTypes, list};
-use crate::azure::event::{EventSource, EventType};
 use crate::config::file_input;
 
 /// Where PagerDuty's Events API v2 takes events.
@@ -36,27 +39,6 @@ pub const DEFAULT_RUNBOOK_URL: &str = concat!(
 
 /// Time one delivery attempt has, unless a receiver says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The fields of one event as every output says it (the event's view in the core, its log line,
-/// its span), in order: the event's part of the template fields of notifications.
-pub const EVENT_FIELDS: [&str; 16] = [
-    "event_id",
-    "trace_id",
-    "span_id",
-    "vm_name",
-    "event_type",
-    "event_status",
-    "advisory",
-    "event_source",
-    "resource_type",
-    "resources",
-    "not_before",
-    "duration_in_seconds",
-    "description",
-    "cause",
-    "affects_this_vm",
-    "document_incarnation",
-];
 
 /// The fields of every notification: the event's view, as in the event's log line
 /// ([`EVENT_FIELDS`]), with `timestamp`, `transition` and `summary` before it and `changed`,
@@ -79,19 +61,6 @@ const fn notification_fields() -> [&'static str; 22] {
     fields[21] = "hardware_failure_predicted";
     fields
 }
-
-/// What a notification can be about: the lifecycle transitions, advisories, and approvals.
-/// `advisory` is never sent unless listed: a receiver that does not list it gets nothing about
-/// an advisory (a Spot rebalance recommendation, an unknown EventStatus), not even its end.
-pub const TRANSITIONS: [&str; 7] = [
-    "advisory",
-    "scheduled",
-    "started",
-    "updated",
-    "completed",
-    "cancelled",
-    "approved",
-];
 
 /// Transitions sent when a receiver lists none: the lifecycle without `updated` (a NotBefore
 /// moving is news for dashboards, not for a chat channel) and without approvals.
@@ -163,29 +132,12 @@ impl Format {
     }
 }
 
-/// Which notifications a receiver gets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Filter {
-    /// Values of [`TRANSITIONS`].
-    pub transitions: Vec<&'static str>,
-    /// Empty: every type.
-    pub event_types: Vec<EventType>,
-    /// Empty: every source.
-    pub event_sources: Vec<EventSource>,
-    /// Only events whose `Resources` name this VM (the default).
-    pub this_vm_only: bool,
-    /// The replayable transitions are sent again after a restart: for `alertmanager`, whose
-    /// alerts are idempotent (the same labels are the same alert) and must be re-sent to stay
-    /// active.
-    pub replay: bool,
-}
-
 /// PagerDuty's and Alertmanager's severities, in their order.
 pub const SEVERITIES: [&str; 4] = ["critical", "error", "warning", "info"];
 
 /// The severity of an event of `event_type` for a receiver whose `severities` override the
 /// paging policy (docs/runbook.md): one VM's event is never `critical`; a Spot eviction (Preempt)
-/// is `info`, as is an `advisory` ([`crate::azure::event::Event::is_advisory`]) whatever is configured;
+/// is `info`, as is an `advisory` ([`azure_scheduled_events_core::event::Event::is_advisory`]) whatever is configured;
 /// every other type is `warning`.
 pub fn severity(
     severities: &BTreeMap<String, &'static str>,
@@ -314,6 +266,17 @@ pub struct NotifyConfig {
 impl NotifyConfig {
     pub fn is_enabled(&self) -> bool {
         !self.receivers.is_empty()
+    }
+
+    /// The receivers as the core knows them: each one's name and filter.
+    pub fn recipients(&self) -> Vec<Recipient> {
+        self.receivers
+            .iter()
+            .map(|receiver| Recipient {
+                name: receiver.name.clone(),
+                filter: receiver.filter.clone(),
+            })
+            .collect()
     }
 }
 

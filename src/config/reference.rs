@@ -20,13 +20,13 @@ use std::any::TypeId;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use azure_scheduled_events_core::event::EventType;
 use clap::{Arg, ArgAction, CommandFactory as _};
 use serde_json::{Map, Value, json};
 
 use super::environment::variable_of;
 use super::flags::Cli;
 use super::values::{BOOLEAN_VALUES, EventTypes, ImpactEventTypes};
-use crate::azure::event::EventType;
 
 /// The file holding the reference, and the lines around its generated part.
 const DOCS: &str = "docs/configuration.md";
@@ -68,7 +68,7 @@ impl Syntax {
             Syntax::EventTypes
         } else if parser == TypeId::of::<ImpactEventTypes>() {
             Syntax::ImpactEventTypes
-        } else if parser == TypeId::of::<super::values::When>() {
+        } else if parser == TypeId::of::<azure_scheduled_events_core::approval::When>() {
             Syntax::When
         } else if parser == TypeId::of::<usize>() {
             Syntax::Count

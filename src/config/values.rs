@@ -1,7 +1,7 @@
 //! The syntaxes settings share, each read by one function wherever it is written (a flag, its
 //! environment variable, the approval policy file, the receivers file): booleans ([`boolean`] and
 //! the style every boolean flag has, [`boolean_style`]), comma-separated lists ([`list`]) and sets
-//! of event types ([`EventTypes`], [`ImpactEventTypes`]), when to approve ([`When`]), durations ([`duration`], each within its
+//! of event types ([`EventTypes`], [`ImpactEventTypes`]), when to approve ([`when`]), durations ([`duration`], each within its
 //! maximum by [`bounded`]); and the error a setting's value gets, [`ConfigError`], named by its flag.
 //!
 //! clap calls these as value parsers, so a bad value is a clap error that names the flag (and its
@@ -11,11 +11,12 @@
 use std::any::TypeId;
 use std::time::Duration;
 
+use azure_scheduled_events_core::approval::When;
+use azure_scheduled_events_core::event::EventType;
 use clap::builder::{PossibleValuesParser, TypedValueParser as _, ValueParser};
 use clap::{Arg, ArgAction};
 
 use super::nearest::nearest;
-use crate::azure::event::EventType;
 
 /// The values a boolean takes, on the command line and in a variable (any case).
 pub const BOOLEAN_VALUES: [&str; 2] = ["true", "false"];
@@ -200,24 +201,13 @@ pub(crate) fn found<T>(
     result.map_err(|e| problems.push(e)).ok()
 }
 
-/// When an allowed event is approved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum When {
-    /// As soon as it is seen (and this VM's takeover turn has come).
-    Immediately,
-    /// No earlier than this long before `NotBefore` (the case study drains 30 s before); `--approve.before-not-before`.
-    BeforeNotBefore(Duration),
-}
-
-impl When {
-    /// `immediately`, or a duration: as the flag and the policy file write it.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        match text.trim() {
-            "immediately" => Ok(When::Immediately),
-            lead => duration(lead)
-                .map(When::BeforeNotBefore)
-                .map_err(|e| format!("{lead:?}: use immediately or a duration: {e}")),
-        }
+/// When to approve: `immediately`, or a duration, as the flag and the policy file write it.
+pub fn when(text: &str) -> Result<When, String> {
+    match text.trim() {
+        "immediately" => Ok(When::Immediately),
+        lead => duration(lead)
+            .map(When::BeforeNotBefore)
+            .map_err(|e| format!("{lead:?}: use immediately or a duration: {e}")),
     }
 }
 

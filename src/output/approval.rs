@@ -10,13 +10,13 @@
 
 use std::time::Duration;
 
+use azure_scheduled_events_core::approval::{PostFailure, PostReason, Rule};
+use azure_scheduled_events_core::event::Event;
+use azure_scheduled_events_core::occurrence::{Context, Occurrence, Report};
 use reqwest::StatusCode;
 use tokio::sync::mpsc;
 
-use crate::azure::event::Event;
 use crate::azure::imds::{ImdsClient, ImdsError};
-use crate::core::approval::{PostFailure, PostReason, Rule};
-use crate::core::occurrence::{Context, Occurrence, Report};
 
 use super::state::Persisted;
 use super::{Output, Reports};

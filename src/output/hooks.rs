@@ -7,10 +7,11 @@
 
 use std::time::Duration;
 
-use crate::azure::event::Event;
+use azure_scheduled_events_core::approval::{HookKind, Outcome};
+use azure_scheduled_events_core::event::Event;
+use azure_scheduled_events_core::occurrence::{Context, Occurrence, Report};
+
 use crate::config::approval::HookCommand;
-use crate::core::approval::{HookKind, Outcome};
-use crate::core::occurrence::{Context, Occurrence, Report};
 
 use super::{Output, Reports};
 

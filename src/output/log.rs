@@ -7,16 +7,17 @@
 //! Events that do not name this VM are logged at debug level unless `--report.neighbours`, as
 //! their series are only exported then.
 
-use crate::azure::event::{Affects, EventSource};
+use azure_scheduled_events_core::approval::Mode;
+use azure_scheduled_events_core::approval::{Decision, HookKind, Outcome, PostReason, SkipReason};
+use azure_scheduled_events_core::boot::Restart;
+use azure_scheduled_events_core::event::{Affects, EventSource};
+use azure_scheduled_events_core::occurrence::{Context, Imds, Occurrence};
+use azure_scheduled_events_core::trace_id::trace_id;
+use azure_scheduled_events_core::tracker::{IncarnationChange, Kind, Tracked, Transition};
+use azure_scheduled_events_core::view::{summary, until};
+
 use crate::azure::wire;
 use crate::config::EventSeries;
-use crate::config::approval::Mode;
-use crate::core::approval::{Decision, HookKind, Outcome, PostReason, SkipReason};
-use crate::core::boot::Restart;
-use crate::core::occurrence::{Context, Imds, Occurrence};
-use crate::core::trace_id::trace_id;
-use crate::core::tracker::{IncarnationChange, Kind, Tracked, Transition};
-use crate::core::view::{summary, until};
 
 use super::Output;
 
@@ -239,8 +240,9 @@ fn log_transition(transition: &Transition, context: &Context, events: EventSerie
         | Transition::Completed { .. }
         | Transition::Cancelled(_) => None,
     };
-    let hardware_failure_predicted = first_seen
-        .map(|seen| crate::azure::hardware_failure::predicted(transition.event(), Some(seen)));
+    let hardware_failure_predicted = first_seen.map(|seen| {
+        azure_scheduled_events_core::hardware_failure::predicted(transition.event(), Some(seen))
+    });
     let summary = summary(transition.event(), transition.kind().as_str(), context.at);
     macro_rules! line {
         ($level:ident) => {

@@ -30,7 +30,7 @@ pub mod telemetry;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use crate::core::occurrence::{Context, Occurrence, Report};
+use azure_scheduled_events_core::occurrence::{Context, Occurrence, Report};
 
 /// Where outputs that act send what they report back.
 pub type Reports = mpsc::UnboundedSender<Report>;

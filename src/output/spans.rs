@@ -4,7 +4,8 @@
 //! [`Traces`], which never blocks: a collector that is slow or down loses spans (counted in
 //! `..._otlp_spans_dropped_total`), never a poll. Wired only when traces are on.
 
-use crate::core::occurrence::{Context, Occurrence};
+use azure_scheduled_events_core::occurrence::{Context, Occurrence};
+
 use crate::output::telemetry::{Traces, VmIdentity};
 
 use self::event_spans::EventSpans;

@@ -2,7 +2,7 @@
 //!
 //! It folds the document's events (first-seen times, lifecycle span ids, the impact expected for
 //! this VM), every approval attempt and answer, and the notifications a restart would send
-//! again into [`crate::core::state::State`], then writes the file once per batch if anything changed,
+//! again into [`azure_scheduled_events_core::state::State`], then writes the file once per batch if anything changed,
 //! and says in `..._state_up` whether that worked. It is the file's only writer. It runs before
 //! the approval and notification outputs, so an attempt or a notification is on disk before it
 //! leaves; after a restart an attempt found `sending` counts as sent. What it could not write it
@@ -13,11 +13,11 @@ use std::sync::Arc;
 use prometheus::Registry;
 use tokio::sync::watch;
 
-use crate::azure::event::EventId;
-use crate::core::approval::Outcome;
-use crate::core::occurrence::{Context, Occurrence};
-use crate::core::state::{ApprovalRecord, ApprovalStatus, stored};
-use crate::core::tracker::Tracked;
+use azure_scheduled_events_core::approval::Outcome;
+use azure_scheduled_events_core::event::EventId;
+use azure_scheduled_events_core::occurrence::{Context, Occurrence};
+use azure_scheduled_events_core::state::{ApprovalRecord, ApprovalStatus, stored};
+use azure_scheduled_events_core::tracker::Tracked;
 
 use self::store::StateStore;
 use self::up::StateUp;

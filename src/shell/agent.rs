@@ -14,15 +14,16 @@ use tokio::task::JoinHandle;
 
 use crate::azure::imds::{ImdsClient, RecordRequest};
 use crate::config::Config;
-use crate::config::approval::Mode;
-use crate::core::boot;
-use crate::core::observer::Observer;
-use crate::core::occurrence::Occurrence;
 use crate::http::health::Health;
 use crate::http::server::Endpoints;
 use crate::output::approval::Approval;
 use crate::output::hooks::Hooks;
 #[cfg(feature = "kubernetes")]
+use azure_scheduled_events_core::approval::Mode;
+use azure_scheduled_events_core::boot;
+use azure_scheduled_events_core::observer::Observer;
+use azure_scheduled_events_core::occurrence::Occurrence;
+
 use crate::output::kubernetes::Kubernetes;
 use crate::output::log::Log;
 use crate::output::metrics::MetricsOutput;
@@ -130,8 +131,8 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
     }
     let (store, restart) = open_state(&config);
     let observer = Observer::new(
-        config.approval.clone(),
-        &config.notify,
+        config.approval.settings(),
+        &config.notify.recipients(),
         store.state(),
         &host_name(),
     );
@@ -323,7 +324,7 @@ fn open_state(config: &Config) -> (StateStore, boot::Restart) {
             None
         }
     };
-    let boot_id = boot::read_boot_id(&config.boot_id_file);
+    let boot_id = crate::shell::boot_id::read_boot_id(&config.boot_id_file);
     let restart = boot::classify(previous, boot_id.as_deref());
     if restart == boot::Restart::Unknown {
         tracing::info!(

@@ -93,7 +93,7 @@ pub fn check(args: AgentArgs, env: &impl EnvSource, unknown: &[UnknownVariable])
             .warnings
             .push(format!("state file {}: {what}", path.display()));
     }
-    if crate::core::boot::read_boot_id(&config.boot_id_file).is_none() {
+    if crate::shell::boot_id::read_boot_id(&config.boot_id_file).is_none() {
         checked.warnings.push(format!(
             "boot id file {}: unreadable or empty; the agent would not tell a reboot from a restart",
             config.boot_id_file.display()

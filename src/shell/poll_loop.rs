@@ -12,6 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use azure_scheduled_events_core::monitor::PollFailure;
+use azure_scheduled_events_core::observer::Observer;
+use azure_scheduled_events_core::occurrence::{Context, Occurrence, Report};
 use chrono::Utc;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -19,9 +22,6 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::azure::backoff;
 use crate::azure::imds::{ImdsClient, ImdsError};
 use crate::config::Config;
-use crate::core::monitor::PollFailure;
-use crate::core::observer::Observer;
-use crate::core::occurrence::{Context, Occurrence, Report};
 use crate::http::health::Health;
 use crate::output::Outputs;
 use crate::output::metrics::Metrics;

@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use azure_scheduled_events_core::approval::Mode;
+use azure_scheduled_events_core::event::{Affects, Document, Event};
+use azure_scheduled_events_core::tracker::Tracker;
 use azure_scheduled_events_exporter::NotifyMetrics;
 use azure_scheduled_events_exporter::StateUp;
-use azure_scheduled_events_exporter::azure::event::{Affects, Document, Event};
 use azure_scheduled_events_exporter::azure::imds::{ImdsError, Operation};
 use azure_scheduled_events_exporter::azure::wire::Compute;
-use azure_scheduled_events_exporter::config::approval::Mode;
-use azure_scheduled_events_exporter::core::tracker::Tracker;
 use azure_scheduled_events_exporter::output::metrics::{EventSeries, Families, Metrics};
 use azure_scheduled_events_exporter::output::telemetry::ExportCounters;
 use chrono::{DateTime, TimeZone, Utc};

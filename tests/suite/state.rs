@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use azure_scheduled_events_exporter::core::state::{ApprovalRecord, ApprovalStatus, State};
+use azure_scheduled_events_core::state::{ApprovalRecord, ApprovalStatus, State};
 use azure_scheduled_events_exporter::state_file::{Opened, StateStore};
 use azure_scheduled_events_simulator::{Scenario, ScenarioEvent};
 use chrono::{DateTime, Utc};

@@ -7,7 +7,7 @@ use crate::otlp;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use azure_scheduled_events_exporter::core::trace_id::{lifecycle_span_id, trace_id};
+use azure_scheduled_events_core::trace_id::{lifecycle_span_id, trace_id};
 use azure_scheduled_events_simulator::example_compute;
 use common::process::{AgentProcess, command, scrape};
 use common::{Exposition, Imds, THIS_VM, TestResult, document};

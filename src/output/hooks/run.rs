@@ -12,14 +12,14 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use azure_scheduled_events_core::approval::{HookFailure, HookKind, HookRun};
+use azure_scheduled_events_core::event::Event;
+use azure_scheduled_events_core::view::EventView;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use crate::azure::event::Event;
 use crate::azure::wire;
 use crate::config::approval::HookCommand;
-use crate::core::approval::{HookFailure, HookKind, HookRun};
-use crate::core::view::EventView;
 
 /// Output kept from each of stdout and stderr, for the log line.
 const OUTPUT_CAP: usize = 4096;

@@ -266,7 +266,7 @@ impl Api {
         client_config.read_timeout = Some(Duration::from_secs(10));
         let mut drain_config = client_config.clone();
         drain_config.default_retry = false;
-        let names = |types: &[crate::azure::event::EventType]| {
+        let names = |types: &[azure_scheduled_events_core::event::EventType]| {
             types
                 .iter()
                 .map(|t| t.as_str().to_owned())

@@ -19,13 +19,13 @@ mod watch;
 use std::cell::Cell;
 use std::sync::Arc;
 
+use azure_scheduled_events_core::event::{Affects, Event};
+use azure_scheduled_events_core::occurrence::{Context, Imds, Occurrence};
+use azure_scheduled_events_core::tracker::Tracked;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::azure::event::{Affects, Event};
 use crate::config::kubernetes::KubernetesConfig;
-use crate::core::occurrence::{Context, Imds, Occurrence};
-use crate::core::tracker::Tracked;
 use crate::output::metrics::Metrics;
 
 use super::Output;

@@ -3,11 +3,11 @@
 //! ([`Wanted`]), and the Kubernetes Event that tells of one transition ([`Note`]).
 //! Pure: the events and the time come in as arguments.
 
+use azure_scheduled_events_core::event::{Event, EventStatus};
+use azure_scheduled_events_core::tracker::Transition;
 use chrono::{DateTime, Utc};
 
-use crate::azure::event::{Event, EventStatus};
 use crate::config::kubernetes::Actions;
-use crate::core::tracker::Transition;
 
 /// A node condition's status, as Kubernetes spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -319,7 +319,7 @@ impl Wanted {
             )
         });
         let conditions = names.conditions(&ours);
-        let listed = |list: &[crate::azure::event::EventType], event: &Event| {
+        let listed = |list: &[azure_scheduled_events_core::event::EventType], event: &Event| {
             list.contains(&event.event_type)
         };
         let drain = ours
@@ -498,8 +498,8 @@ pub fn event_name(node: &str, id: &str, suffix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::azure::event::{Affects, DurationInSeconds, EventId, EventType};
-    use crate::core::tracker::Tracked;
+    use azure_scheduled_events_core::event::{Affects, DurationInSeconds, EventId, EventType};
+    use azure_scheduled_events_core::tracker::Tracked;
 
     /// [`Wanted::from_events`] of the events that name `vm`, as the output picks them.
     fn wanted_for(events: &[Tracked], vm: Option<&str>, actions: &Actions) -> Wanted {
@@ -510,7 +510,7 @@ mod tests {
             .collect();
         Wanted::from_events(&ours, actions, Names::Own)
     }
-    use crate::azure::not_before::NotBefore;
+    use azure_scheduled_events_core::not_before::NotBefore;
 
     const VM: &str = "aks-pool-12345678-vmss_0";
 

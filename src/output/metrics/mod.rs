@@ -16,6 +16,11 @@ pub use output::MetricsOutput;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use azure_scheduled_events_core::approval::Mode;
+use azure_scheduled_events_core::approval::{Decision, HookFailure, HookKind, Outcome};
+use azure_scheduled_events_core::event::{Affects, Event, EventStatus, EventType};
+use azure_scheduled_events_core::hardware_failure;
+use azure_scheduled_events_core::tracker::Transition;
 use chrono::{DateTime, Utc};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
@@ -24,14 +29,9 @@ use prometheus::{
     Opts, Registry, TextEncoder,
 };
 
-use crate::azure::event::{Affects, Event, EventStatus, EventType};
-use crate::azure::hardware_failure;
 use crate::azure::imds::{ImdsError, Operation, RecordRequest};
 use crate::azure::wire;
 pub use crate::config::EventSeries;
-use crate::config::approval::Mode;
-use crate::core::approval::{Decision, HookFailure, HookKind, Outcome};
-use crate::core::tracker::Transition;
 
 /// The prefix of every metric name.
 pub const NAMESPACE: &str = "azure_scheduled_events";
@@ -163,11 +163,11 @@ impl ApprovalMetrics {
             // Advisories are never approved.
             for event_type in EventType::impacts() {
                 approvals.with_label_values(&[event_type.as_str()]);
-                for reason in Outcome::failure_reasons() {
+                for reason in Outcome::failure_reasons(&ImdsError::KINDS) {
                     failures.with_label_values(&[event_type.as_str(), reason]);
                 }
             }
-            for (decision, reason) in Outcome::decision_labels() {
+            for (decision, reason) in Outcome::decision_labels(&ImdsError::KINDS) {
                 decisions.with_label_values(&[decision, reason]);
             }
             registry.register(Box::new(approvals.clone()))?;
@@ -743,9 +743,9 @@ pub const MAX_EXPOSITION_BYTES: usize = 6_000_000;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::azure::event::Document;
     use crate::azure::imds::{MAX_BODY_BYTES, MAX_EVENTS, MAX_LABEL_BYTES, within_caps};
     use crate::config::EventSeries;
+    use azure_scheduled_events_core::event::Document;
 
     /// `text` made unique by `n` and padded to exactly [`MAX_LABEL_BYTES`].
     fn at_the_cap(text: &str, n: usize) -> String {

@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
+use azure_scheduled_events_core::occurrence::{Context, Occurrence};
+use azure_scheduled_events_core::tracker::Tracked;
+
 use super::Metrics;
-use crate::core::occurrence::{Context, Occurrence};
-use crate::core::tracker::Tracked;
 
 use crate::output::Output;
 

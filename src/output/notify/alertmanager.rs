@@ -386,9 +386,9 @@ async fn post(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::azure::event::Document;
     use crate::config::notify::Format;
-    use crate::core::view::EventView;
+    use azure_scheduled_events_core::event::Document;
+    use azure_scheduled_events_core::view::EventView;
 
     fn receiver(urls: usize) -> Receiver {
         let url = |port: usize| {

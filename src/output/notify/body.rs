@@ -12,13 +12,13 @@
 
 use std::sync::Arc;
 
+use azure_scheduled_events_core::event::Event;
+use azure_scheduled_events_core::view::EventView;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::azure::event::Event;
 use crate::config::notify::{Dedup, Format, Receiver, severity, template_environment};
-use crate::core::view::EventView;
 
 /// Instructions a template may run for one notification (MiniJinja's fuel): about a hundred times
 /// what a template that walks every VM of a large event needs, and tens of milliseconds of CPU.
@@ -109,14 +109,14 @@ impl std::io::Write for Capped {
 pub struct Notification {
     pub timestamp: String,
     pub transition: &'static str,
-    /// The event in one sentence, as its log line says it ([`crate::core::view::summary`]).
+    /// The event in one sentence, as its log line says it ([`azure_scheduled_events_core::view::summary`]).
     pub summary: String,
     /// The event, as the log line says it.
     #[serde(flatten)]
     pub event: EventView,
     pub changed: Option<String>,
     pub seen_started: Option<bool>,
-    /// Whether Azure predicts a hardware failure ([`crate::azure::hardware_failure`]), on the
+    /// Whether Azure predicts a hardware failure ([`azure_scheduled_events_core::hardware_failure`]), on the
     /// notification that first reports the event (as on its log line); `None` on the others.
     pub hardware_failure_predicted: Option<bool>,
 }
@@ -135,7 +135,7 @@ impl Notification {
         Self {
             timestamp: at.to_rfc3339_opts(SecondsFormat::Millis, true),
             transition,
-            summary: crate::core::view::summary(event, transition, at),
+            summary: azure_scheduled_events_core::view::summary(event, transition, at),
             event: view,
             changed,
             seen_started,
@@ -357,7 +357,7 @@ mod tests {
         receiver.routing_key = Some("key".into());
         receiver
     }
-    use crate::azure::event::Document;
+    use azure_scheduled_events_core::event::Document;
 
     fn freeze() -> Option<Event> {
         let document = Document::from_json(

@@ -2,7 +2,7 @@
 //! configured receivers: generic JSON webhooks, Slack, Microsoft Teams, PagerDuty, and
 //! Alertmanager ([`alertmanager`]: alerts kept and re-sent, rather than messages).
 //!
-//! Who gets what is decided in the core ([`crate::core::notices`]), which says it as
+//! Who gets what is decided in the core ([`azure_scheduled_events_core::notices`]), which says it as
 //! [`Occurrence::Notify`]; the state output has recorded it in the state file by the time this
 //! output sees it, so a restart never sends it again (at most once, as for approvals). Here each
 //! notice becomes one body ([`body`], from the batch's view of the event) queued to each of its
@@ -17,12 +17,12 @@ pub mod metrics;
 use std::sync::Arc;
 use std::time::Duration;
 
+use azure_scheduled_events_core::occurrence::{Context, Occurrence};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::notify::{Format, NotifyConfig};
-use crate::core::occurrence::{Context, Occurrence};
 
 use self::body::Notification;
 use self::delivery::Job;

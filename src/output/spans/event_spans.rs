@@ -1,17 +1,23 @@
 //! Each VM's view of an event as OpenTelemetry spans, built from the tracker's transitions.
 //!
-//! The trace id is the EventId ([`crate::core::trace_id`]), so every VM that sees an event writes into
+//! The trace id is the EventId ([`azure_scheduled_events_core::trace_id`]), so every VM that sees an event writes into
 //! the same trace. Per VM and event there is one **lifecycle span** (span id from EventId and VM
 //! name, the same after a restart) from the moment this agent first saw the event until it left
 //! the document, carrying the event's last fields and its outcome. Because it is only exported
 //! when it ends, every **transition** is also exported at once as a short child span of it.
-//! Approval decisions and hook runs ([`crate::core::approval::Decision`]) are child spans of it too.
+//! Approval decisions and hook runs ([`azure_scheduled_events_core::approval::Decision`]) are child spans of it too.
 //! Unchanged polls produce no transitions and so no spans. Pure: the caller passes the time and
 //! gets finished spans back to queue.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
 
+use azure_scheduled_events_core::approval::{Decision, Outcome};
+use azure_scheduled_events_core::event::Event;
+use azure_scheduled_events_core::hardware_failure;
+use azure_scheduled_events_core::occurrence::Context;
+use azure_scheduled_events_core::trace_id::trace_id_u128;
+use azure_scheduled_events_core::tracker::{Kind, Tracked, Transition};
 use chrono::{DateTime, Utc};
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
@@ -19,12 +25,6 @@ use opentelemetry::trace::{
 use opentelemetry::{InstrumentationScope, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SpanData, SpanEvents, SpanLinks};
 
-use crate::azure::event::Event;
-use crate::azure::hardware_failure;
-use crate::core::approval::{Decision, Outcome};
-use crate::core::occurrence::Context;
-use crate::core::trace_id::trace_id_u128;
-use crate::core::tracker::{Kind, Tracked, Transition};
 use crate::output::telemetry::SCOPE;
 
 /// The namespace of every span attribute of ours.
@@ -301,7 +301,7 @@ fn predicted_attribute(event: &Event, first_seen: DateTime<Utc>) -> KeyValue {
     )
 }
 
-/// The event's fields, as this VM saw them: its [`crate::core::view::EventView`], with `Resources` as a list and
+/// The event's fields, as this VM saw them: its [`azure_scheduled_events_core::view::EventView`], with `Resources` as a list and
 /// NotBefore also as a Unix time.
 fn event_attributes(event: &Event, seen: &Context) -> Vec<KeyValue> {
     let view = seen.view(event);
@@ -380,9 +380,9 @@ fn span(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::azure::event::Document;
-    use crate::core::trace_id::lifecycle_span_id;
-    use crate::core::tracker::Tracker;
+    use azure_scheduled_events_core::event::Document;
+    use azure_scheduled_events_core::trace_id::lifecycle_span_id;
+    use azure_scheduled_events_core::tracker::Tracker;
     use chrono::TimeZone;
 
     const ID: &str = "C7061BAC-AFDC-4513-B24B-AA5F13A16123";
@@ -467,7 +467,7 @@ mod tests {
                 (
                     10,
                     Document {
-                        incarnation: crate::azure::event::DocumentIncarnation(2),
+                        incarnation: azure_scheduled_events_core::event::DocumentIncarnation(2),
                         events: vec![],
                     },
                 ),
@@ -608,7 +608,9 @@ mod tests {
 
     #[test]
     fn approval_decisions_are_children_of_the_lifecycle_span_and_the_last_one_is_kept_on_it() {
-        use crate::core::approval::{HookFailure, HookKind, HookRun, Rule, WaitReason};
+        use azure_scheduled_events_core::approval::{
+            HookFailure, HookKind, HookRun, Rule, WaitReason,
+        };
         let mut tracker = Tracker::new();
         let mut spans = EventSpans::new();
         let seen = ctx("vmss_0", 1, 0);

@@ -16,8 +16,18 @@ use std::sync::Arc;
 
 use chrono::Utc;
 
+use azure_scheduled_events_core::state::{self, ParseError, State};
+
 use crate::config::file_input::{self, FileInputError};
-use crate::core::state::{self, LoadError, State};
+
+/// Why a state file was not used: it could not be read, or what it holds was not understood.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read it: {0}")]
+    Input(#[from] FileInputError),
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+}
 
 /// What happened when the state file was opened, for one log line at start.
 #[derive(Debug)]
@@ -307,4 +317,98 @@ fn sync_directory(dir: &Path) -> std::io::Result<()> {
 #[cfg(windows)]
 fn sync_directory(_dir: &Path) -> std::io::Result<()> {
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use azure_scheduled_events_core::event::{Event, EventId, EventStatus, EventType};
+    use azure_scheduled_events_core::not_before::NotBefore;
+    use azure_scheduled_events_core::state::{
+        ApprovalRecord, ApprovalStatus, Impact, MAX_PAST_APPROVALS, stored,
+    };
+    use azure_scheduled_events_core::tracker::Tracked;
+    use chrono::{DateTime, Utc};
+
+    use super::*;
+    use crate::azure::imds::MAX_EVENTS;
+    use crate::config::file_input::{BOOT_ID, STATE_FILE};
+
+    fn t(seconds: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000 + seconds, 0).unwrap_or_default()
+    }
+
+    fn tracked(id: &str, event_type: EventType, status: EventStatus) -> Tracked {
+        Tracked {
+            event: Event {
+                id: EventId::new(id),
+                event_type,
+                status,
+                resource_type: "VirtualMachine".into(),
+                resources: ["me"].into_iter().collect(),
+                not_before: NotBefore::parse(None),
+                description: None,
+                source: None,
+                duration: None,
+            },
+            first_seen: t(0),
+            seen_started: false,
+        }
+    }
+
+    /// The largest state a document lets the agent write: every event at [`MAX_EVENTS`] with
+    /// strings past the core's `MAX_STORED_LEN`, each approved, the past approvals kept, the longest boot
+    /// id, and two receivers notified of two transitions of each event.
+    #[test]
+    fn the_largest_state_the_agent_writes_is_one_it_reads_back() -> Result<(), ParseError> {
+        let long = |i: usize, what: &str| format!("{what}-{i:05}-{}", "x".repeat(1000));
+        let seen = t(0) + chrono::TimeDelta::nanoseconds(123_456_789);
+        let events: Vec<Tracked> = (0..MAX_EVENTS)
+            .map(|i| {
+                let mut event = tracked(
+                    &long(i, "id"),
+                    EventType::parse(&long(i, "type")),
+                    EventStatus::parse(&long(i, "status")),
+                );
+                event.first_seen = seen;
+                event
+            })
+            .collect();
+        let mut state = State::new();
+        state.boot_id = Some("b".repeat(usize::try_from(BOOT_ID.max_bytes).unwrap_or(0)));
+        state.clean_stop = Some(seen);
+        state.observe(Some(u64::MAX), &events, Some("me"), seen);
+        state.keep_span_ids(|_| "ffffffffffffffff".to_owned());
+        state.expected_impact = Some(Impact {
+            event_id: stored(&long(0, "id")).into_owned(),
+            event_type: stored(&long(0, "type")).into_owned(),
+            started_seen: seen,
+        });
+        let record = |i: usize| ApprovalRecord {
+            event_type: stored(&long(i, "type")).into_owned(),
+            at: seen,
+            status: ApprovalStatus::Rejected,
+            attempts: u32::MAX,
+        };
+        for i in 0..MAX_EVENTS + MAX_PAST_APPROVALS {
+            state
+                .approvals
+                .insert(stored(&long(i, "id")).into_owned(), record(i));
+        }
+        for tracked in &events {
+            for receiver in ["ops-slack-primary-receiver", "pagerduty-primary-receiver"] {
+                for transition in ["scheduled", "started"] {
+                    state.record_notification(tracked.event.id.as_str(), receiver, transition);
+                }
+            }
+        }
+        let bytes = state.to_bytes();
+        let size = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        eprintln!(
+            "largest state: {size} bytes, read cap {}",
+            STATE_FILE.max_bytes
+        );
+        assert!(size < STATE_FILE.max_bytes, "{size} bytes");
+        assert_eq!(State::parse(&bytes)?, state);
+        Ok(())
+    }
 }

@@ -10,7 +10,7 @@
 //!
 //! [`EventView`] is what the log line, the notification body (and its template fields) and the
 //! span attributes say about one event, built from the occurrence's event and the batch's
-//! [`crate::core::occurrence::Context`]. Pure: no I/O, no clock.
+//! [`crate::occurrence::Context`]. Pure: no I/O, no clock.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -18,8 +18,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::azure::event::{Affects, Event, EventId};
-use crate::core::trace_id::{lifecycle_span_id, trace_id};
+use crate::event::{Affects, Event, EventId};
+use crate::trace_id::{lifecycle_span_id, trace_id};
 
 /// How many ended events keep their span id, for a decision that comes after the event left
 /// the document (a hook that finished later).
@@ -90,6 +90,27 @@ pub fn span_id_hex(span_id: u64) -> String {
     format!("{span_id:016x}")
 }
 
+/// The fields of one event as every output says it ([`EventView`], its log line, its span), in
+/// order: the event's part of the template fields of notifications.
+pub const EVENT_FIELDS: [&str; 16] = [
+    "event_id",
+    "trace_id",
+    "span_id",
+    "vm_name",
+    "event_type",
+    "event_status",
+    "advisory",
+    "event_source",
+    "resource_type",
+    "resources",
+    "not_before",
+    "duration_in_seconds",
+    "description",
+    "cause",
+    "affects_this_vm",
+    "document_incarnation",
+];
+
 /// One event as this VM saw it in one batch: the fields every output says about it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EventView {
@@ -108,7 +129,7 @@ pub struct EventView {
     pub not_before: String,
     pub duration_in_seconds: Option<i64>,
     pub description: Option<String>,
-    /// What `Description` says caused the event ([`crate::azure::cause::Cause`]).
+    /// What `Description` says caused the event ([`crate::cause::Cause`]).
     pub cause: &'static str,
     /// `true`, `false`, or `unknown` while this VM's name is not known.
     #[serde(serialize_with = "as_str")]
@@ -179,7 +200,7 @@ pub fn summary(event: &Event, transition: &str, at: DateTime<Utc>) -> String {
         text.push_str(&human_seconds(duration.0 as f64));
     }
     let cause = event.cause();
-    if cause != crate::azure::cause::Cause::Other {
+    if cause != crate::cause::Cause::Other {
         text.push_str(", ");
         text.push_str(&cause.as_str().replace('_', " "));
     }
@@ -258,7 +279,7 @@ mod tests {
 
     #[test]
     fn a_view_serialises_to_its_field_list() -> Result<(), serde_json::Error> {
-        let event = crate::azure::event::Document::from_json(
+        let event = crate::event::Document::from_json(
             br#"{"DocumentIncarnation":1,"Events":[{"EventId":"123","EventType":"Reboot","ResourceType":"VirtualMachine","Resources":["vmss_0"],"EventStatus":"Scheduled","NotBefore":""}]}"#,
         )
         .map_err(serde::de::Error::custom)?
@@ -273,7 +294,7 @@ mod tests {
             .as_object()
             .map(|o| o.keys().map(String::as_str).collect())
             .unwrap_or_default();
-        let mut fields = crate::config::notify::EVENT_FIELDS.to_vec();
+        let mut fields = EVENT_FIELDS.to_vec();
         fields.sort_unstable();
         assert_eq!(keys, fields);
         Ok(())
@@ -281,7 +302,7 @@ mod tests {
 
     fn summary_event(json: &str) -> Result<Event, Box<dyn std::error::Error>> {
         let body = format!(r#"{{"DocumentIncarnation":1,"Events":[{json}]}}"#);
-        crate::azure::event::Document::from_json(body.as_bytes())?
+        crate::event::Document::from_json(body.as_bytes())?
             .events
             .pop()
             .ok_or_else(|| "no event".into())

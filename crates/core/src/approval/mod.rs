@@ -1,8 +1,8 @@
 //! Approving events: the settings, the pure [`policy`] and [`takeover`] rules, and the pure
 //! decision machine ([`decide`]) that turns them into [`Decision`]s and commands.
 //!
-//! Nothing here does I/O: the approval output ([`crate::output::approval`]) sends the POSTs and
-//! the hooks output ([`crate::output::hooks`]) runs the hooks, each off the poll loop. Nothing
+//! Nothing here does I/O: the agent's approval output sends the POSTs and its hooks output runs
+//! the hooks, each off the poll loop. Nothing
 //! is POSTed unless the mode is [`Mode::On`]; in [`Mode::DryRun`] the same decisions are made,
 //! logged and counted, and neither the approval hook runs nor anything is sent.
 
@@ -14,10 +14,59 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::azure::event::Event;
-use crate::azure::imds::ImdsError;
+use crate::event::Event;
 
-pub use policy::{Rule, SkipReason, Verdict, WaitReason};
+pub use policy::{Policy, Rule, SkipReason, Verdict, WaitReason, When};
+
+/// Whether approval is off, deciding only, or sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Off,
+    DryRun,
+    On,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Off, Mode::DryRun, Mode::On];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::DryRun => "dry_run",
+            Mode::On => "on",
+        }
+    }
+}
+
+/// What approval decides by: the mode, the policy, and which hooks exist (what they run is the
+/// hooks output's business).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub mode: Mode,
+    pub policy: Policy,
+    pub hooks: Hooks,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Off,
+            policy: Policy::default(),
+            hooks: Hooks::default(),
+        }
+    }
+}
+
+/// Which hooks are configured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hooks {
+    /// Must exit 0 before an event is approved.
+    pub approve: bool,
+    /// Runs when an event affecting this VM appears.
+    pub prepare: bool,
+    /// Runs when an event affecting this VM completes or is cancelled.
+    pub recover: bool,
+}
 
 /// First wait before retrying a failed POST; it doubles per attempt up to [`RETRY_MAX`].
 pub const RETRY_FIRST: Duration = Duration::from_secs(1);
@@ -105,15 +154,18 @@ impl Outcome {
 
     /// Every failure to approve, as its (`decision`, `reason`) labels: the one list both
     /// `..._approval_decisions_total` and `..._approval_failures_total` are pre-created from.
-    fn failure_labels() -> impl Iterator<Item = (&'static str, &'static str)> {
+    fn failure_labels(
+        imds_kinds: &[ImdsKind],
+    ) -> impl Iterator<Item = (&'static str, &'static str)> {
         HookFailure::KINDS
             .into_iter()
             .map(|kind| ("hook_failed", kind))
-            .chain(PostReason::all().map(|reason| ("post_failed", reason.as_str())))
+            .chain(PostReason::all(imds_kinds).map(|reason| ("post_failed", reason.as_str())))
     }
 
-    /// Every (decision, reason) pair, for pre-creating series.
-    pub fn decision_labels() -> Vec<(&'static str, &'static str)> {
+    /// Every (decision, reason) pair, for pre-creating series; `imds_kinds` as for
+    /// [`PostReason::all`].
+    pub fn decision_labels(imds_kinds: &[ImdsKind]) -> Vec<(&'static str, &'static str)> {
         let mut labels = Vec::new();
         for rule in Rule::ALL {
             labels.push(("approved", rule.as_str()));
@@ -128,13 +180,13 @@ impl Outcome {
         for reason in SkipReason::ALL {
             labels.push(("skipped", reason.as_str()));
         }
-        labels.extend(Self::failure_labels());
+        labels.extend(Self::failure_labels(imds_kinds));
         labels
     }
 
-    /// Every `reason` of `..._approval_failures_total`.
-    pub fn failure_reasons() -> impl Iterator<Item = &'static str> {
-        Self::failure_labels().map(|(_, reason)| reason)
+    /// Every `reason` of `..._approval_failures_total`; `imds_kinds` as for [`PostReason::all`].
+    pub fn failure_reasons(imds_kinds: &[ImdsKind]) -> impl Iterator<Item = &'static str> {
+        Self::failure_labels(imds_kinds).map(|(_, reason)| reason)
     }
 }
 
@@ -150,7 +202,8 @@ pub enum PostReason {
     StateUnwritable,
 }
 
-/// An [`ImdsError::kind`], one of [`ImdsError::KINDS`].
+/// The IMDS client's bounded name of an error (its `kind`), one of those the agent's client
+/// lists.
 pub type ImdsKind = &'static str;
 
 impl PostReason {
@@ -162,10 +215,11 @@ impl PostReason {
         }
     }
 
-    /// Every reason.
-    pub fn all() -> impl Iterator<Item = PostReason> {
-        ImdsError::KINDS
-            .into_iter()
+    /// Every reason, with `imds_kinds` every kind of error the IMDS client names.
+    pub fn all(imds_kinds: &[ImdsKind]) -> impl Iterator<Item = PostReason> {
+        imds_kinds
+            .iter()
+            .copied()
             .map(PostReason::Imds)
             .chain([PostReason::QueueFull, PostReason::StateUnwritable])
     }
@@ -241,12 +295,19 @@ pub struct HookRun {
 
 /// Wait before attempt `attempts + 1`: 1 s, 2 s, 4 s, ... up to 30 s.
 pub fn retry_delay(attempts: u32) -> Duration {
-    crate::azure::backoff::delay(RETRY_FIRST, RETRY_MAX, attempts.saturating_sub(1), None)
+    let doubled = RETRY_FIRST.saturating_mul(
+        1u32.checked_shl(attempts.saturating_sub(1))
+            .unwrap_or(u32::MAX),
+    );
+    doubled.clamp(RETRY_FIRST, RETRY_MAX)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A few of the IMDS client's kinds.
+    const IMDS_KINDS: [ImdsKind; 2] = ["timeout", "http_5xx"];
 
     #[test]
     fn retries_back_off_from_one_second_to_thirty() {
@@ -257,7 +318,7 @@ mod tests {
 
     #[test]
     fn every_decision_has_a_pre_created_label_pair() {
-        let labels = Outcome::decision_labels();
+        let labels = Outcome::decision_labels(&IMDS_KINDS);
         let mut unique = labels.clone();
         unique.sort();
         unique.dedup();
@@ -284,11 +345,11 @@ mod tests {
         };
         let pair = queue_full.decision().unwrap_or(("", ""));
         assert_eq!(pair, ("post_failed", "queue_full"));
-        assert!(Outcome::decision_labels().contains(&pair));
-        assert!(Outcome::failure_reasons().any(|reason| reason == "queue_full"));
-        let mut reasons: Vec<&str> = Outcome::failure_reasons().collect();
+        assert!(Outcome::decision_labels(&IMDS_KINDS).contains(&pair));
+        assert!(Outcome::failure_reasons(&IMDS_KINDS).any(|reason| reason == "queue_full"));
+        let mut reasons: Vec<&str> = Outcome::failure_reasons(&IMDS_KINDS).collect();
         reasons.sort_unstable();
         reasons.dedup();
-        assert_eq!(reasons.len(), Outcome::failure_reasons().count());
+        assert_eq!(reasons.len(), Outcome::failure_reasons(&IMDS_KINDS).count());
     }
 }

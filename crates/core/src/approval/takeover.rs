@@ -8,9 +8,8 @@
 
 use std::time::Duration;
 
+use azure_scheduled_events_protocol::resources::Resources;
 use chrono::{DateTime, Utc};
-
-use crate::azure::resources::Resources;
 
 /// This VM's position in `Resources` (0 is the leader), comparing names as Azure does, ignoring
 /// ASCII case; the first match counts if a name is listed twice. `None` if it is not listed.

@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use crate::azure::event::Event;
+use crate::event::Event;
 
 /// What `Description` says caused the event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -97,11 +97,11 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::azure::event::Document;
+    use crate::event::Document;
 
     fn fixture(file: &str) -> Result<Document, Box<dyn std::error::Error>> {
         let body = std::fs::read(format!(
-            "{}/tests/fixtures/imds-documents/{file}",
+            "{}/../../tests/fixtures/imds-documents/{file}",
             env!("CARGO_MANIFEST_DIR")
         ))?;
         Ok(Document::from_json(&body)?)

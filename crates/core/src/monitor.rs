@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use crate::azure::imds::Polled;
-use crate::core::occurrence::{Imds, Occurrence};
-use crate::core::tracker::{IncarnationChange, Tracked, Tracker};
+use crate::event::Polled;
+use crate::occurrence::{Imds, Occurrence};
+use crate::tracker::{IncarnationChange, Tracked, Tracker};
 
 /// Why a poll brought no document, as the core needs it: a bounded kind (the `reason` label and
 /// `error.type`) and the error, read only when the outage begins (an outage is one failed poll a
@@ -172,8 +172,8 @@ impl Monitor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::azure::event::{Document, DocumentIncarnation};
-    use crate::core::tracker::Transition;
+    use crate::event::{Document, DocumentIncarnation};
+    use crate::tracker::Transition;
     use chrono::TimeZone;
 
     fn t(s: i64) -> DateTime<Utc> {

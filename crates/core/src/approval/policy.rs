@@ -12,8 +12,57 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::takeover::{self, chrono_duration};
-use crate::azure::event::{DurationInSeconds, Event, EventSource, EventStatus, EventType};
-use crate::config::approval::{Policy, When};
+use crate::event::{DurationInSeconds, Event, EventSource, EventStatus, EventType};
+
+/// What may be approved. The default is Microsoft's sample policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Approve events whose `EventSource` is `User` (a restart or redeploy someone asked for).
+    pub user_events: bool,
+    /// Approve at once an event marked as a predicted hardware failure
+    /// ([`crate::hardware_failure::predicted`]), whatever `when` says. Off by default.
+    pub predicted_hardware_failure: bool,
+    /// Approve Freezes whose `DurationInSeconds` is known and `0 <= d < freeze_max_duration`.
+    /// Zero turns the rule off.
+    pub freeze_max_duration: Duration,
+    /// Approve every event of these types.
+    pub event_types: Vec<EventType>,
+    /// Never approve events of these types, whatever the other rules say.
+    pub deny_event_types: Vec<EventType>,
+    pub when: When,
+    /// Shared events: the k-th VM in `Resources` (from 0) approves only k times this long after
+    /// it first saw the event. Zero lets every VM approve at once.
+    pub takeover_delay: Duration,
+}
+
+/// Microsoft's sample: Freezes shorter than this many seconds are approved.
+pub const DEFAULT_FREEZE_MAX_DURATION: Duration = Duration::from_secs(9);
+
+/// Default delay between one VM's turn to approve a shared event and the next VM's.
+pub const DEFAULT_TAKEOVER_DELAY: Duration = Duration::from_secs(30);
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            user_events: true,
+            predicted_hardware_failure: false,
+            freeze_max_duration: DEFAULT_FREEZE_MAX_DURATION,
+            event_types: Vec::new(),
+            deny_event_types: Vec::new(),
+            when: When::Immediately,
+            takeover_delay: DEFAULT_TAKEOVER_DELAY,
+        }
+    }
+}
+
+/// When an allowed event is approved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    /// As soon as it is seen (and this VM's takeover turn has come).
+    Immediately,
+    /// No earlier than this long before `NotBefore` (the case study drains 30 s before); `--approve.before-not-before`.
+    BeforeNotBefore(Duration),
+}
 
 /// The allow rule that matched an approved event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -186,7 +235,7 @@ impl Policy {
         // Early: the hardware may fail before NotBefore, so the policy's "when" does not hold
         // it back (the takeover order of a shared event still does).
         let early = self.predicted_hardware_failure
-            && crate::azure::hardware_failure::predicted(event, Some(first_seen));
+            && crate::hardware_failure::predicted(event, Some(first_seen));
         let rule = match self.rule(event) {
             _ if early => Rule::PredictedHardwareFailure,
             Ok(rule) => rule,
@@ -254,9 +303,9 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::azure::event::EventId;
-    use crate::azure::not_before::NotBefore;
-    use crate::azure::resources::Resources;
+    use crate::event::EventId;
+    use crate::not_before::NotBefore;
+    use azure_scheduled_events_protocol::resources::Resources;
 
     const VM: &str = "vmss_1";
 

@@ -12,7 +12,7 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use crate::azure::event::{Event, EventType};
+use crate::event::{Event, EventType};
 
 /// How far ahead of its first sight a Reboot or Redeploy must be announced to be marked: far
 /// beyond any minimum notice (15 minutes), well within Azure's "few days".
@@ -49,12 +49,12 @@ pub fn label(predicted: bool) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::azure::event::Document;
+    use crate::event::Document;
     use chrono::TimeZone;
 
     fn redeploy_three_days_ahead() -> Result<Document, Box<dyn std::error::Error>> {
         let body = std::fs::read(format!(
-            "{}/tests/fixtures/imds-documents/33-redeploy-three-days-ahead-di3.json",
+            "{}/../../tests/fixtures/imds-documents/33-redeploy-three-days-ahead-di3.json",
             env!("CARGO_MANIFEST_DIR")
         ))?;
         Ok(Document::from_json(&body)?)
@@ -95,7 +95,7 @@ mod tests {
         freeze.event_type = EventType::Freeze;
         assert!(!predicted(&freeze, Some(read_at())));
         let mut started = redeploy.clone();
-        started.not_before = crate::azure::not_before::NotBefore::parse(Some(""));
+        started.not_before = crate::not_before::NotBefore::parse(Some(""));
         assert!(!predicted(&started, Some(read_at())));
         Ok(())
     }

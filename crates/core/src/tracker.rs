@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
-use crate::azure::event::{Document, DocumentIncarnation, Event, EventId, EventStatus};
+use crate::event::{Document, DocumentIncarnation, Event, EventId, EventStatus};
 
 /// Documents in a row (the same bytes polled again count) that must lack an event before it is
 /// taken as gone when no document of another incarnation said so: 30, half a minute at the default
@@ -496,9 +496,9 @@ fn compare(old: &Event, new: &Event) -> Option<Transition> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::azure::event::{DurationInSeconds, EventType};
-    use crate::azure::not_before::NotBefore;
-    use crate::azure::resources::Resources;
+    use crate::event::{DurationInSeconds, EventType};
+    use crate::not_before::NotBefore;
+    use azure_scheduled_events_protocol::resources::Resources;
     use chrono::TimeZone;
 
     const NOT_BEFORE: &str = "Mon, 11 Apr 2022 22:26:58 GMT";
@@ -807,7 +807,7 @@ mod tests {
 
     fn fixture(file: &str) -> Document {
         let path = format!(
-            "{}/tests/fixtures/imds-documents/{file}",
+            "{}/../../tests/fixtures/imds-documents/{file}",
             env!("CARGO_MANIFEST_DIR")
         );
         match std::fs::read(&path).map(|body| Document::from_json(&body)) {

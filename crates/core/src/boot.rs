@@ -2,19 +2,17 @@
 //!
 //! [`classify`] is pure: it compares the boot identity saved in the state file with the current
 //! one, and looks at the impact the state says this VM was under. A reboot that follows an event of
-//! this VM seen Started (Reboot, Redeploy, Freeze, Preempt; see [`crate::core::state::IMPACT_TYPES`]) is
+//! this VM seen Started (Reboot, Redeploy, Freeze, Preempt; see [`crate::state::IMPACT_TYPES`]) is
 //! expected; any other is unexpected. Either way, a reboot after the agent stopped cleanly (the
 //! state says so: SIGTERM at shutdown, as `systemctl reboot`, kured or unattended upgrades do)
-//! is clean; after a crash, a power cut or a kill it is not. [`read_boot_id`] is the edge: Linux's
-//! `/proc/sys/kernel/random/boot_id`, a random id the kernel draws at each boot (the path is a
-//! flag, so tests present another boot without touching the machine). Windows has no such id: its
-//! boot identity is the time it booted, now less the tick count (`GetTickCount64`), in whole
-//! seconds, and two readings within [`BOOT_TIME_TOLERANCE`] of each other are one boot, so that a
-//! clock corrected by time sync or a VM paused for a while is not taken for a reboot.
+//! is clean; after a crash, a power cut or a kill it is not. The boot id is read by the agent's
+//! shell and passed in: on Linux `/proc/sys/kernel/random/boot_id`, a random id the kernel draws
+//! at each boot. Windows has no such id: its boot identity is the time it booted
+//! ([`boot_time_id`]), and two readings within [`BOOT_TIME_TOLERANCE`] of each other are one
+//! boot, so that a clock corrected by time sync or a VM paused for a while is not taken for a
+//! reboot.
 
-use std::path::Path;
-
-use crate::core::state::{Impact, State};
+use crate::state::{Impact, State};
 
 /// How this start of the agent relates to the previous one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,33 +89,10 @@ fn same_boot(before: &str, now: &str) -> bool {
     }
 }
 
-/// The boot id of a boot time given as time since the Unix epoch.
-#[cfg(any(windows, test))]
-fn boot_time_id(boot_time: std::time::Duration) -> String {
+/// The boot id of a boot time given as time since the Unix epoch (Windows: now less the tick
+/// count, in whole seconds).
+pub fn boot_time_id(boot_time: std::time::Duration) -> String {
     format!("{BOOT_TIME_PREFIX}{}", boot_time.as_secs())
-}
-
-/// When Windows booted: now less the time since boot (`GetTickCount64`).
-#[cfg(windows)]
-fn windows_boot_id() -> Option<String> {
-    let uptime = uptime_lib::get().ok()?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?;
-    now.checked_sub(uptime).map(boot_time_id)
-}
-
-/// The current boot id, trimmed; `None` if it cannot be read or is empty. On Windows an empty
-/// path (the default) asks Windows when it booted instead.
-pub fn read_boot_id(path: &Path) -> Option<String> {
-    #[cfg(windows)]
-    if path.as_os_str().is_empty() {
-        return windows_boot_id();
-    }
-    let text =
-        crate::config::file_input::read_to_string(path, crate::config::file_input::BOOT_ID).ok()?;
-    let id = text.trim();
-    (!id.is_empty() && id.len() <= 128).then(|| id.to_owned())
 }
 
 #[cfg(test)]
@@ -221,21 +196,5 @@ mod tests {
             Some("true"),
             "anything else is compared as it is"
         );
-    }
-
-    #[test]
-    fn boot_ids_are_read_trimmed_and_an_unreadable_one_is_none() {
-        let dir = std::env::temp_dir().join(format!("boot-id-test-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(&dir);
-        let file = dir.join("boot_id");
-        let _ = std::fs::write(&file, "6f1c2a1e-8a3b-4c4d-9e5f-0a1b2c3d4e5f\n");
-        assert_eq!(
-            read_boot_id(&file).as_deref(),
-            Some("6f1c2a1e-8a3b-4c4d-9e5f-0a1b2c3d4e5f")
-        );
-        let _ = std::fs::write(&file, " \n");
-        assert_eq!(read_boot_id(&file), None);
-        assert_eq!(read_boot_id(&dir.join("missing")), None);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,5 +1,5 @@
 //! What each notification receiver is sent: the pure decider of notifications, as
-//! [`crate::core::approval::decide`] is of approvals.
+//! [`crate::approval::decide`] is of approvals.
 //!
 //! [`Notices::decide`] reads one batch of occurrences (transitions, events that ended while the
 //! agent was down, approvals) and says, as [`Occurrence::Notify`], which receivers want each
@@ -11,17 +11,54 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::azure::event::{Affects, Event};
-use crate::config::notify::{Filter, NotifyConfig};
-use crate::core::approval::Outcome;
-use crate::core::occurrence::{Lifecycle, Notice, Occurrence};
-use crate::core::state::{State, stored};
-use crate::core::tracker::Transition;
+use crate::approval::Outcome;
+use crate::event::{Affects, Event, EventSource, EventType};
+use crate::occurrence::{Lifecycle, Notice, Occurrence};
+use crate::state::{State, stored};
+use crate::tracker::Transition;
 
 /// The transitions a restart reports again: an event still in the document is resumed as
 /// `advisory`, `scheduled` or `started`. Only these are remembered, so a restart never sends them
 /// twice; every other transition happens once (an event is updated as often as it changes).
 pub const REPLAYABLE: [&str; 3] = ["advisory", "scheduled", "started"];
+
+/// What a notification can be about: the lifecycle transitions, advisories, and approvals.
+/// `advisory` is never sent unless listed: a receiver that does not list it gets nothing about
+/// an advisory (a Spot rebalance recommendation, an unknown EventStatus), not even its end.
+pub const TRANSITIONS: [&str; 7] = [
+    "advisory",
+    "scheduled",
+    "started",
+    "updated",
+    "completed",
+    "cancelled",
+    "approved",
+];
+
+/// Which notifications a receiver gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    /// Values of [`TRANSITIONS`].
+    pub transitions: Vec<&'static str>,
+    /// Empty: every type.
+    pub event_types: Vec<EventType>,
+    /// Empty: every source.
+    pub event_sources: Vec<EventSource>,
+    /// Only events whose `Resources` name this VM (the default).
+    pub this_vm_only: bool,
+    /// The replayable transitions are sent again after a restart: for `alertmanager`, whose
+    /// alerts are idempotent (the same labels are the same alert) and must be re-sent to stay
+    /// active.
+    pub replay: bool,
+}
+
+/// A receiver as the core knows it: its name and what it wants (how it is reached is the
+/// notification output's business).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recipient {
+    pub name: String,
+    pub filter: Filter,
+}
 
 /// The receivers' filters and what each was already sent.
 #[derive(Debug, Clone, Default)]
@@ -33,10 +70,9 @@ pub struct Notices {
 }
 
 impl Notices {
-    /// The receivers of `config`, knowing what the state file of an earlier run says they got.
-    pub fn new(config: &NotifyConfig, previous: &State) -> Self {
-        let receivers: Vec<(Arc<str>, Filter)> = config
-            .receivers
+    /// The receivers, knowing what the state file of an earlier run says they got.
+    pub fn new(recipients: &[Recipient], previous: &State) -> Self {
+        let receivers: Vec<(Arc<str>, Filter)> = recipients
             .iter()
             .map(|r| (Arc::from(r.name.as_str()), r.filter.clone()))
             .collect();
@@ -66,7 +102,7 @@ impl Notices {
         let mut notices = Vec::new();
         // When each event was first seen, for the mark of a predicted hardware failure on the
         // notice that first reports it.
-        let first_seen = |id: &crate::azure::event::EventId| {
+        let first_seen = |id: &crate::event::EventId| {
             occurrences.iter().find_map(|occurrence| match occurrence {
                 Occurrence::Events(events) => events
                     .iter()
@@ -115,14 +151,11 @@ impl Notices {
             };
             let predicted = match occurrence {
                 Occurrence::Transition(Transition::Appeared(event)) => Some(
-                    crate::azure::hardware_failure::predicted(event, first_seen(&event.id)),
+                    crate::hardware_failure::predicted(event, first_seen(&event.id)),
                 ),
                 Occurrence::Transition(Transition::Resumed {
                     event, first_seen, ..
-                }) => Some(crate::azure::hardware_failure::predicted(
-                    event,
-                    Some(*first_seen),
-                )),
+                }) => Some(crate::hardware_failure::predicted(event, Some(*first_seen))),
                 _ => None,
             };
             if let Some(mut notice) = self.notice(transition, event, changed, seen_started, vm) {
@@ -196,28 +229,26 @@ fn wants(filter: &Filter, transition: &str, event: &Event, affects: Affects) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::azure::event::Document;
-    use crate::config::notify::{Format, Receiver};
-    use crate::core::tracker::{Tracked, Tracker, Transition};
+    use crate::event::Document;
+    use crate::tracker::{Tracked, Tracker, Transition};
     use chrono::{DateTime, Utc};
 
     fn t(seconds: i64) -> DateTime<Utc> {
         DateTime::UNIX_EPOCH + chrono::Duration::seconds(seconds)
     }
 
-    fn receiver(name: &str, transitions: &[&'static str], this_vm_only: bool) -> Receiver {
-        let mut receiver = Receiver::new(
-            name,
-            Format::Json,
-            reqwest::Url::parse("http://127.0.0.1:9/").unwrap_or_else(|e| panic!("{e}")),
-        );
-        receiver.filter.transitions = transitions.to_vec();
-        receiver.filter.this_vm_only = this_vm_only;
-        receiver
-    }
-
-    fn config(receivers: Vec<Receiver>) -> NotifyConfig {
-        NotifyConfig { receivers }
+    /// A receiver that does not replay (every format but `alertmanager`).
+    fn receiver(name: &str, transitions: &[&'static str], this_vm_only: bool) -> Recipient {
+        Recipient {
+            name: name.to_owned(),
+            filter: Filter {
+                transitions: transitions.to_vec(),
+                event_types: Vec::new(),
+                event_sources: Vec::new(),
+                this_vm_only,
+                replay: false,
+            },
+        }
     }
 
     /// The occurrences of one document: its transitions and, as the monitor says it, the events.
@@ -271,10 +302,10 @@ mod tests {
     #[test]
     fn each_receiver_gets_what_its_filter_wants_and_only_this_vms_events_by_default() {
         let mut notices = Notices::new(
-            &config(vec![
+            &[
                 receiver("ops", &["scheduled", "started", "completed"], true),
                 receiver("all", &["scheduled", "updated"], false),
-            ]),
+            ],
             &State::new(),
         );
         let mut tracker = Tracker::new();
@@ -300,10 +331,7 @@ mod tests {
 
     #[test]
     fn while_the_vms_name_is_unknown_every_event_may_be_this_vms() {
-        let mut notices = Notices::new(
-            &config(vec![receiver("ops", &["scheduled"], true)]),
-            &State::new(),
-        );
+        let mut notices = Notices::new(&[receiver("ops", &["scheduled"], true)], &State::new());
         let batch = observe(
             &mut Tracker::new(),
             1,
@@ -315,10 +343,10 @@ mod tests {
 
     #[test]
     fn a_restart_does_not_send_again_what_the_state_file_says_was_sent() {
-        let config = config(vec![
+        let config = vec![
             receiver("ops", &["scheduled", "started"], true),
             receiver("new", &["scheduled", "started"], true),
-        ]);
+        ];
         let mut previous = State::new();
         previous.record_notification("A", "ops", "scheduled");
         let mut notices = Notices::new(&config, &previous);
@@ -357,7 +385,7 @@ mod tests {
     #[test]
     fn what_was_sent_goes_with_the_event_and_updates_are_sent_each_time() {
         let mut notices = Notices::new(
-            &config(vec![receiver("ops", &["scheduled", "updated"], true)]),
+            &[receiver("ops", &["scheduled", "updated"], true)],
             &State::new(),
         );
         let mut tracker = Tracker::new();
@@ -388,7 +416,7 @@ mod tests {
 
     #[test]
     fn no_receivers_decide_nothing() {
-        let mut notices = Notices::new(&config(Vec::new()), &State::new());
+        let mut notices = Notices::new(&[], &State::new());
         let batch = observe(
             &mut Tracker::new(),
             1,
@@ -401,14 +429,14 @@ mod tests {
     #[test]
     fn an_advisory_reaches_only_receivers_that_list_advisory_not_even_its_end() {
         let mut notices = Notices::new(
-            &config(vec![
+            &[
                 receiver(
                     "default",
                     &["scheduled", "started", "completed", "cancelled"],
                     true,
                 ),
                 receiver("spot", &["advisory", "cancelled"], true),
-            ]),
+            ],
             &State::default(),
         );
         let mut tracker = Tracker::new();

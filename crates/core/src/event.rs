@@ -1,5 +1,5 @@
 //! Scheduled events as the agent understands them: enums and newtypes named as in Azure's docs,
-//! built from [`crate::azure::wire`] at the edge.
+//! built from [`azure_scheduled_events_protocol::wire`] at the edge.
 //!
 //! Reading is tolerant where Azure or its samples vary (enum case, missing newer fields, unknown
 //! types, an incarnation written as a string of digits) and strict only where a wrong guess would
@@ -8,9 +8,10 @@
 
 use std::fmt;
 
-use crate::azure::not_before::NotBefore;
-use crate::azure::resources::Resources;
-use crate::azure::wire;
+use azure_scheduled_events_protocol::resources::Resources;
+use azure_scheduled_events_protocol::wire;
+
+use crate::not_before::NotBefore;
 
 /// `EventId`, kept exactly as received: approvals must echo it byte for byte, and real IMDS sends
 /// upper-case GUIDs where the docs show lower-case ones.
@@ -258,6 +259,13 @@ impl TryFrom<wire::ScheduledEventsDocument> for Document {
             events: wire.events.into_iter().map(Event::from).collect(),
         })
     }
+}
+
+/// A valid scheduled-events document, or the news that it is byte for byte the last one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Polled {
+    Changed(Document),
+    Unchanged,
 }
 
 #[cfg(test)]

@@ -4,8 +4,7 @@
 //! with their first-seen times, status and lifecycle span ids, the approvals sent, the
 //! notifications a restart would send again, the impact last expected for this VM, and the boot
 //! of the machine that wrote it. The core is seeded from it at start. Reading and writing the
-//! file is the state output's store (`crate::output::state`, re-exported as
-//! [`crate::state_file`]): the one writer, atomic, only when the state changed.
+//! file is the agent's state output's store: the one writer, atomic, only when the state changed.
 
 mod read;
 
@@ -16,10 +15,9 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::azure::event::{Affects, Event, EventId, EventStatus, EventType};
-use crate::azure::not_before::NotBefore;
-use crate::config::file_input::FileInputError;
-use crate::core::tracker::Tracked;
+use crate::event::{Affects, Event, EventId, EventStatus, EventType};
+use crate::not_before::NotBefore;
+use crate::tracker::Tracked;
 
 pub use read::{Read, read};
 
@@ -88,7 +86,7 @@ pub const IMPACT_TYPES: [EventType; 4] = [
 #[serde(default)]
 pub struct State {
     pub version: u32,
-    /// Boot identity of the machine when the file was written (see [`crate::core::boot`]).
+    /// Boot identity of the machine when the file was written (see [`crate::boot`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -101,7 +99,7 @@ pub struct State {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected_impact: Option<Impact>,
     /// When the agent last stopped cleanly (SIGTERM or Ctrl-C); cleared at the next start. A
-    /// reboot found at start after a clean stop is a clean reboot (see [`crate::core::boot`]).
+    /// reboot found at start after a clean stop is a clean reboot (see [`crate::boot`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clean_stop: Option<DateTime<Utc>>,
     /// Notifications handed to a receiver, by EventId, then receiver name: the transitions
@@ -119,7 +117,7 @@ pub struct KnownEvent {
     pub first_seen: DateTime<Utc>,
     pub affects_this_vm: bool,
     /// This VM's lifecycle span id of the event (16 hex digits), as first given: a restart keeps
-    /// it even when the VM's name was not known at first sight (see [`crate::core::view`]).
+    /// it even when the VM's name was not known at first sight (see [`crate::view`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub span_id: Option<String>,
 }
@@ -331,13 +329,13 @@ impl State {
 
     /// Reads a state file's bytes whole: an error if anything in them is not understood (the
     /// agent itself reads what it can, [`read`]).
-    pub fn parse(bytes: &[u8]) -> Result<Self, LoadError> {
+    pub fn parse(bytes: &[u8]) -> Result<Self, ParseError> {
         let read = read(bytes, DateTime::UNIX_EPOCH);
         if let Some(version) = read.newer {
-            return Err(LoadError::Newer(version));
+            return Err(ParseError::Newer(version));
         }
         if !read.dropped.is_empty() {
-            return Err(LoadError::Corrupt(read.dropped.join("; ")));
+            return Err(ParseError::Corrupt(read.dropped.join("; ")));
         }
         Ok(read.state)
     }
@@ -350,24 +348,23 @@ impl State {
     }
 }
 
-/// Why a state file was not used.
+/// Why a state file's bytes were not understood whole (what reading the file met is the store's
+/// to say).
 #[derive(Debug, thiserror::Error)]
-pub enum LoadError {
+pub enum ParseError {
     #[error("not a state file: {0}")]
     Corrupt(String),
     #[error(
         "written by a newer version of the agent (format {0}, this agent reads up to {VERSION})"
     )]
     Newer(u64),
-    #[error("cannot read it: {0}")]
-    Input(#[from] FileInputError),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::azure::event::{Event, EventId};
-    use crate::azure::not_before::NotBefore;
+    use crate::event::{Event, EventId};
+    use crate::not_before::NotBefore;
 
     fn t(seconds: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_700_000_000 + seconds, 0).unwrap_or_default()
@@ -432,20 +429,20 @@ mod tests {
     fn a_file_from_a_newer_version_or_without_a_version_is_not_read() {
         assert!(matches!(
             State::parse(br#"{"version":2,"events":[]}"#),
-            Err(LoadError::Newer(2))
+            Err(ParseError::Newer(2))
         ));
         assert!(matches!(
             State::parse(br#"{"events":[]}"#),
-            Err(LoadError::Corrupt(_))
+            Err(ParseError::Corrupt(_))
         ));
         assert!(matches!(
             State::parse(br#"{"version":1,"events":7}"#),
-            Err(LoadError::Corrupt(_))
+            Err(ParseError::Corrupt(_))
         ));
     }
 
     #[test]
-    fn a_state_reads_back_as_written() -> Result<(), LoadError> {
+    fn a_state_reads_back_as_written() -> Result<(), ParseError> {
         let mut state = State::new();
         state.boot_id = Some("b".into());
         state.observe(
@@ -530,66 +527,6 @@ mod tests {
         assert!(known.resolve(&event.event));
         assert_eq!(known.event_id, long);
         assert_eq!(known.event_type, "Freeze");
-    }
-
-    /// The largest state a document lets the agent write: every event at [`MAX_EVENTS`] with
-    /// strings past [`MAX_STORED_LEN`], each approved, the past approvals kept, the longest boot
-    /// id, and two receivers notified of two transitions of each event.
-    #[test]
-    fn the_largest_state_the_agent_writes_is_one_it_reads_back() -> Result<(), LoadError> {
-        use crate::azure::imds::MAX_EVENTS;
-        use crate::config::file_input::{BOOT_ID, STATE_FILE};
-        let long = |i: usize, what: &str| format!("{what}-{i:05}-{}", "x".repeat(1000));
-        let seen = t(0) + chrono::TimeDelta::nanoseconds(123_456_789);
-        let events: Vec<Tracked> = (0..MAX_EVENTS)
-            .map(|i| {
-                let mut event = tracked(
-                    &long(i, "id"),
-                    EventType::parse(&long(i, "type")),
-                    EventStatus::parse(&long(i, "status")),
-                    0,
-                );
-                event.first_seen = seen;
-                event
-            })
-            .collect();
-        let mut state = State::new();
-        state.boot_id = Some("b".repeat(usize::try_from(BOOT_ID.max_bytes).unwrap_or(0)));
-        state.clean_stop = Some(seen);
-        state.observe(Some(u64::MAX), &events, Some("me"), seen);
-        state.keep_span_ids(|_| "ffffffffffffffff".to_owned());
-        state.expected_impact = Some(Impact {
-            event_id: stored(&long(0, "id")).into_owned(),
-            event_type: stored(&long(0, "type")).into_owned(),
-            started_seen: seen,
-        });
-        let record = |i: usize| ApprovalRecord {
-            event_type: stored(&long(i, "type")).into_owned(),
-            at: seen,
-            status: ApprovalStatus::Rejected,
-            attempts: u32::MAX,
-        };
-        for i in 0..MAX_EVENTS + MAX_PAST_APPROVALS {
-            state
-                .approvals
-                .insert(stored(&long(i, "id")).into_owned(), record(i));
-        }
-        for tracked in &events {
-            for receiver in ["ops-slack-primary-receiver", "pagerduty-primary-receiver"] {
-                for transition in ["scheduled", "started"] {
-                    state.record_notification(tracked.event.id.as_str(), receiver, transition);
-                }
-            }
-        }
-        let bytes = state.to_bytes();
-        let size = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-        eprintln!(
-            "largest state: {size} bytes, read cap {}",
-            STATE_FILE.max_bytes
-        );
-        assert!(size < STATE_FILE.max_bytes, "{size} bytes");
-        assert_eq!(State::parse(&bytes)?, state);
-        Ok(())
     }
 
     #[test]

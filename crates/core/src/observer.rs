@@ -9,18 +9,15 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use crate::azure::event::{Affects, Event, EventId};
-use crate::azure::imds::Polled;
-use crate::config::approval::ApprovalConfig;
-use crate::config::notify::NotifyConfig;
-use crate::core::approval::decide::{Decided, Decider};
-use crate::core::approval::{Decision, HookKind, Outcome};
-use crate::core::monitor::{Monitor, PollFailure};
-use crate::core::notices::Notices;
-use crate::core::occurrence::{Occurrence, Report};
-use crate::core::state::{KnownEvent, State, is_digest};
-use crate::core::tracker::Tracked;
-use crate::core::view::SpanIds;
+use crate::approval::decide::{Decided, Decider};
+use crate::approval::{self, Decision, HookKind, Outcome};
+use crate::event::{Affects, Event, EventId, Polled};
+use crate::monitor::{Monitor, PollFailure};
+use crate::notices::{Notices, Recipient};
+use crate::occurrence::{Occurrence, Report};
+use crate::state::{KnownEvent, State, is_digest};
+use crate::tracker::Tracked;
+use crate::view::SpanIds;
 
 /// Everything the agent has worked out from what it saw.
 #[derive(Debug)]
@@ -37,19 +34,20 @@ pub struct Observer {
 }
 
 impl Observer {
-    /// Starts from what the state file of an earlier run holds, on the machine called `host`.
+    /// Starts from what the state file of an earlier run holds, on the machine called `host`,
+    /// deciding approvals by `approval` and notifying `recipients`.
     pub fn new(
-        approval: ApprovalConfig,
-        notify: &NotifyConfig,
+        approval: approval::Settings,
+        recipients: &[Recipient],
         previous: &State,
         host: &str,
     ) -> Self {
         Self {
-            notices: Notices::new(notify, previous),
+            notices: Notices::new(recipients, previous),
             span_ids: Arc::new(SpanIds::new(host)),
             monitor: Monitor::new(),
-            prepare_hook: approval.prepare_hook.is_some(),
-            recover_hook: approval.recover_hook.is_some(),
+            prepare_hook: approval.hooks.prepare,
+            recover_hook: approval.hooks.recover,
             decider: Decider::new(approval, &previous.approvals),
             remembered: Some(previous.events.clone()),
         }

@@ -23,13 +23,12 @@ use chrono::{DateTime, Utc};
 
 use super::takeover::chrono_duration;
 use super::{
-    Decision, HookKind, HookRun, MAX_POSTS_PER_POLL, Outcome, PostFailure, Rule, SkipReason,
-    Verdict, retry_delay,
+    Decision, HookKind, HookRun, MAX_POSTS_PER_POLL, Mode, Outcome, PostFailure, Rule, Settings,
+    SkipReason, Verdict, retry_delay,
 };
-use crate::azure::event::{Event, EventId};
-use crate::config::approval::{ApprovalConfig, Mode};
-use crate::core::state::{ApprovalRecord, ApprovalStatus, stored};
-use crate::core::tracker::Tracked;
+use crate::event::{Event, EventId};
+use crate::state::{ApprovalRecord, ApprovalStatus, stored};
+use crate::tracker::Tracked;
 
 /// What the machine says about one event: a decision to report, or an approval to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,7 +84,7 @@ impl Steady {
 /// The approval state of the running agent.
 #[derive(Debug)]
 pub struct Decider {
-    config: ApprovalConfig,
+    config: Settings,
     clock: Steady,
     /// When each event of the document was first seen, on the [`Steady`] clock.
     first_seen: HashMap<EventId, DateTime<Utc>>,
@@ -99,7 +98,7 @@ pub struct Decider {
 
 impl Decider {
     /// A machine that knows the approvals an earlier run recorded.
-    pub fn new(config: ApprovalConfig, recorded: &BTreeMap<String, ApprovalRecord>) -> Self {
+    pub fn new(config: Settings, recorded: &BTreeMap<String, ApprovalRecord>) -> Self {
         Self {
             config,
             clock: Steady::default(),
@@ -190,7 +189,7 @@ impl Decider {
                     if self.config.mode == Mode::DryRun {
                         occurrences.push(decision(event, Outcome::DryRun { rule }));
                         Progress::Done
-                    } else if self.config.hook.is_some() {
+                    } else if self.config.hooks.approve {
                         self.hooks_running.insert(event.id.clone());
                         occurrences.push(decision(event, Outcome::HookStarted(HookKind::Approve)));
                         Progress::HookRunning
@@ -351,11 +350,11 @@ fn outcome_of(verdict: Verdict) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::azure::event::{DurationInSeconds, EventSource, EventStatus, EventType};
-    use crate::azure::not_before::NotBefore;
-    use crate::azure::resources::Resources;
-    use crate::config::approval::{HookCommand, Policy, When};
-    use crate::core::approval::{HookFailure, PostReason, WaitReason};
+    use crate::approval::{HookFailure, PostReason, WaitReason};
+    use crate::approval::{Hooks, Policy, When};
+    use crate::event::{DurationInSeconds, EventSource, EventStatus, EventType};
+    use crate::not_before::NotBefore;
+    use azure_scheduled_events_protocol::resources::Resources;
     use chrono::TimeZone;
     use std::time::Duration;
 
@@ -386,21 +385,24 @@ mod tests {
         }
     }
 
-    fn config(mode: Mode) -> ApprovalConfig {
-        ApprovalConfig {
+    fn config(mode: Mode) -> Settings {
+        Settings {
             mode,
-            ..ApprovalConfig::default()
+            ..Settings::default()
         }
     }
 
-    fn with_hook(mode: Mode) -> ApprovalConfig {
-        ApprovalConfig {
-            hook: HookCommand::parse("/bin/true").ok(),
+    fn with_hook(mode: Mode) -> Settings {
+        Settings {
+            hooks: Hooks {
+                approve: true,
+                ..Hooks::default()
+            },
             ..config(mode)
         }
     }
 
-    fn machine(config: ApprovalConfig) -> Decider {
+    fn machine(config: Settings) -> Decider {
         Decider::new(config, &BTreeMap::new())
     }
 
@@ -631,7 +633,7 @@ mod tests {
 
     #[test]
     fn a_wait_is_said_once_and_the_approval_leaves_when_it_is_over() {
-        let mut decider = machine(ApprovalConfig {
+        let mut decider = machine(Settings {
             policy: Policy {
                 when: When::BeforeNotBefore(Duration::from_secs(60)),
                 ..Default::default()

@@ -1,6 +1,6 @@
 //! What the agent saw happen, as plain values: the one stream every output consumes.
 //!
-//! A poll yields a list of [`Occurrence`]s, built by pure code ([`crate::core::observer`]): IMDS became
+//! A poll yields a list of [`Occurrence`]s, built by pure code ([`crate::observer`]): IMDS became
 //! reachable or not, an event moved in its lifecycle, the document's events changed, an approval
 //! was decided or a hook finished. Each output ([`crate::output`]) turns the same list into its
 //! own signal (a log line, counters, spans, the state file, a POST). [`Context`] says which VM saw
@@ -10,14 +10,14 @@
 
 use std::sync::Arc;
 
+use azure_scheduled_events_protocol::wire;
 use chrono::{DateTime, Utc};
 
-use crate::azure::event::{Affects, Event, EventId};
-use crate::azure::wire;
-use crate::core::approval::{Decision, HookRun, PostFailure, Rule};
-use crate::core::boot::Restart;
-use crate::core::tracker::{IncarnationChange, Tracked, Transition};
-use crate::core::view::{EventView, SpanIds, span_id_hex};
+use crate::approval::{Decision, HookRun, PostFailure, Rule};
+use crate::boot::Restart;
+use crate::event::{Affects, Event, EventId};
+use crate::tracker::{IncarnationChange, Tracked, Transition};
+use crate::view::{EventView, SpanIds, span_id_hex};
 
 /// Where and when a batch of occurrences was seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +27,7 @@ pub struct Context {
     /// DocumentIncarnation of the last valid document.
     pub incarnation: Option<u64>,
     pub at: DateTime<Utc>,
-    /// This VM's lifecycle span id of each event, as first given ([`crate::core::view`]).
+    /// This VM's lifecycle span id of each event, as first given ([`crate::view`]).
     pub span_ids: Arc<SpanIds>,
 }
 
@@ -186,11 +186,11 @@ pub struct Notice {
     /// `completed`: whether a document showed the event `Started`.
     pub seen_started: Option<bool>,
     /// On the notice that first reports the event (it appeared, or was resumed after a
-    /// restart): whether Azure predicts a hardware failure ([`crate::azure::hardware_failure`]).
+    /// restart): whether Azure predicts a hardware failure ([`crate::hardware_failure`]).
     pub hardware_failure_predicted: Option<bool>,
     /// The receivers it goes to, by name, in the order they are configured.
     pub receivers: Vec<Arc<str>>,
-    /// Whether it is a transition a restart reports again ([`crate::core::notices::REPLAYABLE`]), which the state file records as sent to
+    /// Whether it is a transition a restart reports again ([`crate::notices::REPLAYABLE`]), which the state file records as sent to
     /// `receivers`.
     pub recorded: bool,
 }
