@@ -840,3 +840,56 @@ async fn a_drain_finishes_when_the_cache_it_lists_from_lags() -> TestResult {
     assert!(terminating(&cluster, "web") && terminating(&cluster, "db"));
     agent.stop().await
 }
+
+#[tokio::test]
+async fn a_preempt_first_seen_10_s_before_its_not_before_is_drained_at_once() -> TestResult {
+    // A Spot eviction seen late: less notice than the 15 s margin.
+    let cluster = Cluster::start(kubelet_node()).await?;
+    typical_pods(&cluster);
+    let imds = Imds::start().await?;
+    let mut preempt = reboot_at(&in_seconds(10));
+    preempt["EventType"] = "Preempt".into();
+    imds.sim.set_document(document(1, &[preempt]));
+    let agent = cluster
+        .agent(&imds, &["--kubernetes.drain-events=Preempt"])
+        .await?;
+    let note = drain_end(&cluster, "DrainCompleted").await?;
+    assert!(cluster.cordoned(), "cordoned first");
+    assert_eq!(evicted(&cluster), ["default/db", "default/web"], "{note}");
+    for (pod, grace) in cluster.api.evictions() {
+        let grace = grace.unwrap_or_default();
+        assert!(
+            (1..=10).contains(&grace),
+            "{pod}: its grace period cut to NotBefore: {grace}"
+        );
+    }
+    let started = event_note(&cluster, "DrainStarted").ok_or("no DrainStarted Event")?;
+    assert!(
+        started.contains("of notice, less than the drain margin (15 s)"),
+        "{started}"
+    );
+    assert_eq!(event_note(&cluster, "DrainIncomplete"), None, "{note}");
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn an_event_seen_after_its_not_before_while_scheduled_is_drained_at_once() -> TestResult {
+    let cluster = Cluster::start(kubelet_node()).await?;
+    typical_pods(&cluster);
+    let imds = Imds::start().await?;
+    imds.sim
+        .set_document(document(1, &[reboot_at(&in_seconds(-30))]));
+    let agent = draining(&cluster, &imds, "10s").await?;
+    drain_end(&cluster, "DrainCompleted").await?;
+    assert_eq!(evicted(&cluster), ["default/db", "default/web"]);
+    for (pod, grace) in cluster.api.evictions() {
+        let grace = grace.unwrap_or_default();
+        assert!(
+            (1..=10).contains(&grace),
+            "{pod}: its grace period cut to the margin: {grace}"
+        );
+    }
+    let started = event_note(&cluster, "DrainStarted").ok_or("no DrainStarted Event")?;
+    assert!(started.contains("NotBefore has passed"), "{started}");
+    agent.stop().await
+}
