@@ -872,3 +872,58 @@ async fn notifications_dropped_for_a_receiver_that_hangs_are_logged_once_with_a_
     assert_eq!(logged[0]["receiver"], "hanging");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_restart_while_replicas_disagree_neither_ends_nor_announces_the_event_again() -> TestResult
+{
+    let imds = Imds::start().await?;
+    let receiver = Receiver::start().await?;
+    let url = receiver.url("/hook");
+    let dir = TempDir::new("notify-replicas-restart")?;
+    let state = format!("--state.file={}", dir.path("state.json").display());
+    let flags = ["--notify.webhook-url", url.as_str(), state.as_str()];
+    let newer = document(11, &[event(REBOOT, "Reboot", "Scheduled", THIS_VM)]);
+    let older = document(10, &[]);
+    let same_without = document(11, &[]);
+    imds.sim.set_document(newer.clone());
+    let agent = Agent::start(&imds, &flags).await?;
+    receiver.wait_for("/hook", 1).await?;
+    agent.stop().await?;
+
+    // Restarted while the replica behind answers first, then in turn with the other.
+    imds.sim.set_document(older.clone());
+    let agent = Agent::start(&imds, &flags).await?;
+    imds.polled(3).await?;
+    for _ in 0..10 {
+        imds.sim.set_document(newer.clone());
+        imds.polled(1).await?;
+        imds.sim.set_document(older.clone());
+        imds.polled(1).await?;
+    }
+    assert_eq!(transitions(&receiver.hits_on("/hook")), ["scheduled"]);
+    let exposition = agent.metrics().await?;
+    assert_eq!(exposition.transitions("Reboot", "cancelled"), 0.0);
+    assert!(exposition.event_info(REBOOT).is_some(), "still shown");
+    agent.stop().await?;
+
+    // Restarted in the middle of a hold under one incarnation: 11 without the event, then with.
+    imds.sim.set_document(same_without.clone());
+    let agent = Agent::start(&imds, &flags).await?;
+    imds.polled(5).await?;
+    imds.sim.set_document(newer.clone());
+    imds.polled(5).await?;
+    assert_eq!(transitions(&receiver.hits_on("/hook")), ["scheduled"]);
+    let exposition = agent.metrics().await?;
+    assert_eq!(exposition.transitions("Reboot", "cancelled"), 0.0);
+    assert_eq!(
+        exposition.transitions("Reboot", "scheduled"),
+        0.0,
+        "not again"
+    );
+
+    // Its real end, in a newer incarnation: once.
+    imds.sim.set_document(document(12, &[]));
+    let hits = receiver.wait_for("/hook", 2).await?;
+    assert_eq!(transitions(&hits), ["scheduled", "cancelled"]);
+    agent.stop().await
+}
