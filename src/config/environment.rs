@@ -158,10 +158,11 @@ pub fn is_service_link(name: &str, value: &str) -> bool {
     if let Some(service) = name.strip_suffix("_SERVICE_PORT") {
         return is_service_name(service) && port(value).is_some();
     }
-    if let Some(service) = name.strip_suffix("_PORT") {
-        if is_service_name(service) && link(value).is_some() {
-            return true;
-        }
+    if let Some(service) = name.strip_suffix("_PORT")
+        && is_service_name(service)
+        && link(value).is_some()
+    {
+        return true;
     }
     // The split between the Service's name and the rest may fall at any `_SERVICE_PORT_` or
     // `_PORT_`; the value decides.

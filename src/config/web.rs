@@ -354,7 +354,7 @@ impl Loaded {
         verified
             .iter()
             .filter(|(user, _)| {
-                self.users.get(*user).is_some() && self.users.get(*user) == users.get(*user)
+                self.users.contains_key(*user) && self.users.get(*user) == users.get(*user)
             })
             .map(|(user, digest)| (user.clone(), *digest))
             .collect()

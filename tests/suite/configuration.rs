@@ -67,9 +67,12 @@ fn variables_the_agent_reads_but_no_agent_flag_names_are_not_refused() -> TestRe
     Ok(())
 }
 
+/// A Service's port: its name (empty: unnamed), number and protocol.
+type Port = (&'static str, u16, &'static str);
+
 /// The variables the kubelet gives every pod of a namespace for a Service `name` with cluster IP
-/// `ip` and `ports` (name, port, protocol), as pkg/kubelet/envvars writes them.
-fn service_links(name: &str, ip: &str, ports: &[(&str, u16, &str)]) -> Vec<(String, String)> {
+/// `ip` and `ports`, as pkg/kubelet/envvars writes them.
+fn service_links(name: &str, ip: &str, ports: &[Port]) -> Vec<(String, String)> {
     let prefix = name.to_uppercase().replace('-', "_");
     let host_port = |port: u16| match ip.contains(':') {
         true => format!("[{ip}]:{port}"),
@@ -106,7 +109,7 @@ fn the_agent_starts_next_to_a_service_of_each_of_its_names() -> TestResult {
     // the chart's objects are named after the release, the chart's name appended when the
     // release's does not contain it. Ports as kubectl expose copies them (one unnamed), as the
     // chart's ServiceMonitor Service has them (named), and a second protocol on IPv6.
-    let services: [(&str, &str, &[(&str, u16, &str)]); 4] = [
+    let services: [(&str, &str, &[Port]); 4] = [
         (
             "azure-scheduled-events-exporter",
             "10.0.0.11",

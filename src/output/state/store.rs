@@ -95,7 +95,7 @@ impl StateStore {
         let (bytes, read) = match find(path) {
             Found::Missing => return (store(State::new(), None), Opened::Fresh),
             Found::Unreadable(error) => return unreadable(error),
-            Found::Read { bytes, read } => (bytes, read),
+            Found::Read { bytes, read } => (bytes, *read),
         };
         if read.dropped.is_empty() && read.newer.is_none() {
             let state = read.state;
@@ -242,7 +242,10 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 enum Found {
     Missing,
     Unreadable(FileInputError),
-    Read { bytes: Vec<u8>, read: state::Read },
+    Read {
+        bytes: Vec<u8>,
+        read: Box<state::Read>,
+    },
 }
 
 fn find(path: &Path) -> Found {
@@ -261,7 +264,10 @@ fn find(path: &Path) -> Found {
     };
     let mut read = state::read(&bytes, Utc::now());
     read.dropped.extend(oversized);
-    Found::Read { bytes, read }
+    Found::Read {
+        bytes,
+        read: Box::new(read),
+    }
 }
 
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
