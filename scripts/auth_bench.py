@@ -10,6 +10,11 @@ scraper's password is verified once before the attack. Then, for SECONDS seconds
 - `--attack idle`: 40 connections that never authenticate send wrong passwords back to back on
   connections kept open, while new connections that send nothing arrive all the time;
 
+- `--attack waiting`: CLIENTS clients from another address (127.0.0.2) send a new wrong password
+  each on a new connection and wait for the answer, so that the checks waiting at once fill every
+  place of the budget; the real scraper's password is *not* verified before (as after a restart),
+  so its first scrape and first probe need bcrypt during the attack;
+
 and meanwhile the real scraper scrapes once every `--every` seconds (10 s timeout) and `/healthz`
 is probed twice a second, both with the right password. It prints the polls the simulator saw in
 the window and the longest gap between two, the real scrapes answered, the slowest `/healthz`, the
@@ -54,10 +59,11 @@ def threads(pid):
     return 0
 
 
-def request(agent, path, authorization, timeout=10):
-    """One GET on a new connection: (status or error name, seconds)."""
+def request(agent, path, authorization, timeout=10, source=None):
+    """One GET on a new connection (from address `source`): (status or error name, seconds)."""
     began = time.monotonic()
-    connection = http.client.HTTPConnection(agent, timeout=timeout)
+    connection = http.client.HTTPConnection(
+        agent, timeout=timeout, source_address=(source, 0) if source else None)
     try:
         connection.request("GET", path, headers={"Authorization": authorization})
         answer = connection.getresponse()
@@ -83,7 +89,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary", help="the agent")
     parser.add_argument("--simulator", help="the binary whose simulator to run (default: the agent's)")
-    parser.add_argument("--attack", choices=["passwords", "idle"], required=True)
+    parser.add_argument("--attack", choices=["passwords", "idle", "waiting"], required=True)
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--cost", type=int, choices=sorted(HASHES), default=12)
     parser.add_argument("--clients", type=int, default=64, help="attacking clients (passwords)")
@@ -116,8 +122,12 @@ def main():
         )
         pid = processes[1].pid
         right = basic("prometheus", PASSWORD)
-        wait_for("the agent", lambda: request(agent, "/metrics", right)[0] == 200)
-        refusals = refusal_times(agent)
+        if args.attack == "waiting":
+            wait_for("the agent", lambda: request(agent, "/healthz", "")[0] == 401)
+            refusals = {}
+        else:
+            wait_for("the agent", lambda: request(agent, "/metrics", right)[0] == 200)
+            refusals = refusal_times(agent)
         idle_threads = threads(pid)
         sent = [0]
         lock = threading.Lock()
@@ -151,6 +161,18 @@ def main():
                     connection = None
                     time.sleep(0.01)
 
+        def waiting(client):
+            n = 0
+            while not stop.is_set():
+                n += 1
+                wrong = basic("prometheus", f"waiting-{client}-{n}")
+                status, _ = request(agent, "/metrics", wrong, timeout=30, source="127.0.0.2")
+                if isinstance(status, int):
+                    with lock:
+                        sent[0] += 1
+                else:
+                    time.sleep(0.01)
+
         def newcomers():
             held = []
             while not stop.is_set():
@@ -166,6 +188,8 @@ def main():
 
         if args.attack == "passwords":
             attackers = [threading.Thread(target=hang_up, args=(c,)) for c in range(args.clients)]
+        elif args.attack == "waiting":
+            attackers = [threading.Thread(target=waiting, args=(c,)) for c in range(args.clients)]
         else:
             attackers = [threading.Thread(target=unauthenticated, args=(c,)) for c in range(40)]
             attackers.append(threading.Thread(target=newcomers))
@@ -187,6 +211,10 @@ def main():
         start = time.time()
         for thread in attackers:
             thread.start()
+        if args.attack == "waiting":
+            # The real scraper comes once the attackers' checks fill the budget.
+            wait_for("the budget full", lambda: request(
+                agent, "/healthz", basic("prometheus", "full?"), source="127.0.0.2")[0] == 503)
         observers = [threading.Thread(target=scraper), threading.Thread(target=prober)]
         for thread in observers:
             thread.start()
@@ -210,9 +238,13 @@ def main():
         refused = sorted({str(status) for status, _ in health if status != 200})
         print(f"/healthz:            {len(health)} probes, {sum(1 for s, _ in health if s != 200)} not 200 "
               f"({refused or 'none'}), slowest {max(t for _, t in health):.2f} s")
+        if scrapes and health:
+            print(f"first scrape, probe: {scrapes[0][0]} in {scrapes[0][1]:.2f} s, "
+                  f"{health[0][0]} in {health[0][1]:.2f} s")
         print(f"agent threads:       {idle_threads} before, at most {max(most_threads)} during")
-        print("refusal time:        " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in refusals.items())
-              + " (medians of 5, before the attack)")
+        if refusals:
+            print("refusal time:        " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in refusals.items())
+                  + " (medians of 5, before the attack)")
     finally:
         stop.set()
         stop_all(processes)

@@ -151,7 +151,9 @@ pub struct KubernetesArgs {
     pub resync_interval: Option<Duration>,
     /// How long without a valid Scheduled Events document before the node condition turns
     /// `Unknown` (reason `ImdsUnreachable`); it turns back with the next document. Taints,
-    /// cordons and drains stay as the last document wanted. From 1s to 2m [default: 1m].
+    /// cordons and drains stay as the last document wanted. The time counts from the start too
+    /// (reason `NoDocumentYet` while the first request has had no answer). From 1s to 2m
+    /// [default: 1m].
     #[arg(
         long = "kubernetes.imds-unknown-after",
         env = "AZURE_SCHEDULED_EVENTS_KUBERNETES_IMDS_UNKNOWN_AFTER",

@@ -348,6 +348,18 @@ impl Loaded {
         }
     }
 
+    /// The verified passwords of the users whose hash is the same in `users`.
+    fn verified_for(&self, users: &BTreeMap<String, String>) -> BTreeMap<String, [u8; 32]> {
+        let verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+        verified
+            .iter()
+            .filter(|(user, _)| {
+                self.users.contains_key(*user) && self.users.get(*user) == users.get(*user)
+            })
+            .map(|(user, digest)| (user.clone(), *digest))
+            .collect()
+    }
+
     /// What the caches say of these credentials.
     fn cached(&self, credentials: &Credentials) -> Option<Access> {
         let verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
@@ -462,6 +474,22 @@ impl WebConfigFile {
         self.tls
     }
 
+    /// The configuration to serve with: the files' as they are now or, when they no longer make
+    /// a valid one (a certificate half-written by its renewal, a typo), the last valid one, with
+    /// the error to report. An error only when no configuration was ever valid.
+    pub fn current(&self) -> Result<(Arc<Loaded>, Option<WebConfigError>), WebConfigError> {
+        match self.load() {
+            Ok(loaded) => Ok((loaded, None)),
+            Err(error) => {
+                let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+                match cache.as_ref() {
+                    Some((_, in_force)) => Ok((Arc::clone(in_force), Some(error))),
+                    None => Err(error),
+                }
+            }
+        }
+    }
+
     /// The configuration as the files say now.
     pub fn load(&self) -> Result<Arc<Loaded>, WebConfigError> {
         let read = |path: &Path| {
@@ -540,11 +568,17 @@ impl WebConfigFile {
             Some(limit) => limit.settings().map_err(|e| error(&self.path, e))?,
             None => None,
         };
+        // A password verified against a hash the new file keeps is still right: a scraper is not
+        // made to wait for bcrypt again (behind whatever else waits) by an unrelated change.
+        let verified = match cache.as_ref() {
+            Some((_, previous)) => previous.verified_for(&users),
+            None => BTreeMap::new(),
+        };
         let loaded = Arc::new(Loaded {
             tls,
             dummy_hash: dummy_hash(users.values()),
             users,
-            verified: Mutex::default(),
+            verified: Mutex::new(verified),
             failed: Mutex::default(),
             rate_limit,
         });
@@ -829,6 +863,75 @@ mod tests {
                 .set
                 .contains(&sha256(format!("alice:{}", FAILED_PAIRS + 9).as_bytes()))
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_change_of_the_file_keeps_the_passwords_verified_against_a_hash_it_keeps()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = temp_dir("verified");
+        let hash = bcrypt::hash("s3cret", 4)?;
+        let path = write(
+            &dir,
+            "web.yml",
+            &format!("basic_auth_users:\n  alice: {hash}\n"),
+        );
+        let file = WebConfigFile::open(&path)?;
+        let header = basic("alice:s3cret");
+        let loaded = file.load()?;
+        assert_eq!(decide(&loaded, Some(&header)), Access::Granted);
+        let known = |file: &WebConfigFile| -> Result<bool, WebConfigError> {
+            Ok(matches!(
+                file.load()?.check(Some(header.as_bytes())),
+                Check::Decided(Access::Granted)
+            ))
+        };
+        assert!(known(&file)?);
+        // Another user and a rate limit: alice's hash is the same, her password still known.
+        write(
+            &dir,
+            "web.yml",
+            &format!(
+                "basic_auth_users:\n  alice: {hash}\n  bob: {}\nrate_limit:\n  interval: 1s\n  burst: 5\n",
+                bcrypt::hash("other", 4)?
+            ),
+        );
+        assert!(known(&file)?, "kept across the change");
+        // A new hash, even of the same password: bcrypt decides again.
+        write(
+            &dir,
+            "web.yml",
+            &format!(
+                "basic_auth_users:\n  alice: {}\n",
+                bcrypt::hash("s3cret", 4)?
+            ),
+        );
+        assert!(!known(&file)?, "a new hash is checked again");
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    }
+
+    #[test]
+    fn a_file_broken_at_runtime_leaves_the_last_valid_configuration_in_force()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = temp_dir("broken");
+        let hash = bcrypt::hash("s3cret", 4)?;
+        let path = write(
+            &dir,
+            "web.yml",
+            &format!("basic_auth_users:\n  alice: {hash}\n"),
+        );
+        let file = WebConfigFile::open(&path)?;
+        write(&dir, "web.yml", "basic_auth_users: [\n");
+        assert!(file.load().is_err());
+        let (loaded, error) = file.current()?;
+        assert!(error.is_some(), "the error, to report");
+        assert!(loaded.requires_auth(), "the last valid configuration");
+        assert_eq!(
+            decide(&loaded, Some(&basic("alice:s3cret"))),
+            Access::Granted
+        );
+        let _ = std::fs::remove_dir_all(&dir);
         Ok(())
     }
 

@@ -19,6 +19,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -38,9 +39,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 
-use crate::config::web::{WebConfigFile, WebSettings};
+use crate::config::web::{Loaded, WebConfigFile, WebSettings};
 use crate::http::auth::{CheckBudget, RateBucket, Refusal};
 use crate::http::exposition::{Encoded, Exposition};
+use crate::output::limited_log::{self, Limited};
 use azure_scheduled_events_protocol::http::{accept, drain, respond};
 
 use crate::http::server::{EXPOSITION, Endpoints};
@@ -253,30 +255,34 @@ async fn connection(
     registration: Registration,
 ) {
     let id = registration.id;
+    // Without its address (a socket already reset) a client ranks as one that sent no password.
+    let client = stream
+        .peer_addr()
+        .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip());
     let tls = match shared.config.as_ref().filter(|c| c.tls()) {
         None => None,
-        Some(config) => match config.load() {
-            Ok(loaded) => match loaded.tls.clone() {
+        Some(config) => match current(config) {
+            Some(loaded) => match loaded.tls.clone() {
                 Some(tls) => Some(tls),
                 None => {
-                    tracing::warn!(
-                        "the web configuration file no longer has tls_server_config; refusing connections until it does (TLS is chosen at startup)"
-                    );
+                    if let Some(suppressed) = NO_TLS.admit() {
+                        tracing::warn!(
+                            suppressed,
+                            "the web configuration file no longer has tls_server_config; refusing connections until it does (TLS is chosen at startup; logged at most once a minute, suppressed counts the lines left out)"
+                        );
+                    }
                     return;
                 }
             },
-            Err(error) => {
-                tracing::warn!(%error, "cannot use the web configuration file; refusing the connection");
-                return;
-            }
+            None => return,
         },
     };
     match tls {
-        None => http(stream, shared, id, watcher).await,
+        None => http(stream, shared, id, client, watcher).await,
         Some(tls) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(tls);
             match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(stream)) => http(stream, shared, id, watcher).await,
+                Ok(Ok(stream)) => http(stream, shared, id, client, watcher).await,
                 Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
                 Err(_) => tracing::debug!("TLS handshake timed out"),
             }
@@ -284,11 +290,40 @@ async fn connection(
     }
 }
 
-async fn http<I>(io: I, shared: Arc<Shared>, id: u64, watcher: Watcher)
+/// Warnings a client can repeat at will, at most once a minute each.
+static INVALID_CONFIG: Limited = Limited::new(limited_log::EVERY);
+static NO_TLS: Limited = Limited::new(limited_log::EVERY);
+
+/// The web configuration to serve with: the last valid one while the files are not
+/// ([`WebConfigFile::current`]), said in a warning at most once a minute. `None` only when none
+/// ever was, which startup rules out.
+fn current(config: &WebConfigFile) -> Option<Arc<Loaded>> {
+    match config.current() {
+        Ok((loaded, None)) => Some(loaded),
+        Ok((loaded, Some(error))) => {
+            if let Some(suppressed) = INVALID_CONFIG.admit() {
+                tracing::warn!(
+                    %error,
+                    suppressed,
+                    "cannot use the web configuration file; the last valid configuration (its certificate, users and limits) stays in force until it is mended (logged at most once a minute, suppressed counts the lines left out)"
+                );
+            }
+            Some(loaded)
+        }
+        Err(error) => {
+            if let Some(suppressed) = INVALID_CONFIG.admit() {
+                tracing::warn!(%error, suppressed, "cannot use the web configuration file; refusing requests (logged at most once a minute, suppressed counts the lines left out)");
+            }
+            None
+        }
+    }
+}
+
+async fn http<I>(io: I, shared: Arc<Shared>, id: u64, client: IpAddr, watcher: Watcher)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = service_fn(move |request| answer(Arc::clone(&shared), id, request));
+    let service = service_fn(move |request| answer(Arc::clone(&shared), id, client, request));
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
@@ -303,13 +338,13 @@ const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 async fn answer(
     shared: Arc<Shared>,
     id: u64,
+    client: IpAddr,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     if let Some(config) = &shared.config {
-        let loaded = match config.load() {
-            Ok(loaded) => loaded,
-            Err(error) => {
-                tracing::warn!(%error, "cannot use the web configuration file; refusing the request");
+        let loaded = match current(config) {
+            Some(loaded) => loaded,
+            None => {
                 return Ok(respond(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     TEXT,
@@ -329,7 +364,7 @@ async fn answer(
                 .headers()
                 .get(AUTHORIZATION)
                 .map(HeaderValue::as_bytes);
-            match shared.checks.authenticate(loaded, header).await {
+            match shared.checks.authenticate(loaded, header, client).await {
                 Ok(()) => {}
                 Err(Refusal::Busy) => {
                     return Ok(respond(

@@ -19,6 +19,7 @@ pub mod approval;
 pub mod hooks;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
+pub mod limited_log;
 pub mod log;
 pub mod metrics;
 pub mod notify;

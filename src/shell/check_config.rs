@@ -15,7 +15,6 @@ use crate::config::environment::UnknownVariable;
 use crate::config::otlp::EnvSource;
 use crate::config::{AgentArgs, Config, LogFormat};
 use crate::output::notify::delivery;
-use crate::output::state::store::LoadError;
 use crate::output::state::store::StateStore;
 use crate::output::telemetry::{self, lenient};
 
@@ -88,18 +87,11 @@ pub fn check(args: AgentArgs, env: &impl EnvSource, unknown: &[UnknownVariable])
         }
     }
     if let Some(path) = &config.state_file
-        && let Err(error) = StateStore::inspect(path)
+        && let Some(what) = StateStore::inspect(path)
     {
-        let then = match error {
-            LoadError::Input(_) => "set it aside and start fresh",
-            LoadError::Parse(_) => {
-                "keep every approval it names, set it aside (a copy) and drop the rest"
-            }
-        };
-        checked.warnings.push(format!(
-            "state file {}: {error}; the agent would {then}",
-            path.display()
-        ));
+        checked
+            .warnings
+            .push(format!("state file {}: {what}", path.display()));
     }
     if crate::shell::boot_id::read_boot_id(&config.boot_id_file).is_none() {
         checked.warnings.push(format!(

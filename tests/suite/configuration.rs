@@ -6,7 +6,7 @@
 use std::net::TcpListener;
 use std::process::Output;
 
-use crate::common::process::command;
+use crate::common::process::{AgentProcess, command};
 use crate::common::{TempDir, TestResult};
 use crate::ops;
 
@@ -64,6 +64,97 @@ fn variables_the_agent_reads_but_no_agent_flag_names_are_not_refused() -> TestRe
     ]);
     let output = command.output()?;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    Ok(())
+}
+
+/// A Service's port: its name (empty: unnamed), number and protocol.
+type Port = (&'static str, u16, &'static str);
+
+/// The variables the kubelet gives every pod of a namespace for a Service `name` with cluster IP
+/// `ip` and `ports`, as pkg/kubelet/envvars writes them.
+fn service_links(name: &str, ip: &str, ports: &[Port]) -> Vec<(String, String)> {
+    let prefix = name.to_uppercase().replace('-', "_");
+    let host_port = |port: u16| match ip.contains(':') {
+        true => format!("[{ip}]:{port}"),
+        false => format!("{ip}:{port}"),
+    };
+    let mut env = vec![
+        (format!("{prefix}_SERVICE_HOST"), ip.to_owned()),
+        (format!("{prefix}_SERVICE_PORT"), ports[0].1.to_string()),
+    ];
+    for (port_name, port, _) in ports.iter().filter(|p| !p.0.is_empty()) {
+        let port_name = port_name.to_uppercase().replace('-', "_");
+        env.push((
+            format!("{prefix}_SERVICE_PORT_{port_name}"),
+            port.to_string(),
+        ));
+    }
+    for (i, (_, port, protocol)) in ports.iter().enumerate() {
+        let link = format!("{}://{}", protocol.to_lowercase(), host_port(*port));
+        if i == 0 {
+            env.push((format!("{prefix}_PORT"), link.clone()));
+        }
+        let at = format!("{prefix}_PORT_{port}_{}", protocol.to_uppercase());
+        env.push((format!("{at}_PROTO"), protocol.to_lowercase()));
+        env.push((format!("{at}_PORT"), port.to_string()));
+        env.push((format!("{at}_ADDR"), ip.to_owned()));
+        env.push((at, link));
+    }
+    env
+}
+
+#[test]
+fn the_agent_starts_next_to_a_service_of_each_of_its_names() -> TestResult {
+    // kubectl expose names a Service after what it exposes (the DaemonSet, or one of its pods);
+    // the chart's objects are named after the release, the chart's name appended when the
+    // release's does not contain it. Ports as kubectl expose copies them (one unnamed), as the
+    // chart's ServiceMonitor Service has them (named), and a second protocol on IPv6.
+    let services: [(&str, &str, &[Port]); 4] = [
+        (
+            "azure-scheduled-events-exporter",
+            "10.0.0.11",
+            &[("", 10188, "TCP")],
+        ),
+        (
+            "azure-scheduled-events-exporter-7bq2x",
+            "10.0.0.12",
+            &[("", 10188, "TCP")],
+        ),
+        (
+            "azure-scheduled-events-azure-scheduled-events-exporter",
+            "10.0.0.13",
+            &[("metrics", 10188, "TCP")],
+        ),
+        (
+            "azure-scheduled-events",
+            "fd00::14",
+            &[("metrics", 10188, "TCP"), ("otlp-udp", 4317, "UDP")],
+        ),
+    ];
+    let env: Vec<(String, String)> = services
+        .iter()
+        .flat_map(|(name, ip, ports)| service_links(name, ip, ports))
+        .collect();
+    assert!(env.len() >= 30, "{env:?}");
+    let mut command = command(&[
+        "demo",
+        "--log.format=json",
+        "--web.listen-address=127.0.0.1:0",
+    ]);
+    command.envs(env.iter().map(|(n, v)| (n, v)));
+    let mut agent = AgentProcess::spawn(command)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(agent.wait_for_series("azure_scheduled_events_up 1"))?;
+    assert!(agent.exited()?.is_none());
+    agent.terminate()?;
+    // The same names with a value no Service gives are still refused: a setting, mistyped.
+    let line = refused(&[], &[("AZURE_SCHEDULED_EVENTS_EXPORTER_PORT", "10188")])?;
+    assert!(
+        line.contains("AZURE_SCHEDULED_EVENTS_EXPORTER_PORT"),
+        "{line}"
+    );
     Ok(())
 }
 
@@ -267,6 +358,38 @@ fn check_config_reports_every_usage_error_and_checks_the_rest() -> TestResult {
 }
 
 #[test]
+fn check_config_says_an_older_agents_large_state_file_is_read_and_kept() -> TestResult {
+    // Over the 4 MiB cap, as an agent that wrote without one left it: the agent reads it once
+    // under the larger cap and keeps its approvals; check-config must say so, not "start fresh".
+    let dir = TempDir::new("check-config-legacy")?;
+    let state = dir.path("state.json");
+    let mut legacy =
+        br#"{"version":1,"approvals":{"A1B2C3D4-0000-4000-8000-000000000001":{}}}"#.to_vec();
+    legacy.resize(5 << 20, b' ');
+    std::fs::write(&state, &legacy)?;
+    let mut command = command(&["check-config", &format!("--state.file={}", state.display())]);
+    let output = command.output()?;
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    let warning = text
+        .lines()
+        .find(|l| l.starts_with("warning: state file"))
+        .ok_or_else(|| format!("no state file warning: {text}"))?;
+    for said in [
+        "larger than 4194304 bytes",
+        "keep every approval it names (1)",
+        "copy it to",
+        "replace it at its first write",
+    ] {
+        assert!(warning.contains(said), "{said}: {warning}");
+    }
+    assert!(!warning.contains("fresh"), "{warning}");
+    assert_eq!(std::fs::read(&state)?, legacy, "left as it is");
+    assert!(!dir.path("state.json.corrupt").exists(), "nothing copied");
+    Ok(())
+}
+
+#[test]
 fn what_the_agent_would_run_on_is_a_warning_that_passes_the_check() -> TestResult {
     let dir = TempDir::new("check-config-warnings")?;
     let state = dir.path("state.json");
@@ -283,8 +406,10 @@ fn what_the_agent_would_run_on_is_a_warning_that_passes_the_check() -> TestResul
         "{text}"
     );
     assert!(
-        text.lines()
-            .any(|l| l.starts_with("warning: ") && l.contains("set it aside")),
+        text.lines().any(|l| l.starts_with("warning: ")
+            && l.contains("read in part")
+            && l.contains("copy it to")
+            && l.contains("state.json.corrupt")),
         "{text}"
     );
     assert_eq!(

@@ -564,6 +564,46 @@ async fn a_state_file_over_its_cap_is_read_once_under_a_larger_one_and_set_aside
     Ok(())
 }
 
+#[tokio::test]
+async fn an_older_agents_16_mib_state_file_of_small_values_is_read_within_the_memory_limit()
+-> TestResult {
+    // Under the 16 MiB read once: millions of small values (what no agent writes, but a file may
+    // hold) must not each become a JSON value in memory at once: the unit and the chart allow
+    // 128 MiB.
+    let imds = Imds::start().await?;
+    let dir = TempDir::new("state-small-values")?;
+    let path = dir.path("state.json");
+    let mut legacy = br#"{"version":1,"approvals":{"A1B2C3D4-0000-4000-8000-000000000001":{"status":"sent"}},"events":[0"#.to_vec();
+    while legacy.len() < (16 << 20) - 8 {
+        legacy.extend_from_slice(b",0");
+    }
+    legacy.extend_from_slice(b"]}");
+    std::fs::write(&path, &legacy)?;
+    let path_text = path.display().to_string();
+    let process = spawn(
+        &imds,
+        &[],
+        &[("AZURE_SCHEDULED_EVENTS_STATE_FILE", &path_text)],
+    )?;
+    let pid = process.id();
+    let (_process, line) = tokio::task::spawn_blocking(move || {
+        let line = process.next_line_where(|l| {
+            l["message"]
+                == "state file read in part: every approval it names is kept (counted as sent when unreadable), the rest is dropped"
+        });
+        (process, line)
+    })
+    .await?;
+    let line = line?;
+    let peak = peak_rss_kb(pid)?;
+    assert_eq!(line["approvals_kept"], 1, "{line}");
+    assert!(
+        peak < 128 * 1024,
+        "a 16 MiB state file of small values took the agent to {peak} kB at its peak"
+    );
+    Ok(())
+}
+
 /// Sends `GET path` to `address` as Prometheus does (gzip accepted) and reads the whole answer;
 /// the status code.
 fn get_status(address: &str, path: &str) -> std::io::Result<u16> {

@@ -821,3 +821,109 @@ async fn detection_to_delivery_latency_over_200_transitions() -> TestResult {
     );
     agent.stop().await
 }
+
+#[tokio::test]
+async fn notifications_dropped_for_a_receiver_that_hangs_are_logged_once_with_a_count() -> TestResult
+{
+    // A receiver that never answers fills its queue (256); the rest of 400 new events are
+    // dropped: counted each, logged once a minute rather than once each.
+    let imds = Imds::start().await?;
+    let hanging = Receiver::start().await?;
+    hanging.then_answer(Answer::Hang);
+    let dir = TempDir::new("notify-drops")?;
+    let config = write(
+        &dir,
+        "receivers.yaml",
+        &format!(
+            "receivers:\n  - name: hanging\n    url: {}\n    timeout: 60s\n",
+            hanging.url("/hook")
+        ),
+    )?;
+    imds.sim
+        .set_document(document(1, &common::freeze_events(400)));
+    let url = format!("--imds.url={}", imds.url());
+    let mut agent = AgentProcess::spawn(command(&[
+        &url,
+        "--notify.config-file",
+        &config,
+        "--web.listen-address=127.0.0.1:0",
+        "--log.format=json",
+        "--poll.interval=100ms",
+    ]))?;
+    let dropped = r#"azure_scheduled_events_notifications_dropped_total{receiver="hanging"}"#;
+    let metrics = agent
+        .wait_for_metrics("the drops counted", |text| {
+            Exposition(text.to_owned()).value(dropped) >= Some(100.0)
+        })
+        .await?;
+    let count = Exposition(metrics).get(dropped);
+    agent.terminate()?;
+    let lines = agent.lines_until(|l| l["message"] == "stopped")?;
+    let logged: Vec<_> = lines
+        .iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("notification dropped"))
+        })
+        .collect();
+    assert_eq!(logged.len(), 1, "{count} dropped: {logged:#?}");
+    assert_eq!(logged[0]["suppressed"], 0, "{logged:#?}");
+    assert_eq!(logged[0]["receiver"], "hanging");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_restart_while_replicas_disagree_neither_ends_nor_announces_the_event_again() -> TestResult
+{
+    let imds = Imds::start().await?;
+    let receiver = Receiver::start().await?;
+    let url = receiver.url("/hook");
+    let dir = TempDir::new("notify-replicas-restart")?;
+    let state = format!("--state.file={}", dir.path("state.json").display());
+    let flags = ["--notify.webhook-url", url.as_str(), state.as_str()];
+    let newer = document(11, &[event(REBOOT, "Reboot", "Scheduled", THIS_VM)]);
+    let older = document(10, &[]);
+    let same_without = document(11, &[]);
+    imds.sim.set_document(newer.clone());
+    let agent = Agent::start(&imds, &flags).await?;
+    receiver.wait_for("/hook", 1).await?;
+    agent.stop().await?;
+
+    // Restarted while the replica behind answers first, then in turn with the other.
+    imds.sim.set_document(older.clone());
+    let agent = Agent::start(&imds, &flags).await?;
+    imds.polled(3).await?;
+    for _ in 0..10 {
+        imds.sim.set_document(newer.clone());
+        imds.polled(1).await?;
+        imds.sim.set_document(older.clone());
+        imds.polled(1).await?;
+    }
+    assert_eq!(transitions(&receiver.hits_on("/hook")), ["scheduled"]);
+    let exposition = agent.metrics().await?;
+    assert_eq!(exposition.transitions("Reboot", "cancelled"), 0.0);
+    assert!(exposition.event_info(REBOOT).is_some(), "still shown");
+    agent.stop().await?;
+
+    // Restarted in the middle of a hold under one incarnation: 11 without the event, then with.
+    imds.sim.set_document(same_without.clone());
+    let agent = Agent::start(&imds, &flags).await?;
+    imds.polled(5).await?;
+    imds.sim.set_document(newer.clone());
+    imds.polled(5).await?;
+    assert_eq!(transitions(&receiver.hits_on("/hook")), ["scheduled"]);
+    let exposition = agent.metrics().await?;
+    assert_eq!(exposition.transitions("Reboot", "cancelled"), 0.0);
+    assert_eq!(
+        exposition.transitions("Reboot", "scheduled"),
+        0.0,
+        "not again"
+    );
+
+    // Its real end, in a newer incarnation: once.
+    imds.sim.set_document(document(12, &[]));
+    let hits = receiver.wait_for("/hook", 2).await?;
+    assert_eq!(transitions(&hits), ["scheduled", "cancelled"]);
+    agent.stop().await
+}

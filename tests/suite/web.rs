@@ -8,7 +8,7 @@
 use crate::common;
 
 use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -485,6 +485,18 @@ fn closed(stream: &TcpStream) -> std::io::Result<bool> {
     Ok(closed)
 }
 
+/// A connection to `to` from loopback address `from`.
+async fn connect_from(from: IpAddr, to: &str) -> std::io::Result<TcpStream> {
+    let to: SocketAddr = to
+        .parse()
+        .map_err(|e| std::io::Error::other(format!("{to}: {e}")))?;
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(from, 0))?;
+    let stream = socket.connect(to).await?.into_std()?;
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
 /// The number of threads of process `pid`.
 fn threads(pid: u32) -> Result<usize, Error> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
@@ -504,18 +516,50 @@ struct WrongPasswords {
 
 impl WrongPasswords {
     fn start(address: &str, clients: usize) -> Self {
+        Self::start_from(address, clients, None)
+    }
+
+    /// As [`Self::start`], from loopback address `from` when given (any of 127.0.0.0/8), a user
+    /// that exists and one that does not in turn, each client waiting for its answer: so many
+    /// requests waiting at once keep every place of the check budget taken.
+    fn start_from(address: &str, clients: usize, from: Option<IpAddr>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicUsize::new(0));
         let clients = (0..clients)
             .map(|client| {
-                let (stop, sent, address) = (Arc::clone(&stop), Arc::clone(&sent), address.to_owned());
+                let (stop, sent, address) =
+                    (Arc::clone(&stop), Arc::clone(&sent), address.to_owned());
                 std::thread::spawn(move || {
+                    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                        .enable_io()
+                        .build()
+                    else {
+                        return;
+                    };
+                    let connect = || match from {
+                        None => TcpStream::connect(&address),
+                        Some(from) => runtime.block_on(connect_from(from, &address)),
+                    };
                     let mut n = 0;
                     while !stop.load(Ordering::Relaxed) {
                         n += 1;
-                        let header = basic("prometheus", &format!("guess-{client}-{n}"));
-                        if let Ok(mut stream) = TcpStream::connect(&address)
-                            && write!(stream, "GET /metrics HTTP/1.1\r\nHost: a\r\nAuthorization: {header}\r\n\r\n").is_ok()
+                        let user = match (from, n % 2) {
+                            (Some(_), 0) => "mallory",
+                            _ => "prometheus",
+                        };
+                        let header = basic(user, &format!("guess-{client}-{n}"));
+                        let Ok(mut stream) = connect() else {
+                            continue;
+                        };
+                        if from.is_some() {
+                            if get_on(&mut stream, "/metrics", &header).is_ok() {
+                                sent.fetch_add(1, Ordering::Relaxed);
+                            }
+                        } else if write!(
+                            stream,
+                            "GET /metrics HTTP/1.1\r\nHost: a\r\nAuthorization: {header}\r\n\r\n"
+                        )
+                        .is_ok()
                         {
                             sent.fetch_add(1, Ordering::Relaxed);
                         }
@@ -597,6 +641,110 @@ async fn a_flood_of_wrong_passwords_stops_neither_polling_nor_the_scraper() -> T
         most_threads <= before + (cpus / 2).max(1) + 1,
         "{most_threads} threads during the flood, {before} before, {cpus} CPUs"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_never_keeps_out_a_password_not_verified_yet() -> TestResult {
+    // After a restart or a new hash, the scraper's and the probe's password must go through
+    // bcrypt once, while another address keeps every place of the check budget taken.
+    let dir = TempDir::new("web-lockout")?;
+    let config = || -> Result<String, Error> {
+        // A new salt each time: the verified password no longer matches the hash.
+        web_config(
+            &dir,
+            &format!(
+                "basic_auth_users:\n  prometheus: {}\n",
+                bcrypt::hash("s3cret", 8)?
+            ),
+        )
+    };
+    let flag = config()?;
+    let imds = Imds::start().await?;
+    let url = format!("--imds.url={}", imds.url());
+    let agent = AgentProcess::spawn(command(&[
+        &url,
+        &flag,
+        "--web.listen-address=127.0.0.1:0",
+        "--poll.interval=100ms",
+    ]))?;
+    let address = agent.address().to_owned();
+    let attacker: IpAddr = [127, 0, 0, 2].into();
+    let flood = WrongPasswords::start_from(&address, 48, Some(attacker));
+    wait("the flood to take every place of the check budget")
+        .until(async || {
+            let mut stream = connect_from(attacker, &address).await?;
+            let header = basic("prometheus", &format!("probe-{}", flood.sent()));
+            Ok::<_, Error>((get_on(&mut stream, "/metrics", &header)? == 503).then_some(()))
+        })
+        .await?;
+    let password = basic("prometheus", "s3cret");
+    let mut answered = Vec::new();
+    for round in 0..5 {
+        if round > 0 {
+            // A configuration change: the verified password must be checked again.
+            config()?;
+        }
+        let mut stream = TcpStream::connect(&address)?;
+        answered.push(get_on(&mut stream, "/metrics", &password)?);
+        let mut stream = TcpStream::connect(&address)?;
+        answered.push(get_on(&mut stream, "/healthz", &password)?);
+    }
+    let sent = flood.sent();
+    drop(flood);
+    eprintln!("{sent} wrong passwords sent; scrapes and probes answered {answered:?}");
+    assert!(answered.iter().all(|s| *s == 200), "{answered:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_certificate_broken_at_runtime_leaves_the_last_good_one_in_force() -> TestResult {
+    let dir = TempDir::new("web-broken")?;
+    let ca = Ca::new("broken CA")?;
+    let (cert, key) = ca.server("good", &["127.0.0.1"])?.write(&dir.0, "server")?;
+    let flag = web_config(
+        &dir,
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n",
+    )?;
+    let imds = Imds::start().await?;
+    let url = format!("--imds.url={}", imds.url());
+    let mut agent = AgentProcess::spawn(command(&[
+        &url,
+        &flag,
+        "--web.listen-address=127.0.0.1:0",
+        "--log.format=json",
+    ]))?;
+    let metrics = format!("https://{}/metrics", agent.address());
+    let client = tls_client(&ca.pem(), None)?;
+    assert_eq!(client.get(&metrics).send().await?.status(), 200);
+    // A renewal caught half-way: the certificate cut short, then a key of another pair.
+    let good = std::fs::read(&cert)?;
+    std::fs::write(&cert, &good[..good.len() / 2])?;
+    let mut statuses = Vec::new();
+    for _ in 0..50 {
+        statuses.push(client.get(&metrics).send().await?.status().as_u16());
+    }
+    std::fs::write(&cert, &good)?;
+    std::fs::write(&key, ca.server("other", &["127.0.0.1"])?.key)?;
+    for _ in 0..50 {
+        statuses.push(client.get(&metrics).send().await?.status().as_u16());
+    }
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    agent.terminate()?;
+    let lines = agent.lines_until(|l| l["message"] == "stopped")?;
+    let warnings: Vec<_> = lines
+        .iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("cannot use the web configuration file"))
+        })
+        .collect();
+    // 100 connections met an invalid configuration: one line, the next one a minute on.
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert_eq!(warnings[0]["suppressed"], 0, "{warnings:#?}");
+    let error = warnings[0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("cert_file"), "{error}");
     Ok(())
 }
 

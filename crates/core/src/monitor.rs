@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use crate::event::Polled;
+use crate::event::{DocumentIncarnation, Polled};
 use crate::occurrence::{Imds, Occurrence};
 use crate::tracker::{IncarnationChange, Tracked, Tracker};
 
@@ -61,8 +61,9 @@ impl Monitor {
     }
 
     /// Starts from what an earlier run knew (see [`Tracker::resume`]).
-    pub fn resume(&mut self, remembered: Vec<Tracked>) {
-        self.tracker.resume(remembered);
+    pub fn resume(&mut self, remembered: Vec<Tracked>, incarnation: Option<u64>) {
+        self.tracker
+            .resume_from(remembered, incarnation.map(DocumentIncarnation));
     }
 
     /// Time of the last valid document.
@@ -106,7 +107,12 @@ impl Monitor {
                 // The same bytes as the last valid document change nothing, but for events it
                 // lacks whose end this one more document confirms: the tracker is a function of
                 // the documents alone.
-                let Polled::Changed(document) = polled else {
+                let observation = match polled {
+                    Polled::Changed(document) => Some(self.tracker.observe(document, now)),
+                    // The same stale document again: one more toward a restarted numbering.
+                    Polled::Unchanged => self.tracker.stale_again(now),
+                };
+                let Some(observation) = observation else {
                     let ended = self.tracker.unchanged(now);
                     if !ended.is_empty() {
                         changes.extend(ended.into_iter().map(Occurrence::Transition));
@@ -114,7 +120,6 @@ impl Monitor {
                     }
                     return changes;
                 };
-                let observation = self.tracker.observe(document, now);
                 let events_changed = !observation.transitions.is_empty()
                     || observation.incarnation != IncarnationChange::Unchanged;
                 if matches!(

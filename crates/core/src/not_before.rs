@@ -5,8 +5,8 @@
 //! event has started, no key at all, or text that is not a date. None of that is an error: a value
 //! that cannot be read is kept as written and treated as unknown. A year is never read as one of
 //! the first centuries: two digits are read as RFC 2822 says (00-49 are 2000-2049, 50-99 are
-//! 1950-1999), and any other year that is not four digits makes the value unknown, so a lead-time
-//! policy never takes a date it misread as long past.
+//! 1950-1999), and any other year that is not four digits, or four with a leading zero (`0035`),
+//! makes the value unknown, so a lead-time policy never takes a date it misread as long past.
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
@@ -97,8 +97,9 @@ fn rfc1123(text: &str) -> Option<DateTime<Utc>> {
         .map(|at| at.and_utc())
 }
 
+/// Four digits, the first not a zero: `0035` is a year padded to look like one, never 35 AD.
 fn four_digits(text: &str) -> bool {
-    text.len() == 4 && text.bytes().all(|b| b.is_ascii_digit())
+    text.len() == 4 && text.bytes().all(|b| b.is_ascii_digit()) && !text.starts_with('0')
 }
 
 #[cfg(test)]
@@ -193,6 +194,25 @@ mod tests {
         ] {
             assert_eq!(NotBefore::parse(Some(raw)).at(), None, "{raw:?}");
         }
+    }
+
+    #[test]
+    fn a_zero_padded_year_is_unknown_never_the_first_centuries() {
+        for raw in [
+            "0035-01-02T03:04:05Z",
+            "0999-12-31T23:59:59Z",
+            "0035-01-02T03:04:05",
+            "0035-01-02 03:04:05",
+            "Mon, 02 Jan 0035 03:04:05 GMT",
+        ] {
+            let nb = NotBefore::parse(Some(raw));
+            assert_eq!(nb.at(), None, "{raw:?}");
+            assert_eq!(nb.raw(), raw, "kept as written");
+        }
+        assert_eq!(
+            NotBefore::parse(Some("2035-01-02T03:04:05Z")).at(),
+            at(2035, 1, 2, 3, 4, 5)
+        );
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub struct Observer {
     recover_hook: bool,
     /// The state file's events, until the first valid document.
     remembered: Option<Vec<KnownEvent>>,
+    /// The incarnation of the document the state file's events are from.
+    remembered_incarnation: Option<u64>,
     notices: Notices,
     /// This VM's lifecycle span id of each event, given at first sight.
     span_ids: Arc<SpanIds>,
@@ -50,6 +52,7 @@ impl Observer {
             recover_hook: approval.hooks.recover,
             decider: Decider::new(approval, &previous.approvals),
             remembered: Some(previous.events.clone()),
+            remembered_incarnation: previous.document_incarnation,
         }
     }
 
@@ -84,8 +87,10 @@ impl Observer {
                 }
             }
             // Resolved against the VM's name as known now, at the first document.
-            self.monitor
-                .resume(remembered.iter().map(|known| tracked(known, vm)).collect());
+            self.monitor.resume(
+                remembered.iter().map(|known| tracked(known, vm)).collect(),
+                self.remembered_incarnation,
+            );
             let span_ids = Arc::make_mut(&mut self.span_ids);
             for known in &remembered {
                 span_ids.give(

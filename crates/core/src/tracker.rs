@@ -16,6 +16,15 @@
 //! kept, unchanged, until a document of another incarnation lacks it too, or until
 //! [`CONFIRMING_DOCUMENTS`] documents in a row lacked it; if it comes back meanwhile, nothing
 //! happened. A genuine end, which comes with a new incarnation, is reported at once, as before.
+//!
+//! A document of an older incarnation than the newest one seen is stale (a replica behind the
+//! others, answering in turn with them): it changes nothing, neither ending what a newer document
+//! showed nor bringing back what it no longer holds. Only [`CONFIRMING_DOCUMENTS`] older documents
+//! in a row, with no newer one between them, are taken as the service's numbering restarting
+//! (disabled for a day, or reset), and then read as such. The incarnation the state file keeps goes
+//! with the events it remembers ([`Tracker::resume_from`]), so both holds survive a restart: a
+//! first document older than it changes nothing, and one of the same incarnation that lacks a
+//! remembered event starts counting its absence instead of ending it.
 
 use std::collections::{HashMap, HashSet};
 
@@ -282,6 +291,14 @@ pub struct Tracker {
     remembered: Vec<Tracked>,
     /// By EventId: the events of `events` the last documents lacked.
     absent: HashMap<String, Absence>,
+    /// The incarnation an earlier run last saw, until the first document is observed.
+    remembered_incarnation: Option<DocumentIncarnation>,
+    /// Documents in a row older than the newest incarnation seen, and the last of them: taken as
+    /// the numbering restarting once there are [`CONFIRMING_DOCUMENTS`].
+    stale: Option<(u32, Document)>,
+    /// Remembered events held at the first document after a restart, which lacked them: known
+    /// only as the state file has them, so their return is no update.
+    held: HashSet<String>,
 }
 
 impl Tracker {
@@ -304,13 +321,77 @@ impl Tracker {
     /// reports those events it still holds as [`Transition::Resumed`] and the others as ended
     /// while the agent was down. Only before the first document; later calls are ignored.
     pub fn resume(&mut self, remembered: Vec<Tracked>) {
+        self.resume_from(remembered, None);
+    }
+
+    /// As [`Tracker::resume`], with the incarnation of the document the earlier run last took
+    /// in: a first document older than it is stale, and one of the same incarnation does not end
+    /// a remembered event it lacks at once.
+    pub fn resume_from(
+        &mut self,
+        remembered: Vec<Tracked>,
+        incarnation: Option<DocumentIncarnation>,
+    ) {
         if self.incarnation.is_none() {
             self.remembered = remembered;
+            self.remembered_incarnation = incarnation;
         }
+    }
+
+    /// The newest incarnation seen, by this run or the one before it.
+    fn newest(&self) -> Option<DocumentIncarnation> {
+        self.incarnation.or(self.remembered_incarnation)
+    }
+
+    /// Whether `document` is older than the newest seen and, not yet confirmed as the numbering
+    /// restarting, changes nothing: then it is kept, counted.
+    fn stale(&mut self, document: &Document) -> bool {
+        let older = self
+            .newest()
+            .is_some_and(|newest| document.incarnation < newest);
+        if !older {
+            self.stale = None;
+            return false;
+        }
+        let count = self.stale.as_ref().map_or(0, |(count, _)| *count) + 1;
+        if count >= CONFIRMING_DOCUMENTS {
+            self.stale = None;
+            self.remembered_incarnation = None;
+            return false;
+        }
+        self.stale = Some((count, document.clone()));
+        true
+    }
+
+    /// An observation of nothing: a stale document.
+    fn nothing() -> Observation {
+        Observation {
+            incarnation: IncarnationChange::Unchanged,
+            transitions: Vec::new(),
+            duplicates: Vec::new(),
+            ended_while_down: Vec::new(),
+        }
+    }
+
+    /// Takes in a poll that brought the same bytes as the last document when that one was stale:
+    /// one more older document in a row, which, once they confirm it, is read as the numbering
+    /// restarting. `None` when the last document was not stale.
+    pub fn stale_again(&mut self, now: DateTime<Utc>) -> Option<Observation> {
+        let (_, document) = self.stale.as_ref()?;
+        let document = document.clone();
+        Some(self.observe(document, now))
     }
 
     /// Takes in a document read at `now` and returns what changed since the last one.
     pub fn observe(&mut self, document: Document, now: DateTime<Utc>) -> Observation {
+        if self.stale(&document) {
+            return Self::nothing();
+        }
+        // The same incarnation as the one an earlier run last saw: what it lacks of what that
+        // run knew is held as absent, not ended while the agent was down.
+        let same_as_remembered =
+            self.incarnation.is_none() && self.remembered_incarnation == Some(document.incarnation);
+        self.remembered_incarnation = None;
         let incarnation = IncarnationChange::between(self.incarnation, document.incarnation);
         let previous = std::mem::take(&mut self.events);
         // What the earlier run knew; what the document still holds is taken out below, so what
@@ -381,7 +462,15 @@ impl Tracker {
                     tracked
                 }
                 (Some(old), _) => {
-                    transitions.extend(compare(&old.event, &event));
+                    if self.held.remove(event.id.as_str()) {
+                        // Back after a restart held it: the state file knew only its type and
+                        // status, so only a start is news.
+                        if started && old.event.status != EventStatus::Started {
+                            transitions.push(Transition::Started(event.clone()));
+                        }
+                    } else {
+                        transitions.extend(compare(&old.event, &event));
+                    }
                     Tracked {
                         event,
                         first_seen: old.first_seen,
@@ -405,7 +494,25 @@ impl Tracker {
                 continue;
             }
             let left = self.absent.remove(id).map_or(now, |absence| absence.since);
+            self.held.remove(id);
             transitions.push(ended(tracked, left, incarnation.missed_documents()));
+        }
+
+        if same_as_remembered {
+            for earlier in std::mem::take(&mut remembered) {
+                if self.absent_again(earlier.event.id.as_str(), now) {
+                    remembered.push(earlier);
+                    continue;
+                }
+                transitions.push(Transition::Resumed {
+                    event: earlier.event.clone(),
+                    first_seen: earlier.first_seen,
+                    seen_started: earlier.seen_started,
+                    announced: true,
+                });
+                self.held.insert(earlier.event.id.as_str().to_owned());
+                current.push(earlier);
+            }
         }
 
         self.incarnation = Some(document.incarnation);
@@ -659,10 +766,15 @@ mod tests {
     }
 
     #[test]
-    fn an_incarnation_that_goes_down_is_a_restart() {
+    fn an_incarnation_that_stays_down_is_a_restart() {
         let mut tracker = Tracker::new();
         tracker.observe(document(190, &[]), t(0));
-        let o = tracker.observe(document(1, &[]), t(1));
+        // Older documents are a stale replica's until enough of them in a row say otherwise.
+        for n in 1..CONFIRMING_DOCUMENTS {
+            let o = tracker.observe(document(1, &[]), t(i64::from(n)));
+            assert_eq!(o.incarnation, IncarnationChange::Unchanged, "document {n}");
+        }
+        let o = tracker.observe(document(1, &[]), t(30));
         assert_eq!(
             o.incarnation,
             IncarnationChange::Restarted {
@@ -960,5 +1072,94 @@ mod tests {
         tracker.observe(document(2, &[event("a", EventStatus::Started)]), t(-10));
         assert_eq!(tracker.events()[0].first_seen, t(-900));
         assert!(tracker.events()[0].seen_started);
+    }
+
+    #[test]
+    fn an_older_incarnation_never_ends_what_a_newer_one_showed() {
+        // Two replicas in turn: 11 with the event, 10 without, for minutes.
+        let mut tracker = Tracker::new();
+        let newer = document(11, &[event("a", EventStatus::Scheduled)]);
+        let older = document(10, &[event("gone", EventStatus::Scheduled)]);
+        let mut seen = Vec::new();
+        for second in 0..200 {
+            let doc = if second % 2 == 0 { &newer } else { &older };
+            let o = tracker.observe(doc.clone(), t(-900 + second));
+            seen.extend(
+                kinds(&o)
+                    .into_iter()
+                    .map(|(kind, id)| format!("{kind} {id}")),
+            );
+            assert_eq!(o.incarnation == IncarnationChange::Unchanged, second > 0);
+            assert_eq!(tracker.events().len(), 1);
+            assert_eq!(tracker.incarnation(), Some(DocumentIncarnation(11)));
+        }
+        assert_eq!(
+            seen,
+            ["scheduled a"],
+            "one transition, and nothing of the stale replica's"
+        );
+    }
+
+    #[test]
+    fn an_older_incarnation_confirmed_by_its_documents_is_a_restarted_numbering() {
+        let mut tracker = Tracker::new();
+        tracker.observe(document(11, &[event("a", EventStatus::Scheduled)]), t(-900));
+        // The service reset: 1 from now on, the same bytes polled again.
+        let reset = document(1, &[]);
+        assert_eq!(kinds(&tracker.observe(reset, t(-899))), []);
+        for n in 2..CONFIRMING_DOCUMENTS {
+            let again = tracker.stale_again(t(-900 + i64::from(n)));
+            assert_eq!(again.map(|o| o.transitions.len()), Some(0), "document {n}");
+        }
+        let Some(read) = tracker.stale_again(t(-850)) else {
+            panic!("the last document was stale");
+        };
+        assert_eq!(
+            read.incarnation,
+            IncarnationChange::Restarted {
+                from: DocumentIncarnation(11),
+                to: DocumentIncarnation(1)
+            }
+        );
+        assert_eq!(kinds(&read), [("completed", "a")]);
+        assert_eq!(tracker.stale_again(t(-849)).map(|o| o.transitions), None);
+        assert_eq!(tracker.incarnation(), Some(DocumentIncarnation(1)));
+    }
+
+    #[test]
+    fn after_a_restart_an_older_document_changes_nothing_and_the_same_incarnation_holds() {
+        let remembered = Tracked {
+            event: event("a", EventStatus::Scheduled),
+            first_seen: t(-2000),
+            seen_started: false,
+        };
+        // Stopped while 11 showed the event: the first answer is the stale replica's.
+        let mut tracker = Tracker::new();
+        tracker.resume_from(vec![remembered.clone()], Some(DocumentIncarnation(11)));
+        let o = tracker.observe(document(10, &[]), t(-900));
+        assert_eq!((kinds(&o), o.ended_while_down.len()), (vec![], 0));
+        let o = tracker.observe(document(11, &[event("a", EventStatus::Scheduled)]), t(-899));
+        assert_eq!(kinds(&o), [("scheduled", "a")]);
+        assert!(o.transitions[0].already_announced(), "not announced again");
+        assert_eq!(tracker.events()[0].first_seen, t(-2000));
+
+        // Stopped in the middle of a hold under 11: the first answer lacks it again.
+        let mut tracker = Tracker::new();
+        tracker.resume_from(vec![remembered.clone()], Some(DocumentIncarnation(11)));
+        let o = tracker.observe(document(11, &[]), t(-900));
+        assert!(o.ended_while_down.is_empty(), "{o:?}");
+        assert!(o.transitions.iter().all(Transition::already_announced));
+        assert_eq!(tracker.events().len(), 1, "held");
+        let back = tracker.observe(document(11, &[event("a", EventStatus::Scheduled)]), t(-899));
+        assert_eq!(kinds(&back), [], "its return is no news");
+        // A hold that lasts is confirmed as before.
+        tracker.observe(document(11, &[]), t(-800));
+        for n in 2..CONFIRMING_DOCUMENTS {
+            assert_eq!(tracker.unchanged(t(-800 + i64::from(n))), []);
+        }
+        assert_eq!(
+            tracker.unchanged(t(-700)),
+            [Transition::Cancelled(event("a", EventStatus::Scheduled))]
+        );
     }
 }

@@ -458,7 +458,9 @@ impl NodeWriter {
         // When a blind agent's conditions are due to turn Unknown, until that wake-up is taken:
         // past by the time the loop comes round (another wake-up came just before it), it
         // still wakes the writer.
-        let mut blind_at: Option<Instant> = None;
+        // The agent starts blind (until its first document), so the first wake-up may be due
+        // before any change.
+        let mut blind_at: Option<Instant> = blind.borrow_and_update().as_ref().map(|b| b.from);
         loop {
             let due = match retry_at {
                 Some(at) => at,

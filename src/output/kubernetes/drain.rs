@@ -6,7 +6,9 @@
 //! budget refuses (429) is tried again with backoff until `--kubernetes.drain-margin` before
 //! NotBefore; then the drain stops and says which pods stayed (a log line and a Kubernetes
 //! Event). It never deletes a pod itself. An event that goes away (cancelled) stops the drain;
-//! the writer then lifts only a cordon the agent set. An event already under way, or without a
+//! the writer then lifts only a cordon the agent set. Whatever notice is left, the drain starts at
+//! once and tries for at least one margin: an event seen less than a margin before its NotBefore
+//! (a Spot eviction seen late), after it while still Scheduled, already under way, or without a
 //! NotBefore, drains what it can in one margin.
 //!
 //! It runs in a task of its own and reads the wanted state the output publishes, so neither the
@@ -66,8 +68,10 @@ pub fn grace_seconds(pod: &Pod, deadline: DateTime<Utc>, now: DateTime<Utc>) -> 
 }
 
 /// When the pods must be gone, and when the drain stops retrying: NotBefore and a margin before
-/// it for an event still Scheduled; for one under way or without a NotBefore, one margin from
-/// `started`.
+/// it for an event still Scheduled. Whatever notice is left, the drain gets at least one margin
+/// from `started` to retry in: an event seen less than a margin before its NotBefore keeps its
+/// NotBefore for the pods' grace periods, and one under way, seen after its NotBefore or without
+/// one has one margin for both.
 pub fn deadlines(
     target: &DrainTarget,
     margin: Duration,
@@ -75,8 +79,33 @@ pub fn deadlines(
 ) -> (DateTime<Utc>, DateTime<Utc>) {
     let margin = chrono::Duration::from_std(margin).unwrap_or(chrono::Duration::zero());
     match target.not_before {
-        Some(not_before) if !target.started => (not_before, not_before - margin),
+        Some(not_before) if !target.started && not_before > started => {
+            (not_before, (not_before - margin).max(started + margin))
+        }
         _ => (started + margin, started + margin),
+    }
+}
+
+/// The notice the drain has, in words for its first Event: nothing when it has its margin.
+fn short_notice(target: &DrainTarget, margin: Duration, started: DateTime<Utc>) -> String {
+    let margin_seconds = margin.as_secs();
+    match target.not_before {
+        _ if target.started => format!(
+            " The event is already under way: the drain evicts at once and tries for one margin ({margin_seconds} s)."
+        ),
+        None => format!(
+            " The event has no NotBefore: the drain evicts at once and tries for one margin ({margin_seconds} s)."
+        ),
+        Some(not_before) if not_before <= started => format!(
+            " NotBefore has passed (the event is still Scheduled): the drain evicts at once, grace periods cut to one margin, and tries for one margin ({margin_seconds} s)."
+        ),
+        Some(not_before) if (not_before - started).to_std().unwrap_or(Duration::ZERO) < margin => {
+            format!(
+                " Only {} s of notice, less than the drain margin ({margin_seconds} s): the drain evicts at once, grace periods cut to NotBefore, and tries for one margin.",
+                (not_before - started).num_seconds()
+            )
+        }
+        Some(_) => String::new(),
     }
 }
 
@@ -179,13 +208,14 @@ impl Drainer {
             "DrainStarted",
             true,
             format!(
-                "Draining the node for scheduled event {} ({}): evicting {pods} through the Eviction API until {} (NotBefore {}).",
+                "Draining the node for scheduled event {} ({}): evicting {pods} through the Eviction API until {} (NotBefore {}).{}",
                 target.event_id,
                 target.event_type,
                 stop_at.to_rfc3339(),
                 target
                     .not_before
-                    .map_or_else(|| "none".to_owned(), |t| t.to_rfc3339())
+                    .map_or_else(|| "none".to_owned(), |t| t.to_rfc3339()),
+                short_notice(&target, self.margin, started)
             ),
         );
         let outcome = self.evict_all(&mut target, wanted, seen, started).await;
@@ -330,6 +360,19 @@ impl Drainer {
                 return Outcome::Completed;
             }
             if Utc::now() >= stop_at {
+                // As the API server has the Node now: a cordon written since the last look
+                // gets its round of evictions, and the Event never says "not cordoned" of a
+                // cordoned node.
+                if !cordoned
+                    && seen
+                        .borrow()
+                        .as_ref()
+                        .and_then(|n| n.spec.as_ref())
+                        .and_then(|s| s.unschedulable)
+                        .unwrap_or(false)
+                {
+                    continue;
+                }
                 return if !cordoned {
                     Outcome::Stuck("the node is not cordoned (see the failed patch_node requests)")
                 } else if !listed {
@@ -553,5 +596,30 @@ mod tests {
         target.started = true;
         let soon = now + chrono::Duration::seconds(15);
         assert_eq!(deadlines(&target, margin, now), (soon, soon));
+    }
+
+    #[test]
+    fn short_or_late_notice_still_drains_for_one_margin() {
+        let now = DateTime::UNIX_EPOCH;
+        let margin = Duration::from_secs(15);
+        let soon = now + chrono::Duration::seconds(15);
+        let short = now + chrono::Duration::seconds(10);
+        let mut target = DrainTarget {
+            event_id: "A".into(),
+            event_type: "Preempt".into(),
+            not_before: Some(short),
+            started: false,
+        };
+        assert_eq!(
+            deadlines(&target, margin, now),
+            (short, soon),
+            "grace periods cut to NotBefore, retries for one margin"
+        );
+        assert!(short_notice(&target, margin, now).contains("Only 10 s of notice"));
+        target.not_before = Some(now - chrono::Duration::seconds(30));
+        assert_eq!(deadlines(&target, margin, now), (soon, soon), "late");
+        assert!(short_notice(&target, margin, now).contains("NotBefore has passed"));
+        target.not_before = Some(now + chrono::Duration::seconds(600));
+        assert_eq!(short_notice(&target, margin, now), "", "notice enough");
     }
 }

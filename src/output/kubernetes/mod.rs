@@ -48,8 +48,8 @@ pub struct Kubernetes {
     /// Node before the agent knows what is pending (nor before it knows this VM's name).
     events: Option<Arc<[Tracked]>>,
     wanted: tokio::sync::watch::Sender<Option<Wanted>>,
-    /// Set while no valid document comes: the conditions turn `Unknown` after
-    /// `--kubernetes.imds-unknown-after`.
+    /// Set from the start until the first valid document, and while no valid document comes:
+    /// the conditions turn `Unknown` after `--kubernetes.imds-unknown-after`.
     blind: tokio::sync::watch::Sender<Option<Blind>>,
     names: Names,
     notes: mpsc::Sender<Note>,
@@ -71,8 +71,20 @@ impl Kubernetes {
             config.dry_run,
         )?);
         let api = Api::connect(&config, Arc::clone(&metrics)).await?;
+        let names = if config.aks_condition_names {
+            Names::Aks
+        } else {
+            Names::Own
+        };
         let (wanted, wanted_rx) = tokio::sync::watch::channel(None);
-        let (blind, blind_rx) = tokio::sync::watch::channel(None);
+        // Blind from the start until the first valid document: a first request that gets no
+        // answer (Azure may take minutes) does not leave an earlier agent's condition standing
+        // for longer than `--kubernetes.imds-unknown-after`. A restart whose first document
+        // comes before then writes nothing.
+        let (blind, blind_rx) = tokio::sync::watch::channel(Some(Blind {
+            from: tokio::time::Instant::now() + config.imds_unknown_after,
+            conditions: names.starting(chrono::Utc::now()),
+        }));
         let (seen, seen_rx) = tokio::sync::watch::channel(None);
         let (notes, notes_rx) = mpsc::channel(QUEUE);
         let mut tasks = vec![tokio::spawn(watch::run(
@@ -95,11 +107,6 @@ impl Kubernetes {
         tasks.push(tokio::spawn(
             NodeWriter::new(api).run(wanted_rx, blind_rx, notes_rx, seen_rx),
         ));
-        let names = if config.aks_condition_names {
-            Names::Aks
-        } else {
-            Names::Own
-        };
         Ok(Self {
             config,
             events: None,
@@ -173,9 +180,13 @@ impl Output for Kubernetes {
                     }
                 }
                 // The agent is blind from the first failed poll on; the conditions say so once
-                // that has lasted (the writer keeps the time).
+                // that has lasted (the writer keeps the time). Blind since its start, it has
+                // been for as long as it has run: the time counts from the start.
                 Occurrence::Imds(Imds::Unreachable { reason, error }) => {
-                    let from = tokio::time::Instant::now() + self.config.imds_unknown_after;
+                    let from = self.blind.borrow().as_ref().map_or_else(
+                        || tokio::time::Instant::now() + self.config.imds_unknown_after,
+                        |blind| blind.from,
+                    );
                     self.blind.send_replace(Some(Blind {
                         from,
                         conditions: self.names.blind(reason, error, context.at),

@@ -97,6 +97,39 @@ impl Names {
         }
     }
 
+    /// The conditions this style writes, `Unknown`, when the agent has had no valid document
+    /// since its start (`since`) and no failure to tell yet (its first request still waits).
+    pub fn starting(self, since: DateTime<Utc>) -> Vec<Condition> {
+        match self {
+            Names::Own => vec![Condition {
+                type_: CONDITION,
+                status: Status::Unknown,
+                reason: "NoDocumentYet".into(),
+                message: format!(
+                    "No valid Scheduled Events document since the agent started at {} (its first request has had no answer yet); whether an event is scheduled is unknown.",
+                    since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                ),
+            }],
+            Names::Aks => {
+                let message = "IMDS query pending: no answer to the first request yet".to_owned();
+                vec![
+                    Condition {
+                        type_: AKS_CONDITION,
+                        status: Status::Unknown,
+                        reason: "NoVMEventScheduled".into(),
+                        message: message.clone(),
+                    },
+                    Condition {
+                        type_: AKS_PREEMPTION_CONDITION,
+                        status: Status::Unknown,
+                        reason: "NoPreemptionScheduled".into(),
+                        message,
+                    },
+                ]
+            }
+        }
+    }
+
     /// The conditions for the events naming this VM, sorted soonest first.
     fn conditions(self, ours: &[&Event]) -> Vec<Condition> {
         let impacts: Vec<&&Event> = ours.iter().filter(|e| !e.is_advisory()).collect();

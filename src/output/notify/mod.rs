@@ -28,6 +28,7 @@ use self::body::Notification;
 use self::delivery::Job;
 use self::metrics::NotifyMetrics;
 use super::Output;
+use super::limited_log::{self, Limited};
 
 /// Notifications waiting per receiver at most: a document holds a handful of events, each with
 /// a few transitions, so a full queue means the receiver has been failing for minutes.
@@ -41,6 +42,8 @@ struct Route {
     name: String,
     queue: Option<mpsc::Sender<Job>>,
     task: Option<JoinHandle<()>>,
+    /// The warning of a dropped notification, once a minute.
+    dropped: Limited,
 }
 
 #[derive(Debug)]
@@ -81,6 +84,7 @@ impl Notify {
             routes.push(Route {
                 name: receiver.name.clone(),
                 queue: Some(queue),
+                dropped: Limited::new(limited_log::EVERY),
                 task: Some(task),
             });
         }
@@ -140,13 +144,16 @@ impl Output for Notify {
                 if let Err(error) = queue.try_send(job) {
                     let Job { notification, .. } = error.into_inner();
                     self.metrics.record_drop(&route.name);
-                    tracing::warn!(
-                        receiver = route.name.as_str(),
-                        event_id = notification.event.event_id.as_str(),
-                        transition = notification.transition,
-                        queue = QUEUE,
-                        "notification dropped: the receiver's queue is full"
-                    );
+                    if let Some(suppressed) = route.dropped.admit() {
+                        tracing::warn!(
+                            receiver = route.name.as_str(),
+                            event_id = notification.event.event_id.as_str(),
+                            transition = notification.transition,
+                            queue = QUEUE,
+                            suppressed,
+                            "notification dropped: the receiver's queue is full (logged at most once a minute per receiver, suppressed counts the drops left out; azure_scheduled_events_notifications_dropped_total counts them all)"
+                        );
+                    }
                 }
             }
         }

@@ -92,23 +92,11 @@ impl StateStore {
                 },
             )
         };
-        let (bytes, oversized) = match file_input::read(path, file_input::STATE_FILE) {
-            Err(error) if error.is_not_found() => {
-                return (store(State::new(), None), Opened::Fresh);
-            }
-            // An older agent's file, written without a cap: its approvals are read once under a
-            // larger one, and the next write replaces it with what this agent reads back.
-            Err(too_large @ FileInputError::TooLarge { .. }) => {
-                match file_input::read(path, file_input::OVERSIZED_STATE_FILE) {
-                    Ok(bytes) => (bytes, Some(too_large.to_string())),
-                    Err(error) => return unreadable(error),
-                }
-            }
-            Err(error) => return unreadable(error),
-            Ok(bytes) => (bytes, None),
+        let (bytes, read) = match find(path) {
+            Found::Missing => return (store(State::new(), None), Opened::Fresh),
+            Found::Unreadable(error) => return unreadable(error),
+            Found::Read { bytes, read } => (bytes, *read),
         };
-        let mut read = state::read(&bytes, Utc::now());
-        read.dropped.extend(oversized);
         if read.dropped.is_empty() && read.newer.is_none() {
             let state = read.state;
             return (store(state.clone(), Some(state)), Opened::Loaded);
@@ -134,14 +122,31 @@ impl StateStore {
         )
     }
 
-    /// What [`StateStore::open`] would find at `path`, without creating, moving or writing
-    /// anything (for `check-config`): the state, `None` when there is no file yet, or why the
-    /// agent would set the file aside and start fresh.
-    pub fn inspect(path: &Path) -> Result<Option<State>, LoadError> {
-        match file_input::read(path, file_input::STATE_FILE) {
-            Err(error) if error.is_not_found() => Ok(None),
-            Err(error) => Err(LoadError::Input(error)),
-            Ok(bytes) => Ok(Some(State::parse(&bytes)?)),
+    /// What [`StateStore::open`] would do with the file at `path`, for `check-config`, without
+    /// creating, copying or writing anything: `None` when it would read it whole (or find none),
+    /// else what it would find and do, in a phrase.
+    pub fn inspect(path: &Path) -> Option<String> {
+        match find(path) {
+            Found::Missing => None,
+            Found::Unreadable(error) => Some(format!(
+                "cannot read it: {error}; the agent would keep state in memory, leave the file as it is and send no approval"
+            )),
+            Found::Read { read, .. } => {
+                let approvals = read.state.approvals.len();
+                match read.newer {
+                    Some(format) => Some(format!(
+                        "written by a newer version of the agent (format {format}, this agent reads up to {}); the agent would keep the {approvals} approvals it names, copy it to {} and replace it at its first write",
+                        state::VERSION,
+                        sibling(path, "newer").display()
+                    )),
+                    None if read.dropped.is_empty() => None,
+                    None => Some(format!(
+                        "read in part ({}); the agent would keep every approval it names ({approvals}) and what else it understands, copy it to {} and replace it at its first write with what it kept",
+                        read.dropped.join("; "),
+                        sibling(path, "corrupt").display()
+                    )),
+                }
+            }
         }
     }
 
@@ -233,6 +238,38 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// `<file>.<suffix>` next to `path`.
+/// What reading the state file finds, before anything is done about it.
+enum Found {
+    Missing,
+    Unreadable(FileInputError),
+    Read {
+        bytes: Vec<u8>,
+        read: Box<state::Read>,
+    },
+}
+
+fn find(path: &Path) -> Found {
+    let (bytes, oversized) = match file_input::read(path, file_input::STATE_FILE) {
+        Err(error) if error.is_not_found() => return Found::Missing,
+        // An older agent's file, written without a cap: its approvals are read once under a
+        // larger one, and the next write replaces it with what this agent reads back.
+        Err(too_large @ FileInputError::TooLarge { .. }) => {
+            match file_input::read(path, file_input::OVERSIZED_STATE_FILE) {
+                Ok(bytes) => (bytes, Some(too_large.to_string())),
+                Err(error) => return Found::Unreadable(error),
+            }
+        }
+        Err(error) => return Found::Unreadable(error),
+        Ok(bytes) => (bytes, None),
+    };
+    let mut read = state::read(&bytes, Utc::now());
+    read.dropped.extend(oversized);
+    Found::Read {
+        bytes,
+        read: Box::new(read),
+    }
+}
+
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".");

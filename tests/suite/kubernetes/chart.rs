@@ -186,3 +186,21 @@ fn the_drain_delay_pod_selector_unknown_time_and_aks_names_reach_the_agent() -> 
     );
     Ok(())
 }
+
+#[test]
+fn no_pod_of_the_chart_gets_the_namespaces_services_as_variables() -> TestResult {
+    // enableServiceLinks defaults to true: every Service of the namespace would become variables,
+    // with the agent's prefix for a Service named like it.
+    let objects = render("windows.enabled=true")?;
+    let daemon_sets = ops::of_kind(&objects, "DaemonSet");
+    assert_eq!(daemon_sets.len(), 2, "the Linux and the Windows DaemonSet");
+    for daemon_set in daemon_sets {
+        assert_eq!(
+            daemon_set["spec"]["template"]["spec"]["enableServiceLinks"],
+            json!(false),
+            "{}",
+            daemon_set["metadata"]["name"]
+        );
+    }
+    Ok(())
+}

@@ -94,12 +94,16 @@ async fn aks_names_say_unknown_from_the_start_and_what_karpenter_parses_for_a_pr
         .await?;
     // The Node's first reads and writes back off on failure (1 s doubling to 16 s): on a loaded
     // machine a few failed requests take this past the usual 20 s.
-    wait("both conditions Unknown, before any document")
+    // Unknown from the start, with why once the first poll failed.
+    wait("both conditions Unknown, before any document, with why")
         .within(std::time::Duration::from_secs(90))
         .until(async || {
             status(&cluster, "VMEventScheduled") == pair("Unknown", "NoVMEventScheduled")
                 && status(&cluster, "PreemptionScheduled")
                     == pair("Unknown", "NoPreemptionScheduled")
+                && condition(&cluster, "PreemptionScheduled")
+                    .and_then(|c| c.message)
+                    .is_some_and(|m| m.starts_with("IMDS query failed"))
         })
         .await?;
     let message = condition(&cluster, "VMEventScheduled")
@@ -152,6 +156,50 @@ async fn aks_names_say_unknown_from_the_start_and_what_karpenter_parses_for_a_pr
         .await?;
     assert_eq!(message("VMEventScheduled"), "VM has no scheduled event");
     agent.stop().await
+}
+
+#[tokio::test]
+async fn a_blind_start_turns_the_previous_agents_condition_unknown_before_the_first_answer()
+-> TestResult {
+    // The previous agent said nothing was scheduled; the new one starts with an IMDS that never
+    // answers its first request (--imds.first-timeout: 2 minutes by default). The time without a
+    // document counts from the start, not from the first request's failure.
+    let mut node = kubelet_node();
+    if let Some(status) = node.status.as_mut() {
+        status
+            .conditions
+            .get_or_insert_default()
+            .push(NodeCondition {
+                type_: "AzureScheduledEvent".into(),
+                status: "False".into(),
+                reason: Some("NoScheduledEvents".into()),
+                message: Some("No scheduled event names this VM.".into()),
+                ..NodeCondition::default()
+            });
+    }
+    let cluster = Cluster::start(node).await?;
+    let imds = Imds::start().await?;
+    imds.sim
+        .inject_fault(Fault::delay(std::time::Duration::from_secs(3600)).until_cleared());
+    let agent = process(&cluster, &imds, &["--kubernetes.imds-unknown-after=1s"]).await?;
+    wait("the condition Unknown while the first request waits")
+        .until(async || status(&cluster, "AzureScheduledEvent") == pair("Unknown", "NoDocumentYet"))
+        .await?;
+    assert_eq!(
+        imds.sim.requests(),
+        1,
+        "the first request still waits: no answer, no second poll"
+    );
+    let message = condition(&cluster, "AzureScheduledEvent")
+        .and_then(|c| c.message)
+        .unwrap_or_default();
+    assert!(
+        message.starts_with("No valid Scheduled Events document since the agent started at ")
+            && message.contains("no answer yet"),
+        "{message}"
+    );
+    drop(agent);
+    Ok(())
 }
 
 /// The agent as a process (its log lines readable), writing the Node of `cluster`.

@@ -840,3 +840,128 @@ async fn a_drain_finishes_when_the_cache_it_lists_from_lags() -> TestResult {
     assert!(terminating(&cluster, "web") && terminating(&cluster, "db"));
     agent.stop().await
 }
+
+#[tokio::test]
+async fn a_preempt_first_seen_10_s_before_its_not_before_is_drained_at_once() -> TestResult {
+    // A Spot eviction seen late: less notice than the 15 s margin.
+    let cluster = Cluster::start(kubelet_node()).await?;
+    typical_pods(&cluster);
+    let imds = Imds::start().await?;
+    let mut preempt = reboot_at(&in_seconds(10));
+    preempt["EventType"] = "Preempt".into();
+    imds.sim.set_document(document(1, &[preempt]));
+    let agent = cluster
+        .agent(&imds, &["--kubernetes.drain-events=Preempt"])
+        .await?;
+    let note = drain_end(&cluster, "DrainCompleted").await?;
+    assert!(cluster.cordoned(), "cordoned first");
+    assert_eq!(evicted(&cluster), ["default/db", "default/web"], "{note}");
+    for (pod, grace) in cluster.api.evictions() {
+        let grace = grace.unwrap_or_default();
+        assert!(
+            (1..=10).contains(&grace),
+            "{pod}: its grace period cut to NotBefore: {grace}"
+        );
+    }
+    let started = event_note(&cluster, "DrainStarted").ok_or("no DrainStarted Event")?;
+    assert!(
+        started.contains("of notice, less than the drain margin (15 s)"),
+        "{started}"
+    );
+    assert_eq!(event_note(&cluster, "DrainIncomplete"), None, "{note}");
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn an_event_seen_after_its_not_before_while_scheduled_is_drained_at_once() -> TestResult {
+    let cluster = Cluster::start(kubelet_node()).await?;
+    typical_pods(&cluster);
+    let imds = Imds::start().await?;
+    imds.sim
+        .set_document(document(1, &[reboot_at(&in_seconds(-30))]));
+    let agent = draining(&cluster, &imds, "10s").await?;
+    drain_end(&cluster, "DrainCompleted").await?;
+    assert_eq!(evicted(&cluster), ["default/db", "default/web"]);
+    for (pod, grace) in cluster.api.evictions() {
+        let grace = grace.unwrap_or_default();
+        assert!(
+            (1..=10).contains(&grace),
+            "{pod}: its grace period cut to the margin: {grace}"
+        );
+    }
+    let started = event_note(&cluster, "DrainStarted").ok_or("no DrainStarted Event")?;
+    assert!(started.contains("NotBefore has passed"), "{started}");
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn replicas_answering_incarnations_11_and_10_in_turn_neither_undo_the_drain_nor_notify_twice()
+-> TestResult {
+    // Two IMDS replicas, one behind: 11 holds the Reboot, 10 does not. The drain must go on (a
+    // pod its budget refuses retried until it may go), the cordon stay, and the webhook hear of
+    // the event once, then of its real end once.
+    let cluster = Cluster::start(kubelet_node()).await?;
+    typical_pods(&cluster);
+    cluster.api.refuse_evictions("default/db");
+    let receiver = crate::notify::receiver::Receiver::start().await?;
+    let url = receiver.url("/hook");
+    let imds = Imds::start().await?;
+    let newer = document(11, &[reboot_at(&in_seconds(300))]);
+    let older = document(10, &[]);
+    imds.sim.set_document(newer.clone());
+    let agent = cluster
+        .agent(
+            &imds,
+            &[
+                "--kubernetes.drain-events=Reboot",
+                "--kubernetes.drain-margin=5s",
+                "--notify.webhook-url",
+                url.as_str(),
+            ],
+        )
+        .await?;
+    wait("cordoned").until(async || cluster.cordoned()).await?;
+    let mut rounds = 0;
+    let mut uncordoned = 0;
+    let mut allowed = false;
+    while rounds < 40 || event_note(&cluster, "DrainCompleted").is_none() {
+        rounds += 1;
+        imds.sim.set_document(older.clone());
+        imds.polled(1).await?;
+        imds.sim.set_document(newer.clone());
+        imds.polled(1).await?;
+        uncordoned += usize::from(!cluster.cordoned());
+        if !allowed && cluster.api.answered("evict_pod", 429) >= 2 {
+            // The budget lets the pod go now: the drain must still be trying.
+            cluster.api.allow_evictions("default/db");
+            allowed = true;
+        }
+        assert!(rounds < 400, "the drain never completed");
+    }
+    assert_eq!(uncordoned, 0, "the cordon stayed over {rounds} rounds");
+    assert_eq!(evicted(&cluster), ["default/db", "default/web"]);
+    assert_eq!(event_note(&cluster, "DrainCancelled"), None);
+    assert_eq!(cluster.reason().as_deref(), Some("RebootScheduled"));
+    let posts = |receiver: &crate::notify::receiver::Receiver| -> Vec<String> {
+        receiver
+            .hits_on("/hook")
+            .iter()
+            .map(|h| h.json()["transition"].as_str().unwrap_or("?").to_owned())
+            .collect()
+    };
+    assert_eq!(posts(&receiver), ["scheduled"], "{rounds} rounds");
+    let m = agent.metrics().await?;
+    assert_eq!(m.transitions("Reboot", "scheduled"), 1.0);
+    assert_eq!(m.transitions("Reboot", "cancelled"), 0.0);
+    assert_eq!(m.transitions("Reboot", "completed"), 0.0);
+
+    // The real end: a newer incarnation without it.
+    imds.sim.set_document(document(12, &[]));
+    wait("uncordoned once the event is gone")
+        .until(async || !cluster.cordoned())
+        .await?;
+    receiver.wait_for("/hook", 2).await?;
+    imds.polled(5).await?;
+    assert_eq!(posts(&receiver), ["scheduled", "cancelled"]);
+    agent.stop().await
+}

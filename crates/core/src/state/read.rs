@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use serde::de::{self, Deserialize, DeserializeOwned, Deserializer, IgnoredAny, MapAccess};
+use serde::de::{
+    self, Deserialize, DeserializeOwned, DeserializeSeed, Deserializer, IgnoredAny, MapAccess,
+};
 use serde_json::Value;
 
 use super::{ApprovalRecord, ApprovalStatus, KnownEvent, State, VERSION, stored};
@@ -46,11 +48,13 @@ pub fn read(bytes: &[u8], now: DateTime<Utc>) -> Read {
         unsaid: 0,
         now,
     };
-    let mut documents = serde_json::Deserializer::from_slice(bytes).into_iter::<Top>();
-    match documents.next() {
-        Some(Ok(top)) => {
-            let rest = bytes.get(documents.byte_offset()..).unwrap_or_default();
-            reader.document(top);
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    match TopSeed(&mut reader).deserialize(&mut deserializer) {
+        Ok(fields) => {
+            // Where the document ended: what a stream would start the next one at.
+            let end = deserializer.into_iter::<IgnoredAny>().byte_offset();
+            let rest = bytes.get(end..).unwrap_or_default();
+            reader.document(fields);
             if !rest.iter().all(u8::is_ascii_whitespace) {
                 reader.drop(format!(
                     "{} bytes after the document (their approvals are kept)",
@@ -59,13 +63,21 @@ pub fn read(bytes: &[u8], now: DateTime<Utc>) -> Read {
                 reader.salvage(rest);
             }
         }
-        Some(Err(error)) => {
+        Err(_) if bytes.iter().all(u8::is_ascii_whitespace) => reader.drop("empty".to_owned()),
+        Err(error) => {
+            // What was read as it went is not kept: a document that is not one is read for
+            // the approvals it names alone, as it always was.
+            reader.read = Read {
+                state: State::new(),
+                dropped: Vec::new(),
+                newer: None,
+            };
+            reader.unsaid = 0;
             reader.drop(format!(
                 "not a JSON object ({error}): only the approvals it names are kept"
             ));
             reader.salvage(bytes);
         }
-        None => reader.drop("empty".to_owned()),
     }
     if reader.unsaid > 0 {
         let more = format!("and {} more", reader.unsaid);
@@ -90,9 +102,10 @@ impl Reader {
         }
     }
 
-    fn document(&mut self, top: Top) {
-        let version = top
-            .fields
+    /// Reads the top-level fields the document held besides those read as they came
+    /// (`approvals`, `events`, `notifications`, whose keys are among `fields` with a null).
+    fn document(&mut self, fields: Vec<(String, Value)>) {
+        let version = fields
             .iter()
             .rev()
             .find(|(key, _)| key == "version")
@@ -105,14 +118,18 @@ impl Reader {
                 version.unwrap_or(&Value::Null)
             )),
         }
-        for approvals in top.approvals {
-            self.approvals(approvals);
-        }
         if self.read.newer.is_some() {
+            // A newer agent's file: only its approvals are read.
+            let approvals = std::mem::take(&mut self.read.state.approvals);
+            self.read.state = State::new();
+            self.read.state.approvals = approvals;
             return;
         }
         let mut seen: Vec<String> = Vec::new();
-        for (key, value) in top.fields {
+        for (key, value) in fields {
+            if key == "approvals" {
+                continue;
+            }
             if seen.contains(&key) {
                 self.drop(format!("{key} given twice: the last is read"));
             } else {
@@ -125,10 +142,8 @@ impl Reader {
                 }
                 "expected_impact" => self.read.state.expected_impact = self.field(&key, value),
                 "clean_stop" => self.read.state.clean_stop = self.field(&key, value),
-                "events" => self.events(value),
-                "notifications" => self.notifications(value),
-                // The version is read above; a key of a newer agent's is passed over, as
-                // older agents do.
+                // Read as they came; the version is read above; a key of a newer agent's is
+                // passed over, as older agents do.
                 _ => {}
             }
         }
@@ -142,17 +157,6 @@ impl Reader {
         serde_json::from_value(value)
             .map_err(|error| self.drop(format!("{key}: {error}")))
             .ok()
-    }
-
-    fn approvals(&mut self, approvals: Object<Object<Value>>) {
-        let Some(entries) = approvals.0 else {
-            self.drop("approvals: not an object".to_owned());
-            return;
-        };
-        for (id, record) in entries {
-            let record = self.approval(&id, record);
-            self.keep(&id, record);
-        }
     }
 
     /// Keeps the approval of `id`; one named twice keeps the stronger record (the one that
@@ -232,51 +236,33 @@ impl Reader {
         kept
     }
 
-    fn events(&mut self, events: Value) {
-        let events = match events {
-            Value::Array(events) => events,
-            Value::Null => return,
-            other => {
-                self.drop(format!("events: {other} is not a list"));
-                return;
-            }
-        };
-        for (i, event) in events.into_iter().enumerate() {
-            match serde_json::from_value::<KnownEvent>(event) {
-                Ok(mut known) => {
-                    for held in [
-                        &mut known.event_id,
-                        &mut known.event_type,
-                        &mut known.event_status,
-                    ] {
-                        *held = stored(held).into_owned();
-                    }
-                    self.read.state.events.push(known);
+    /// The `i`th entry of `events`.
+    fn event(&mut self, i: usize, event: Value) {
+        match serde_json::from_value::<KnownEvent>(event) {
+            Ok(mut known) => {
+                for held in [
+                    &mut known.event_id,
+                    &mut known.event_type,
+                    &mut known.event_status,
+                ] {
+                    *held = stored(held).into_owned();
                 }
-                Err(error) => self.drop(format!("event {i}: {error}")),
+                self.read.state.events.push(known);
             }
+            Err(error) => self.drop(format!("event {i}: {error}")),
         }
     }
 
-    fn notifications(&mut self, notifications: Value) {
-        let notifications = match notifications {
-            Value::Object(notifications) => notifications,
-            Value::Null => return,
-            other => {
-                self.drop(format!("notifications: {other} is not an object"));
-                return;
+    /// The entry of `notifications` for EventId `id`.
+    fn notification(&mut self, id: &str, by_receiver: Value) {
+        match serde_json::from_value::<BTreeMap<String, Vec<String>>>(by_receiver) {
+            Ok(by_receiver) => {
+                self.read
+                    .state
+                    .notifications
+                    .insert(stored(id).into_owned(), by_receiver);
             }
-        };
-        for (id, by_receiver) in notifications {
-            match serde_json::from_value::<BTreeMap<String, Vec<String>>>(by_receiver) {
-                Ok(by_receiver) => {
-                    self.read
-                        .state
-                        .notifications
-                        .insert(stored(&id).into_owned(), by_receiver);
-                }
-                Err(error) => self.drop(format!("notifications of {id}: {error}")),
-            }
+            Err(error) => self.drop(format!("notifications of {id}: {error}")),
         }
     }
 
@@ -350,37 +336,166 @@ fn approval_ids(bytes: &[u8]) -> Vec<String> {
     ids
 }
 
-/// A state file's top-level object, its `approvals` apart: each of them (a key given twice is
-/// read twice), with their entries in order, duplicates included.
-struct Top {
-    fields: Vec<(String, Value)>,
-    approvals: Vec<Object<Object<Value>>>,
+/// A state file's top-level object, read as it comes so that no part of it is held whole: the
+/// entries of `approvals`, `events` and `notifications` go into the [`Reader`] one by one (a file
+/// of a million small values never becomes a million `Value`s), the other known keys come back
+/// with their values (their keys, the streamed ones' too, in order, for what is given twice),
+/// and unknown keys are skipped unread.
+struct TopSeed<'r>(&'r mut Reader);
+
+impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
+    type Value = Vec<(String, Value)>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
 }
 
-impl<'de> Deserialize<'de> for Top {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> de::Visitor<'de> for Visitor {
-            type Value = Top;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
-                let mut top = Top {
-                    fields: Vec::new(),
-                    approvals: Vec::new(),
-                };
-                while let Some(key) = map.next_key::<String>()? {
-                    if key == "approvals" {
-                        top.approvals.push(map.next_value()?);
-                    } else {
-                        top.fields.push((key, map.next_value()?));
-                    }
+impl<'de> de::Visitor<'de> for TopSeed<'_> {
+    type Value = Vec<(String, Value)>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let reader = self.0;
+        let mut fields = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "approvals" => map.next_value_seed(Entries {
+                    reader: &mut *reader,
+                    what: Part::Approvals,
+                })?,
+                "events" => {
+                    // The last given is read.
+                    reader.read.state.events.clear();
+                    map.next_value_seed(Entries {
+                        reader: &mut *reader,
+                        what: Part::Events,
+                    })?;
                 }
-                Ok(top)
+                "notifications" => {
+                    reader.read.state.notifications.clear();
+                    map.next_value_seed(Entries {
+                        reader: &mut *reader,
+                        what: Part::Notifications,
+                    })?;
+                }
+                "version"
+                | "boot_id"
+                | "document_incarnation"
+                | "expected_impact"
+                | "clean_stop" => {
+                    let value = map.next_value()?;
+                    fields.push((key, value));
+                    continue;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            fields.push((key, Value::Null));
+        }
+        Ok(fields)
+    }
+}
+
+/// Which top-level part [`Entries`] reads.
+#[derive(Clone, Copy)]
+enum Part {
+    Approvals,
+    Events,
+    Notifications,
+}
+
+/// The entries of one top-level part, each handed to the [`Reader`] as it is read.
+struct Entries<'r> {
+    reader: &'r mut Reader,
+    what: Part,
+}
+
+impl Entries<'_> {
+    fn not_of_its_shape<E>(self, value: &str) -> Result<(), E> {
+        match self.what {
+            Part::Approvals => self.reader.drop("approvals: not an object".to_owned()),
+            Part::Events => self.reader.drop(format!("events: {value} is not a list")),
+            Part::Notifications => self
+                .reader
+                .drop(format!("notifications: {value} is not an object")),
+        }
+        Ok(())
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Entries<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> de::Visitor<'de> for Entries<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        match self.what {
+            Part::Approvals => {
+                while let Some(id) = map.next_key::<String>()? {
+                    let record: Object<Value> = map.next_value()?;
+                    let record = self.reader.approval(&id, record);
+                    self.reader.keep(&id, record);
+                }
+            }
+            Part::Notifications => {
+                while let Some(id) = map.next_key::<String>()? {
+                    let by_receiver: Value = map.next_value()?;
+                    self.reader.notification(&id, by_receiver);
+                }
+            }
+            Part::Events => {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                return self.not_of_its_shape("an object");
             }
         }
-        deserializer.deserialize_map(Visitor)
+        Ok(())
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        match self.what {
+            Part::Events => {
+                let mut i = 0;
+                while let Some(event) = seq.next_element::<Value>()? {
+                    self.reader.event(i, event);
+                    i += 1;
+                }
+                Ok(())
+            }
+            _ => {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                self.not_of_its_shape("a list")
+            }
+        }
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        match self.what {
+            // null: none.
+            Part::Events | Part::Notifications => Ok(()),
+            Part::Approvals => self.not_of_its_shape("null"),
+        }
+    }
+    fn visit_bool<E>(self, value: bool) -> Result<(), E> {
+        self.not_of_its_shape(&value.to_string())
+    }
+    fn visit_i64<E>(self, value: i64) -> Result<(), E> {
+        self.not_of_its_shape(&value.to_string())
+    }
+    fn visit_u64<E>(self, value: u64) -> Result<(), E> {
+        self.not_of_its_shape(&value.to_string())
+    }
+    fn visit_f64<E>(self, value: f64) -> Result<(), E> {
+        self.not_of_its_shape(&value.to_string())
+    }
+    fn visit_str<E>(self, value: &str) -> Result<(), E> {
+        self.not_of_its_shape(&format!("{value:?}"))
     }
 }
 
