@@ -526,7 +526,7 @@ async fn sixty_approvals_of_the_longest_event_ids_accepted_are_sent_once_across_
 -> TestResult {
     // The longest ids a document may carry (longer ones refuse it as too large), stored hashed in
     // the state file: the digest must lead back to the id at every restart.
-    let longest = azure_scheduled_events_exporter::azure::imds::MAX_LABEL_BYTES;
+    let longest = azure_scheduled_events_core::limits::MAX_LABEL_BYTES;
     let ids: Vec<String> = (0..60)
         .map(|i| format!("{i:02}{}", "E".repeat(longest - 2)))
         .collect();

@@ -299,8 +299,8 @@ mod tests {
     use chrono::{DateTime, Utc};
 
     use super::*;
-    use crate::azure::imds::MAX_EVENTS;
     use crate::config::file_input::{BOOT_ID, STATE_FILE};
+    use azure_scheduled_events_core::limits::MAX_EVENTS;
 
     fn t(seconds: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_700_000_000 + seconds, 0).unwrap_or_default()
