@@ -1,5 +1,6 @@
 //! The agent's settings: the command line ([`flags`]) validated into one [`Config`], the
-//! approval settings and the policy file ([`approval`]), the trace export settings ([`otlp`]),
+//! approval settings and the policy file ([`approval`]), the trace export settings ([`otlp`],
+//! resolved with the `OTEL_*` variables by [`lenient`]),
 //! the listener's limits and the exporter-toolkit web configuration file ([`web`]), the
 //! notification receivers ([`notify`]) and the Kubernetes node output's settings ([`kubernetes`]).
 //! Anything invalid is one line on stderr and exit code 64 (`EX_USAGE`): a usage error of clap's
@@ -19,6 +20,7 @@ pub mod file_input;
 pub mod flags;
 pub mod kubernetes;
 pub mod label_selector;
+pub mod lenient;
 pub mod nearest;
 pub mod notify;
 pub mod otlp;
