@@ -82,7 +82,7 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 pub struct PrepareStateDirArgs {
     /// The directory (that of the default --state.file unless given).
-    #[arg(default_value = "/var/lib/azure-scheduled-events-exporter")]
+    #[arg(default_value = DEFAULT_STATE_DIR)]
     pub dir: PathBuf,
     /// UID:GID to give the directory to (needs CAP_CHOWN); without it, it stays the caller's.
     #[arg(long = "owner", value_name = "UID:GID", value_parser = owner)]
@@ -221,19 +221,51 @@ pub struct AgentArgs {
     #[command(flatten)]
     pub approve: ApproveArgs,
     #[command(flatten)]
+    pub state: StateArgs,
+    #[command(flatten)]
     pub notify: notify::NotifyArgs,
     #[command(flatten)]
     pub kubernetes: super::kubernetes::KubernetesArgs,
 }
 
+/// Where the state lives on Linux, written once for the constants and `--help` below.
+macro_rules! linux_state_dir {
+    () => {
+        "/var/lib/azure-scheduled-events-exporter"
+    };
+}
+
+/// The state directory on Linux: the default of `prepare-state-dir`.
+pub const DEFAULT_STATE_DIR: &str = linux_state_dir!();
+
+/// Where the state lives on Linux unless `--state.file` says otherwise.
+pub const DEFAULT_STATE_FILE: &str = concat!(linux_state_dir!(), "/state.json");
+
 /// `--state.file`'s help, with the default of the system the agent was built for (the flag has no
 /// clap default: `demo` keeps state in memory unless given).
 #[cfg(not(windows))]
-const STATE_FILE_HELP: &str = "State file (approvals sent, first-seen times, expected impact); empty keeps state in memory, as `demo` does unless given [default: /var/lib/azure-scheduled-events-exporter/state.json]";
+const STATE_FILE_HELP: &str = concat!(
+    "State file (approvals sent, first-seen times, expected impact); empty keeps state in memory, as `demo` does unless given [default: ",
+    linux_state_dir!(),
+    "/state.json]"
+);
 #[cfg(windows)]
 const STATE_FILE_HELP: &str = "State file (approvals sent, first-seen times, expected impact); empty keeps state in memory, as `demo` does unless given [default: %ProgramData%\\azure-scheduled-events-exporter\\state.json]";
 
-/// Approval, hooks and the state file (docs/approval.md, docs/state.md).
+/// The state file and the boot id it is compared with (docs/state.md).
+#[derive(Debug, Clone, Args)]
+pub struct StateArgs {
+    /// State file (approvals sent, first-seen times, expected impact); empty keeps state in memory,
+    /// as `demo` does unless given. Its default depends on the system: [`STATE_FILE_HELP`].
+    #[arg(long = "state.file", env = "AZURE_SCHEDULED_EVENTS_STATE_FILE", help = STATE_FILE_HELP)]
+    pub state_file: Option<String>,
+    /// File holding the current boot's id, compared with the state file to classify reboots; on
+    /// Windows empty by default: the boot time Windows reports.
+    #[arg(long = "state.boot-id-file", env = "AZURE_SCHEDULED_EVENTS_STATE_BOOT_ID_FILE", default_value = DEFAULT_BOOT_ID_FILE, value_parser = any_path)]
+    pub boot_id_file: PathBuf,
+}
+
+/// Approval and hooks (docs/approval.md).
 #[derive(Debug, Clone, Args)]
 pub struct ApproveArgs {
     /// Approve the events the policy allows (POST StartRequests to IMDS). Off by default.
@@ -325,14 +357,6 @@ pub struct ApproveArgs {
     /// started (its process group; on Windows its Job object); at most 1h.
     #[arg(long = "approve.hook-timeout", env = "AZURE_SCHEDULED_EVENTS_APPROVE_HOOK_TIMEOUT", default_value = "2m", value_parser = duration)]
     pub hook_timeout: Duration,
-    /// State file (approvals sent, first-seen times, expected impact); empty keeps state in memory,
-    /// as `demo` does unless given. Its default depends on the system: [`STATE_FILE_HELP`].
-    #[arg(long = "state.file", env = "AZURE_SCHEDULED_EVENTS_STATE_FILE", help = STATE_FILE_HELP)]
-    pub state_file: Option<String>,
-    /// File holding the current boot's id, compared with the state file to classify reboots; on
-    /// Windows empty by default: the boot time Windows reports.
-    #[arg(long = "state.boot-id-file", env = "AZURE_SCHEDULED_EVENTS_STATE_BOOT_ID_FILE", default_value = DEFAULT_BOOT_ID_FILE, value_parser = any_path)]
-    pub boot_id_file: PathBuf,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -345,10 +369,7 @@ impl DemoArgs {
     /// The agent's flags for the demo: state stays in memory unless `--state.file` is given, so
     /// the simulator's events never reach the state file of a real agent on the same machine.
     pub fn into_agent(mut self) -> AgentArgs {
-        self.agent
-            .approve
-            .state_file
-            .get_or_insert_with(String::new);
+        self.agent.state.state_file.get_or_insert_with(String::new);
         self.agent
     }
 }

@@ -11,8 +11,8 @@
 //! the reference in docs/configuration.md and the Helm chart's values schema derive from them
 //! (the last two by a test, [`reference`]).
 //!
-//! Settings only: this folder imports the domain types it needs and none of the modules that act
-//! on the settings, except for the state file's default path, which [`azure_scheduled_events_core::state`] defines.
+//! Settings only: this folder imports the core's types, which it parses into, and none of the
+//! modules that act on the settings.
 
 pub mod approval;
 pub mod environment;
@@ -39,17 +39,14 @@ use reqwest::Url;
 use approval::ApprovalConfig;
 pub use flags::{
     AgentArgs, ApproveArgs, CheckConfigArgs, Cli, Command, DemoArgs, LogFormat, Owner,
-    PrepareStateDirArgs, SimulatorArgs,
+    PrepareStateDirArgs, SimulatorArgs, StateArgs,
 };
-pub use flags::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE};
+pub use flags::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE, DEFAULT_STATE_DIR, DEFAULT_STATE_FILE};
 pub use values::ConfigError;
 use values::{bounded, found, invalid};
 
 /// Exit code for an invalid command line or configuration (sysexits.h `EX_USAGE`).
 pub const EXIT_USAGE: i32 = 64;
-
-/// Where the state lives on Linux unless `--state.file` says otherwise.
-pub const DEFAULT_STATE_FILE: &str = "/var/lib/azure-scheduled-events-exporter/state.json";
 
 /// The state file unless `--state.file` says otherwise: [`DEFAULT_STATE_FILE`] on Linux,
 /// `%ProgramData%\azure-scheduled-events-exporter\state.json` on Windows (`C:\ProgramData` when
@@ -222,12 +219,12 @@ impl AgentArgs {
             &mut problems,
             log_level(&self.log_level).map_err(|e| invalid("log.level", e)),
         );
-        let state_file = match self.approve.state_file.as_deref() {
+        let state_file = match self.state.state_file.as_deref() {
             None => Some(default_state_file()),
             Some(path) if path.trim().is_empty() => None,
             Some(path) => Some(PathBuf::from(path)),
         };
-        let boot_id_file = self.approve.boot_id_file.clone();
+        let boot_id_file = self.state.boot_id_file.clone();
         let approval = found(&mut problems, self.approve.validate());
         let web = found(&mut problems, self.web.validate());
         let notify = found(&mut problems, self.notify.validate());
