@@ -6,13 +6,14 @@
 //! e.g. `AZURE_SCHEDULED_EVENTS_POLL_INTERVAL`). Parsing never touches the process environment
 //! except through clap, so tests parse argument lists.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use azure_scheduled_events_simulator::DEMO_VM;
+use azure_scheduled_events_protocol::http;
+use azure_scheduled_events_simulator::SimulatorFlags;
 
 use super::values::duration;
 use super::{notify, otlp};
@@ -169,7 +170,7 @@ pub struct AgentArgs {
     #[arg(long = "poll.interval", env = "AZURE_SCHEDULED_EVENTS_POLL_INTERVAL", default_value = "1s", value_parser = duration)]
     pub poll_interval: Duration,
     /// Address for /metrics and health: `:PORT` (all IPv4 interfaces), `IP:PORT` or `[IPv6]:PORT`.
-    #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_WEB_LISTEN_ADDRESS", default_value = ":10188", value_parser = listen_address)]
+    #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_WEB_LISTEN_ADDRESS", default_value = ":10188", value_parser = http::listen_address)]
     pub web_listen_address: SocketAddr,
     /// Path under which metrics are served.
     #[arg(
@@ -388,32 +389,11 @@ pub struct ServiceArgs {
     pub agent: AgentArgs,
 }
 
+/// The simulator's flags, and the format of its log.
 #[derive(Debug, Clone, Args)]
 pub struct SimulatorArgs {
-    /// Address the simulated IMDS listens on.
-    #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_LISTEN_ADDRESS", default_value = "127.0.0.1:8080", value_parser = listen_address)]
-    pub web_listen_address: SocketAddr,
-    /// Scenario file (YAML or JSON) to play; `demo` for the built-in one. Without it the document
-    /// is empty until the control API changes it.
-    #[arg(long = "scenario", env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_SCENARIO")]
-    pub scenario: Option<PathBuf>,
-    /// compute.name of the simulated VM (what the agent takes as this VM's name); by default the
-    /// VM of the demo scenario.
-    #[arg(
-        long = "vm.name",
-        env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_VM_NAME",
-        default_value = DEMO_VM
-    )]
-    pub vm_name: String,
-    /// Also serve this unpublished scheduled-events api-version (YYYY-MM-DD, later than
-    /// 2020-07-01), as Azure serves Spot Plus rebalance recommendations; only it shows
-    /// SpotRebalanceRecommendation events. The documented versions are always served.
-    #[arg(
-        long = "api-version",
-        env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_API_VERSION",
-        value_parser = crate::azure::api_version::ApiVersion::newer
-    )]
-    pub api_version: Option<crate::azure::api_version::ApiVersion>,
+    #[command(flatten)]
+    pub flags: SimulatorFlags,
     /// Log format.
     #[arg(
         long = "log.format",
@@ -423,64 +403,8 @@ pub struct SimulatorArgs {
     pub log_format: LogFormat,
 }
 
-/// `:PORT`, `IP:PORT` or `[IPv6]:PORT`, as Prometheus exporters write it.
 /// A path, empty allowed (clap's own parser refuses it): the Windows default of
 /// `--state.boot-id-file`.
 fn any_path(text: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(text))
-}
-
-/// `:PORT` (every address), `IP:PORT`, `[IPv6]:PORT`, or `HOST:PORT` as exporters accept it: a
-/// host name is resolved once, here, and the listener takes its first address (`localhost` is
-/// the loopback address /etc/hosts gives first).
-fn listen_address(text: &str) -> Result<SocketAddr, String> {
-    let refused = || format!("{text:?} is not :PORT, IP:PORT, [IPv6]:PORT or HOST:PORT");
-    if let Some(port) = text.strip_prefix(':') {
-        let port = port.parse().map_err(|_| refused())?;
-        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port));
-    }
-    if let Ok(address) = text.parse() {
-        return Ok(address);
-    }
-    let (host, port) = text.rsplit_once(':').ok_or_else(refused)?;
-    let port: u16 = port.parse().map_err(|_| refused())?;
-    if host.is_empty() || host.contains(':') || host.contains('[') {
-        return Err(refused());
-    }
-    (host, port)
-        .to_socket_addrs()
-        .map_err(|error| format!("{text:?}: cannot resolve {host:?}: {error}"))?
-        .next()
-        .ok_or_else(|| format!("{text:?}: {host:?} resolves to no address"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn listen_addresses_follow_exporter_conventions() {
-        assert_eq!(
-            listen_address(":9100"),
-            Ok(SocketAddr::from(([0, 0, 0, 0], 9100)))
-        );
-        assert_eq!(
-            listen_address("127.0.0.1:0"),
-            Ok(SocketAddr::from(([127, 0, 0, 1], 0)))
-        );
-        assert!(listen_address("[::1]:10188").is_ok());
-        assert!(listen_address("localhost").is_err());
-        assert!(listen_address("localhost:port").is_err());
-    }
-
-    #[test]
-    fn a_host_name_in_the_listen_address_is_resolved_to_its_first_address() {
-        let address = listen_address("localhost:10188");
-        assert!(
-            address
-                .as_ref()
-                .is_ok_and(|a| a.ip().is_loopback() && a.port() == 10188),
-            "{address:?}"
-        );
-    }
 }

@@ -562,14 +562,14 @@ mod tests {
         ])
         .map_err(|e| e.to_string())?;
         assert!(
-            matches!(cli.command, Some(Command::Simulator(ref s)) if s.web_listen_address.port() == 9999)
+            matches!(cli.command, Some(Command::Simulator(ref s)) if s.flags.web_listen_address.port() == 9999)
         );
         let cli = Cli::try_parse_from(["x", "demo", "--web.listen-address=127.0.0.1:0"])
             .map_err(|e| e.to_string())?;
         assert!(matches!(cli.command, Some(Command::Demo(_))));
         let cli = Cli::try_parse_from(["x", "simulator"]).map_err(|e| e.to_string())?;
         assert!(
-            matches!(cli.command, Some(Command::Simulator(ref s)) if s.vm_name == azure_scheduled_events_simulator::DEMO_VM),
+            matches!(cli.command, Some(Command::Simulator(ref s)) if s.flags.vm_name == azure_scheduled_events_simulator::DEMO_VM),
             "the simulator plays the demo scenario's VM unless told otherwise"
         );
         Ok(())
