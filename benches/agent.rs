@@ -25,6 +25,8 @@
 //! `cargo bench --bench agent` runs the full windows (about five minutes); without `--bench` (as
 //! under `cargo test`) it runs the same steps for about a second each, to keep the bench working.
 
+// The documents of the core's benchmarks (crates/core/benches/common).
+#[path = "../crates/core/benches/common/mod.rs"]
 mod common;
 #[path = "../tests/suite/common/otlp.rs"]
 mod otlp;

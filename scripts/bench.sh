@@ -43,8 +43,8 @@ fi
 
 for bench in "${benches[@]}"; do
     echo
-    echo "== cargo bench --bench $bench"
-    cargo bench --bench "$bench"
+    echo "== cargo bench --workspace --bench $bench"
+    cargo bench --workspace --bench "$bench"
 done
 
 # `cargo bench` builds the binary with the bench profile, which inherits every setting of

@@ -4,10 +4,11 @@ use std::ffi::OsString;
 use std::io::Write as _;
 use std::process::ExitCode;
 
+use azure_scheduled_events_exporter::config::lenient;
 use azure_scheduled_events_exporter::config::{
     AgentArgs, Cli, Command, Config, ConfigError, EXIT_USAGE, LogFormat, environment, usage,
 };
-use azure_scheduled_events_exporter::output::telemetry::{ProcessEnv, Telemetry, lenient};
+use azure_scheduled_events_exporter::output::telemetry::{ProcessEnv, Telemetry};
 use azure_scheduled_events_exporter::shell::{agent, check_config, check_imds, commands, logging};
 use clap::error::ErrorKind;
 use clap::{CommandFactory as _, Parser as _};
@@ -120,7 +121,7 @@ fn main() -> ExitCode {
 }
 
 /// Validates the flags and resolves traces from them and the `OTEL_*` variables (a bad variable
-/// is a warning, not an exit: see `telemetry::lenient`).
+/// is a warning, not an exit: see `config::lenient`).
 fn prepare(args: AgentArgs, default_format: LogFormat) -> Result<(Config, Telemetry), ConfigError> {
     let config = args.validate(default_format)?;
     let otlp = lenient::resolve(&config.otlp, &ProcessEnv)?;

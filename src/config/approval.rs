@@ -109,7 +109,7 @@ struct PolicyFile {
 }
 
 impl ApproveArgs {
-    /// The approval settings; the state flags of the same group are read by [`super::AgentArgs`].
+    /// The approval settings.
     pub(super) fn validate(self) -> Result<ApprovalConfig, ConfigError> {
         let file = match &self.policy_file {
             None => PolicyFile::default(),

@@ -6,13 +6,14 @@
 //! e.g. `AZURE_SCHEDULED_EVENTS_POLL_INTERVAL`). Parsing never touches the process environment
 //! except through clap, so tests parse argument lists.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use azure_scheduled_events_simulator::DEMO_VM;
+use azure_scheduled_events_protocol::http;
+use azure_scheduled_events_simulator::SimulatorFlags;
 
 use super::values::duration;
 use super::{notify, otlp};
@@ -91,7 +92,7 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 pub struct PrepareStateDirArgs {
     /// The directory (that of the default --state.file unless given).
-    #[arg(default_value = "/var/lib/azure-scheduled-events-exporter")]
+    #[arg(default_value = DEFAULT_STATE_DIR)]
     pub dir: PathBuf,
     /// UID:GID to give the directory to (needs CAP_CHOWN); without it, it stays the caller's.
     #[arg(long = "owner", value_name = "UID:GID", value_parser = owner)]
@@ -178,7 +179,7 @@ pub struct AgentArgs {
     #[arg(long = "poll.interval", env = "AZURE_SCHEDULED_EVENTS_POLL_INTERVAL", default_value = "1s", value_parser = duration)]
     pub poll_interval: Duration,
     /// Address for /metrics and health: `:PORT` (all IPv4 interfaces), `IP:PORT` or `[IPv6]:PORT`.
-    #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_WEB_LISTEN_ADDRESS", default_value = ":10188", value_parser = listen_address)]
+    #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_WEB_LISTEN_ADDRESS", default_value = ":10188", value_parser = http::listen_address)]
     pub web_listen_address: SocketAddr,
     /// Path under which metrics are served.
     #[arg(
@@ -230,19 +231,51 @@ pub struct AgentArgs {
     #[command(flatten)]
     pub approve: ApproveArgs,
     #[command(flatten)]
+    pub state: StateArgs,
+    #[command(flatten)]
     pub notify: notify::NotifyArgs,
     #[command(flatten)]
     pub kubernetes: super::kubernetes::KubernetesArgs,
 }
 
+/// Where the state lives on Linux, written once for the constants and `--help` below.
+macro_rules! linux_state_dir {
+    () => {
+        "/var/lib/azure-scheduled-events-exporter"
+    };
+}
+
+/// The state directory on Linux: the default of `prepare-state-dir`.
+pub const DEFAULT_STATE_DIR: &str = linux_state_dir!();
+
+/// Where the state lives on Linux unless `--state.file` says otherwise.
+pub const DEFAULT_STATE_FILE: &str = concat!(linux_state_dir!(), "/state.json");
+
 /// `--state.file`'s help, with the default of the system the agent was built for (the flag has no
 /// clap default: `demo` keeps state in memory unless given).
 #[cfg(not(windows))]
-const STATE_FILE_HELP: &str = "State file (approvals sent, first-seen times, expected impact); empty keeps state in memory, as `demo` does unless given [default: /var/lib/azure-scheduled-events-exporter/state.json]";
+const STATE_FILE_HELP: &str = concat!(
+    "State file (approvals sent, first-seen times, expected impact); empty keeps state in memory, as `demo` does unless given [default: ",
+    linux_state_dir!(),
+    "/state.json]"
+);
 #[cfg(windows)]
 const STATE_FILE_HELP: &str = "State file (approvals sent, first-seen times, expected impact); empty keeps state in memory, as `demo` does unless given [default: %ProgramData%\\azure-scheduled-events-exporter\\state.json]";
 
-/// Approval, hooks and the state file (docs/approval.md, docs/state.md).
+/// The state file and the boot id it is compared with (docs/state.md).
+#[derive(Debug, Clone, Args)]
+pub struct StateArgs {
+    /// State file (approvals sent, first-seen times, expected impact); empty keeps state in memory,
+    /// as `demo` does unless given. Its default depends on the system: [`STATE_FILE_HELP`].
+    #[arg(long = "state.file", env = "AZURE_SCHEDULED_EVENTS_STATE_FILE", help = STATE_FILE_HELP)]
+    pub state_file: Option<String>,
+    /// File holding the current boot's id, compared with the state file to classify reboots; on
+    /// Windows empty by default: the boot time Windows reports.
+    #[arg(long = "state.boot-id-file", env = "AZURE_SCHEDULED_EVENTS_STATE_BOOT_ID_FILE", default_value = DEFAULT_BOOT_ID_FILE, value_parser = any_path)]
+    pub boot_id_file: PathBuf,
+}
+
+/// Approval and hooks (docs/approval.md).
 #[derive(Debug, Clone, Args)]
 pub struct ApproveArgs {
     /// Approve the events the policy allows (POST StartRequests to IMDS). Off by default.
@@ -334,14 +367,6 @@ pub struct ApproveArgs {
     /// started (its process group; on Windows its Job object); at most 1h.
     #[arg(long = "approve.hook-timeout", env = "AZURE_SCHEDULED_EVENTS_APPROVE_HOOK_TIMEOUT", default_value = "2m", value_parser = duration)]
     pub hook_timeout: Duration,
-    /// State file (approvals sent, first-seen times, expected impact); empty keeps state in memory,
-    /// as `demo` does unless given. Its default depends on the system: [`STATE_FILE_HELP`].
-    #[arg(long = "state.file", env = "AZURE_SCHEDULED_EVENTS_STATE_FILE", help = STATE_FILE_HELP)]
-    pub state_file: Option<String>,
-    /// File holding the current boot's id, compared with the state file to classify reboots; on
-    /// Windows empty by default: the boot time Windows reports.
-    #[arg(long = "state.boot-id-file", env = "AZURE_SCHEDULED_EVENTS_STATE_BOOT_ID_FILE", default_value = DEFAULT_BOOT_ID_FILE, value_parser = any_path)]
-    pub boot_id_file: PathBuf,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -354,10 +379,7 @@ impl DemoArgs {
     /// The agent's flags for the demo: state stays in memory unless `--state.file` is given, so
     /// the simulator's events never reach the state file of a real agent on the same machine.
     pub fn into_agent(mut self) -> AgentArgs {
-        self.agent
-            .approve
-            .state_file
-            .get_or_insert_with(String::new);
+        self.agent.state.state_file.get_or_insert_with(String::new);
         self.agent
     }
 }
@@ -383,32 +405,11 @@ pub struct ServiceArgs {
     pub agent: AgentArgs,
 }
 
+/// The simulator's flags, and the format of its log.
 #[derive(Debug, Clone, Args)]
 pub struct SimulatorArgs {
-    /// Address the simulated IMDS listens on.
-    #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_LISTEN_ADDRESS", default_value = "127.0.0.1:8080", value_parser = listen_address)]
-    pub web_listen_address: SocketAddr,
-    /// Scenario file (YAML or JSON) to play; `demo` for the built-in one. Without it the document
-    /// is empty until the control API changes it.
-    #[arg(long = "scenario", env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_SCENARIO")]
-    pub scenario: Option<PathBuf>,
-    /// compute.name of the simulated VM (what the agent takes as this VM's name); by default the
-    /// VM of the demo scenario.
-    #[arg(
-        long = "vm.name",
-        env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_VM_NAME",
-        default_value = DEMO_VM
-    )]
-    pub vm_name: String,
-    /// Also serve this unpublished scheduled-events api-version (YYYY-MM-DD, later than
-    /// 2020-07-01), as Azure serves Spot Plus rebalance recommendations; only it shows
-    /// SpotRebalanceRecommendation events. The documented versions are always served.
-    #[arg(
-        long = "api-version",
-        env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_API_VERSION",
-        value_parser = crate::azure::api_version::ApiVersion::newer
-    )]
-    pub api_version: Option<crate::azure::api_version::ApiVersion>,
+    #[command(flatten)]
+    pub flags: SimulatorFlags,
     /// Log format.
     #[arg(
         long = "log.format",
@@ -418,64 +419,8 @@ pub struct SimulatorArgs {
     pub log_format: LogFormat,
 }
 
-/// `:PORT`, `IP:PORT` or `[IPv6]:PORT`, as Prometheus exporters write it.
 /// A path, empty allowed (clap's own parser refuses it): the Windows default of
 /// `--state.boot-id-file`.
 fn any_path(text: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(text))
-}
-
-/// `:PORT` (every address), `IP:PORT`, `[IPv6]:PORT`, or `HOST:PORT` as exporters accept it: a
-/// host name is resolved once, here, and the listener takes its first address (`localhost` is
-/// the loopback address /etc/hosts gives first).
-fn listen_address(text: &str) -> Result<SocketAddr, String> {
-    let refused = || format!("{text:?} is not :PORT, IP:PORT, [IPv6]:PORT or HOST:PORT");
-    if let Some(port) = text.strip_prefix(':') {
-        let port = port.parse().map_err(|_| refused())?;
-        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port));
-    }
-    if let Ok(address) = text.parse() {
-        return Ok(address);
-    }
-    let (host, port) = text.rsplit_once(':').ok_or_else(refused)?;
-    let port: u16 = port.parse().map_err(|_| refused())?;
-    if host.is_empty() || host.contains(':') || host.contains('[') {
-        return Err(refused());
-    }
-    (host, port)
-        .to_socket_addrs()
-        .map_err(|error| format!("{text:?}: cannot resolve {host:?}: {error}"))?
-        .next()
-        .ok_or_else(|| format!("{text:?}: {host:?} resolves to no address"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn listen_addresses_follow_exporter_conventions() {
-        assert_eq!(
-            listen_address(":9100"),
-            Ok(SocketAddr::from(([0, 0, 0, 0], 9100)))
-        );
-        assert_eq!(
-            listen_address("127.0.0.1:0"),
-            Ok(SocketAddr::from(([127, 0, 0, 1], 0)))
-        );
-        assert!(listen_address("[::1]:10188").is_ok());
-        assert!(listen_address("localhost").is_err());
-        assert!(listen_address("localhost:port").is_err());
-    }
-
-    #[test]
-    fn a_host_name_in_the_listen_address_is_resolved_to_its_first_address() {
-        let address = listen_address("localhost:10188");
-        assert!(
-            address
-                .as_ref()
-                .is_ok_and(|a| a.ip().is_loopback() && a.port() == 10188),
-            "{address:?}"
-        );
-    }
 }

@@ -11,13 +11,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+#[cfg(feature = "kubernetes")]
+use azure_scheduled_events_core::event::EventType;
 use clap::Args;
 
 use super::label_selector::DrainPodSelectors;
 use super::values::{ConfigError, invalid};
 use super::values::{EventTypes, ImpactEventTypes};
-#[cfg(feature = "kubernetes")]
-use azure_scheduled_events_core::event::EventType;
 
 /// Default of `--kubernetes.drain-margin`.
 pub const DEFAULT_DRAIN_MARGIN: Duration = Duration::from_secs(15);

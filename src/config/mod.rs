@@ -1,5 +1,6 @@
 //! The agent's settings: the command line ([`flags`]) validated into one [`Config`], the
-//! approval settings and the policy file ([`approval`]), the trace export settings ([`otlp`]),
+//! approval settings and the policy file ([`approval`]), the trace export settings ([`otlp`],
+//! resolved with the `OTEL_*` variables by [`lenient`]),
 //! the listener's limits and the exporter-toolkit web configuration file ([`web`]), the
 //! notification receivers ([`notify`]) and the Kubernetes node output's settings ([`kubernetes`]).
 //! Anything invalid is one line on stderr and exit code 64 (`EX_USAGE`): a usage error of clap's
@@ -10,8 +11,8 @@
 //! the reference in docs/configuration.md and the Helm chart's values schema derive from them
 //! (the last two by a test, [`reference`]).
 //!
-//! Settings only: this folder imports the domain types it needs and none of the modules that act
-//! on the settings, except for the state file's default path, which [`azure_scheduled_events_core::state`] defines.
+//! Settings only: this folder imports the core's types, which it parses into, and none of the
+//! modules that act on the settings.
 
 pub mod approval;
 pub mod environment;
@@ -19,6 +20,7 @@ pub mod file_input;
 pub mod flags;
 pub mod kubernetes;
 pub mod label_selector;
+pub mod lenient;
 pub mod nearest;
 pub mod notify;
 pub mod otlp;
@@ -37,17 +39,14 @@ use reqwest::Url;
 use approval::ApprovalConfig;
 pub use flags::{
     AgentArgs, ApproveArgs, CheckConfigArgs, CheckImdsArgs, Cli, Command, DemoArgs, LogFormat,
-    Owner, PrepareStateDirArgs, SimulatorArgs,
+    Owner, PrepareStateDirArgs, SimulatorArgs, StateArgs,
 };
-pub use flags::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE};
+pub use flags::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE, DEFAULT_STATE_DIR, DEFAULT_STATE_FILE};
 pub use values::ConfigError;
 use values::{bounded, found, invalid};
 
 /// Exit code for an invalid command line or configuration (sysexits.h `EX_USAGE`).
 pub const EXIT_USAGE: i32 = 64;
-
-/// Where the state lives on Linux unless `--state.file` says otherwise.
-pub const DEFAULT_STATE_FILE: &str = "/var/lib/azure-scheduled-events-exporter/state.json";
 
 /// The state file unless `--state.file` says otherwise: [`DEFAULT_STATE_FILE`] on Linux,
 /// `%ProgramData%\azure-scheduled-events-exporter\state.json` on Windows (`C:\ProgramData` when
@@ -220,12 +219,12 @@ impl AgentArgs {
             &mut problems,
             log_level(&self.log_level).map_err(|e| invalid("log.level", e)),
         );
-        let state_file = match self.approve.state_file.as_deref() {
+        let state_file = match self.state.state_file.as_deref() {
             None => Some(default_state_file()),
             Some(path) if path.trim().is_empty() => None,
             Some(path) => Some(PathBuf::from(path)),
         };
-        let boot_id_file = self.approve.boot_id_file.clone();
+        let boot_id_file = self.state.boot_id_file.clone();
         let approval = found(&mut problems, self.approve.validate());
         let web = found(&mut problems, self.web.validate());
         let notify = found(&mut problems, self.notify.validate());
@@ -563,14 +562,14 @@ mod tests {
         ])
         .map_err(|e| e.to_string())?;
         assert!(
-            matches!(cli.command, Some(Command::Simulator(ref s)) if s.web_listen_address.port() == 9999)
+            matches!(cli.command, Some(Command::Simulator(ref s)) if s.flags.web_listen_address.port() == 9999)
         );
         let cli = Cli::try_parse_from(["x", "demo", "--web.listen-address=127.0.0.1:0"])
             .map_err(|e| e.to_string())?;
         assert!(matches!(cli.command, Some(Command::Demo(_))));
         let cli = Cli::try_parse_from(["x", "simulator"]).map_err(|e| e.to_string())?;
         assert!(
-            matches!(cli.command, Some(Command::Simulator(ref s)) if s.vm_name == azure_scheduled_events_simulator::DEMO_VM),
+            matches!(cli.command, Some(Command::Simulator(ref s)) if s.flags.vm_name == azure_scheduled_events_simulator::DEMO_VM),
             "the simulator plays the demo scenario's VM unless told otherwise"
         );
         Ok(())

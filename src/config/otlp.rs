@@ -29,6 +29,33 @@ pub const DEFAULT_SCHEDULE_DELAY: Duration = Duration::from_secs(1);
 /// `service.name` unless `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` says otherwise.
 pub const DEFAULT_SERVICE_NAME: &str = "azure-scheduled-events-exporter";
 
+/// Why the trace export settings cannot be used, naming the setting that holds the bad value.
+#[derive(Debug, thiserror::Error)]
+pub enum OtlpError {
+    /// A `--otlp.*` flag (or its `AZURE_SCHEDULED_EVENTS_OTLP_*` variable): what the operator set
+    /// for this agent.
+    #[error(transparent)]
+    Flag(#[from] ConfigError),
+    /// A standard `OTEL_*` variable, often set fleet-wide: `variable` is its name.
+    #[error("{message}")]
+    Variable {
+        variable: &'static str,
+        message: String,
+    },
+}
+
+/// The error of a value read from `source`, a flag (`--otlp.*`, reported as `flag`) or a variable.
+fn at(source: &'static str, flag: &'static str, message: String) -> OtlpError {
+    if source.starts_with("--") {
+        OtlpError::Flag(invalid(flag, message))
+    } else {
+        OtlpError::Variable {
+            variable: source,
+            message,
+        }
+    }
+}
+
 /// The process environment, or a map in tests.
 pub trait EnvSource {
     /// The value of `name`; `None` when unset or empty.
@@ -160,7 +187,7 @@ pub struct TlsFiles {
 
 impl OtlpArgs {
     /// Resolves the flags and the `OTEL_*` variables; `None` when traces are off.
-    pub fn resolve(&self, env: &impl EnvSource) -> Result<Option<OtlpConfig>, ConfigError> {
+    pub fn resolve(&self, env: &impl EnvSource) -> Result<Option<OtlpConfig>, OtlpError> {
         if env
             .var("OTEL_SDK_DISABLED")
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
@@ -177,7 +204,8 @@ impl OtlpArgs {
                 ],
             ) {
                 Some((name, value)) => Protocol::parse(&value).ok_or_else(|| {
-                    invalid(
+                    at(
+                        name,
                         "otlp.protocol",
                         format!("{name}={value:?}: use grpc or http/protobuf"),
                     )
@@ -197,9 +225,10 @@ impl OtlpArgs {
             },
         };
         let url = Url::parse(base.trim())
-            .map_err(|e| invalid("otlp.endpoint", format!("{source}={base:?}: {e}")))?;
+            .map_err(|e| at(source, "otlp.endpoint", format!("{source}={base:?}: {e}")))?;
         if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-            return Err(invalid(
+            return Err(at(
+                source,
                 "otlp.endpoint",
                 format!("{source}={base:?} is not an http:// or https:// URL"),
             ));
@@ -222,66 +251,71 @@ impl OtlpArgs {
             Some((_, value)) if value.trim().eq_ignore_ascii_case("gzip") => true,
             Some((_, value)) if value.trim().eq_ignore_ascii_case("none") => false,
             Some((name, value)) => {
-                return Err(invalid(
+                return Err(at(
+                    name,
                     "otlp.protocol",
                     format!("{name}={value:?}: compression is gzip or none"),
                 ));
             }
         };
         let file = |names: &[&'static str]| {
-            first(env, names).map(|(_, v)| std::path::PathBuf::from(v.trim()))
+            first(env, names).map(|(name, v)| (name, std::path::PathBuf::from(v.trim())))
         };
+        let client_certificate = file(&[
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+        ]);
+        let client_key = file(&[
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+        ]);
+        if let Some((alone, _)) = match (&client_certificate, &client_key) {
+            (Some(certificate), None) => Some(certificate),
+            (None, Some(key)) => Some(key),
+            _ => None,
+        } {
+            return Err(OtlpError::Variable {
+                variable: alone,
+                message: "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY (or their _TRACES_ forms) go together".to_owned(),
+            });
+        }
         let tls = TlsFiles {
             certificate: file(&[
                 "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
                 "OTEL_EXPORTER_OTLP_CERTIFICATE",
-            ]),
-            client_certificate: file(&[
-                "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
-                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
-            ]),
-            client_key: file(&[
-                "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
-                "OTEL_EXPORTER_OTLP_CLIENT_KEY",
-            ]),
+            ])
+            .map(|(_, path)| path),
+            client_certificate: client_certificate.map(|(_, path)| path),
+            client_key: client_key.map(|(_, path)| path),
         };
-        if tls.client_certificate.is_some() != tls.client_key.is_some() {
-            return Err(invalid(
-                "otlp.endpoint",
-                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY (or their _TRACES_ forms) go together",
-            ));
-        }
-        let headers_text = self.headers.clone().or_else(|| {
-            first(
+        let headers_text = match &self.headers {
+            Some(text) => Some(("--otlp.headers", text.clone())),
+            None => first(
                 env,
                 &[
                     "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
                     "OTEL_EXPORTER_OTLP_HEADERS",
                 ],
-            )
-            .map(|(_, v)| v)
-        });
+            ),
+        };
         let headers = match headers_text {
-            Some(text) => key_values(&text, false).map_err(|e| {
-                let source = if self.headers.is_some() {
-                    "--otlp.headers"
-                } else {
-                    "OTEL_EXPORTER_OTLP_HEADERS"
-                };
-                invalid("otlp.headers", format!("{source}: {e}"))
-            })?,
+            Some((source, text)) => {
+                let headers = key_values(&text, false)
+                    .map_err(|e| at(source, "otlp.headers", format!("{source}: {e}")))?;
+                if let Some((name, _)) = headers.iter().find(|(name, value)| {
+                    reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err()
+                        || reqwest::header::HeaderValue::from_str(&decode_header(value)).is_err()
+                }) {
+                    return Err(at(
+                        source,
+                        "otlp.headers",
+                        format!("{source}: {name:?} is not a valid header name and value"),
+                    ));
+                }
+                headers
+            }
             None => Vec::new(),
         };
-        for (name, value) in &headers {
-            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err()
-                || reqwest::header::HeaderValue::from_str(&decode_header(value)).is_err()
-            {
-                return Err(invalid(
-                    "otlp.headers",
-                    format!("{name:?} is not a valid header name and value"),
-                ));
-            }
-        }
         let timeout = match self.timeout {
             Some(timeout) => super::values::bounded("otlp.timeout", timeout, MAX_TIMEOUT)?,
             None => match first(
@@ -292,16 +326,14 @@ impl OtlpArgs {
                 ],
             ) {
                 Some((name, value)) => millis(&value)
-                    .map_err(|e| invalid("otlp.timeout", format!("{name}={value:?}: {e}")))?,
+                    .map_err(|e| at(name, "otlp.timeout", format!("{name}={value:?}: {e}")))?,
                 None => DEFAULT_TIMEOUT,
             },
         };
         let resource_attributes = match env.var("OTEL_RESOURCE_ATTRIBUTES") {
-            Some(text) => key_values(&text, true).map_err(|e| {
-                invalid(
-                    "otlp.endpoint",
-                    format!("OTEL_RESOURCE_ATTRIBUTES={text:?}: {e}"),
-                )
+            Some(text) => key_values(&text, true).map_err(|e| OtlpError::Variable {
+                variable: "OTEL_RESOURCE_ATTRIBUTES",
+                message: format!("OTEL_RESOURCE_ATTRIBUTES={text:?}: {e}"),
             })?,
             None => Vec::new(),
         };
@@ -313,11 +345,9 @@ impl OtlpArgs {
         )?
         .min(max_queue_size);
         let schedule_delay = match env.var("OTEL_BSP_SCHEDULE_DELAY") {
-            Some(value) => millis(&value).map_err(|e| {
-                invalid(
-                    "otlp.endpoint",
-                    format!("OTEL_BSP_SCHEDULE_DELAY={value:?}: {e}"),
-                )
+            Some(value) => millis(&value).map_err(|e| OtlpError::Variable {
+                variable: "OTEL_BSP_SCHEDULE_DELAY",
+                message: format!("OTEL_BSP_SCHEDULE_DELAY={value:?}: {e}"),
             })?,
             None => DEFAULT_SCHEDULE_DELAY,
         };
@@ -356,15 +386,15 @@ fn millis(text: &str) -> Result<Duration, String> {
     }
 }
 
-fn count(env: &impl EnvSource, name: &'static str, default: usize) -> Result<usize, ConfigError> {
+fn count(env: &impl EnvSource, name: &'static str, default: usize) -> Result<usize, OtlpError> {
     match env.var(name) {
         None => Ok(default),
         Some(value) => match value.trim().parse::<usize>() {
             Ok(n) if n > 0 => Ok(n),
-            _ => Err(invalid(
-                "otlp.endpoint",
-                format!("{name}={value:?} is not a positive whole number"),
-            )),
+            _ => Err(OtlpError::Variable {
+                variable: name,
+                message: format!("{name}={value:?} is not a positive whole number"),
+            }),
         },
     }
 }
@@ -590,6 +620,30 @@ mod tests {
     }
 
     #[test]
+    fn a_bad_variable_is_an_error_of_that_variable_and_a_bad_flag_one_of_the_flag() {
+        let env: HashMap<&str, &str> = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c"),
+            ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "soon"),
+        ]
+        .into_iter()
+        .collect();
+        assert!(matches!(
+            OtlpArgs::default().resolve(&env),
+            Err(OtlpError::Variable {
+                variable: "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+                ..
+            })
+        ));
+        assert!(matches!(
+            flag_endpoint("collector:4318").resolve(&env),
+            Err(OtlpError::Flag(ConfigError {
+                flag: "otlp.endpoint",
+                ..
+            }))
+        ));
+    }
+
+    #[test]
     fn invalid_values_name_their_source() {
         for (args, env, needle) in [
             (flag_endpoint("collector:4318"), vec![], "--otlp.endpoint"),
@@ -606,12 +660,17 @@ mod tests {
             (
                 flag_endpoint("http://c"),
                 vec![("OTEL_EXPORTER_OTLP_HEADERS", "novalue")],
-                "--otlp.headers",
+                "OTEL_EXPORTER_OTLP_HEADERS",
             ),
             (
                 flag_endpoint("http://c"),
                 vec![("OTEL_EXPORTER_OTLP_HEADERS", "bad name=1")],
-                "--otlp.headers",
+                "OTEL_EXPORTER_OTLP_HEADERS",
+            ),
+            (
+                flag_endpoint("http://c"),
+                vec![("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "novalue")],
+                "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
             ),
             (
                 flag_endpoint("http://c"),

@@ -7,6 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use azure_scheduled_events_core::approval::Mode;
+use azure_scheduled_events_core::boot;
+use azure_scheduled_events_core::observer::Observer;
+use azure_scheduled_events_core::occurrence::Occurrence;
 use chrono::Utc;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -19,11 +23,6 @@ use crate::http::server::Endpoints;
 use crate::output::approval::Approval;
 use crate::output::hooks::Hooks;
 #[cfg(feature = "kubernetes")]
-use azure_scheduled_events_core::approval::Mode;
-use azure_scheduled_events_core::boot;
-use azure_scheduled_events_core::observer::Observer;
-use azure_scheduled_events_core::occurrence::Occurrence;
-
 use crate::output::kubernetes::Kubernetes;
 use crate::output::log::Log;
 use crate::output::metrics::MetricsOutput;

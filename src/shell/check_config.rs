@@ -12,11 +12,12 @@
 use std::fmt::Write as _;
 
 use crate::config::environment::UnknownVariable;
+use crate::config::lenient;
 use crate::config::otlp::EnvSource;
 use crate::config::{AgentArgs, Config, LogFormat};
 use crate::output::notify::delivery;
 use crate::output::state::store::StateStore;
-use crate::output::telemetry::{self, lenient};
+use crate::output::telemetry;
 
 /// What the check found.
 #[derive(Debug, Default)]

@@ -144,6 +144,7 @@ pub async fn demo(mut config: Config, telemetry: Telemetry) -> anyhow::Result<()
 
 /// Serves the simulator alone until SIGTERM or Ctrl-C.
 pub async fn simulator(args: SimulatorArgs) -> anyhow::Result<()> {
+    let args = args.flags;
     let sim = SimulatorHandle::new(example_compute(&args.vm_name));
     if let Some(version) = args.api_version {
         sim.accept_api_version(version);

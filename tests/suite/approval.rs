@@ -141,15 +141,13 @@ async fn nothing_is_posted_by_default() -> TestResult {
     imds.sim.load_scenario(mixed_scenario()?);
     let dir = TempDir::new("default")?;
     let agent = start(&imds, &flags(&dir, &[])?).await?;
-    let m = agent
-        .wait_for("every event", |m| {
-            m.event_info(HARDWARE).is_some() && m.event_info(USER_REBOOT).is_some()
+    agent
+        .wait_for("every event, approval off", |m| {
+            m.event_info(HARDWARE).is_some()
+                && m.event_info(USER_REBOOT).is_some()
+                && m.get(r#"azure_scheduled_events_approval_mode{mode="off"}"#) == 1.0
         })
         .await?;
-    assert_eq!(
-        m.get(r#"azure_scheduled_events_approval_mode{mode="off"}"#),
-        1.0
-    );
     more_polls(&agent, 20.0).await?;
     assert!(
         imds.sim.approvals().is_empty(),
@@ -179,16 +177,13 @@ async fn dry_run_decides_and_counts_but_never_posts() -> TestResult {
     imds.sim.load_scenario(mixed_scenario()?);
     let dir = TempDir::new("dry-run")?;
     let agent = start(&imds, &flags(&dir, &["--approve", "--approve.dry-run"])?).await?;
-    let m = agent
+    agent
         .wait_for("the dry-run decisions", |m| {
             decisions(m, "dry_run", "user_event") == 1.0
                 && decisions(m, "dry_run", "short_freeze") == 1.0
+                && m.get(r#"azure_scheduled_events_approval_mode{mode="dry_run"}"#) == 1.0
         })
         .await?;
-    assert_eq!(
-        m.get(r#"azure_scheduled_events_approval_mode{mode="dry_run"}"#),
-        1.0
-    );
     more_polls(&agent, 20.0).await?;
     let m = agent.metrics().await?;
     assert!(
@@ -430,14 +425,15 @@ async fn a_shared_event_is_approved_by_the_leader_at_once_and_by_the_second_vm_o
     let leader_flags = flags(&leader_dir, &["--approve", "--approve.takeover-delay=2s"])?;
     let leader = start(&leader_imds, &leader_flags).await?;
     let led = leader
-        .wait_for("the leader's approval", |m| approvals(m, "Freeze") == 1.0)
+        .wait_for("the leader's approval", |m| {
+            approvals(m, "Freeze") == 1.0 && decisions(m, "approved", "short_freeze") == 1.0
+        })
         .await?;
     assert_eq!(
         decisions(&led, "waiting", "takeover"),
         0.0,
         "the leader approves at once, without waiting a turn"
     );
-    assert_eq!(decisions(&led, "approved", "short_freeze"), 1.0);
     second
         .wait_for("the second VM's approval", |m| {
             approvals(m, "Freeze") == 1.0
@@ -523,16 +519,18 @@ async fn a_hook_that_fails_or_times_out_prevents_approval() -> TestResult {
             &flags(&dir, &["--approve", &hook_flag, &timeout_flag])?,
         )
         .await?;
-        let m = agent
-            .wait_for(reason, |m| failures(m, "Reboot", reason) == 1.0)
-            .await?;
-        assert_eq!(decisions(&m, "hook_failed", reason), 1.0);
-        assert_eq!(
-            m.get(&format!(
-                r#"azure_scheduled_events_hook_runs_total{{hook="approve",result="{reason}"}}"#
-            )),
-            1.0
+        // The three counters of one finished hook are raised one after the other: a scrape
+        // may fall between them, so all three are waited for.
+        let hook_runs = format!(
+            r#"azure_scheduled_events_hook_runs_total{{hook="approve",result="{reason}"}}"#
         );
+        agent
+            .wait_for(reason, |m| {
+                failures(m, "Reboot", reason) == 1.0
+                    && decisions(m, "hook_failed", reason) == 1.0
+                    && m.get(&hook_runs) == 1.0
+            })
+            .await?;
         more_polls(&agent, 20.0).await?;
         assert!(
             imds.sim.approvals().is_empty(),
@@ -619,8 +617,12 @@ async fn a_hook_gets_the_event_and_the_loop_keeps_polling_until_it_exits_0() -> 
     );
     assert!(imds.sim.approvals().is_empty());
     std::fs::write(with_suffix(&out, "release"), b"")?;
-    let m = agent
-        .wait_for("the approval", |m| approvals(m, "Reboot") == 1.0)
+    agent
+        .wait_for("the approval after the hook's success", |m| {
+            approvals(m, "Reboot") == 1.0
+                && m.get(r#"azure_scheduled_events_hook_runs_total{hook="approve",result="ok"}"#)
+                    == 1.0
+        })
         .await?;
     assert_eq!(ids(&imds.sim.approvals()), [USER_REBOOT]);
     let stdin: serde_json::Value =
@@ -630,10 +632,6 @@ async fn a_hook_gets_the_event_and_the_loop_keeps_polling_until_it_exits_0() -> 
     assert_eq!(
         std::fs::read_to_string(with_suffix(&out, "env"))?,
         format!("{USER_REBOOT} Reboot {THIS_VM}")
-    );
-    assert_eq!(
-        m.get(r#"azure_scheduled_events_hook_runs_total{hook="approve",result="ok"}"#),
-        1.0
     );
     agent.stop().await
 }
@@ -937,11 +935,13 @@ async fn a_500_on_post_is_retried_with_backoff_until_it_succeeds() -> TestResult
         .inject_fault(Fault::status(503).on(FaultTarget::Approvals));
     let dir = TempDir::new("retry")?;
     let agent = start(&imds, &flags(&dir, &["--approve"])?).await?;
-    let m = agent
-        .wait_for("the approval", |m| approvals(m, "Reboot") == 1.0)
+    agent
+        .wait_for("the approval after two failures", |m| {
+            approvals(m, "Reboot") == 1.0
+                && failures(m, "Reboot", "http_5xx") == 2.0
+                && decisions(m, "post_failed", "http_5xx") == 2.0
+        })
         .await?;
-    assert_eq!(failures(&m, "Reboot", "http_5xx"), 2.0);
-    assert_eq!(decisions(&m, "post_failed", "http_5xx"), 2.0);
     assert_eq!(posts(&imds).len(), 3, "two failures, then the success");
     assert_eq!(ids(&imds.sim.approvals()), [USER_REBOOT]);
     imds.polled(20).await?;

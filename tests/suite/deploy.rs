@@ -1,5 +1,6 @@
 //! How the agent is installed: the Dockerfile under hadolint, the systemd unit under
-//! systemd-analyze, and the Kubernetes DaemonSet against what the agent and IMDS need.
+//! systemd-analyze and its environment file, the Kubernetes DaemonSet against what the agent and
+//! IMDS need, and the one licence every place states.
 
 use crate::common;
 use crate::ops;
@@ -596,5 +597,53 @@ fn the_hooks_drop_in_verifies_and_lifts_no_new_privileges_for_sudo() -> TestResu
             "{kept} no longer holds with the drop-in:\n{text}"
         );
     }
+    Ok(())
+}
+
+#[test]
+fn the_environment_file_names_only_variables_the_agent_reads() -> TestResult {
+    let text = std::fs::read_to_string(
+        ops::repo().join("deploy/systemd/azure-scheduled-events-exporter.default"),
+    )?;
+    let help = String::from_utf8(Command::new(BIN).arg("--help").output()?.stdout)?;
+    let mut named = 0;
+    for line in text.lines() {
+        let setting = line.trim_start_matches('#');
+        let Some((variable, _)) = setting.split_once('=') else {
+            continue;
+        };
+        if !variable.starts_with("AZURE_SCHEDULED_EVENTS_") {
+            continue;
+        }
+        named += 1;
+        assert!(
+            help.contains(&format!("[env: {variable}=")),
+            "the agent does not read {variable}"
+        );
+    }
+    assert!(named >= 5, "only {named} variables documented");
+    Ok(())
+}
+
+#[test]
+fn every_place_states_the_same_license() -> TestResult {
+    let license = env!("CARGO_PKG_LICENSE");
+    assert_eq!(license, "Apache-2.0");
+    let text = std::fs::read_to_string(ops::repo().join("LICENSE"))?;
+    assert!(
+        text.contains("Apache License") && text.contains("Version 2.0, January 2004"),
+        "LICENSE is not the Apache-2.0 text"
+    );
+    assert!(
+        text.contains("END OF TERMS AND CONDITIONS"),
+        "LICENSE is cut short"
+    );
+    let chart =
+        ops::yaml(&ops::repo().join("deploy/helm/azure-scheduled-events-exporter/Chart.yaml"))?;
+    assert_eq!(chart["annotations"]["artifacthub.io/license"], license);
+    let dockerfile = std::fs::read_to_string(ops::repo().join("Dockerfile"))?;
+    assert!(dockerfile.contains(&format!("org.opencontainers.image.licenses=\"{license}\"")));
+    let copyright = std::fs::read_to_string(ops::repo().join("deploy/debian/copyright"))?;
+    assert!(copyright.contains(&format!("\nLicense: {license}\n")));
     Ok(())
 }

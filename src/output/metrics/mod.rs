@@ -735,17 +735,17 @@ fn priority(given: &str) -> &str {
 }
 
 /// Most bytes of the text exposition with the largest document the agent accepts
-/// ([`crate::azure::imds::MAX_EVENTS`] events, each label value at
-/// [`crate::azure::imds::MAX_LABEL_BYTES`], every event reported): what bounds the agent's memory
-/// under many scrapers (docs/performance.md).
+/// ([`azure_scheduled_events_core::limits::MAX_EVENTS`] events, each label value at
+/// [`azure_scheduled_events_core::limits::MAX_LABEL_BYTES`], every event reported): what bounds
+/// the agent's memory under many scrapers (docs/performance.md).
 pub const MAX_EXPOSITION_BYTES: usize = 6_000_000;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::azure::imds::{MAX_BODY_BYTES, MAX_EVENTS, MAX_LABEL_BYTES, within_caps};
     use crate::config::EventSeries;
     use azure_scheduled_events_core::event::Document;
+    use azure_scheduled_events_core::limits::{self, MAX_BODY_BYTES, MAX_EVENTS, MAX_LABEL_BYTES};
 
     /// `text` made unique by `n` and padded to exactly [`MAX_LABEL_BYTES`].
     fn at_the_cap(text: &str, n: usize) -> String {
@@ -779,7 +779,7 @@ mod tests {
         }))?;
         assert!(body.len() <= MAX_BODY_BYTES, "{} bytes", body.len());
         let document = Document::from_json(&body)?;
-        within_caps(&document)?;
+        limits::check(&document)?;
 
         let metrics = Metrics::new("2020-07-01", EventSeries::All, Families::DEFAULT)?;
         let now = Utc::now();

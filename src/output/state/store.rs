@@ -327,8 +327,7 @@ fn sync_directory(_dir: &Path) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use azure_scheduled_events_core::event::{Event, EventId, EventStatus, EventType};
-    use azure_scheduled_events_core::not_before::NotBefore;
+    use azure_scheduled_events_core::event::Document;
     use azure_scheduled_events_core::state::{
         ApprovalRecord, ApprovalStatus, Impact, MAX_PAST_APPROVALS, stored,
     };
@@ -336,49 +335,54 @@ mod tests {
     use chrono::{DateTime, Utc};
 
     use super::*;
-    use crate::azure::imds::MAX_EVENTS;
     use crate::config::file_input::{BOOT_ID, STATE_FILE};
+    use azure_scheduled_events_core::limits::MAX_EVENTS;
 
     fn t(seconds: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_700_000_000 + seconds, 0).unwrap_or_default()
     }
 
-    fn tracked(id: &str, event_type: EventType, status: EventStatus) -> Tracked {
-        Tracked {
-            event: Event {
-                id: EventId::new(id),
-                event_type,
-                status,
-                resource_type: "VirtualMachine".into(),
-                resources: ["me"].into_iter().collect(),
-                not_before: NotBefore::parse(None),
-                description: None,
-                source: None,
-                duration: None,
-            },
-            first_seen: t(0),
+    /// This VM's event `id` of `event_type` and `status`, as a document brings it, first seen at
+    /// `seen`.
+    fn tracked(
+        id: &str,
+        event_type: &str,
+        status: &str,
+        seen: DateTime<Utc>,
+    ) -> Result<Tracked, Box<dyn std::error::Error>> {
+        let body = serde_json::json!({
+            "DocumentIncarnation": 1,
+            "Events": [{
+                "EventId": id,
+                "EventType": event_type,
+                "EventStatus": status,
+                "ResourceType": "VirtualMachine",
+                "Resources": ["me"],
+                "NotBefore": "",
+            }],
+        });
+        let event = Document::from_json(&serde_json::to_vec(&body)?)?
+            .events
+            .pop()
+            .ok_or("no event")?;
+        Ok(Tracked {
+            event,
+            first_seen: seen,
             seen_started: false,
-        }
+        })
     }
 
     /// The largest state a document lets the agent write: every event at [`MAX_EVENTS`] with
-    /// strings past the core's `MAX_STORED_LEN`, each approved, the past approvals kept, the longest boot
-    /// id, and two receivers notified of two transitions of each event.
+    /// strings past the core's `MAX_STORED_LEN`, each approved, the past approvals kept, the
+    /// longest boot id, and two receivers notified of two transitions of each event.
     #[test]
-    fn the_largest_state_the_agent_writes_is_one_it_reads_back() -> Result<(), ParseError> {
+    fn the_largest_state_the_agent_writes_is_one_it_reads_back()
+    -> Result<(), Box<dyn std::error::Error>> {
         let long = |i: usize, what: &str| format!("{what}-{i:05}-{}", "x".repeat(1000));
         let seen = t(0) + chrono::TimeDelta::nanoseconds(123_456_789);
-        let events: Vec<Tracked> = (0..MAX_EVENTS)
-            .map(|i| {
-                let mut event = tracked(
-                    &long(i, "id"),
-                    EventType::parse(&long(i, "type")),
-                    EventStatus::parse(&long(i, "status")),
-                );
-                event.first_seen = seen;
-                event
-            })
-            .collect();
+        let events = (0..MAX_EVENTS)
+            .map(|i| tracked(&long(i, "id"), &long(i, "type"), &long(i, "status"), seen))
+            .collect::<Result<Vec<Tracked>, _>>()?;
         let mut state = State::new();
         state.boot_id = Some("b".repeat(usize::try_from(BOOT_ID.max_bytes).unwrap_or(0)));
         state.clean_stop = Some(seen);

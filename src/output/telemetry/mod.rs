@@ -8,7 +8,6 @@
 
 pub mod export;
 pub mod http_client;
-pub mod lenient;
 pub mod resource;
 
 use std::sync::{Arc, OnceLock};
@@ -25,7 +24,7 @@ pub use crate::config::otlp::{EnvSource, OtlpArgs, OtlpConfig, ProcessEnv, Proto
 pub use export::ExportCounters;
 pub use resource::VmIdentity;
 
-use crate::config::otlp;
+use crate::config::{lenient, otlp};
 use export::{Batching, QueueProcessor, ResourceState, SpanQueue};
 
 /// The instrumentation scope of every span.
@@ -37,7 +36,7 @@ pub struct Telemetry {
     config: Option<OtlpConfig>,
     provider: Option<SdkTracerProvider>,
     queue: Arc<OnceLock<SpanQueue>>,
-    /// `OTEL_*` values that were ignored ([`lenient`]), logged once at start.
+    /// `OTEL_*` values that were ignored ([`crate::config::lenient`]), logged once at start.
     warnings: Vec<String>,
 }
 

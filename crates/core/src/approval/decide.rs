@@ -125,7 +125,7 @@ impl Decider {
         }
         let steady = self.clock.at(now);
         // A document holds a handful of events: a scan is cheaper than a set built every poll.
-        // One of thousands (up to `imds::MAX_EVENTS`) is looked up in a set instead.
+        // One of thousands (up to [`crate::limits::MAX_EVENTS`]) is looked up in a set instead.
         let large: Option<HashSet<&EventId>> =
             (events.len() > 64).then(|| events.iter().map(|t| &t.event.id).collect());
         let present = |id: &EventId| match &large {

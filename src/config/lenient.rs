@@ -9,11 +9,10 @@
 
 use std::collections::HashMap;
 
-use crate::config::ConfigError;
-use crate::config::otlp::{EnvSource, OtlpArgs, OtlpConfig};
+use super::ConfigError;
+use super::otlp::{EnvSource, OtlpArgs, OtlpConfig, OtlpError};
 
-/// Variables whose bad value falls back to the default, longest names first so that a
-/// signal-specific name is matched before the generic one it does not contain.
+/// Variables whose bad value falls back to the default.
 const DEFAULTABLE: &[&str] = &[
     "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
     "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
@@ -62,7 +61,17 @@ pub fn resolve(args: &OtlpArgs, env: &impl EnvSource) -> Result<Resolved, Config
         ),
         ..args.clone()
     };
-    flags_only.resolve(&HashMap::<&str, &str>::new())?;
+    match flags_only.resolve(&HashMap::<&str, &str>::new()) {
+        Ok(_) => {}
+        Err(OtlpError::Flag(error)) => return Err(error),
+        // No variable is read from an empty environment.
+        Err(OtlpError::Variable { message, .. }) => {
+            return Err(ConfigError {
+                flag: "otlp.endpoint",
+                reason: message,
+            });
+        }
+    }
 
     let mut masked = Masked {
         env,
@@ -71,22 +80,20 @@ pub fn resolve(args: &OtlpArgs, env: &impl EnvSource) -> Result<Resolved, Config
     let mut warnings = Vec::new();
     loop {
         match args.resolve(&masked) {
-            Ok(config) => {
-                return Ok(Resolved { config, warnings });
-            }
-            Err(error) => {
-                let reason = error.reason;
+            Ok(config) => return Ok(Resolved { config, warnings }),
+            Err(OtlpError::Flag(error)) => return Err(error),
+            Err(OtlpError::Variable { variable, message }) => {
                 match DEFAULTABLE
                     .iter()
-                    .find(|name| reason.contains(&format!("{name}=")))
+                    .find(|name| **name == variable)
                     .filter(|name| !masked.hidden.contains(name))
                 {
                     Some(name) => {
-                        warnings.push(format!("{reason}; {name} is ignored"));
+                        warnings.push(format!("{message}; {name} is ignored"));
                         masked.hidden.push(name);
                     }
                     None => {
-                        warnings.push(format!("{reason}; traces are off, metrics and logs go on"));
+                        warnings.push(format!("{message}; traces are off, metrics and logs go on"));
                         return Ok(Resolved {
                             config: None,
                             warnings,

@@ -7,10 +7,11 @@
 //!   what the agent does every second while nothing changes;
 //! - `first`: parse, then the first `observe` on an empty tracker (every event appears).
 //!
-//! Bodies above `imds::MAX_BODY_BYTES` are parsed anyway, to show the cost curve: the agent itself
+//! Bodies above `limits::MAX_BODY_BYTES` are parsed anyway, to show the cost curve: the agent itself
 //! would refuse them as `too_large` before parsing.
 //!
-//! `cargo bench --bench parse_track`; under `cargo test` only the small documents run, once.
+//! `cargo bench -p azure-scheduled-events-core --bench parse_track`; under `cargo test` only the
+//! small documents run, once.
 
 mod common;
 
@@ -19,8 +20,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use azure_scheduled_events_core::event::Document;
+use azure_scheduled_events_core::limits::MAX_BODY_BYTES;
 use azure_scheduled_events_core::tracker::Tracker;
-use azure_scheduled_events_exporter::azure::imds::MAX_BODY_BYTES;
 use chrono::{DateTime, Utc};
 use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput};
 

@@ -1,12 +1,11 @@
-//! Scheduled-events documents shaped like Azure's, shared by the benchmarks.
+//! Scheduled-events documents shaped like Azure's, shared by the benchmarks: this crate's
+//! parse_track and the agent's benches/agent.rs.
 //!
 //! Every field of api-version 2020-07-01 is present, EventIds are upper-case GUIDs as real IMDS
 //! sends them, resources are named like scale-set VMs, and `NotBefore` is RFC 1123 with `GMT`, so
 //! parsing costs what it costs on Azure (string lengths, date parsing) rather than on a toy body.
 
-use azure_scheduled_events_exporter::azure::wire::{
-    Incarnation, ScheduledEvent, ScheduledEventsDocument,
-};
+use azure_scheduled_events_protocol::wire::{Incarnation, ScheduledEvent, ScheduledEventsDocument};
 use chrono::{DateTime, Duration, Utc};
 
 /// The scale set every generated resource belongs to; `vmss_0` is "this VM".
