@@ -4,6 +4,7 @@
 
 use crate::common;
 
+use azure_scheduled_events_simulator::{Fault, FaultTarget};
 use chrono::{DateTime, Duration, Utc};
 use common::{Agent, Exposition, Imds, THIS_VM, TempDir, TestResult};
 
@@ -168,6 +169,47 @@ async fn each_event_of_this_vm_is_observed_once_in_the_bucket_of_its_notice_and_
     observed_once_in(&m, "Preempt", Some("15"), "45");
     assert_eq!(notice(&m, "count", "Reboot", None), None);
     assert_eq!(notice(&m, "count", "Freeze", None), None);
+    agent.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_event_seen_before_instance_metadata_is_read_is_observed_once_it_is() -> TestResult {
+    let imds = Imds::start().await?;
+    imds.sim
+        .inject_fault(Fault::status(500).on(FaultTarget::Instance).until_cleared());
+    let reboot = event(
+        REBOOT,
+        "Reboot",
+        THIS_VM,
+        Utc::now() + Duration::minutes(10),
+    );
+    let neighbours = event(NEIGHBOURS, "Redeploy", "test-vmss_9", Utc::now());
+    imds.sim.set_document(document(2, &[&reboot, &neighbours]));
+    // No --vm.name: only instance metadata says which VM this is, and its priority.
+    let agent = Agent::start(&imds, &[]).await?;
+    let unknown = agent
+        .wait_for("the events seen, this VM unknown", |m| {
+            m.event_info(REBOOT).is_some() && m.event_info(NEIGHBOURS).is_some()
+        })
+        .await?;
+    assert!(
+        notice_lines(&unknown).is_empty(),
+        "nothing observed while the VM is unknown:\n{}",
+        unknown.0
+    );
+    imds.sim.clear_faults();
+    let m = agent
+        .wait_for("the Reboot's notice", |m| {
+            notice(m, "count", "Reboot", None).is_some()
+        })
+        .await?;
+    // Its notice from its first sight, before instance metadata was read.
+    observed_once_in(&m, "Reboot", Some("420"), "720");
+    assert!(
+        notice(&m, "count", "Redeploy", None).is_none(),
+        "another VM's event is not this VM's notice"
+    );
     agent.stop().await?;
     Ok(())
 }

@@ -45,15 +45,14 @@ impl MetricsOutput {
     /// resumed after a restart: the earlier run observed it), once this VM is identified.
     fn first_sight(&mut self, context: &Context, event: &Event) {
         match &self.priority {
-            Some(priority) => {
-                if context.affects(event) == Affects::Yes {
-                    self.metrics.record_notice(event, context.at, priority);
-                }
+            Some(priority) if context.affects(event) == Affects::Yes => {
+                self.metrics.record_notice(event, context.at, priority);
             }
             None if self.unidentified.len() < MAX_UNIDENTIFIED => {
                 self.unidentified.push((event.clone(), context.at));
             }
-            None => {}
+            // Another VM's event, or one too many waiting for instance metadata.
+            Some(_) | None => {}
         }
     }
 
