@@ -104,6 +104,34 @@ local g = import 'grafana.libsonnet';
       any: s('azure_scheduled_events_event_info', matchers),
     },
   local eventLabels = ['event_id', 'event_type', 'event_source'],
+  // Events each VM first saw within the time range with `extra` (a bucket), per cluster, event
+  // type, priority and region (location of the recorded vm_info). The histogram is born with its
+  // VM's first event of a type and priority, at 1, which increase() cannot see: a series absent at
+  // the start of the range adds its first value. Only VMs that had events have the series. The
+  // region of a VM gone since (an evicted Spot VM) is its recorded vm_info's at some point of the
+  // range: the record outlives its target by an hour, so one look every 30 minutes finds every
+  // target, at a few looks per target where every sample would be too many over a month.
+  local noticed(metric, extra=[]) =
+    local m = s(metric, extra);
+    local zero = 'last_over_time(%s[$__range]) * 0' % m;
+    local info = rec(r.targetVmInfo, matchers + place);
+    'sum by (%(by)s) (\n  (\n    (increase(%(m)s[$__range]) or %(z)s)\n    + ((min_over_time(%(m)s[$__range]) unless %(m)s offset $__range) or %(z)s)\n  )\n  * on (%(vm)s) group_left (location)\n  max by (%(vml)s) (%(info)s or last_over_time(%(info)s[$__range:30m]))\n)' % {
+      by: by(withCluster(['event_type', 'priority', 'location'])),
+      m: m,
+      z: zero,
+      vm: vm,
+      vml: by(q.vm + ['location']),
+      info: info,
+    },
+  // The notice histogram's buckets the panel shows: le, refId, column.
+  local noticeBuckets = [
+    ['0', 'B', 'None'],
+    ['45', 'C', '≤ 45 s'],
+    ['180', 'D', '≤ 3 min'],
+    ['420', 'E', '≤ 7 min'],
+    ['720', 'F', '≤ 12 min'],
+    ['1080', 'G', '≤ 18 min'],
+  ],
   local variables(extra=[]) =
     [
       g.datasourceVariable('datasource', 'Prometheus', c.datasourceType),
@@ -471,6 +499,22 @@ local g = import 'grafana.libsonnet';
           overrides=[['Value', [{ id: 'custom.hidden', value: true }]], eventColumn],
           w=12,
           h=8,
+        ),
+
+        g.row('Notice: how much each event gave'),
+        g.table(
+          'Notice each event gave',
+          "Events of the VMs (each VM counts its own) first seen during the time range, per event type, VM priority and region, and how many gave at most each notice: NotBefore minus the agent's first sight of the event (azure_scheduled_events_event_notice_seconds, docs/metrics.md says how to take it to a support case). None: seen at or after NotBefore, or already Started. Azure's minimum notice is 15 minutes for Reboot and Freeze, 10 for Redeploy, 30 seconds for Preempt, 5 to 15 minutes for Terminate.",
+          [
+            g.target(noticed('azure_scheduled_events_event_notice_seconds_count'), 'A', instant=true, table=true),
+          ] + [
+            g.target(noticed('azure_scheduled_events_event_notice_seconds_bucket', ['le="%s"' % b[0]]), b[1], instant=true, table=true)
+            for b in noticeBuckets
+          ],
+          clusterColumn + [['event_type', 'Type'], ['priority', 'Priority'], ['location', 'Region'], ['Value #A', 'Events']]
+          + [['Value #%s' % b[1], b[2]] for b in noticeBuckets],
+          overrides=[[col, [{ id: 'decimals', value: 0 }]] for col in ['Events'] + [b[2] for b in noticeBuckets]],
+          sortBy=['Events', true],
         ),
 
         g.row('Where: fault domains, update domains and zones'),

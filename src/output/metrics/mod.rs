@@ -44,6 +44,16 @@ pub const NAMESPACE: &str = "azure_scheduled_events";
 /// of a fleet pays for each one.
 const DURATION_BUCKETS: &[f64] = &[0.005, 0.025, 0.1, 0.5, 2.5];
 
+/// Buckets of `..._event_notice_seconds`. Each notice Azure gives sits in the middle of a bucket
+/// of its own: under 15 s (what evictions have been seen to give), 30 s (Spot's, and maintenance's
+/// "in rare cases") in (15, 45], 2 minutes in (45, 180], 5 minutes in (180, 420], 10 minutes in
+/// (420, 720], 15 minutes (Reboot, Redeploy and Freeze) in (720, 1080], more (a predicted hardware
+/// failure, days ahead) in `+Inf`. The margins absorb what the agent adds or takes away: up to a
+/// poll interval before the event is seen, NotBefore's whole seconds, and a VM clock some seconds
+/// off Azure's. `0` holds the events seen with no notice left: at or after their NotBefore, or
+/// already Started.
+pub const NOTICE_BUCKETS: &[f64] = &[0.0, 15.0, 45.0, 180.0, 420.0, 720.0, 1080.0];
+
 /// Which optional families of metrics exist. A fleet pays for every series on every VM, so the
 /// families of a feature that is off are not exported at all; what is on is pre-created at zero
 /// where the alerts need it (an `increase()` cannot see a counter's first step when the series
@@ -97,6 +107,7 @@ pub struct Metrics {
     durations: HistogramVec,
     transitions: IntCounterVec,
     vm_info: IntGaugeVec,
+    notice: HistogramVec,
     events: Arc<EventsCollector>,
     approval: ApprovalMetrics,
 }
@@ -298,6 +309,15 @@ impl Metrics {
                 "priority",
             ],
         )?;
+        let notice = HistogramVec::new(
+            HistogramOpts::new(
+                "event_notice_seconds",
+                "Notice each event of this VM gave: NotBefore minus the time this agent first saw it, 0 when seen at or after NotBefore or already Started; by event type and this VM's priority.",
+            )
+            .namespace(NAMESPACE)
+            .buckets(NOTICE_BUCKETS.to_vec()),
+            &["event_type", "priority"],
+        )?;
         let events = Arc::new(EventsCollector::new(series, clock)?);
 
         for op in Operation::ALL {
@@ -335,6 +355,8 @@ impl Metrics {
         registry.register(Box::new(transitions.clone()))?;
         registry.register(Box::new(build_info))?;
         registry.register(Box::new(vm_info.clone()))?;
+        // No series until this VM's first event: the idle exposition pays nothing for it.
+        registry.register(Box::new(notice.clone()))?;
         registry.register(Box::new(SharedCollector(Arc::clone(&events))))?;
         let approval = ApprovalMetrics::new(&registry, families)?;
         if families.process {
@@ -352,6 +374,7 @@ impl Metrics {
             durations,
             transitions,
             vm_info,
+            notice,
             events,
             approval,
         })
@@ -436,13 +459,27 @@ impl Metrics {
         }
         // Azure may invent types: one `other` series for all of them, or the counter would keep
         // a series per type ever seen.
-        let event_type = match &transition.event().event_type {
-            EventType::Other(_) => "other",
-            known => known.as_str(),
-        };
         self.transitions
-            .with_label_values(&[event_type, transition.kind().as_str()])
+            .with_label_values(&[
+                event_type_label(&transition.event().event_type),
+                transition.kind().as_str(),
+            ])
             .inc();
+    }
+
+    /// Observes the notice `event` gave, first seen at `first_seen` on a VM of `priority`
+    /// (instance metadata's `compute.priority`), if it is one the histogram counts ([`notice`]).
+    /// The caller observes each event once, at its first sight by any run of the agent.
+    pub fn record_notice(&self, event: &Event, first_seen: DateTime<Utc>, priority: &str) {
+        let Some(seconds) = notice(event, first_seen) else {
+            return;
+        };
+        self.notice
+            .with_label_values(&[
+                event_type_label(&event.event_type),
+                self::priority(priority),
+            ])
+            .observe(seconds);
     }
 
     /// Replaces the events the per-event series describe: each with whether it affects this VM
@@ -499,7 +536,8 @@ impl Metrics {
             .collect();
         // Families with no series yet (vm_info before instance metadata, the per-event ones
         // with no events) are not gathered; their descriptors still name them.
-        for desc in self.vm_info.desc().into_iter().chain(self.events.descs()) {
+        let descs_of_empty = self.vm_info.desc().into_iter().chain(self.notice.desc());
+        for desc in descs_of_empty.chain(self.events.descs()) {
             if !descs.iter().any(|(name, _)| *name == desc.fq_name) {
                 descs.push((desc.fq_name.clone(), desc.help.clone()));
             }
@@ -724,6 +762,33 @@ impl Collector for SharedCollector {
     }
 }
 
+/// The `event_type` label of the counters and the histogram: Azure may invent types, so one
+/// `other` series stands for all of them, or a series per type ever seen would stay.
+fn event_type_label(event_type: &EventType) -> &str {
+    match event_type {
+        EventType::Other(_) => "other",
+        known => known.as_str(),
+    }
+}
+
+/// The notice `event` gave when first seen at `first_seen`, in seconds, for
+/// `..._event_notice_seconds`: NotBefore minus first sight, 0 when that is not positive or the
+/// event was already Started (it gave none). `None` for what the histogram does not count: an
+/// advisory (it announces no impact), and an event Scheduled with no NotBefore the agent can read
+/// (how much notice it gives is not known).
+pub fn notice(event: &Event, first_seen: DateTime<Utc>) -> Option<f64> {
+    if event.is_advisory() {
+        return None;
+    }
+    if event.status == EventStatus::Started {
+        return Some(0.0);
+    }
+    event
+        .not_before
+        .seconds_from(first_seen)
+        .map(|seconds| seconds.max(0.0))
+}
+
 /// The `priority` label: instance metadata's `compute.priority` when it is one Azure documents
 /// (`Regular`, `Spot`, `SpotPlus`, and `Low`, the scale sets' former name of Spot), empty when
 /// absent, `other` for anything else, so the label stays bounded.
@@ -797,6 +862,41 @@ mod tests {
             "{} bytes, more than {MAX_EXPOSITION_BYTES}",
             text.len()
         );
+        Ok(())
+    }
+
+    fn event(status: &str, not_before: Option<&str>) -> Result<Event, Box<dyn std::error::Error>> {
+        let body = serde_json::to_vec(&serde_json::json!({
+            "DocumentIncarnation": 1,
+            "Events": [{
+                "EventId": "E",
+                "EventType": "Reboot",
+                "EventStatus": status,
+                "ResourceType": "VirtualMachine",
+                "Resources": ["vm_0"],
+                "NotBefore": not_before,
+            }],
+        }))?;
+        Document::from_json(&body)?
+            .events
+            .into_iter()
+            .next()
+            .ok_or_else(|| "no event".into())
+    }
+
+    #[test]
+    fn the_notice_is_not_before_minus_first_sight_and_zero_when_none_was_left()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let seen = DateTime::parse_from_rfc3339("2026-04-29T17:50:00Z")?.with_timezone(&Utc);
+        let at = Some("Wed, 29 Apr 2026 18:00:00 GMT");
+        assert_eq!(notice(&event("Scheduled", at)?, seen), Some(600.0));
+        let late = seen + chrono::Duration::hours(1);
+        assert_eq!(notice(&event("Scheduled", at)?, late), Some(0.0));
+        assert_eq!(notice(&event("Started", Some(""))?, seen), Some(0.0));
+        assert_eq!(notice(&event("Started", at)?, seen), Some(0.0));
+        assert_eq!(notice(&event("Scheduled", Some(""))?, seen), None);
+        assert_eq!(notice(&event("Scheduled", Some("soon"))?, seen), None);
+        assert_eq!(notice(&event("Advisory", at)?, seen), None);
         Ok(())
     }
 

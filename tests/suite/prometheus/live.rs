@@ -398,7 +398,7 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
         Option<&'a str>,
         &'a [(&'a str, &'a str)],
     );
-    let expectations: [Expectation; 11] = [
+    let expectations: [Expectation; 14] = [
         (
             "fleet-overview.json",
             "VMs with a pending event",
@@ -486,6 +486,33 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
             "west",
             None,
             &[("", "1")],
+        ),
+        // East's three Reboots, each first seen by the VM it names 12 minutes ahead: three
+        // events, none with 7 minutes or less, all with 12 or less (the series are born with
+        // them, which increase() alone would not count).
+        (
+            "fleet-overview.json",
+            "Notice each event gave",
+            "A",
+            "east",
+            Some("event_type"),
+            &[("Reboot", "3")],
+        ),
+        (
+            "fleet-overview.json",
+            "Notice each event gave",
+            "E",
+            "east",
+            Some("event_type"),
+            &[("Reboot", "0")],
+        ),
+        (
+            "fleet-overview.json",
+            "Notice each event gave",
+            "F",
+            "east",
+            Some("event_type"),
+            &[("Reboot", "3")],
         ),
     ];
     for (file, title, ref_id, cluster, key, expected) in expectations {
