@@ -33,8 +33,8 @@ events:
     let agent = Agent::start(&imds, &[]).await?;
 
     let scheduled = agent
-        .wait_for("the Freeze to be scheduled", |m| {
-            m.event_info(FREEZE).is_some()
+        .wait_for("the Freeze to be scheduled, IMDS up", |m| {
+            m.event_info(FREEZE).is_some() && m.up() == Some(1.0)
         })
         .await?;
     let info = scheduled.event_info(FREEZE).ok_or("no event_info")?;
@@ -68,7 +68,6 @@ events:
         "an event of another VM has no per-event series"
     );
     assert_eq!(scheduled.pending("Reboot", "Scheduled", "false"), 1.0);
-    assert_eq!(scheduled.up(), Some(1.0));
 
     let started = agent
         .wait_for("the Freeze to start", |m| {
