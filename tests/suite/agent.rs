@@ -481,15 +481,20 @@ async fn every_real_world_document_is_read_right() -> TestResult {
         let imds = Imds::start().await?;
         imds.sim.set_document(fixture(expected.file)?);
         let agent = Agent::start(&imds, &["--report.neighbours"]).await?;
+        let want: f64 = expected.pending.iter().map(|(_, _, n)| n).sum();
+        // The incarnation is set before the events' series are replaced: both are waited for.
         let m = agent
             .wait_for(expected.file, |m| {
                 m.up() == Some(1.0)
                     && m.value("azure_scheduled_events_document_incarnation")
                         == Some(expected.incarnation)
+                    && total_pending(m) == want
+                    && expected
+                        .events
+                        .iter()
+                        .all(|(id, _, _)| m.event_info(id).is_some())
             })
             .await?;
-        let want: f64 = expected.pending.iter().map(|(_, _, n)| n).sum();
-        assert_eq!(total_pending(&m), want, "{}: events counted", expected.file);
         for (event_type, status, count) in expected.pending {
             let counted =
                 m.pending(event_type, status, "false") + m.pending(event_type, status, "true");
