@@ -33,8 +33,8 @@ events:
     let agent = Agent::start(&imds, &[]).await?;
 
     let scheduled = agent
-        .wait_for("the Freeze to be scheduled", |m| {
-            m.event_info(FREEZE).is_some()
+        .wait_for("the Freeze to be scheduled, IMDS up", |m| {
+            m.event_info(FREEZE).is_some() && m.up() == Some(1.0)
         })
         .await?;
     let info = scheduled.event_info(FREEZE).ok_or("no event_info")?;
@@ -68,7 +68,6 @@ events:
         "an event of another VM has no per-event series"
     );
     assert_eq!(scheduled.pending("Reboot", "Scheduled", "false"), 1.0);
-    assert_eq!(scheduled.up(), Some(1.0));
 
     let started = agent
         .wait_for("the Freeze to start", |m| {
@@ -482,15 +481,20 @@ async fn every_real_world_document_is_read_right() -> TestResult {
         let imds = Imds::start().await?;
         imds.sim.set_document(fixture(expected.file)?);
         let agent = Agent::start(&imds, &["--report.neighbours"]).await?;
+        let want: f64 = expected.pending.iter().map(|(_, _, n)| n).sum();
+        // The incarnation is set before the events' series are replaced: both are waited for.
         let m = agent
             .wait_for(expected.file, |m| {
                 m.up() == Some(1.0)
                     && m.value("azure_scheduled_events_document_incarnation")
                         == Some(expected.incarnation)
+                    && total_pending(m) == want
+                    && expected
+                        .events
+                        .iter()
+                        .all(|(id, _, _)| m.event_info(id).is_some())
             })
             .await?;
-        let want: f64 = expected.pending.iter().map(|(_, _, n)| n).sum();
-        assert_eq!(total_pending(&m), want, "{}: events counted", expected.file);
         for (event_type, status, count) in expected.pending {
             let counted =
                 m.pending(event_type, status, "false") + m.pending(event_type, status, "true");
