@@ -5,7 +5,7 @@
 //! to the pager, never by its name.
 
 use crate::common::{TempDir, process::AgentProcess, wait};
-use crate::ops::{self, Error, Process};
+use crate::ops::{self, Error};
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -38,52 +38,6 @@ fn alertmanager_binary() -> Result<&'static str, Error> {
             "Alertmanager is required (Debian package prometheus-alertmanager; .ci/run installs it)"
                 .into()
         })
-}
-
-/// A server on a free loopback port, started by `command(port)`, ready once `GET /-/ready` answers
-/// 200; tried on another port if the first was taken in between.
-async fn serve(
-    what: &str,
-    command: impl Fn(u16) -> Command,
-    http: &reqwest::Client,
-) -> Result<(Process, String), Error> {
-    let mut last = String::new();
-    for _ in 0..3 {
-        let port = ops::free_port()?;
-        let mut cmd = command(port);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut process = Process::spawn(what, &mut cmd)?;
-        let base = format!("http://127.0.0.1:{port}");
-        let ready = format!("{base}/-/ready");
-        let result = wait(&format!("{what} to be ready"))
-            .within(Duration::from_secs(30))
-            .until(async || {
-                if let Some(status) = process.child.try_wait().ok().flatten() {
-                    return Err(format!("{what} exited: {status}"));
-                }
-                Ok(http
-                    .get(&ready)
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success()))
-            })
-            .await;
-        match result {
-            Ok(()) => return Ok((process, base)),
-            Err(e) => {
-                process.kill();
-                let mut stderr = String::new();
-                if let Some(mut pipe) = process.child.stderr.take() {
-                    use std::io::Read;
-                    let _ = pipe.read_to_string(&mut stderr);
-                }
-                last = format!("{e}\n{stderr}");
-            }
-        }
-    }
-    Err(format!("{what} did not start: {last}").into())
 }
 
 /// The severity examples/alertmanager.yml routes to its pager receiver.
@@ -223,7 +177,7 @@ async fn the_documented_drill_pages_through_prometheus_and_alertmanager() -> Tes
     let amtool_dir = dir.path("alertmanager");
     std::fs::create_dir_all(&amtool_dir)?;
     let binary = alertmanager_binary()?;
-    let (_alertmanager, alertmanager) = serve(
+    let (_alertmanager, alertmanager) = ops::serve(
         "Alertmanager",
         |port| {
             let mut c = Command::new(binary);
@@ -242,7 +196,7 @@ async fn the_documented_drill_pages_through_prometheus_and_alertmanager() -> Tes
     let targets: Vec<String> = agents.iter().map(|a| a.address().to_owned()).collect();
     let config = prometheus_config(&dir, &targets, &alertmanager)?;
     let data = dir.path("prometheus-data");
-    let (_prometheus, _base) = serve(
+    let (_prometheus, _base) = ops::serve(
         "Prometheus",
         |port| {
             let mut c = Command::new("prometheus");

@@ -367,6 +367,52 @@ impl Drop for Process {
     }
 }
 
+/// A server on a free loopback port, started by `command(port)`, ready once `GET /-/ready` answers
+/// 200; tried on another port if the first was taken in between.
+pub async fn serve(
+    what: &str,
+    command: impl Fn(u16) -> Command,
+    http: &reqwest::Client,
+) -> Result<(Process, String), Error> {
+    let mut last = String::new();
+    for _ in 0..3 {
+        let port = free_port()?;
+        let mut cmd = command(port);
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let mut process = Process::spawn(what, &mut cmd)?;
+        let base = format!("http://127.0.0.1:{port}");
+        let ready = format!("{base}/-/ready");
+        let result = crate::common::wait(&format!("{what} to be ready"))
+            .within(std::time::Duration::from_secs(30))
+            .until(async || {
+                if let Some(status) = process.child.try_wait().ok().flatten() {
+                    return Err(format!("{what} exited: {status}"));
+                }
+                Ok(http
+                    .get(&ready)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success()))
+            })
+            .await;
+        match result {
+            Ok(()) => return Ok((process, base)),
+            Err(e) => {
+                process.kill();
+                let mut stderr = String::new();
+                if let Some(mut pipe) = process.child.stderr.take() {
+                    use std::io::Read;
+                    let _ = pipe.read_to_string(&mut stderr);
+                }
+                last = format!("{e}\n{stderr}");
+            }
+        }
+    }
+    Err(format!("{what} did not start: {last}").into())
+}
+
 /// Starts the agent binary (clean environment, no inherited proxies) as VM `name` with `args`,
 /// plus a free loopback port unless they give `--web.listen-address`, and waits for its
 /// `starting` line.

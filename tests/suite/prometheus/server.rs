@@ -1,8 +1,8 @@
 //! What the tests against a live Prometheus share: the server on loopback, simulated IMDS sites,
 //! the agents, the shipped rules at test pace, and readers of query answers.
 
+use crate::common::TempDir;
 use crate::common::process::AgentProcess;
-use crate::common::{TempDir, wait};
 use crate::ops;
 
 use azure_scheduled_events_exporter::azure::wire::Compute;
@@ -14,7 +14,6 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 pub(super) const JOB: &str = "azure-scheduled-events";
 /// A second job scraping east's and west's pool_0 again.
@@ -71,67 +70,30 @@ impl Prometheus {
         let config_path = dir.0.join("prometheus.yml");
         std::fs::write(&config_path, config)?;
         let http = reqwest::Client::builder().no_proxy().build()?;
-        // Prometheus cannot listen on port 0: take a free port, and try again if another
-        // process took it before Prometheus bound it.
-        let mut last_error = String::new();
-        for _ in 0..3 {
-            let port = ops::free_port()?;
-            let mut process = Process::spawn(
-                "prometheus",
-                Command::new("prometheus")
-                    .arg(format!("--config.file={}", config_path.display()))
-                    .arg(format!(
-                        "--storage.tsdb.path={}",
-                        dir.0.join("data").display()
-                    ))
+        let data = dir.0.join("data");
+        let (process, base) = ops::serve(
+            "Prometheus",
+            |port| {
+                let mut c = Command::new("prometheus");
+                c.arg(format!("--config.file={}", config_path.display()))
+                    .arg(format!("--storage.tsdb.path={}", data.display()))
                     .arg(format!("--web.listen-address=127.0.0.1:{port}"))
                     .arg("--log.level=warn")
-                    .env_clear()
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped()),
-            )
-            .map_err(|e| {
-                format!(
-                    "{e} (Prometheus is required: Debian package prometheus; .ci/run installs it)"
-                )
-            })?;
-            let base = format!("http://127.0.0.1:{port}");
-            let url = format!("{base}/-/ready");
-            let ready = wait("Prometheus to be ready")
-                .within(Duration::from_secs(30))
-                .until(async || {
-                    if let Some(status) = process.child.try_wait().ok().flatten() {
-                        return Err(format!("prometheus exited: {status}"));
-                    }
-                    Ok(http
-                        .get(&url)
-                        .send()
-                        .await
-                        .is_ok_and(|r| r.status().is_success()))
-                })
-                .await;
-            match ready {
-                Ok(()) => {
-                    return Ok(Self {
-                        _process: process,
-                        _dir: dir,
-                        base,
-                        http,
-                    });
-                }
-                Err(e) => {
-                    process.kill();
-                    let mut stderr = String::new();
-                    if let Some(mut pipe) = process.child.stderr.take() {
-                        use std::io::Read;
-                        let _ = pipe.read_to_string(&mut stderr);
-                    }
-                    last_error = format!("{e}\n{stderr}");
-                }
-            }
-        }
-        Err(format!("Prometheus did not start: {last_error}").into())
+                    .env_clear();
+                c
+            },
+            &http,
+        )
+        .await
+        .map_err(|e| {
+            format!("{e} (Prometheus is required: Debian package prometheus; .ci/run installs it)")
+        })?;
+        Ok(Self {
+            _process: process,
+            _dir: dir,
+            base,
+            http,
+        })
     }
 
     pub(super) async fn api(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, Error> {
