@@ -281,10 +281,12 @@ local promql = import '../lib/promql.libsonnet';
       // (recorded), unless its VM is down on purpose: under one of its own interruptingTypes
       // events (held for impactHold while it reboots), deleted, evicted or replaced (gone),
       // or on a node cordoned within agentDown.cordonHold. One removed from service discovery
-      // has no `up` left. The value is when this failure began, as recorded at the group's
-      // previous evaluation: a new value is a new failure, which the alert counts.
+      // has no `up` left. The value is the recorded failure's (when the target was last the
+      // agent): the same throughout one failure, a new value a new failure, which the alert
+      // counts. It reads no earlier evaluation of its own, so every engine and every evaluation
+      // delay computes it alike.
       perVm(
-        local down = '%(down)s\nunless on (%(t)s) %(held)s\nunless on (%(t)s) %(gone)s%(cordoned)s' % {
+        '%(down)s\nunless on (%(t)s) %(held)s\nunless on (%(t)s) %(gone)s%(cordoned)s' % {
           down: r.targetDown,
           t: q.vmBy,
           held: impact(c.interruptingTypes),
@@ -294,11 +296,6 @@ local promql = import '../lib/promql.libsonnet';
             q.list([cl, c.nodeLabel]),
             q.underNodeLabel('max_over_time(%s[%s])' % [q.kubeStateMetrics('kube_node_spec_taint', c.agentDown.cordonedMatchers), c.agentDown.cordonHold]),
           ],
-        };
-        '(\n  max without (alert) (%(prev)s)\n  and on (%(t)s)\n  (\n    %(down)s\n  )\n)\nor on (%(t)s)\n(\n  (\n    %(down)s\n  ) * 0 + time()\n)' % {
-          prev: q.rec(r.targetAgentAlert, ['alert="AzureScheduledEventsAgentDown"']),
-          t: q.vmBy,
-          down: std.strReplace(down, '\n', '\n    '),
         },
         slow=true,
       ) + rollup('share') + {
