@@ -432,10 +432,13 @@ unless on (%(on)s)
     ),
     alert(
       'AzureVMRebootedUnexpectedly',
-      // The counter starts at 1 in the agent started after the reboot; increase() sees it
-      // rise from the previous process' 0, and the alert clears itself 30 minutes later.
+      // The counter starts at 1 in the agent started after the reboot: it is above its lowest
+      // sample of the last 30 minutes (the previous process' 0), and the alert clears itself
+      // 30 minutes later. A series first seen at 1 (a reboot before the agent was first
+      // scraped) is not news. Compared sample with sample, not with increase(): VictoriaMetrics
+      // counts a new series' first sample as a rise from 0, Prometheus does not.
       // A clean reboot (the agent was stopped before it, clean="true") is not unexpected.
-      perVm('increase(%s[30m]) > 0' % q.sel('azure_scheduled_events_reboots_total', ['expected="false"', 'clean!="true"']), slow=true) + rollup('share'),
+      perVm('%(r)s\n> min_over_time(%(r)s[30m])' % { r: q.sel('azure_scheduled_events_reboots_total', ['expected="false"', 'clean!="true"']) }, slow=true) + rollup('share'),
       // Long enough for a shared cause (a zone or host outage) to reach the roll-up's
       // threshold before the first VMs back alert one by one.
       '5m',
