@@ -281,10 +281,12 @@ local promql = import '../lib/promql.libsonnet';
       // (recorded), unless its VM is down on purpose: under one of its own interruptingTypes
       // events (held for impactHold while it reboots), deleted, evicted or replaced (gone),
       // or on a node cordoned within agentDown.cordonHold. One removed from service discovery
-      // has no `up` left. The value is when this failure began, as recorded at the group's
-      // previous evaluation: a new value is a new failure, which the alert counts.
+      // has no `up` left. The value is the recorded failure's (when the target was last the
+      // agent): the same throughout one failure, a new value a new failure, which the alert
+      // counts. It reads no earlier evaluation of its own, so every engine and every evaluation
+      // delay computes it alike.
       perVm(
-        local down = '%(down)s\nunless on (%(t)s) %(held)s\nunless on (%(t)s) %(gone)s%(cordoned)s' % {
+        '%(down)s\nunless on (%(t)s) %(held)s\nunless on (%(t)s) %(gone)s%(cordoned)s' % {
           down: r.targetDown,
           t: q.vmBy,
           held: impact(c.interruptingTypes),
@@ -294,11 +296,6 @@ local promql = import '../lib/promql.libsonnet';
             q.list([cl, c.nodeLabel]),
             q.underNodeLabel('max_over_time(%s[%s])' % [q.kubeStateMetrics('kube_node_spec_taint', c.agentDown.cordonedMatchers), c.agentDown.cordonHold]),
           ],
-        };
-        '(\n  max without (alert) (%(prev)s)\n  and on (%(t)s)\n  (\n    %(down)s\n  )\n)\nor on (%(t)s)\n(\n  (\n    %(down)s\n  ) * 0 + time()\n)' % {
-          prev: q.rec(r.targetAgentAlert, ['alert="AzureScheduledEventsAgentDown"']),
-          t: q.vmBy,
-          down: std.strReplace(down, '\n', '\n    '),
         },
         slow=true,
       ) + rollup('share') + {
@@ -435,10 +432,13 @@ unless on (%(on)s)
     ),
     alert(
       'AzureVMRebootedUnexpectedly',
-      // The counter starts at 1 in the agent started after the reboot; increase() sees it
-      // rise from the previous process' 0, and the alert clears itself 30 minutes later.
+      // The counter starts at 1 in the agent started after the reboot: it is above its lowest
+      // sample of the last 30 minutes (the previous process' 0), and the alert clears itself
+      // 30 minutes later. A series first seen at 1 (a reboot before the agent was first
+      // scraped) is not news. Compared sample with sample, not with increase(): VictoriaMetrics
+      // counts a new series' first sample as a rise from 0, Prometheus does not.
       // A clean reboot (the agent was stopped before it, clean="true") is not unexpected.
-      perVm('increase(%s[30m]) > 0' % q.sel('azure_scheduled_events_reboots_total', ['expected="false"', 'clean!="true"']), slow=true) + rollup('share'),
+      perVm('%(r)s\n> min_over_time(%(r)s[30m])' % { r: q.sel('azure_scheduled_events_reboots_total', ['expected="false"', 'clean!="true"']) }, slow=true) + rollup('share'),
       // Long enough for a shared cause (a zone or host outage) to reach the roll-up's
       // threshold before the first VMs back alert one by one.
       '5m',

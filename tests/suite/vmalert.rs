@@ -42,7 +42,16 @@
 //!   from the pass before, until they no longer change (each pass carries their memory at least
 //!   one evaluation further; today six passes). Such a record is then read at the same
 //!   evaluation's time from the pass before, where promtool reads the previous evaluation's:
-//!   a rule reading a record of a later group can see a change one evaluation early.
+//!   a rule reading a record of a later group can see a change one evaluation early, and a
+//!   record that keeps itself alive (a roll-up lasting while any of its VMs has the condition,
+//!   `last_over_time(itself[180s])`) is kept alive by its own result of the pass before at the
+//!   same time: once an early pass forms it (before the held and gone records exist, every VM
+//!   that is down counts), no later pass ends it. This replay reports that as a difference
+//!   rather than hide it. (Reading only the previous evaluations, `offset` by one interval,
+//!   is what a live vmalert does, but carries such a memory one evaluation per pass: the
+//!   passes no longer settle within [`MAX_PASSES`].) A rule that reads its own previous
+//!   evaluation to keep a value (not only to keep a series alive) would be computed wrongly
+//!   at every evaluation; the rules keep no such value.
 //! - A live vmalert marks a series stale when it leaves a rule's results; a replay does not, and
 //!   VictoriaMetrics does not wait for a rule's results before the next rule reads them: a
 //!   proxy between the two adds both (see [`replay_proxy`]).
