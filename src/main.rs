@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use azure_scheduled_events_exporter::config::lenient;
 use azure_scheduled_events_exporter::config::{
-    AgentArgs, Cli, Command, Config, ConfigError, EXIT_USAGE, LogFormat, environment, usage,
+    AgentArgs, Cli, Command, Config, ConfigError, DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL,
+    DEMO_LOG_FORMAT, EXIT_USAGE, LogFormat, environment, usage,
 };
 use azure_scheduled_events_exporter::output::telemetry::{ProcessEnv, Telemetry};
 use azure_scheduled_events_exporter::shell::{agent, check_config, check_imds, commands, logging};
@@ -73,7 +74,7 @@ fn main() -> ExitCode {
                 Err(error) => usage_error(&error.to_string()),
             };
         }
-        None => match prepare(cli.agent, LogFormat::Json) {
+        None => match prepare(cli.agent, DEFAULT_LOG_FORMAT) {
             Ok((config, telemetry)) => {
                 logging::init(config.log_format, &config.log_level, telemetry.tracer());
                 runtime.block_on(async {
@@ -86,7 +87,7 @@ fn main() -> ExitCode {
             }
             Err(error) => return usage_error(&error.to_string()),
         },
-        Some(Command::Demo(args)) => match prepare(args.into_agent(), LogFormat::Text) {
+        Some(Command::Demo(args)) => match prepare(args.into_agent(), DEMO_LOG_FORMAT) {
             Ok((config, telemetry)) => {
                 logging::init(config.log_format, &config.log_level, telemetry.tracer());
                 runtime.block_on(commands::demo(config, telemetry))
@@ -95,18 +96,18 @@ fn main() -> ExitCode {
         },
         // The command line the Windows service control manager runs (install-service.ps1).
         #[cfg(windows)]
-        Some(Command::Service(args)) => match prepare(args.agent, LogFormat::Json) {
+        Some(Command::Service(args)) => match prepare(args.agent, DEFAULT_LOG_FORMAT) {
             Ok((config, telemetry)) => {
                 azure_scheduled_events_exporter::shell::service::run(runtime, config, telemetry)
             }
             Err(error) => return usage_error(&error.to_string()),
         },
         Some(Command::Simulator(args)) => {
-            logging::init(args.log_format, "info", None);
+            logging::init(args.log_format, DEFAULT_LOG_LEVEL, None);
             runtime.block_on(commands::simulator(args))
         }
         Some(Command::PrepareStateDir(args)) => {
-            logging::init(LogFormat::Json, "info", None);
+            logging::init(DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL, None);
             commands::prepare_state_dir(&args)
         }
     };

@@ -5,6 +5,11 @@
 //! Every flag also reads `AZURE_SCHEDULED_EVENTS_<FLAG>` (dots and dashes become underscores,
 //! e.g. `AZURE_SCHEDULED_EVENTS_POLL_INTERVAL`). Parsing never touches the process environment
 //! except through clap, so tests parse argument lists.
+//!
+//! Every default is one named constant (`DEFAULT_*`, here or next to the type it applies to),
+//! which both the parsing and `--help` take: clap's `default_value` where clap can hold it;
+//! otherwise the code applies the constant and the help writes `[default: ...]`, which a test
+//! compares with it (`config::reference`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,6 +32,33 @@ pub const DEFAULT_BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
 /// Windows has no boot id file: empty means the boot time Windows reports (see [`azure_scheduled_events_core::boot`]).
 #[cfg(windows)]
 pub const DEFAULT_BOOT_ID_FILE: &str = "";
+
+/// Default of `--imds.url`: the link-local address at which every Azure VM reaches IMDS.
+pub const DEFAULT_IMDS_URL: &str = "http://169.254.169.254";
+/// Default of `--imds.timeout`.
+pub const DEFAULT_IMDS_TIMEOUT: &str = "2s";
+/// Default of `--imds.first-timeout`: the two minutes Azure may take to answer the first request.
+pub const DEFAULT_IMDS_FIRST_TIMEOUT: &str = "2m";
+/// Default of `--imds.connect-timeout`.
+pub const DEFAULT_IMDS_CONNECT_TIMEOUT: &str = "1s";
+/// Default of `--imds.max-backoff`: short enough that a 30 s Spot notice is still seen.
+pub const DEFAULT_IMDS_MAX_BACKOFF: &str = "10s";
+/// Default of `--poll.interval`: what Azure recommends.
+pub const DEFAULT_POLL_INTERVAL: &str = "1s";
+/// Default of `--web.listen-address`.
+pub const DEFAULT_LISTEN_ADDRESS: &str = ":10188";
+/// Default of `--web.telemetry-path`.
+pub const DEFAULT_TELEMETRY_PATH: &str = "/metrics";
+/// Default of `--log.level`.
+pub const DEFAULT_LOG_LEVEL: &str = "info";
+/// Default of `--log.format` for the agent, `check-config` and `check-imds`.
+pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Json;
+/// Default of `--log.format` for `demo`, which a person watches in a terminal.
+pub const DEMO_LOG_FORMAT: LogFormat = LogFormat::Text;
+/// Default of the simulator's `--log.format`.
+pub const DEFAULT_SIMULATOR_LOG_FORMAT: &str = "text";
+/// Default of `--approve.hook-timeout`.
+pub const DEFAULT_HOOK_TIMEOUT: &str = "2m";
 
 /// What `--version` says after the version: where the binary came from, for bug reports.
 pub const LONG_VERSION: &str = concat!(
@@ -140,7 +172,7 @@ pub struct AgentArgs {
     #[arg(
         long = "imds.url",
         env = "AZURE_SCHEDULED_EVENTS_IMDS_URL",
-        default_value = "http://169.254.169.254"
+        default_value = DEFAULT_IMDS_URL
     )]
     pub imds_url: String,
     /// Scheduled-events api-version to request (YYYY-MM-DD). Never changed automatically.
@@ -152,11 +184,11 @@ pub struct AgentArgs {
     #[arg(long = "imds.api-version", env = "AZURE_SCHEDULED_EVENTS_IMDS_API_VERSION", default_value = DEFAULT_API_VERSION)]
     pub imds_api_version: String,
     /// Timeout of each poll once IMDS has answered; at most 5m.
-    #[arg(long = "imds.timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_TIMEOUT", default_value = "2s", value_parser = duration)]
+    #[arg(long = "imds.timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_TIMEOUT", default_value = DEFAULT_IMDS_TIMEOUT, value_parser = duration)]
     pub imds_timeout: Duration,
     /// Timeout of polls until the first valid document: Azure enables Scheduled Events on the first
     /// request and may take up to two minutes to answer it. At most 10m.
-    #[arg(long = "imds.first-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_FIRST_TIMEOUT", default_value = "2m", value_parser = duration)]
+    #[arg(long = "imds.first-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_FIRST_TIMEOUT", default_value = DEFAULT_IMDS_FIRST_TIMEOUT, value_parser = duration)]
     pub imds_first_timeout: Duration,
     /// Time a TCP connect to IMDS has before it counts as blocked (reason connect_timeout):
     /// IMDS is link-local, so a connect that takes longer never completes (a pod outside the
@@ -164,28 +196,28 @@ pub struct AgentArgs {
     ///
     /// Such a connect fails at once instead of waiting for the first call's timeout. The fix, with
     /// the Helm chart, is its value hostNetwork=true.
-    #[arg(long = "imds.connect-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_CONNECT_TIMEOUT", default_value = "1s", value_parser = duration)]
+    #[arg(long = "imds.connect-timeout", env = "AZURE_SCHEDULED_EVENTS_IMDS_CONNECT_TIMEOUT", default_value = DEFAULT_IMDS_CONNECT_TIMEOUT, value_parser = duration)]
     pub imds_connect_timeout: Duration,
     /// Longest wait between polls when IMDS answers 429, 410 or 5xx; at most 5m.
     ///
     /// The wait doubles from the poll interval and honours `Retry-After`, capped so that a 30 s
     /// Spot notice is still seen; a larger `Retry-After` is cut to it.
-    #[arg(long = "imds.max-backoff", env = "AZURE_SCHEDULED_EVENTS_IMDS_MAX_BACKOFF", default_value = "10s", value_parser = duration)]
+    #[arg(long = "imds.max-backoff", env = "AZURE_SCHEDULED_EVENTS_IMDS_MAX_BACKOFF", default_value = DEFAULT_IMDS_MAX_BACKOFF, value_parser = duration)]
     pub imds_max_backoff: Duration,
     /// Time between polls. Azure recommends 1s; Spot evictions can come with 30s notice.
     ///
     /// At most 5m. Sub-second values are accepted (benchmarks); below 200 ms the agent warns that
     /// IMDS allows 5 requests per second.
-    #[arg(long = "poll.interval", env = "AZURE_SCHEDULED_EVENTS_POLL_INTERVAL", default_value = "1s", value_parser = duration)]
+    #[arg(long = "poll.interval", env = "AZURE_SCHEDULED_EVENTS_POLL_INTERVAL", default_value = DEFAULT_POLL_INTERVAL, value_parser = duration)]
     pub poll_interval: Duration,
     /// Address for /metrics and health: `:PORT` (all IPv4 interfaces), `IP:PORT` or `[IPv6]:PORT`.
-    #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_WEB_LISTEN_ADDRESS", default_value = ":10188", value_parser = http::listen_address)]
+    #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_WEB_LISTEN_ADDRESS", default_value = DEFAULT_LISTEN_ADDRESS, value_parser = http::listen_address)]
     pub web_listen_address: SocketAddr,
     /// Path under which metrics are served.
     #[arg(
         long = "web.telemetry-path",
         env = "AZURE_SCHEDULED_EVENTS_WEB_TELEMETRY_PATH",
-        default_value = "/metrics"
+        default_value = DEFAULT_TELEMETRY_PATH
     )]
     pub web_telemetry_path: String,
     /// Leave out the metrics about the agent itself: the `process_*` family (CPU, memory, file
@@ -221,7 +253,7 @@ pub struct AgentArgs {
     #[arg(
         long = "log.level",
         env = "AZURE_SCHEDULED_EVENTS_LOG_LEVEL",
-        default_value = "info"
+        default_value = DEFAULT_LOG_LEVEL
     )]
     pub log_level: String,
     #[command(flatten)]
@@ -365,7 +397,7 @@ pub struct ApproveArgs {
     pub recover_hook: Option<String>,
     /// Time a hook has to exit before it is killed and counted as failed, with every process it
     /// started (its process group; on Windows its Job object); at most 1h.
-    #[arg(long = "approve.hook-timeout", env = "AZURE_SCHEDULED_EVENTS_APPROVE_HOOK_TIMEOUT", default_value = "2m", value_parser = duration)]
+    #[arg(long = "approve.hook-timeout", env = "AZURE_SCHEDULED_EVENTS_APPROVE_HOOK_TIMEOUT", default_value = DEFAULT_HOOK_TIMEOUT, value_parser = duration)]
     pub hook_timeout: Duration,
 }
 
@@ -414,7 +446,7 @@ pub struct SimulatorArgs {
     #[arg(
         long = "log.format",
         env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_LOG_FORMAT",
-        default_value = "text"
+        default_value = DEFAULT_SIMULATOR_LOG_FORMAT
     )]
     pub log_format: LogFormat,
 }

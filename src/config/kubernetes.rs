@@ -21,6 +21,8 @@ use super::values::{EventTypes, ImpactEventTypes};
 
 /// Default of `--kubernetes.drain-margin`.
 pub const DEFAULT_DRAIN_MARGIN: Duration = Duration::from_secs(15);
+/// Default of `--kubernetes.drain-delay`: the first eviction follows the cordon at once.
+pub const DEFAULT_DRAIN_DELAY: Duration = Duration::ZERO;
 /// Default of `--kubernetes.resync-interval`.
 pub const DEFAULT_RESYNC_INTERVAL: Duration = Duration::from_secs(3600);
 /// Default of `--kubernetes.imds-unknown-after`: a failed poll or two, or IMDS asking the agent
@@ -310,7 +312,7 @@ impl KubernetesArgs {
             super::values::bounded(flag, value, max)
         };
         let hour = Duration::from_secs(3600);
-        let drain_delay = self.drain_delay.unwrap_or(Duration::ZERO);
+        let drain_delay = self.drain_delay.unwrap_or(DEFAULT_DRAIN_DELAY);
         if drain_delay > hour {
             return Err(invalid(
                 "kubernetes.drain-delay",

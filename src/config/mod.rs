@@ -41,7 +41,10 @@ pub use flags::{
     AgentArgs, ApproveArgs, CheckConfigArgs, CheckImdsArgs, Cli, Command, DemoArgs, LogFormat,
     Owner, PrepareStateDirArgs, SimulatorArgs, StateArgs,
 };
-pub use flags::{DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE, DEFAULT_STATE_DIR, DEFAULT_STATE_FILE};
+pub use flags::{
+    DEFAULT_API_VERSION, DEFAULT_BOOT_ID_FILE, DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL,
+    DEFAULT_STATE_DIR, DEFAULT_STATE_FILE, DEMO_LOG_FORMAT,
+};
 pub use values::ConfigError;
 use values::{bounded, found, invalid};
 

@@ -16,7 +16,7 @@ use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
 use azure_scheduled_events_core::event::{EventSource, EventType};
-use azure_scheduled_events_core::notices::{Filter, Recipient, TRANSITIONS};
+use azure_scheduled_events_core::notices::{Filter, Recipient, Subject};
 use azure_scheduled_events_core::view::EVENT_FIELDS;
 
 use super::values::{ConfigError, duration, invalid, one_line};
@@ -64,13 +64,24 @@ const fn notification_fields() -> [&'static str; 22] {
 
 /// Transitions sent when a receiver lists none: the lifecycle without `updated` (a NotBefore
 /// moving is news for dashboards, not for a chat channel) and without approvals.
-const DEFAULT_TRANSITIONS: [&str; 4] = ["scheduled", "started", "completed", "cancelled"];
+const DEFAULT_TRANSITIONS: [Subject; 4] = [
+    Subject::Scheduled,
+    Subject::Started,
+    Subject::Completed,
+    Subject::Cancelled,
+];
 
 /// What an `alertmanager` receiver gets, always: the whole lifecycle, `updated` included (the
 /// alert's annotations follow the event); an approval is no alert.
-const ALERT_TRANSITIONS: [&str; 5] = ["scheduled", "started", "updated", "completed", "cancelled"];
+const ALERT_TRANSITIONS: [Subject; 5] = [
+    Subject::Scheduled,
+    Subject::Started,
+    Subject::Updated,
+    Subject::Completed,
+    Subject::Cancelled,
+];
 
-fn default_transitions(format: Format) -> Vec<&'static str> {
+fn default_transitions(format: Format) -> Vec<Subject> {
     match format {
         Format::Alertmanager => ALERT_TRANSITIONS.to_vec(),
         _ => DEFAULT_TRANSITIONS.to_vec(),
@@ -531,12 +542,12 @@ impl FileReceiver {
             Some(listed) => listed
                 .iter()
                 .map(|t| {
-                    TRANSITIONS
-                        .iter()
-                        .find(|known| known.eq_ignore_ascii_case(t.trim()))
-                        .copied()
+                    Subject::ALL
+                        .into_iter()
+                        .find(|known| known.as_str().eq_ignore_ascii_case(t.trim()))
                         .ok_or_else(|| {
-                            format!("transition {t:?} is not one of {}", TRANSITIONS.join(", "))
+                            let known: Vec<&str> = Subject::ALL.map(Subject::as_str).to_vec();
+                            format!("transition {t:?} is not one of {}", known.join(", "))
                         })
                 })
                 .collect::<Result<_, _>>()?,
@@ -740,7 +751,7 @@ mod tests {
         assert_eq!(am.severities.get("Reboot"), Some(&"critical"));
         assert_eq!(am.resend_interval, DEFAULT_RESEND_INTERVAL);
         assert!(am.filter.replay);
-        assert!(am.filter.transitions.contains(&"updated"));
+        assert!(am.filter.transitions.contains(&Subject::Updated));
         for (yaml, problem) in [
             (
                 "name: x\nformat: slack\nurls: [http://a]",
@@ -771,7 +782,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(pd.dedup_key, Dedup::Event);
         assert!(
-            !pd.filter.transitions.contains(&"advisory"),
+            !pd.filter.transitions.contains(&Subject::Advisory),
             "an advisory never opens an incident by default"
         );
     }

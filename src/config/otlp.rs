@@ -17,6 +17,8 @@ use super::values::{ConfigError, invalid};
 
 /// Default of `--otlp.timeout` (and of `OTEL_EXPORTER_OTLP_TIMEOUT`): the specification's 10 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of `--otlp.protocol` (and of `OTEL_EXPORTER_OTLP_PROTOCOL`): the specification's.
+pub const DEFAULT_PROTOCOL: Protocol = Protocol::HttpProtobuf;
 /// The longest `--otlp.timeout` (or `OTEL_EXPORTER_OTLP_TIMEOUT`).
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 /// Spans held while the collector is slow or down; beyond this they are dropped and counted.
@@ -210,7 +212,7 @@ impl OtlpArgs {
                         format!("{name}={value:?}: use grpc or http/protobuf"),
                     )
                 })?,
-                None => Protocol::HttpProtobuf,
+                None => DEFAULT_PROTOCOL,
             },
         };
         // A flag and the generic variable name a base URL; the traces variable the whole URL.

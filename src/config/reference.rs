@@ -160,13 +160,14 @@ fn settings(command: &clap::Command) -> Vec<Setting> {
             .unwrap_or_default();
         let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
         // `[default: ...]` in the help of a setting whose default clap cannot hold (it depends
-        // on the system, on another setting or on a file).
-        let (meaning, written_default) = match help.rfind("[default: ") {
-            Some(at) if help.ends_with(']') => (
-                help[..at].trim_end().to_owned(),
-                Some(help[at + "[default: ".len()..help.len() - 1].to_owned()),
+        // on the system, on another setting or on a file): at the end of the help or of its
+        // first paragraph.
+        let (meaning, written_default) = match written_default(&help) {
+            Some((default, at, end)) => (
+                format!("{}{}", help[..at].trim_end(), &help[end..]),
+                Some(default.to_owned()),
             ),
-            _ => (help, None),
+            None => (help, None),
         };
         // clap drops the last full stop of a one-paragraph help, not of a longer one.
         let meaning = match meaning.strip_suffix('.') {
@@ -200,6 +201,14 @@ fn settings(command: &clap::Command) -> Vec<Setting> {
         });
     }
     settings
+}
+
+/// The `[default: ...]` written in `help`: its text, and where the bracket starts and ends.
+fn written_default(help: &str) -> Option<(&str, usize, usize)> {
+    const OPEN: &str = "[default: ";
+    let at = help.find(OPEN)?;
+    let end = at + help[at..].find(']')? + 1;
+    Some((&help[at + OPEN.len()..end - 1], at, end))
 }
 
 fn subcommand(name: &str) -> clap::Command {
@@ -402,6 +411,114 @@ fn the_reference_tables_are_generated_from_the_flags() -> Result<(), String> {
         "{DOCS} differs from what the flags generate (first: {first_difference:#?}); regenerate it with UPDATE_GENERATED=1 cargo test --lib config::reference"
     );
     Ok(())
+}
+
+/// The defaults clap cannot hold (a policy file may still set the value, the command or a
+/// standard variable decides, the flag is read by a later step), as `--help` must write them,
+/// each made from the constant the agent applies.
+fn written_defaults() -> Vec<(&'static str, String)> {
+    use super::flags::{DEFAULT_LOG_FORMAT, DEFAULT_STATE_FILE, DEMO_LOG_FORMAT, LogFormat};
+    use super::{kubernetes, otlp};
+    use azure_scheduled_events_core::approval::{When, policy};
+    use clap::ValueEnum as _;
+    let duration = |d: Duration| humantime::format_duration(d).to_string();
+    let format = |f: LogFormat| {
+        f.to_possible_value()
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default()
+    };
+    let when = match policy::DEFAULT_WHEN {
+        When::Immediately => "immediately".to_owned(),
+        When::BeforeNotBefore(lead) => duration(lead),
+    };
+    vec![
+        (
+            "log.format",
+            format!(
+                "{}; {} for demo",
+                format(DEFAULT_LOG_FORMAT),
+                format(DEMO_LOG_FORMAT)
+            ),
+        ),
+        (
+            "otlp.protocol",
+            format!(
+                "OTEL_EXPORTER_OTLP_PROTOCOL, else {}",
+                otlp::DEFAULT_PROTOCOL.as_str()
+            ),
+        ),
+        (
+            "otlp.timeout",
+            format!(
+                "OTEL_EXPORTER_OTLP_TIMEOUT, else {}",
+                duration(otlp::DEFAULT_TIMEOUT)
+            ),
+        ),
+        (
+            "approve.user-events",
+            policy::DEFAULT_USER_EVENTS.to_string(),
+        ),
+        (
+            "approve.predicted-hardware-failure",
+            policy::DEFAULT_PREDICTED_HARDWARE_FAILURE.to_string(),
+        ),
+        (
+            "approve.freeze-max-duration",
+            duration(policy::DEFAULT_FREEZE_MAX_DURATION),
+        ),
+        ("approve.before-not-before", when),
+        (
+            "approve.takeover-delay",
+            duration(policy::DEFAULT_TAKEOVER_DELAY),
+        ),
+        ("state.file", DEFAULT_STATE_FILE.to_owned()),
+        (
+            "kubernetes.drain-margin",
+            duration(kubernetes::DEFAULT_DRAIN_MARGIN),
+        ),
+        (
+            "kubernetes.drain-delay",
+            format!("{}: at once", duration(kubernetes::DEFAULT_DRAIN_DELAY)),
+        ),
+        (
+            "kubernetes.resync-interval",
+            duration(kubernetes::DEFAULT_RESYNC_INTERVAL),
+        ),
+        (
+            "kubernetes.imds-unknown-after",
+            duration(kubernetes::DEFAULT_IMDS_UNKNOWN_AFTER),
+        ),
+    ]
+}
+
+#[test]
+fn every_default_the_help_writes_is_the_constant_the_agent_applies() {
+    let written = written_defaults();
+    // Defaults that are a behaviour rather than a value: no constant to compare with.
+    let described = ["vm.name", "kubernetes.kubeconfig"];
+    let mut checked = Vec::new();
+    for setting in settings(&Cli::command()) {
+        let Some(default) = &setting.default else {
+            continue;
+        };
+        if let Some((_, expected)) = written.iter().find(|(flag, _)| *flag == setting.flag) {
+            assert_eq!(default, expected, "--{}'s help", setting.flag);
+            checked.push(setting.flag);
+        } else {
+            // clap's own (from a constant in `default_value`), no value, or a behaviour.
+            assert!(
+                default.starts_with('`')
+                    || default.starts_with("none")
+                    || described.contains(&setting.flag.as_str()),
+                "--{}'s help writes [default: {default}] but no constant is checked against it: add it to written_defaults()",
+                setting.flag
+            );
+        }
+    }
+    let mut listed: Vec<&str> = written.iter().map(|(flag, _)| *flag).collect();
+    listed.sort_unstable();
+    checked.sort_unstable();
+    assert_eq!(checked, listed, "flags whose written default was checked");
 }
 
 #[test]

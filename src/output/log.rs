@@ -243,7 +243,7 @@ fn log_transition(transition: &Transition, context: &Context, events: EventSerie
     let hardware_failure_predicted = first_seen.map(|seen| {
         azure_scheduled_events_core::hardware_failure::predicted(transition.event(), Some(seen))
     });
-    let summary = summary(transition.event(), transition.kind().as_str(), context.at);
+    let summary = summary(transition.event(), transition.kind().subject(), context.at);
     macro_rules! line {
         ($level:ident) => {
             tracing::$level!(

@@ -136,7 +136,7 @@ impl Output for StateFile {
                         state.record_notification(
                             notice.event.id.as_str(),
                             receiver,
-                            notice.transition,
+                            notice.transition.as_str(),
                         );
                     }
                 }

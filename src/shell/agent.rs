@@ -256,7 +256,7 @@ async fn outputs(
                 receiver = receiver.name.as_str(),
                 format = receiver.format.as_str(),
                 endpoint = %receiver.endpoint(),
-                transitions = receiver.filter.transitions.join(","),
+                transitions = receiver.filter.transitions.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(","),
                 template = receiver.template.as_ref().map(|t| t.path.display().to_string()),
                 "notifications enabled"
             );

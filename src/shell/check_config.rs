@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use crate::config::environment::UnknownVariable;
 use crate::config::lenient;
 use crate::config::otlp::EnvSource;
-use crate::config::{AgentArgs, Config, LogFormat};
+use crate::config::{AgentArgs, Config, DEFAULT_LOG_FORMAT};
 use crate::output::notify::delivery;
 use crate::output::state::store::StateStore;
 use crate::output::telemetry;
@@ -44,7 +44,7 @@ pub fn check(args: AgentArgs, env: &impl EnvSource, unknown: &[UnknownVariable])
         ..Checked::default()
     };
     let otlp = args.otlp.clone();
-    let config = match args.check(LogFormat::Json) {
+    let config = match args.check(DEFAULT_LOG_FORMAT) {
         Ok(config) => Some(config),
         Err(problems) => {
             checked

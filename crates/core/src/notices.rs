@@ -15,31 +15,90 @@ use crate::approval::Outcome;
 use crate::event::{Affects, Event, EventSource, EventType};
 use crate::occurrence::{Lifecycle, Notice, Occurrence};
 use crate::state::{State, stored};
-use crate::tracker::Transition;
+use crate::tracker::{Kind, Transition};
 
 /// The transitions a restart reports again: an event still in the document is resumed as
 /// `advisory`, `scheduled` or `started`. Only these are remembered, so a restart never sends them
 /// twice; every other transition happens once (an event is updated as often as it changes).
-pub const REPLAYABLE: [&str; 3] = ["advisory", "scheduled", "started"];
+pub const REPLAYABLE: [Subject; 3] = [Subject::Advisory, Subject::Scheduled, Subject::Started];
 
-/// What a notification can be about: the lifecycle transitions, advisories, and approvals.
-/// `advisory` is never sent unless listed: a receiver that does not list it gets nothing about
-/// an advisory (a Spot rebalance recommendation, an unknown EventStatus), not even its end.
-pub const TRANSITIONS: [&str; 7] = [
-    "advisory",
-    "scheduled",
-    "started",
-    "updated",
-    "completed",
-    "cancelled",
-    "approved",
-];
+/// What a notification can be about: the lifecycle transitions ([`Kind`]), advisories, and
+/// approvals. `advisory` is never sent unless listed: a receiver that does not list it gets
+/// nothing about an advisory (a Spot rebalance recommendation, an unknown EventStatus), not even
+/// its end.
+///
+/// Its words ([`Subject::as_str`]) are the only spelling of a transition: the `transition` label
+/// and log field, notification bodies, receivers' `transitions` and the state file use them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Subject {
+    Advisory,
+    Scheduled,
+    Started,
+    Updated,
+    Completed,
+    Cancelled,
+    Approved,
+}
+
+impl Subject {
+    /// Every subject, in the order the documentation lists them.
+    pub const ALL: [Subject; 7] = [
+        Subject::Advisory,
+        Subject::Scheduled,
+        Subject::Started,
+        Subject::Updated,
+        Subject::Completed,
+        Subject::Cancelled,
+        Subject::Approved,
+    ];
+
+    /// The word for it, as every output writes it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Subject::Advisory => "advisory",
+            Subject::Scheduled => "scheduled",
+            Subject::Started => "started",
+            Subject::Updated => "updated",
+            Subject::Completed => "completed",
+            Subject::Cancelled => "cancelled",
+            Subject::Approved => "approved",
+        }
+    }
+
+    /// The subject `word` names, as [`Subject::as_str`] writes it.
+    pub fn parse(word: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == word)
+    }
+
+    /// Whether it ends the event's lifecycle (completed or cancelled).
+    pub const fn is_end(self) -> bool {
+        matches!(self, Subject::Completed | Subject::Cancelled)
+    }
+}
+
+impl From<Kind> for Subject {
+    fn from(kind: Kind) -> Self {
+        kind.subject()
+    }
+}
+
+/// As its word, in a notification's body and template.
+impl serde::Serialize for Subject {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Which notifications a receiver gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Filter {
-    /// Values of [`TRANSITIONS`].
-    pub transitions: Vec<&'static str>,
+    pub transitions: Vec<Subject>,
     /// Empty: every type.
     pub event_types: Vec<EventType>,
     /// Empty: every source.
@@ -66,7 +125,7 @@ pub struct Notices {
     receivers: Vec<(Arc<str>, Filter)>,
     /// By EventId (as the state file holds it, [`stored`]), then receiver: the replayable
     /// transitions already handed to it.
-    sent: BTreeMap<String, BTreeMap<Arc<str>, Vec<&'static str>>>,
+    sent: BTreeMap<String, BTreeMap<Arc<str>, Vec<Subject>>>,
 }
 
 impl Notices {
@@ -76,15 +135,15 @@ impl Notices {
             .iter()
             .map(|r| (Arc::from(r.name.as_str()), r.filter.clone()))
             .collect();
-        let mut sent: BTreeMap<String, BTreeMap<Arc<str>, Vec<&'static str>>> = BTreeMap::new();
+        let mut sent: BTreeMap<String, BTreeMap<Arc<str>, Vec<Subject>>> = BTreeMap::new();
         for (event_id, by_receiver) in &previous.notifications {
             for (name, transitions) in by_receiver {
                 let Some((receiver, _)) = receivers.iter().find(|(r, _)| **r == **name) else {
                     continue;
                 };
-                let replayed: Vec<&'static str> = REPLAYABLE
+                let replayed: Vec<Subject> = REPLAYABLE
                     .into_iter()
-                    .filter(|t| transitions.iter().any(|sent| sent == t))
+                    .filter(|t| transitions.iter().any(|sent| sent == t.as_str()))
                     .collect();
                 sent.entry(event_id.clone())
                     .or_default()
@@ -114,7 +173,7 @@ impl Notices {
         for occurrence in occurrences {
             let found = match occurrence.lifecycle() {
                 Some(Lifecycle::Transition(transition)) => Some((
-                    transition.kind().as_str(),
+                    Subject::from(transition.kind()),
                     transition.event(),
                     transition.changed_fields(),
                     transition.seen_started(),
@@ -122,7 +181,7 @@ impl Notices {
                 // It completed (or was cancelled) while the agent was down: closing it now is
                 // what lets a PagerDuty incident resolve itself.
                 Some(Lifecycle::EndedWhileDown(tracked)) => Some((
-                    "completed",
+                    Subject::Completed,
                     &tracked.event,
                     None,
                     Some(tracked.seen_started),
@@ -131,7 +190,7 @@ impl Notices {
                     Occurrence::Decision(decision)
                         if matches!(decision.outcome, Outcome::Approved { .. }) =>
                     {
-                        Some(("approved", &decision.event, None, None))
+                        Some((Subject::Approved, &decision.event, None, None))
                     }
                     // Events leaving the document take what they were sent with them.
                     Occurrence::Events(events) => {
@@ -170,7 +229,7 @@ impl Notices {
     /// replayable transition, that did not get it yet.
     fn notice(
         &mut self,
-        transition: &'static str,
+        transition: Subject,
         event: &Event,
         changed: Option<String>,
         seen_started: Option<bool>,
@@ -212,10 +271,10 @@ impl Notices {
 }
 
 /// Whether a receiver with `filter` wants `transition` of `event`, which `affects` this VM.
-fn wants(filter: &Filter, transition: &str, event: &Event, affects: Affects) -> bool {
+fn wants(filter: &Filter, transition: Subject, event: &Event, affects: Affects) -> bool {
     filter.transitions.contains(&transition)
         // An advisory reaches only receivers that asked for advisories, not even its end.
-        && (!event.is_advisory() || filter.transitions.contains(&"advisory"))
+        && (!event.is_advisory() || filter.transitions.contains(&Subject::Advisory))
         && (filter.event_types.is_empty() || filter.event_types.contains(&event.event_type))
         && (filter.event_sources.is_empty()
             || event
@@ -237,12 +296,39 @@ mod tests {
         DateTime::UNIX_EPOCH + chrono::Duration::seconds(seconds)
     }
 
+    #[test]
+    fn every_subject_is_written_as_the_word_receivers_list_and_read_back_from_it() {
+        let words: Vec<&str> = Subject::ALL.map(Subject::as_str).to_vec();
+        assert_eq!(
+            words,
+            [
+                "advisory",
+                "scheduled",
+                "started",
+                "updated",
+                "completed",
+                "cancelled",
+                "approved"
+            ]
+        );
+        for subject in Subject::ALL {
+            assert_eq!(Subject::parse(subject.as_str()), Some(subject));
+            assert_eq!(subject.to_string(), subject.as_str());
+        }
+        assert_eq!(Subject::parse("removed"), None);
+        // A transition's label value is its subject's word.
+        assert_eq!(Kind::Cancelled.as_str(), "cancelled");
+    }
+
     /// A receiver that does not replay (every format but `alertmanager`).
     fn receiver(name: &str, transitions: &[&'static str], this_vm_only: bool) -> Recipient {
         Recipient {
             name: name.to_owned(),
             filter: Filter {
-                transitions: transitions.to_vec(),
+                transitions: transitions
+                    .iter()
+                    .filter_map(|t| Subject::parse(t))
+                    .collect(),
                 event_types: Vec::new(),
                 event_sources: Vec::new(),
                 this_vm_only,

@@ -206,13 +206,19 @@ pub enum Kind {
 impl Kind {
     /// The `transition` label value.
     pub const fn as_str(self) -> &'static str {
+        self.subject().as_str()
+    }
+
+    /// What a notification of it is about.
+    pub const fn subject(self) -> crate::notices::Subject {
+        use crate::notices::Subject;
         match self {
-            Kind::Scheduled => "scheduled",
-            Kind::Started => "started",
-            Kind::Updated => "updated",
-            Kind::Completed => "completed",
-            Kind::Cancelled => "cancelled",
-            Kind::Advisory => "advisory",
+            Kind::Scheduled => Subject::Scheduled,
+            Kind::Started => Subject::Started,
+            Kind::Updated => Subject::Updated,
+            Kind::Completed => Subject::Completed,
+            Kind::Cancelled => Subject::Cancelled,
+            Kind::Advisory => Subject::Advisory,
         }
     }
 }

@@ -19,6 +19,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::event::{Affects, Event, EventId};
+use crate::notices::Subject;
 use crate::trace_id::{lifecycle_span_id, trace_id};
 
 /// How many ended events keep their span id, for a decision that comes after the event left
@@ -175,7 +176,7 @@ impl EventView {
 /// The event in one sentence, for people reading a log line or a notification: what, to which
 /// VMs, when, for how long and why, e.g. "Freeze of vm_0, vm_1 in 60 s, for 5 s, live migration".
 /// `transition` is the line's (`scheduled`, `updated`, `started`, ..., `approved`).
-pub fn summary(event: &Event, transition: &str, at: DateTime<Utc>) -> String {
+pub fn summary(event: &Event, transition: Subject, at: DateTime<Utc>) -> String {
     let mut names = event.resources.iter();
     let mut text = format!("{} of ", event.event_type);
     for (i, name) in names.by_ref().take(SUMMARY_NAMES).enumerate() {
@@ -191,9 +192,9 @@ pub fn summary(event: &Event, transition: &str, at: DateTime<Utc>) -> String {
     }
     text.push(' ');
     text.push_str(&match transition {
-        "scheduled" => until(event.not_before.seconds_from(at)),
-        "updated" => format!("changed, {}", until(event.not_before.seconds_from(at))),
-        other => other.to_owned(),
+        Subject::Scheduled => until(event.not_before.seconds_from(at)),
+        Subject::Updated => format!("changed, {}", until(event.not_before.seconds_from(at))),
+        other => other.as_str().to_owned(),
     });
     if let Some(duration) = event.duration.filter(|d| d.0 >= 0) {
         text.push_str(", for ");
@@ -325,11 +326,11 @@ mod tests {
             "EventSource":"Platform","DurationInSeconds":5}"#,
         )?;
         assert_eq!(
-            summary(&freeze, "scheduled", at()),
+            summary(&freeze, Subject::Scheduled, at()),
             "Freeze of demo-vmss_0, demo-vmss_1 in 60 s, for 5 s, live migration"
         );
         assert_eq!(
-            summary(&freeze, "started", at()),
+            summary(&freeze, Subject::Started, at()),
             "Freeze of demo-vmss_0, demo-vmss_1 started, for 5 s, live migration"
         );
         let reboot = summary_event(
@@ -338,7 +339,7 @@ mod tests {
             "NotBefore":"Fri, 27 Nov 2026 10:15:00 GMT","EventSource":"User","DurationInSeconds":-1}"#,
         )?;
         assert_eq!(
-            summary(&reboot, "scheduled", at()),
+            summary(&reboot, Subject::Scheduled, at()),
             "Reboot of a, b, c and 2 more in 15 min"
         );
         Ok(())

@@ -10,11 +10,14 @@ use azure_scheduled_events_protocol::http::listen_address;
 
 use crate::scenario::DEMO_VM;
 
+/// Default of `--web.listen-address`: loopback only, as a stand-in for IMDS on this machine.
+pub const DEFAULT_LISTEN_ADDRESS: &str = "127.0.0.1:8080";
+
 /// How the simulator is run.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulatorFlags {
     /// Address the simulated IMDS listens on.
-    #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_LISTEN_ADDRESS", default_value = "127.0.0.1:8080", value_parser = listen_address)]
+    #[arg(long = "web.listen-address", env = "AZURE_SCHEDULED_EVENTS_SIMULATOR_LISTEN_ADDRESS", default_value = DEFAULT_LISTEN_ADDRESS, value_parser = listen_address)]
     pub web_listen_address: SocketAddr,
     /// Scenario file (YAML or JSON) to play; `demo` for the built-in one. Without it the document
     /// is empty until the control API changes it.

@@ -123,7 +123,7 @@ pub fn annotations(receiver: &Receiver, notification: &Notification) -> Map<Stri
             .into(),
     );
     annotations.insert("event_status".into(), event.event_status.clone().into());
-    annotations.insert("transition".into(), notification.transition.into());
+    annotations.insert("transition".into(), notification.transition.as_str().into());
     annotations.insert("resources".into(), event.resources.clone().into());
     annotations.insert("not_before".into(), event.not_before.clone().into());
     if let Some(duration) = event.duration_in_seconds {
@@ -151,7 +151,7 @@ impl Alerts {
     ) {
         let all: Vec<usize> = (0..receiver.urls.len()).collect();
         let id = notification.event.event_id.clone();
-        let ended = matches!(notification.transition, "completed" | "cancelled");
+        let ended = notification.transition.is_end();
         let labels = labels(receiver, notification, identity);
         let annotations = annotations(receiver, notification);
         match self.by_event.get_mut(&id) {
@@ -388,6 +388,7 @@ mod tests {
     use super::*;
     use crate::config::notify::Format;
     use azure_scheduled_events_core::event::Document;
+    use azure_scheduled_events_core::notices::Subject;
     use azure_scheduled_events_core::view::EventView;
 
     fn receiver(urls: usize) -> Receiver {
@@ -400,12 +401,7 @@ mod tests {
         receiver
     }
 
-    fn notification(
-        transition: &'static str,
-        vm: &str,
-        event_type: &str,
-        status: &str,
-    ) -> Notification {
+    fn notification(transition: Subject, vm: &str, event_type: &str, status: &str) -> Notification {
         let document = Document::from_json(
             format!(
                 r#"{{"DocumentIncarnation":1,"Events":[{{"EventId":"E1","EventStatus":"{status}","EventType":"{event_type}",
@@ -435,7 +431,7 @@ mod tests {
         let r = receiver(1);
         let mut one = labels(
             &r,
-            &notification("scheduled", "pool_1", "Reboot", "Scheduled"),
+            &notification(Subject::Scheduled, "pool_1", "Reboot", "Scheduled"),
             Identity {
                 vm_scale_set_name: Some("pool"),
                 node: Some("node-a"),
@@ -443,7 +439,7 @@ mod tests {
         );
         let mut two = labels(
             &r,
-            &notification("scheduled", "pool_2", "Reboot", "Scheduled"),
+            &notification(Subject::Scheduled, "pool_2", "Reboot", "Scheduled"),
             Identity {
                 vm_scale_set_name: Some("pool"),
                 node: None,
@@ -465,7 +461,7 @@ mod tests {
         let of = |r: &Receiver, event_type: &str, status: &str| {
             labels(
                 r,
-                &notification("scheduled", "pool_1", event_type, status),
+                &notification(Subject::Scheduled, "pool_1", event_type, status),
                 Identity::default(),
             )["severity"]
                 .clone()
@@ -489,13 +485,13 @@ mod tests {
         alerts.apply(
             &r,
             Identity::default(),
-            &notification("scheduled", "pool_1", "Reboot", "Scheduled"),
+            &notification(Subject::Scheduled, "pool_1", "Reboot", "Scheduled"),
             t0,
         );
         alerts.apply(
             &r,
             Identity::default(),
-            &notification("started", "pool_1", "Reboot", "Started"),
+            &notification(Subject::Started, "pool_1", "Reboot", "Started"),
             t1,
         );
         let sent = alerts.batch(0, false, t1, resend);
@@ -528,7 +524,7 @@ mod tests {
         alerts.apply(
             &r,
             Identity::default(),
-            &notification("completed", "pool_1", "Reboot", "Started"),
+            &notification(Subject::Completed, "pool_1", "Reboot", "Started"),
             t2,
         );
         for index in [0, 1] {

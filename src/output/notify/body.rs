@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use azure_scheduled_events_core::event::Event;
+use azure_scheduled_events_core::notices::Subject;
 use azure_scheduled_events_core::view::EventView;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -108,7 +109,7 @@ impl std::io::Write for Capped {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Notification {
     pub timestamp: String,
-    pub transition: &'static str,
+    pub transition: Subject,
     /// The event in one sentence, as its log line says it ([`azure_scheduled_events_core::view::summary`]).
     pub summary: String,
     /// The event, as the log line says it.
@@ -125,7 +126,7 @@ impl Notification {
     /// The notification of `transition` (`scheduled`, ..., `approved`) of the event `view`
     /// shows, with the details only some transitions have.
     pub fn new(
-        transition: &'static str,
+        transition: Subject,
         event: &Event,
         view: EventView,
         changed: Option<String>,
@@ -154,7 +155,9 @@ impl Notification {
             "{} {}: {}",
             self.event.event_type, self.transition, resources
         );
-        if !self.event.not_before.is_empty() && matches!(self.transition, "scheduled" | "updated") {
+        if !self.event.not_before.is_empty()
+            && matches!(self.transition, Subject::Scheduled | Subject::Updated)
+        {
             text.push_str(&format!(", not before {}", self.event.not_before));
         }
         text
@@ -282,7 +285,7 @@ fn teams(
 /// event is `warning` (a Spot eviction and an advisory `info`); an end is `info`.
 fn event_severity(receiver: &Receiver, notification: &Notification) -> &'static str {
     match notification.transition {
-        "completed" | "cancelled" | "advisory" => "info",
+        Subject::Completed | Subject::Cancelled | Subject::Advisory => "info",
         _ => severity(
             &receiver.severities,
             &notification.event.event_type,
@@ -318,9 +321,10 @@ fn affected_vms(notification: &Notification) -> Vec<&str> {
 /// A PagerDuty Events API v2 event: the incident opens when the event is scheduled (or starts)
 /// and resolves itself when it completes or is cancelled.
 fn pagerduty(receiver: &Receiver, notification: &Notification, summary: &str) -> Value {
-    let action = match notification.transition {
-        "completed" | "cancelled" => "resolve",
-        _ => "trigger",
+    let action = if notification.transition.is_end() {
+        "resolve"
+    } else {
+        "trigger"
     };
     let mut details = serde_json::to_value(notification).unwrap_or(Value::Null);
     if let Some(details) = details.as_object_mut() {
@@ -370,7 +374,7 @@ mod tests {
         document.events.into_iter().next()
     }
 
-    fn notification(transition: &'static str) -> Option<Notification> {
+    fn notification(transition: Subject) -> Option<Notification> {
         let event = freeze()?;
         Some(Notification::new(
             transition,
@@ -386,7 +390,7 @@ mod tests {
     fn the_generic_body_has_exactly_the_documented_fields() -> Result<(), String> {
         let body = body(
             &receiver(Format::Json),
-            &notification("scheduled").ok_or("no event")?,
+            &notification(Subject::Scheduled).ok_or("no event")?,
             None,
         );
         let keys: Vec<&str> = body
@@ -410,12 +414,12 @@ mod tests {
         let pagerduty = receiver(Format::Pagerduty);
         let trigger = body(
             &pagerduty,
-            &notification("scheduled").ok_or("no event")?,
+            &notification(Subject::Scheduled).ok_or("no event")?,
             None,
         );
         let resolve = body(
             &pagerduty,
-            &notification("completed").ok_or("no event")?,
+            &notification(Subject::Completed).ok_or("no event")?,
             None,
         );
         assert_eq!(trigger["event_action"], "trigger");
@@ -440,14 +444,14 @@ mod tests {
         pagerduty.dedup_key = Dedup::EventAndVm;
         let trigger = body(
             &pagerduty,
-            &notification("scheduled").ok_or("no event")?,
+            &notification(Subject::Scheduled).ok_or("no event")?,
             None,
         );
         assert_eq!(
             trigger["dedup_key"],
             "C7061BAC-AFDC-4513-B24B-AA5F13A16123/vm_0"
         );
-        let mut eviction = notification("scheduled").ok_or("no event")?;
+        let mut eviction = notification(Subject::Scheduled).ok_or("no event")?;
         for (event_type, expected) in [
             ("Preempt", "info"),
             ("Terminate", "warning"),
@@ -477,7 +481,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_template_renders_within_its_budget() -> Result<(), String> {
-        let notification = notification("scheduled").ok_or("no event")?;
+        let notification = notification(Subject::Scheduled).ok_or("no event")?;
         let template = Template::new("{{ event_type }} on {{ vm_name }} for {{ receiver }}: {% for i in range(2) %}{{ resources }} {% endfor %}")
             .ok_or("does not parse")?;
         assert_eq!(
@@ -489,7 +493,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_template_over_its_budget_stops_and_names_the_budget() -> Result<(), String> {
-        let notification = notification("scheduled").ok_or("no event")?;
+        let notification = notification(Subject::Scheduled).ok_or("no event")?;
         for (source, budget) in [
             // Loops that write nothing: the instruction budget stops them.
             (

@@ -118,7 +118,7 @@ pub async fn run(
                     tracing::debug!(
                         receiver = name,
                         event_id = notification.event.event_id.as_str(),
-                        transition = notification.transition,
+                        transition = notification.transition.as_str(),
                         attempt,
                         error = %failure,
                         retry_in = ?delay,
@@ -141,7 +141,7 @@ pub async fn run(
             Ok(()) => tracing::debug!(
                 receiver = name,
                 event_id = notification.event.event_id.as_str(),
-                transition = notification.transition,
+                transition = notification.transition.as_str(),
                 attempts = attempt,
                 elapsed_seconds = elapsed.as_secs_f64(),
                 "notification delivered"
@@ -151,7 +151,7 @@ pub async fn run(
                 format = receiver.format.as_str(),
                 endpoint = %receiver.endpoint(),
                 event_id = notification.event.event_id.as_str(),
-                transition = notification.transition,
+                transition = notification.transition.as_str(),
                 attempts = attempt,
                 error = %failure,
                 "notification not delivered: attempts exhausted"
@@ -160,7 +160,7 @@ pub async fn run(
                 receiver = name,
                 format = receiver.format.as_str(),
                 event_id = notification.event.event_id.as_str(),
-                transition = notification.transition,
+                transition = notification.transition.as_str(),
                 error = problem.as_str(),
                 "notification not sent: its template failed"
             ),
@@ -169,7 +169,7 @@ pub async fn run(
                 format = receiver.format.as_str(),
                 endpoint = %receiver.endpoint(),
                 event_id = notification.event.event_id.as_str(),
-                transition = notification.transition,
+                transition = notification.transition.as_str(),
                 error = %failure,
                 "notification refused by the receiver: not sent again"
             ),

@@ -148,7 +148,7 @@ impl Output for Notify {
                         tracing::warn!(
                             receiver = route.name.as_str(),
                             event_id = notification.event.event_id.as_str(),
-                            transition = notification.transition,
+                            transition = notification.transition.as_str(),
                             queue = QUEUE,
                             suppressed,
                             "notification dropped: the receiver's queue is full (logged at most once a minute per receiver, suppressed counts the drops left out; azure_scheduled_events_notifications_dropped_total counts them all)"

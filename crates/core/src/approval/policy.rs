@@ -35,6 +35,15 @@ pub struct Policy {
     pub takeover_delay: Duration,
 }
 
+/// Microsoft's sample: user-initiated events are approved.
+pub const DEFAULT_USER_EVENTS: bool = true;
+
+/// A predicted hardware failure waits for `when` as any event does unless asked.
+pub const DEFAULT_PREDICTED_HARDWARE_FAILURE: bool = false;
+
+/// An allowed event is approved as soon as it is seen.
+pub const DEFAULT_WHEN: When = When::Immediately;
+
 /// Microsoft's sample: Freezes shorter than this many seconds are approved.
 pub const DEFAULT_FREEZE_MAX_DURATION: Duration = Duration::from_secs(9);
 
@@ -44,12 +53,12 @@ pub const DEFAULT_TAKEOVER_DELAY: Duration = Duration::from_secs(30);
 impl Default for Policy {
     fn default() -> Self {
         Self {
-            user_events: true,
-            predicted_hardware_failure: false,
+            user_events: DEFAULT_USER_EVENTS,
+            predicted_hardware_failure: DEFAULT_PREDICTED_HARDWARE_FAILURE,
             freeze_max_duration: DEFAULT_FREEZE_MAX_DURATION,
             event_types: Vec::new(),
             deny_event_types: Vec::new(),
-            when: When::Immediately,
+            when: DEFAULT_WHEN,
             takeover_delay: DEFAULT_TAKEOVER_DELAY,
         }
     }
