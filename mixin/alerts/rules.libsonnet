@@ -64,8 +64,7 @@ local promql = import '../lib/promql.libsonnet';
   // agent's series lack it too (one cluster, no label).
   local kubeNodes =
     local nodes(matchers) = q.underNodeLabel(q.kubeStateMetrics('kube_node_info', c.coverage.nodeMatchers + matchers));
-    // (Not in the Helm chart's copy, whose cluster label is a placeholder.)
-    if cl == '' || std.startsWith(cl, '@@') then nodes([])
+    if cl == '' then nodes([])
     else '(\n  %s\n  or\n  %s\n  and on (%s) group by (%s) (%s)\n)' % [nodes(['%s!=""' % cl]), nodes(['%s=""' % cl]), cl, cl, q.sel('azure_scheduled_events_build_info', ['%s=""' % cl])],
   // The labels of one scrape job of a cluster.
   local jobKey = q.list([cl] + q.without(c.vmLabels, 'instance')),
