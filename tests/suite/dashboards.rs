@@ -622,7 +622,28 @@ fn the_azure_monitor_rule_groups_are_the_mixins_rendering_one_resource_per_group
                 if want == 0 {
                     pages.insert(name.to_owned());
                 }
-                assert_eq!(rule["annotations"], source["annotations"], "{name}");
+                // Azure Monitor runs no query in an annotation: where the rule file's text runs
+                // one (the time left), the Azure text is its own, with the same annotations and
+                // no query; everywhere else it is the rule file's.
+                let runs_query = |v: &Value| v.to_string().contains("| query");
+                if runs_query(&source["annotations"]) {
+                    let keys = |v: &Value| {
+                        v.as_object()
+                            .map(|o| o.keys().cloned().collect::<Vec<_>>())
+                            .unwrap_or_default()
+                    };
+                    assert_eq!(
+                        keys(&rule["annotations"]),
+                        keys(&source["annotations"]),
+                        "{name}"
+                    );
+                    assert!(
+                        !runs_query(&rule["annotations"]),
+                        "{name}: an Azure annotation runs a query"
+                    );
+                } else {
+                    assert_eq!(rule["annotations"], source["annotations"], "{name}");
+                }
             } else {
                 assert_eq!(rule["record"], source["record"], "{group_name}");
                 assert!(rule.get("severity").is_none() && rule.get("actions").is_none());

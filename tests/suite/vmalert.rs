@@ -46,8 +46,11 @@
 //!   record that keeps itself alive (a roll-up lasting while any of its VMs has the condition,
 //!   `last_over_time(itself[180s])`) is kept alive by its own result of the pass before at the
 //!   same time: once an early pass forms it (before the held and gone records exist, every VM
-//!   that is down counts), no later pass ends it. This replay reports that as a difference
-//!   rather than hide it. (Reading only the previous evaluations, `offset` by one interval,
+//!   that is down counts), no later pass ends it. The cases this touches are listed, each with
+//!   why, in [`REPLAY_ARTEFACTS`]; a listed case that agrees fails the test, as does any other
+//!   difference. So are the cases where a scenario split by cluster sees the other cluster's
+//!   VMs: without the label, two clusters' targets are the same series in one store, and such a
+//!   record carries them across the gap between slots. (Reading only the previous evaluations, `offset` by one interval,
 //!   is what a live vmalert does, but carries such a memory one evaluation per pass: the
 //!   passes no longer settle within [`MAX_PASSES`].) A rule that reads its own previous
 //!   evaluation to keep a value (not only to keep a series alive) would be computed wrongly
@@ -1207,6 +1210,92 @@ async fn compare(
     Ok(differences)
 }
 
+/// Why a record that keeps itself alive is replayed wrongly (the module's doc comment).
+const SELF_KEPT: &str = "a record that keeps itself alive (the shared cause's roll-up, \
+    `last_over_time(itself[180s])`) is read at the same time from the pass before: formed in the \
+    first pass, before the held and gone records exist, it is never ended by a later one";
+/// Why a scenario split by cluster sees another cluster's VMs.
+const SLOTS_SHARE_SERIES: &str = "without the cluster label, aks1's and aks2's scrape targets are \
+    the same series in one store, and a record that keeps itself alive carries aks1's VMs across \
+    the gap between their slots into aks2's";
+
+/// The cases where this replay cannot reproduce what a live ruler does, each with why: the
+/// heading `compare` prints for it (file, scenario, time, alert). A listed case must still differ,
+/// so that the list cannot outlive what it explains: one that agrees with promtool fails the test,
+/// as does any difference not listed. docs/install.md ("Which store evaluates the rules, and how
+/// late") names them too.
+const REPLAY_ARTEFACTS: &[(&str, &str)] = &[
+    (
+        r#"azure-scheduled-events.test.yml: "agent down during its own maintenance" at 660s, AzureScheduledEventsAgentDown"#,
+        SELF_KEPT,
+    ),
+    (
+        r#"azure-scheduled-events.test.yml: "agent down during its own maintenance" at 3000s, AzureScheduledEventsAgentDown"#,
+        SELF_KEPT,
+    ),
+    (
+        r#"azure-scheduled-events.test.yml: "agent down during its own maintenance" (cluster "east", label removed) at 660s, AzureScheduledEventsAgentDown"#,
+        SELF_KEPT,
+    ),
+    (
+        r#"azure-scheduled-events.test.yml: "agent down during its own maintenance" (cluster "east", label removed) at 3000s, AzureScheduledEventsAgentDown"#,
+        SELF_KEPT,
+    ),
+    (
+        r#"azure-scheduled-events.test.yml: "IMDS unreachable from a whole cluster" (cluster "aks2", label removed) at 540s, AzureImdsUnreachable"#,
+        SLOTS_SHARE_SERIES,
+    ),
+    (
+        r#"azure-scheduled-events.test.yml: "IMDS unreachable from a whole cluster" (cluster "aks2", label removed) at 960s, AzureImdsUnreachable"#,
+        SLOTS_SHARE_SERIES,
+    ),
+    (
+        r#"azure-scheduled-events-azure-monitor.test.yml: "IMDS unreachable from a whole cluster" (cluster "aks2", label removed) at 540s, AzureImdsUnreachable"#,
+        SLOTS_SHARE_SERIES,
+    ),
+    (
+        r#"azure-scheduled-events-azure-monitor.test.yml: "IMDS unreachable from a whole cluster" (cluster "aks2", label removed) at 960s, AzureImdsUnreachable"#,
+        SLOTS_SHARE_SERIES,
+    ),
+];
+
+/// The differences of one run (of `test`, with or without `cluster`) that [`REPLAY_ARTEFACTS`]
+/// does not explain, and each listed case of that run that no longer differs.
+fn unexplained(test: &TestFile, without_cluster: bool, differences: Vec<String>) -> Vec<String> {
+    let file = test
+        .path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let heading = |d: &str| {
+        d.lines()
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches(':')
+            .to_owned()
+    };
+    let listed: Vec<&(&str, &str)> = REPLAY_ARTEFACTS
+        .iter()
+        .filter(|(case, _)| {
+            case.starts_with(&format!("{file}:"))
+                && case.contains("label removed") == without_cluster
+        })
+        .collect();
+    let headings: BTreeSet<String> = differences.iter().map(|d| heading(d)).collect();
+    let mut left: Vec<String> = differences
+        .into_iter()
+        .filter(|d| !listed.iter().any(|(case, _)| *case == heading(d)))
+        .collect();
+    for (case, why) in listed {
+        if !headings.contains(*case) {
+            left.push(format!(
+                "{case}: agrees with promtool now, but REPLAY_ARTEFACTS lists it ({why}): remove it"
+            ));
+        }
+    }
+    left
+}
+
 fn report(test: &TestFile, differences: &[String], cases: usize) -> String {
     format!(
         "{}: vmalert differs from promtool's expectations in {} of {cases} cases:\n{}",
@@ -1226,7 +1315,11 @@ async fn vmalert_replaying_every_rule_test_scenario_fires_what_promtool_expects(
         let cases: usize = test.scenarios.iter().map(|s| s.cases.len()).sum();
         assert!(cases > 0, "{}: no alert_rule_test", path.display());
         let (store, start, _dir) = replay(&test, &test.scenarios, "vmalert-replay").await?;
-        let differences = compare(&store, start, &test, &test.scenarios).await?;
+        let differences = unexplained(
+            &test,
+            false,
+            compare(&store, start, &test, &test.scenarios).await?,
+        );
         if !differences.is_empty() {
             failures.push(report(&test, &differences, cases));
         }
@@ -1352,7 +1445,11 @@ async fn vmalert_fires_the_same_alerts_without_a_cluster_label_and_renders_every
         let scenarios: Vec<Scenario> = test.scenarios.iter().flat_map(without_cluster).collect();
         let cases: usize = scenarios.iter().map(|s| s.cases.len()).sum();
         let (store, start, dir) = replay(&test, &scenarios, "vmalert-no-cluster").await?;
-        let differences = compare(&store, start, &test, &scenarios).await?;
+        let differences = unexplained(
+            &test,
+            true,
+            compare(&store, start, &test, &scenarios).await?,
+        );
         if !differences.is_empty() {
             failures.push(report(&test, &differences, cases));
         }
