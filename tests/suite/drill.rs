@@ -196,21 +196,7 @@ async fn the_documented_drill_pages_through_prometheus_and_alertmanager() -> Tes
     let targets: Vec<String> = agents.iter().map(|a| a.address().to_owned()).collect();
     let config = prometheus_config(&dir, &targets, &alertmanager)?;
     let data = dir.path("prometheus-data");
-    let (_prometheus, _base) = ops::serve(
-        "Prometheus",
-        |port| {
-            let mut c = Command::new("prometheus");
-            c.arg(format!("--config.file={}", config.display()))
-                .arg(format!("--storage.tsdb.path={}", data.display()))
-                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-                .arg("--log.level=warn")
-                .env_clear();
-            c
-        },
-        &http,
-    )
-    .await
-    .map_err(|e| format!("{e} (Prometheus is required: Debian package prometheus)"))?;
+    let (_prometheus, _base) = ops::serve_prometheus(&config, &data, &http).await?;
 
     // The page reaches Alertmanager (the shipped `for` is a minute, the groups run each second).
     let url = format!("{alertmanager}/api/v2/alerts");

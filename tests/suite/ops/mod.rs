@@ -413,6 +413,32 @@ pub async fn serve(
     Err(format!("{what} did not start: {last}").into())
 }
 
+/// A Prometheus server on loopback with `config`, keeping its data in `data` (its base URL).
+pub async fn serve_prometheus(
+    config: &Path,
+    data: &Path,
+    http: &reqwest::Client,
+) -> Result<(Process, String), Error> {
+    serve(
+        "Prometheus",
+        |port| {
+            let mut c = Command::new("prometheus");
+            c.arg(format!("--config.file={}", config.display()))
+                .arg(format!("--storage.tsdb.path={}", data.display()))
+                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                .arg("--log.level=warn")
+                .env_clear();
+            c
+        },
+        http,
+    )
+    .await
+    .map_err(|e| {
+        format!("{e} (Prometheus is required: Debian package prometheus; .ci/run installs it)")
+            .into()
+    })
+}
+
 /// Starts the agent binary (clean environment, no inherited proxies) as VM `name` with `args`,
 /// plus a free loopback port unless they give `--web.listen-address`, and waits for its
 /// `starting` line.

@@ -71,23 +71,7 @@ impl Prometheus {
         std::fs::write(&config_path, config)?;
         let http = reqwest::Client::builder().no_proxy().build()?;
         let data = dir.0.join("data");
-        let (process, base) = ops::serve(
-            "Prometheus",
-            |port| {
-                let mut c = Command::new("prometheus");
-                c.arg(format!("--config.file={}", config_path.display()))
-                    .arg(format!("--storage.tsdb.path={}", data.display()))
-                    .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-                    .arg("--log.level=warn")
-                    .env_clear();
-                c
-            },
-            &http,
-        )
-        .await
-        .map_err(|e| {
-            format!("{e} (Prometheus is required: Debian package prometheus; .ci/run installs it)")
-        })?;
+        let (process, base) = ops::serve_prometheus(&config_path, &data, &http).await?;
         Ok(Self {
             _process: process,
             _dir: dir,
