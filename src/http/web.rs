@@ -20,7 +20,6 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -61,8 +60,8 @@ struct Shared {
     checks: CheckBudget,
     rate: RateBucket,
     connections: Mutex<Connections>,
-    /// Unix seconds of the last warning about closed connections, to warn once a minute.
-    last_eviction_warning: AtomicU64,
+    /// The warning about closed connections, once a minute.
+    eviction_warning: Limited,
 }
 
 /// Open connections, oldest first.
@@ -184,20 +183,11 @@ impl Shared {
     }
 
     fn warn_eviction(&self, max: usize) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or_default();
-        let last = self.last_eviction_warning.load(Ordering::Relaxed);
-        if now >= last + 60
-            && self
-                .last_eviction_warning
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if let Some(suppressed) = self.eviction_warning.admit() {
             tracing::warn!(
                 max_connections = max,
-                "too many open connections: closing the oldest ones, unauthenticated and idle ones first (logged at most once a minute)"
+                suppressed,
+                "too many open connections: closing the oldest ones, unauthenticated and idle ones first (logged at most once a minute, suppressed counts the lines left out)"
             );
         }
     }
@@ -218,7 +208,7 @@ pub async fn serve(
         checks: CheckBudget::for_this_machine(),
         rate: RateBucket::default(),
         connections: Mutex::default(),
-        last_eviction_warning: AtomicU64::new(0),
+        eviction_warning: Limited::new(limited_log::EVERY),
     });
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);

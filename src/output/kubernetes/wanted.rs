@@ -61,6 +61,25 @@ const AKS_LINK: &str = "https://aka.ms/aks/scheduledevents";
 /// The longest description AKS's plugin puts in a message, keeping it under 512 bytes.
 const AKS_DESCRIPTION: usize = 400;
 
+/// AKS's two conditions, `Unknown` with `message`, as node-problem-detector reports a plugin that
+/// exits UNKNOWN: the default reasons, the plugin's output as message.
+fn aks_unknown(message: String) -> Vec<Condition> {
+    vec![
+        Condition {
+            type_: AKS_CONDITION,
+            status: Status::Unknown,
+            reason: "NoVMEventScheduled".into(),
+            message: message.clone(),
+        },
+        Condition {
+            type_: AKS_PREEMPTION_CONDITION,
+            status: Status::Unknown,
+            reason: "NoPreemptionScheduled".into(),
+            message,
+        },
+    ]
+}
+
 impl Names {
     /// The conditions this style writes, `Unknown`: no valid document has come for a while, for
     /// the reason `kind` (a bounded error kind) with `error`, since `since`.
@@ -77,23 +96,7 @@ impl Names {
             }],
             // As node-problem-detector reports a plugin that exits UNKNOWN: the default reason,
             // the plugin's output ("IMDS query failed, exit code: 28 ...") as message.
-            Names::Aks => {
-                let message = format!("IMDS query failed, {kind}: {error}");
-                vec![
-                    Condition {
-                        type_: AKS_CONDITION,
-                        status: Status::Unknown,
-                        reason: "NoVMEventScheduled".into(),
-                        message: message.clone(),
-                    },
-                    Condition {
-                        type_: AKS_PREEMPTION_CONDITION,
-                        status: Status::Unknown,
-                        reason: "NoPreemptionScheduled".into(),
-                        message,
-                    },
-                ]
-            }
+            Names::Aks => aks_unknown(format!("IMDS query failed, {kind}: {error}")),
         }
     }
 
@@ -111,21 +114,7 @@ impl Names {
                 ),
             }],
             Names::Aks => {
-                let message = "IMDS query pending: no answer to the first request yet".to_owned();
-                vec![
-                    Condition {
-                        type_: AKS_CONDITION,
-                        status: Status::Unknown,
-                        reason: "NoVMEventScheduled".into(),
-                        message: message.clone(),
-                    },
-                    Condition {
-                        type_: AKS_PREEMPTION_CONDITION,
-                        status: Status::Unknown,
-                        reason: "NoPreemptionScheduled".into(),
-                        message,
-                    },
-                ]
+                aks_unknown("IMDS query pending: no answer to the first request yet".to_owned())
             }
         }
     }

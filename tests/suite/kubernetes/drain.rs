@@ -94,6 +94,18 @@ fn evicted(cluster: &Cluster) -> Vec<String> {
     names
 }
 
+/// Every eviction asked for a grace period of 1 to 10 s (the tests' NotBefore 10 s away, or their
+/// margin of 10 s once NotBefore has passed): cut to `what`.
+fn graces_cut_to(cluster: &Cluster, what: &str) {
+    for (pod, grace) in cluster.api.evictions() {
+        let grace = grace.unwrap_or_default();
+        assert!(
+            (1..=10).contains(&grace),
+            "{pod}: its grace period cut to {what}: {grace}"
+        );
+    }
+}
+
 fn terminating(cluster: &Cluster, name: &str) -> bool {
     cluster.api.pods().iter().any(|p| {
         p.metadata.name.as_deref() == Some(name) && p.metadata.deletion_timestamp.is_some()
@@ -595,13 +607,7 @@ async fn an_event_already_under_way_drains_what_it_can_within_one_margin() -> Te
     let agent = draining(&cluster, &imds, "10s").await?;
     drain_end(&cluster, "DrainCompleted").await?;
     assert_eq!(evicted(&cluster), ["default/db", "default/web"]);
-    for (pod, grace) in cluster.api.evictions() {
-        let grace = grace.unwrap_or_default();
-        assert!(
-            (1..=10).contains(&grace),
-            "{pod}: its grace period cut to the margin: {grace}"
-        );
-    }
+    graces_cut_to(&cluster, "the margin");
     agent.stop().await
 }
 
@@ -856,13 +862,7 @@ async fn a_preempt_first_seen_10_s_before_its_not_before_is_drained_at_once() ->
     let note = drain_end(&cluster, "DrainCompleted").await?;
     assert!(cluster.cordoned(), "cordoned first");
     assert_eq!(evicted(&cluster), ["default/db", "default/web"], "{note}");
-    for (pod, grace) in cluster.api.evictions() {
-        let grace = grace.unwrap_or_default();
-        assert!(
-            (1..=10).contains(&grace),
-            "{pod}: its grace period cut to NotBefore: {grace}"
-        );
-    }
+    graces_cut_to(&cluster, "NotBefore");
     let started = event_note(&cluster, "DrainStarted").ok_or("no DrainStarted Event")?;
     assert!(
         started.contains("of notice, less than the drain margin (15 s)"),
@@ -882,13 +882,7 @@ async fn an_event_seen_after_its_not_before_while_scheduled_is_drained_at_once()
     let agent = draining(&cluster, &imds, "10s").await?;
     drain_end(&cluster, "DrainCompleted").await?;
     assert_eq!(evicted(&cluster), ["default/db", "default/web"]);
-    for (pod, grace) in cluster.api.evictions() {
-        let grace = grace.unwrap_or_default();
-        assert!(
-            (1..=10).contains(&grace),
-            "{pod}: its grace period cut to the margin: {grace}"
-        );
-    }
+    graces_cut_to(&cluster, "the margin");
     let started = event_note(&cluster, "DrainStarted").ok_or("no DrainStarted Event")?;
     assert!(started.contains("NotBefore has passed"), "{started}");
     agent.stop().await
