@@ -37,7 +37,8 @@ fn mix(seed: u64, counter: u64, half: u8) -> u64 {
     hasher.finish()
 }
 
-fn format_guid(bits: u128) -> String {
+/// 128 bits as a GUID in Azure's EventId form (upper-case hex, 8-4-4-4-12).
+pub(crate) fn format_guid(bits: u128) -> String {
     let hex = format!("{bits:032X}");
     format!(
         "{}-{}-{}-{}-{}",

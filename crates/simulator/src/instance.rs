@@ -59,15 +59,8 @@ pub fn vm_id_for(name: &str) -> String {
     }
     let hash = (hash & !(0xF << 76)) | (0x4 << 76);
     let hash = (hash & !(0x3 << 62)) | (0x2 << 62);
-    let hex = format!("{hash:032x}");
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    // Azure writes vmIds in lower case, EventIds in upper case.
+    crate::event_id::format_guid(hash).to_lowercase()
 }
 
 /// A realistic scale-set VM called `name`, for the demo and the standalone simulator, with its own
