@@ -8,36 +8,16 @@ use crate::ops;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use common::TempDir;
 use ops::Error;
 
 type TestResult = Result<(), Error>;
 
-fn run(program: &str, args: &[&str], package: &str) -> Result<(bool, String), Error> {
-    let output = Command::new(program)
-        .args(args)
-        .current_dir(ops::repo())
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            format!("{program} is required (Debian package {package}; .ci/run installs it): {e}")
-        })?;
-    Ok((
-        output.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        ),
-    ))
-}
-
 /// The rules file `path` passed through `promtool check rules` (`what` names it in the failure), and
 /// read back as its alerts.
 fn checked_alerts(path: &Path, what: &str) -> Result<Vec<ops::Alert>, Error> {
-    let (ok, report) = run(
+    let (ok, report) = ops::run(
         "promtool",
         &["check", "rules", &path.to_string_lossy()],
         "prometheus",
@@ -59,12 +39,12 @@ fn chart_alerts(groups: &serde_json::Value, dir: &Path) -> Result<Vec<ops::Alert
 /// Renders the mixin into `dir`, with `config` (Jsonnet) merged into its config when given.
 fn render(dir: &Path, config: Option<&str>) -> TestResult {
     let (ok, report) = match config {
-        None => run(
+        None => ops::run(
             "bash",
             &["scripts/render-mixin.sh", &dir.to_string_lossy()],
             "jsonnet",
         )?,
-        Some(config) => run(
+        Some(config) => ops::run(
             "bash",
             &["scripts/render-mixin.sh", &dir.to_string_lossy(), config],
             "jsonnet",
@@ -491,7 +471,7 @@ fn the_mixin_renders_for_one_cluster_and_a_selector_of_your_own() -> TestResult 
 #[test]
 fn the_example_alertmanager_config_passes_amtool_and_names_what_the_rules_carry() -> TestResult {
     let example = ops::repo().join("examples/alertmanager.yml");
-    let (ok, report) = run(
+    let (ok, report) = ops::run(
         "amtool",
         &["check-config", &example.to_string_lossy()],
         "prometheus-alertmanager",

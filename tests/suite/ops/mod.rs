@@ -329,6 +329,27 @@ pub fn exported_names(exposition: &str) -> BTreeSet<String> {
     names
 }
 
+/// `program` with `args` in the repository, its success and its output; `package` names the
+/// Debian package to install when it is missing.
+pub fn run(program: &str, args: &[&str], package: &str) -> Result<(bool, String), Error> {
+    let output = Command::new(program)
+        .args(args)
+        .current_dir(repo())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| {
+            format!("{program} is required (Debian package {package}; .ci/run installs it): {e}")
+        })?;
+    Ok((
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    ))
+}
+
 /// A free TCP port on 127.0.0.1 (bound, read and released: another process may take it, which
 /// the caller notices when its server fails to start).
 pub fn free_port() -> std::io::Result<u16> {

@@ -8,27 +8,11 @@ use std::collections::BTreeSet;
 
 use ops::Error;
 
-#[cfg(feature = "external-tools")]
-use std::process::{Command, Stdio};
-
 type TestResult = Result<(), Error>;
 
 #[cfg(feature = "external-tools")]
 fn promtool(args: &[&str]) -> Result<(bool, String), Error> {
-    let output = Command::new("promtool")
-        .args(args)
-        .current_dir(ops::repo())
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            format!("promtool is required (Debian package prometheus; .ci/run installs it): {e}")
-        })?;
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok((output.status.success(), report))
+    ops::run("promtool", args, "prometheus")
 }
 
 #[cfg(feature = "external-tools")]
