@@ -20,7 +20,8 @@
 # (20: the CPU per cycle is taken over at least this many minutes, so that the garbage collector's
 # cycles, seconds each over a heap of gigabytes, are averaged in rather than in or out), BUDGET_MINUTES
 # (60: the whole run stops after this), KEEP_DIR (a directory to keep the store in instead of a temporary one), STORE
-# (remote-write or blocks).
+# (remote-write or blocks), NEIGHBOURS (0: each agent exports per-event series for the events naming
+# its VM, the agent's default; 1: for every event of its scale set, as with --report.neighbours=true).
 # Needs promtool, prometheus (Debian package prometheus) and python3; uses loopback only and removes
 # everything it wrote. The store lives in /dev/shm where there is one (about 5 GB of memory for
 # Prometheus at 10,000 agents).
@@ -39,6 +40,8 @@ eval_interval="${EVAL_INTERVAL:-15s}"
 evaluations="${EVALUATIONS:-1}"
 cpu_minutes="${CPU_MINUTES:-20}"
 store="${STORE:-remote-write}"
+neighbours="${NEIGHBOURS:-0}"
+[[ "$neighbours" == 0 || "$neighbours" == 1 ]] || { echo "fleet-bench: NEIGHBOURS is 0 or 1" >&2; exit 2; }
 [[ "$store" == remote-write || "$store" == blocks ]] || { echo "fleet-bench: STORE is remote-write or blocks" >&2; exit 2; }
 ((history_minutes < 60)) || [[ "$store" == blocks ]] || { echo "fleet-bench: HISTORY_MINUTES under 60 with remote write (the head takes the last hour)" >&2; exit 2; }
 budget=$((${BUDGET_MINUTES:-60} * 60))
@@ -102,13 +105,13 @@ done
 
 echo "# Fleet benchmark"
 echo
-echo "- fleet: $vms VMs, $clusters clusters, $scale_sets scale sets; scrape interval ${interval}s, ${history_minutes} minutes of history; evaluation interval $eval_interval; store: $store"
+echo "- fleet: $vms VMs, $clusters clusters, $scale_sets scale sets; scrape interval ${interval}s, ${history_minutes} minutes of history; evaluation interval $eval_interval; store: $store; per-event series: $([[ $neighbours == 1 ]] && echo "every event of the scale set (--report.neighbours=true)" || echo "events naming the VM (the agent's default)")"
 echo "- machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(prometheus --version 2>&1 | head -1)"
 echo "- source: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$repo" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
 
 anchor=$(date +%s)
 start=$((anchor - history_minutes * 60))
-fleet=(--vms "$vms" --clusters "$clusters" --scale-sets "$scale_sets" --anchor "$anchor" --interval "$interval")
+fleet=(--vms "$vms" --clusters "$clusters" --scale-sets "$scale_sets" --anchor "$anchor" --interval "$interval" --neighbours "$neighbours")
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 url="http://127.0.0.1:$port"
 config() { # config [RULES...]: the Prometheus configuration, with these rule files

@@ -170,6 +170,10 @@ def scrape(args, state, t):
             transitions[(e["type"], "scheduled")] = transitions.get((e["type"], "scheduled"), 0) + 1
             if status == "Started":
                 transitions[(e["type"], "started")] = transitions.get((e["type"], "started"), 0) + 1
+            # The agent's default exports per-event series only for events naming its VM
+            # (--report.neighbours=false); the pending counts above count every event.
+            if affects == "false" and not args.neighbours:
+                continue
             labels = 'event_id="%s"' % e["id"]
             ap('%sevent_info{%s,affects_this_vm="%s",%s,event_source="%s",event_status="%s",event_type="%s",'
                'resource_type="VirtualMachine"} 1 %d\n' % (P, tg, affects, labels, e["source"], status, e["type"], t))
@@ -689,6 +693,9 @@ def main():
         p.add_argument("--end", type=int, required=True)
         p.add_argument("--interval", type=int, default=30)
         p.add_argument("--kube-state-metrics", type=int, default=1)
+        p.add_argument("--neighbours", type=int, default=0,
+                       help="1: every agent exports the series of every event of its scale set, as with"
+                            " --report.neighbours=true; 0 (the agent's default): only of events naming its VM")
     g.add_argument("--out", required=True)
     f.add_argument("--url", required=True)
     f.add_argument("--live", type=int, default=1)

@@ -157,8 +157,10 @@ local promql = import '../lib/promql.libsonnet';
       'max by (%(key)s) (\n  %(events)s * 0\n  + on (%(on)s) group_left ()\n  %(notBefore)s\n  or\n  %(events)s * 0\n)\nunless on (%(on)s)\n  (%(until)s > %(soon)d)' % {
         key: q.list(q.vm + ['event_id', 'event_type', 'event_source', c.nodeLabel]),
         events: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes), statuses]),
-        // One per target and event, however many copies the store holds (an HA pair).
-        notBefore: 'max by (%s) (%s)' % [q.list(q.vm + ['event_id']), q.sel('azure_scheduled_events_event_not_before_timestamp_seconds')],
+        // One per target and event, however many copies the store holds (an HA pair). NotBefore
+        // is the countdown above plus time(), exactly (NotBefore is whole seconds): the
+        // NotBefore of every event is selected once per evaluation, not twice.
+        notBefore: 'max by (%s) (%s) + time()' % [q.list(q.vm + ['event_id']), r.targetEventUntil],
         on: q.list(q.vm + ['event_id']),
         until: r.targetEventUntil,
         soon: c.impactSoonSeconds,
