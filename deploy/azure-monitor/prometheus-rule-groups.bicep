@@ -35,7 +35,7 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     clusterName: empty(clusterName) ? null : clusterName
     description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.targets (generated from the monitoring mixin).'
     enabled: true
-    interval: 'PT2M'
+    interval: 'PT5M'
     rules: [
       {
         enabled: true

@@ -22,6 +22,12 @@ local promql = import '../lib/promql.libsonnet';
     if std.objectHas(factor, unit) then number * factor[unit]
     else error 'duration %s: expected a number and one of s, m, h, d, w' % duration,
 
+  // The window in which a record of the targets group finds its own previous value: at least two
+  // of its evaluations (one may fail or be skipped), and 10 minutes.
+  local targetsWindow =
+    local interval = if c.targetsInterval == '' then 0 else seconds(c.targetsInterval);
+    if 2 * interval > 600 then '%ds' % (2 * interval) else '10m',
+
   // The recorded vm_info keeps the VM's priority besides vmInfoRecordLabels: the page leaves
   // Spot pools out by it.
   local infoLabels = q.list(q.vm + [c.vmIdLabel] + c.vmInfoRecordLabels + [q.priority]),
@@ -227,10 +233,11 @@ local promql = import '../lib/promql.libsonnet';
           // scrape, without reading a day of samples.
           record(
             r.targetLastSeen,
-            'max by (%(t)s) (timestamp(%(build)s))\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[10m])\n  > time() - %(lookback)d\n)' % {
+            'max by (%(t)s) (timestamp(%(build)s))\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[%(window)s])\n  > time() - %(lookback)d\n)' % {
               t: target,
               build: q.sel('azure_scheduled_events_build_info'),
               prev: r.targetLastSeen,
+              window: targetsWindow,
               lookback: seconds(c.agentSeenLookback),
             },
           ),
@@ -239,7 +246,7 @@ local promql = import '../lib/promql.libsonnet';
           // gets the target as its id: it counts as a VM of its own.
           record(
             r.targetVmInfo,
-            'max by (%(labels)s) (\n  %(withId)s\n  or\n  label_join(%(withoutId)s, "%(id)s", "/", %(targetQuoted)s)\n)\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[10m])\n  and on (%(t)s)\n  (%(seen)s > time() - %(lookback)d)\n)' % {
+            'max by (%(labels)s) (\n  %(withId)s\n  or\n  label_join(%(withoutId)s, "%(id)s", "/", %(targetQuoted)s)\n)\nor on (%(t)s)\n(\n  last_over_time(%(prev)s[%(window)s])\n  and on (%(t)s)\n  (%(seen)s > time() - %(lookback)d)\n)' % {
               labels: infoLabels,
               withId: q.sel('azure_scheduled_events_vm_info', ['%s!=""' % c.vmIdLabel]),
               withoutId: q.sel('azure_scheduled_events_vm_info', ['%s=""' % c.vmIdLabel]),
@@ -247,6 +254,7 @@ local promql = import '../lib/promql.libsonnet';
               targetQuoted: std.join(', ', ['"%s"' % l for l in q.vm]),
               t: target,
               prev: r.targetVmInfo,
+              window: targetsWindow,
               seen: r.targetLastSeen,
               lookback: seconds(c.vmInfoLookback),
             },
