@@ -61,12 +61,13 @@ pub fn check(args: AgentArgs, env: &impl EnvSource, unknown: &[UnknownVariable])
     {
         let resolved = match lenient::resolve_signal(&otlp, signal, env) {
             Ok(resolved) => {
-                checked.warnings.extend(
-                    resolved
-                        .warnings
-                        .into_iter()
-                        .map(|w| format!("ignoring an OTEL_* setting: {w}")),
-                );
+                for warning in resolved.warnings {
+                    // A generic variable both signals read is said once.
+                    let warning = format!("ignoring an OTEL_* setting: {warning}");
+                    if !checked.warnings.contains(&warning) {
+                        checked.warnings.push(warning);
+                    }
+                }
                 resolved.config
             }
             // A bad flag is the same problem for both signals: said once.
@@ -253,6 +254,31 @@ mod tests {
         let summary = checked.summary.unwrap_or_default();
         assert!(
             summary.contains("traces to http://collector:4318/v1/traces"),
+            "{summary}"
+        );
+        assert!(!summary.contains("log events"), "{summary}");
+    }
+
+    #[test]
+    fn log_events_asked_for_are_in_the_summary_and_a_shared_bad_value_is_said_once() {
+        let checked = check_args(
+            &["--state.file="],
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+                ("OTEL_LOGS_EXPORTER", "otlp"),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s"),
+            ],
+        );
+        assert!(checked.passed(), "{checked:?}");
+        let timeouts = checked
+            .warnings
+            .iter()
+            .filter(|w| w.contains("OTEL_EXPORTER_OTLP_TIMEOUT"))
+            .count();
+        assert_eq!(timeouts, 1, "{checked:?}");
+        let summary = checked.summary.unwrap_or_default();
+        assert!(
+            summary.contains("; log events to http://collector:4318/v1/logs"),
             "{summary}"
         );
     }

@@ -93,7 +93,12 @@ impl Telemetry {
     /// Traces and log events as [`lenient::resolve_signal`] found them, with its warnings.
     pub fn resolved(traces: lenient::Resolved, logs: lenient::Resolved) -> Self {
         let mut warnings = traces.warnings;
-        warnings.extend(logs.warnings);
+        for warning in logs.warnings {
+            // A generic variable both signals read is said once.
+            if !warnings.contains(&warning) {
+                warnings.push(warning);
+            }
+        }
         Self {
             warnings,
             ..Self::new(traces.config).with_logs(logs.config)
