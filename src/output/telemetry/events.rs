@@ -257,8 +257,7 @@ mod tests {
             .build();
         let subscriber = tracing_subscriber::registry().with(EventsLayer::new(&provider));
         tracing::subscriber::with_default(subscriber, lines);
-        let records = recorder.0.lock().map(|r| r.clone()).unwrap_or_default();
-        records
+        recorder.0.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
     fn attribute<'a>(record: &'a SdkLogRecord, key: &str) -> Option<&'a AnyValue> {
