@@ -13,7 +13,6 @@
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 
-use opentelemetry_sdk::trace::Tracer;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
@@ -24,16 +23,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, fmt};
 
 use crate::config::LogFormat;
-use crate::output::telemetry::EventsLayer;
-
-/// What the subscriber hands to OpenTelemetry besides writing lines: none by default.
-#[derive(Debug, Default)]
-pub struct Bridges {
-    /// The agent's own `tracing` spans, when traces are on.
-    pub tracer: Option<Tracer>,
-    /// The event lines as log records, when log events are on.
-    pub events: Option<EventsLayer>,
-}
+pub use crate::output::telemetry::Bridges;
 
 /// Installs the global subscriber, writing to stdout. `level` was validated with the
 /// configuration.

@@ -126,8 +126,8 @@ impl Telemetry {
     }
 
     /// What the log subscriber bridges to OpenTelemetry.
-    pub fn bridges(&self) -> crate::shell::logging::Bridges {
-        crate::shell::logging::Bridges {
+    pub fn bridges(&self) -> Bridges {
+        Bridges {
             tracer: self.tracer(),
             events: self.events_layer(),
         }
@@ -161,6 +161,15 @@ impl Telemetry {
         });
         Started { traces, logs }
     }
+}
+
+/// What the log subscriber hands to OpenTelemetry besides writing lines: none by default.
+#[derive(Debug, Default)]
+pub struct Bridges {
+    /// The agent's own `tracing` spans, when traces are on.
+    pub tracer: Option<Tracer>,
+    /// The event lines as log records, when log events are on.
+    pub events: Option<EventsLayer>,
 }
 
 /// What [`Telemetry::start`] started.
