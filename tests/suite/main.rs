@@ -46,7 +46,7 @@
 //! | `state` |  | the state file: never fatal, never half-written, and what a restart makes of it |
 //! | `systemd` |  | systemd's notify protocol over a real unix datagram socket |
 //! | `telemetry` |  | bad `OTEL_*` values never stop the metrics; OTLP over TLS with a client certificate |
-//! | `traces` |  | traces as a collector receives them, over gRPC and HTTP/protobuf |
+//! | `traces` |  | traces as a collector receives them, over gRPC and HTTP/protobuf; log events lost to a collector that is down, counted |
 //! | `vmalert` | *all:* VictoriaMetrics and vmalert (Debian `victoria-metrics`) | the alert rules on a second engine: the promtool unit tests' scenarios replayed through vmalert into VictoriaMetrics fire what promtool expects, with and without a `cluster` label, and every description renders |
 //! | `web` |  | the listener: gzip, TLS, basic auth, certificate rotation, the scrape limit, idle connections |
 //! | `windows` | *all:* target/dist, Wine, mingw-w64, unzip | the Windows zip's `.exe` under Wine against the simulator: metrics, an event's life, hooks and their Job object, the state file across a restart, a clean stop |
