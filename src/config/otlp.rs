@@ -291,7 +291,9 @@ pub struct OtlpArgs {
     /// [default: none: traces off].
     ///
     /// `http://collector:4318` for http/protobuf, `http://collector:4317` for grpc; it wins over
-    /// OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (docs/traces.md).
+    /// OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (docs/traces.md). Log
+    /// events go there too (`/v1/logs`) only when OTEL_LOGS_EXPORTER=otlp asks for them
+    /// (docs/logs.md); the `--otlp.*` flags apply to both.
     #[arg(long = "otlp.endpoint", env = "AZURE_SCHEDULED_EVENTS_OTLP_ENDPOINT")]
     pub endpoint: Option<String>,
     /// OTLP protocol [default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf].
