@@ -108,12 +108,16 @@ async fn series_at_idle_per_configuration_match_the_docs_and_the_budget() -> Tes
         let text = idle_exposition(&imds, flags, env).await?;
         let count = series(&text);
         eprintln!(
-            "{name:<20} {count:>4} series, {:>6} bytes ({})",
+            "{name:<22} {count:>4} series, {:>6} bytes ({})",
             text.len(),
             if flags.is_empty() {
                 "no flags".to_owned()
             } else {
-                flags.join(" ")
+                env.iter()
+                    .map(|(name, value)| format!("{name}={value}"))
+                    .chain(flags.iter().cloned())
+                    .collect::<Vec<_>>()
+                    .join(" ")
             }
         );
         counted.insert(name.to_string(), count);
