@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Instructions per unchanged poll, with and without OTLP export, counted by valgrind's callgrind.
+# Instructions per unchanged poll, with and without OTLP export (traces, and traces with log events),
+# counted by valgrind's callgrind.
 # Instruction counts do not depend on what else the machine is doing, unlike CPU time, so this
 # settles the "at most 10 % extra CPU per poll with OTLP configured" target that the side-by-side
 # bench in benches/agent.rs can only bracket. See docs/performance.md.
@@ -11,10 +12,15 @@
 # exporting agents have a healthy connection, as in production.
 #
 #   scripts/otlp-instructions.sh      needs valgrind, python3 with venv, and a release build
+#   OTLP_BIN=path/to/binary scripts/otlp-instructions.sh      measures that binary, built already
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked
-bin=$PWD/target/release/azure-scheduled-events-exporter
+if [[ -n ${OTLP_BIN:-} ]]; then
+    bin=$(realpath "$OTLP_BIN")
+else
+    cargo build --release --locked
+    bin=$PWD/target/release/azure-scheduled-events-exporter
+fi
 work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
@@ -34,10 +40,15 @@ import http.server, sys, threading
 from concurrent import futures
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb, trace_service_pb2_grpc as rpc
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2 as logs_pb, logs_service_pb2_grpc as logs_rpc
 
 class Grpc(rpc.TraceServiceServicer):
     def Export(self, request, context):
         return pb.ExportTraceServiceResponse()
+
+class GrpcLogs(logs_rpc.LogsServiceServicer):
+    def Export(self, request, context):
+        return logs_pb.ExportLogsServiceResponse()
 
 class Http(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
@@ -51,6 +62,7 @@ class Http(http.server.BaseHTTPRequestHandler):
 
 server = grpc.server(futures.ThreadPoolExecutor(2))
 rpc.add_TraceServiceServicer_to_server(Grpc(), server)
+logs_rpc.add_LogsServiceServicer_to_server(GrpcLogs(), server)
 server.add_insecure_port("127.0.0.1:" + sys.argv[1])
 server.start()
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[2])), Http).serve_forever()
@@ -82,16 +94,21 @@ run() {
     echo "$polls $(awk '/^(summary|totals):/ { print $2; exit }' "$work/$name-$seconds.out")"
 }
 
-printf '%-22s %8s %16s\n' configuration polls 'instructions/poll'
-for config in "no OTLP" "OTLP gRPC" "OTLP HTTP/protobuf" "no OTLP (again)"; do
+printf '%-32s %8s %16s\n' configuration polls 'instructions/poll'
+for config in "no OTLP" "OTLP gRPC" "OTLP gRPC + log events" "OTLP HTTP/protobuf" \
+    "OTLP HTTP/protobuf + log events" "no OTLP (again)"; do
     case $config in
         "OTLP gRPC") env=(OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$grpc OTEL_EXPORTER_OTLP_PROTOCOL=grpc) ;;
+        "OTLP gRPC + log events")
+            env=(OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$grpc OTEL_EXPORTER_OTLP_PROTOCOL=grpc
+                OTEL_LOGS_EXPORTER=otlp) ;;
         "OTLP HTTP/protobuf") env=(OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$http) ;;
+        "OTLP HTTP/protobuf + log events") env=(OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$http OTEL_LOGS_EXPORTER=otlp) ;;
         *) env=() ;;
     esac
     name=$(tr -c 'A-Za-z0-9' - <<<"$config")
     read -r p1 i1 < <(run "$name" 15 "${env[@]}")
     read -r p2 i2 < <(run "$name" 35 "${env[@]}")
     awk -v c="$config" -v p1="$p1" -v i1="$i1" -v p2="$p2" -v i2="$i2" \
-        'BEGIN { printf "%-22s %8d %16.0f\n", c, p2 - p1, (i2 - i1) / (p2 - p1) }'
+        'BEGIN { printf "%-32s %8d %16.0f\n", c, p2 - p1, (i2 - i1) / (p2 - p1) }'
 done

@@ -9,7 +9,7 @@ use azure_scheduled_events_exporter::config::{
     AgentArgs, Cli, Command, Config, ConfigError, DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL,
     DEMO_LOG_FORMAT, EXIT_USAGE, LogFormat, environment, usage,
 };
-use azure_scheduled_events_exporter::output::telemetry::{ProcessEnv, Telemetry};
+use azure_scheduled_events_exporter::output::telemetry::{ProcessEnv, Signal, Telemetry};
 use azure_scheduled_events_exporter::shell::{agent, check_config, check_imds, commands, logging};
 use clap::error::ErrorKind;
 use clap::{CommandFactory as _, Parser as _};
@@ -76,7 +76,7 @@ fn main() -> ExitCode {
         }
         None => match prepare(cli.agent, DEFAULT_LOG_FORMAT) {
             Ok((config, telemetry)) => {
-                logging::init(config.log_format, &config.log_level, telemetry.tracer());
+                logging::init(config.log_format, &config.log_level, telemetry.bridges());
                 runtime.block_on(async {
                     let shutdown = commands::shutdown_signal();
                     agent::start_with(config, telemetry)
@@ -89,7 +89,7 @@ fn main() -> ExitCode {
         },
         Some(Command::Demo(args)) => match prepare(args.into_agent(), DEMO_LOG_FORMAT) {
             Ok((config, telemetry)) => {
-                logging::init(config.log_format, &config.log_level, telemetry.tracer());
+                logging::init(config.log_format, &config.log_level, telemetry.bridges());
                 runtime.block_on(commands::demo(config, telemetry))
             }
             Err(error) => return usage_error(&error.to_string()),
@@ -103,11 +103,19 @@ fn main() -> ExitCode {
             Err(error) => return usage_error(&error.to_string()),
         },
         Some(Command::Simulator(args)) => {
-            logging::init(args.log_format, DEFAULT_LOG_LEVEL, None);
+            logging::init(
+                args.log_format,
+                DEFAULT_LOG_LEVEL,
+                logging::Bridges::default(),
+            );
             runtime.block_on(commands::simulator(args))
         }
         Some(Command::PrepareStateDir(args)) => {
-            logging::init(DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL, None);
+            logging::init(
+                DEFAULT_LOG_FORMAT,
+                DEFAULT_LOG_LEVEL,
+                logging::Bridges::default(),
+            );
             commands::prepare_state_dir(&args)
         }
     };
@@ -121,12 +129,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// Validates the flags and resolves traces from them and the `OTEL_*` variables (a bad variable
+/// Validates the flags and resolves traces and log events from them and the `OTEL_*` variables (a bad variable
 /// is a warning, not an exit: see `config::lenient`).
 fn prepare(args: AgentArgs, default_format: LogFormat) -> Result<(Config, Telemetry), ConfigError> {
     let config = args.validate(default_format)?;
-    let otlp = lenient::resolve(&config.otlp, &ProcessEnv)?;
-    Ok((config, Telemetry::resolved(otlp)))
+    let traces = lenient::resolve_signal(&config.otlp, Signal::Traces, &ProcessEnv)?;
+    let logs = lenient::resolve_signal(&config.otlp, Signal::Logs, &ProcessEnv)?;
+    Ok((config, Telemetry::resolved(traces, logs)))
 }
 
 /// `check-config`: the usage errors, then what checking the rest finds (`agent`: the agent's flags,

@@ -1,30 +1,33 @@
-//! Traces can never stop the metrics. An `OTEL_*` variable is often set fleet-wide (an image, a
+//! Traces and log events can never stop the metrics. An `OTEL_*` variable is often set fleet-wide (an image, a
 //! DaemonSet, a configuration tool), and the systemd unit does not restart an agent that exits
 //! 64: a value this agent cannot use must not blind every VM. So a bad `OTEL_*` value is a
 //! warning: the setting falls back to its default where one exists (timeout, batching, resource
-//! attributes, compression), and traces are off where none does (endpoint, protocol, headers,
-//! certificates); metrics and logs go on. A bad `--otlp.*` flag (or its
+//! attributes, compression), and the signal (traces, or log events over OTLP) is off where none
+//! does (endpoint, protocol, headers, certificates, `OTEL_LOGS_EXPORTER`); everything else goes on. A bad `--otlp.*` flag (or its
 //! `AZURE_SCHEDULED_EVENTS_OTLP_*` variable) is what the operator typed for this agent, and still
 //! exits 64.
 
 use std::collections::HashMap;
 
 use super::ConfigError;
-use super::otlp::{EnvSource, OtlpArgs, OtlpConfig, OtlpError};
+use super::otlp::{EnvSource, OtlpArgs, OtlpConfig, OtlpError, Signal};
 
-/// Variables whose bad value falls back to the default.
-const DEFAULTABLE: &[&str] = &[
-    "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
-    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
-    "OTEL_EXPORTER_OTLP_COMPRESSION",
-    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
-    "OTEL_EXPORTER_OTLP_TIMEOUT",
-    "OTEL_RESOURCE_ATTRIBUTES",
-    "OTEL_BSP_MAX_QUEUE_SIZE",
-    "OTEL_BSP_SCHEDULE_DELAY",
-];
+/// Variables of `signal` whose bad value falls back to the default.
+fn defaultable(signal: Signal) -> [&'static str; 8] {
+    let names = signal.variables();
+    [
+        names.compression[0],
+        names.compression[1],
+        names.timeout[0],
+        names.timeout[1],
+        "OTEL_RESOURCE_ATTRIBUTES",
+        names.max_queue_size,
+        names.max_export_batch_size,
+        names.schedule_delay,
+    ]
+}
 
-/// Traces as resolved, with what was wrong in the environment.
+/// One signal as resolved, with what was wrong in the environment.
 #[derive(Debug, Default)]
 pub struct Resolved {
     pub config: Option<OtlpConfig>,
@@ -48,8 +51,17 @@ impl<E: EnvSource> EnvSource for Masked<'_, E> {
     }
 }
 
-/// Resolves the flags and the `OTEL_*` variables; only a bad flag is an error.
+/// Resolves the flags and the `OTEL_*` variables for traces; only a bad flag is an error.
 pub fn resolve(args: &OtlpArgs, env: &impl EnvSource) -> Result<Resolved, ConfigError> {
+    resolve_signal(args, Signal::Traces, env)
+}
+
+/// Resolves the flags and the `OTEL_*` variables for `signal`; only a bad flag is an error.
+pub fn resolve_signal(
+    args: &OtlpArgs,
+    signal: Signal,
+    env: &impl EnvSource,
+) -> Result<Resolved, ConfigError> {
     // The flags alone, with an endpoint so that every flag is checked even when the endpoint
     // comes from a variable.
     let flags_only = OtlpArgs {
@@ -78,12 +90,13 @@ pub fn resolve(args: &OtlpArgs, env: &impl EnvSource) -> Result<Resolved, Config
         hidden: Vec::new(),
     };
     let mut warnings = Vec::new();
+    let defaultable = defaultable(signal);
     loop {
-        match args.resolve(&masked) {
+        match args.resolve_signal(signal, &masked) {
             Ok(config) => return Ok(Resolved { config, warnings }),
             Err(OtlpError::Flag(error)) => return Err(error),
             Err(OtlpError::Variable { variable, message }) => {
-                match DEFAULTABLE
+                match defaultable
                     .iter()
                     .find(|name| **name == variable)
                     .filter(|name| !masked.hidden.contains(name))
@@ -93,7 +106,7 @@ pub fn resolve(args: &OtlpArgs, env: &impl EnvSource) -> Result<Resolved, Config
                         masked.hidden.push(name);
                     }
                     None => {
-                        warnings.push(format!("{message}; traces are off, metrics and logs go on"));
+                        warnings.push(format!("{message}; {}", signal.off()));
                         return Ok(Resolved {
                             config: None,
                             warnings,
@@ -177,6 +190,23 @@ mod tests {
             assert_eq!(resolved.warnings.len(), 1, "{pairs:?}");
             assert!(resolved.warnings[0].contains("traces are off"), "{pairs:?}");
         }
+        Ok(())
+    }
+
+    #[test]
+    fn a_bad_logs_setting_turns_only_log_events_off() -> Result<(), ConfigError> {
+        let env = env(&[
+            ("OTEL_LOGS_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_LOGS_HEADERS", "novalue"),
+            ("OTEL_EXPORTER_OTLP_LOGS_COMPRESSION", "zstd"),
+        ]);
+        let logs = resolve_signal(&OtlpArgs::default(), Signal::Logs, &env)?;
+        assert!(logs.config.is_none());
+        assert_eq!(logs.warnings.len(), 2, "{:?}", logs.warnings);
+        assert!(logs.warnings[0].contains("OTEL_EXPORTER_OTLP_LOGS_COMPRESSION is ignored"));
+        assert!(logs.warnings[1].contains("log events over OTLP are off"));
+        let traces = resolve(&OtlpArgs::default(), &env)?;
+        assert!(traces.config.is_some() && traces.warnings.is_empty());
         Ok(())
     }
 

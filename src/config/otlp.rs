@@ -1,11 +1,18 @@
-//! Where traces go: the `--otlp.*` flags and the standard `OTEL_*` variables, resolved into one
-//! [`OtlpConfig`] (or none: tracing is off unless an endpoint is configured).
+//! Where traces and log events go: the `--otlp.*` flags and the standard `OTEL_*` variables,
+//! resolved for one [`Signal`] into one [`OtlpConfig`] (or none: each signal is off unless
+//! configured).
 //!
 //! The variables are read through an [`EnvSource`], so tests resolve from a map and never touch
 //! the process environment. Precedence, highest first: `OTEL_SDK_DISABLED=true` (off, whatever
-//! else is set); a flag (or its `AZURE_SCHEDULED_EVENTS_OTLP_*` variable); the traces-specific
-//! `OTEL_EXPORTER_OTLP_TRACES_*` variable; the generic `OTEL_EXPORTER_OTLP_*` one; the default.
-//! An empty variable counts as unset, as the OpenTelemetry specification requires.
+//! else is set); a flag (or its `AZURE_SCHEDULED_EVENTS_OTLP_*` variable); the signal's own
+//! `OTEL_EXPORTER_OTLP_TRACES_*` or `OTEL_EXPORTER_OTLP_LOGS_*` variable; the generic
+//! `OTEL_EXPORTER_OTLP_*` one; the default. An empty variable counts as unset, as the
+//! OpenTelemetry specification requires.
+//!
+//! Traces are on once an endpoint is configured. Log events are on only when asked for by name
+//! (`OTEL_LOGS_EXPORTER=otlp`, or `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`): the shared endpoint alone
+//! does not turn them on, so that an upgrade does not add a second stream to every collector
+//! already receiving the traces.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -21,9 +28,13 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_PROTOCOL: Protocol = Protocol::HttpProtobuf;
 /// The longest `--otlp.timeout` (or `OTEL_EXPORTER_OTLP_TIMEOUT`).
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
-/// Spans held while the collector is slow or down; beyond this they are dropped and counted.
+/// Spans (or log records) held while the collector is slow or down; beyond this they are dropped
+/// and counted.
 pub const DEFAULT_MAX_QUEUE_SIZE: usize = 2048;
-/// Spans per export request.
+/// Bytes of log records held while the collector is slow or down (their attributes' keys and
+/// values as the agent holds them); beyond this they are dropped and counted.
+pub const MAX_LOG_QUEUE_BYTES: usize = 1 << 20;
+/// Spans (or log records) per export request.
 pub const DEFAULT_MAX_EXPORT_BATCH_SIZE: usize = 512;
 /// How long a span waits for others to share its export request. Shorter than the
 /// specification's 5 s because every span here is a transition someone may be watching for.
@@ -31,7 +42,169 @@ pub const DEFAULT_SCHEDULE_DELAY: Duration = Duration::from_secs(1);
 /// `service.name` unless `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` says otherwise.
 pub const DEFAULT_SERVICE_NAME: &str = "azure-scheduled-events-exporter";
 
-/// Why the trace export settings cannot be used, naming the setting that holds the bad value.
+/// The OpenTelemetry signal a configuration is for: each has its own variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Traces,
+    /// Log-based events: each transition's log line as a LogRecord with an event name.
+    Logs,
+}
+
+/// The variables of one signal, by setting: its own form first where there is one.
+#[derive(Debug)]
+pub struct Variables {
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`: the whole URL, used as given.
+    pub endpoint: &'static str,
+    /// The path appended to a base URL for http/protobuf.
+    pub path: &'static str,
+    pub protocol: [&'static str; 2],
+    pub headers: [&'static str; 2],
+    pub timeout: [&'static str; 2],
+    pub compression: [&'static str; 2],
+    pub certificate: [&'static str; 2],
+    pub client_certificate: [&'static str; 2],
+    pub client_key: [&'static str; 2],
+    /// The batch processor's: `OTEL_BSP_*` for spans, `OTEL_BLRP_*` for log records.
+    pub max_queue_size: &'static str,
+    pub max_export_batch_size: &'static str,
+    pub schedule_delay: &'static str,
+}
+
+const TRACES: Variables = Variables {
+    endpoint: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    path: "/v1/traces",
+    protocol: [
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ],
+    headers: [
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+    ],
+    timeout: [
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ],
+    compression: [
+        "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+        "OTEL_EXPORTER_OTLP_COMPRESSION",
+    ],
+    certificate: [
+        "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    ],
+    client_certificate: [
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+    ],
+    client_key: [
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+        "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+    ],
+    max_queue_size: "OTEL_BSP_MAX_QUEUE_SIZE",
+    max_export_batch_size: "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    schedule_delay: "OTEL_BSP_SCHEDULE_DELAY",
+};
+
+const LOGS: Variables = Variables {
+    endpoint: "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+    path: "/v1/logs",
+    protocol: [
+        "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ],
+    headers: [
+        "OTEL_EXPORTER_OTLP_LOGS_HEADERS",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+    ],
+    timeout: [
+        "OTEL_EXPORTER_OTLP_LOGS_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ],
+    compression: [
+        "OTEL_EXPORTER_OTLP_LOGS_COMPRESSION",
+        "OTEL_EXPORTER_OTLP_COMPRESSION",
+    ],
+    certificate: [
+        "OTEL_EXPORTER_OTLP_LOGS_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    ],
+    client_certificate: [
+        "OTEL_EXPORTER_OTLP_LOGS_CLIENT_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+    ],
+    client_key: [
+        "OTEL_EXPORTER_OTLP_LOGS_CLIENT_KEY",
+        "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+    ],
+    max_queue_size: "OTEL_BLRP_MAX_QUEUE_SIZE",
+    max_export_batch_size: "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",
+    schedule_delay: "OTEL_BLRP_SCHEDULE_DELAY",
+};
+
+/// `OTEL_LOGS_EXPORTER`: `otlp` turns log events on, `none` off.
+pub const LOGS_EXPORTER: &str = "OTEL_LOGS_EXPORTER";
+
+impl Signal {
+    pub fn variables(self) -> &'static Variables {
+        match self {
+            Signal::Traces => &TRACES,
+            Signal::Logs => &LOGS,
+        }
+    }
+
+    /// What is off when its settings are unusable, for messages.
+    pub fn what(self) -> &'static str {
+        match self {
+            Signal::Traces => "traces",
+            Signal::Logs => "log events over OTLP",
+        }
+    }
+
+    /// What the agent says when the signal's settings cannot be used.
+    pub fn off(self) -> &'static str {
+        match self {
+            Signal::Traces => "traces are off; metrics and logs go on",
+            Signal::Logs => "log events over OTLP are off; metrics, traces and log lines go on",
+        }
+    }
+
+    /// `_TRACES_` or `_LOGS_`, for messages that name a variable's signal-specific form.
+    pub fn infix(self) -> &'static str {
+        match self {
+            Signal::Traces => "_TRACES_",
+            Signal::Logs => "_LOGS_",
+        }
+    }
+
+    /// Whether the environment asks for this signal (an endpoint aside): traces always do; log
+    /// events when `OTEL_LOGS_EXPORTER` names `otlp`, or unset, when their own endpoint is set.
+    fn wanted(self, env: &impl EnvSource) -> Result<bool, OtlpError> {
+        if self == Signal::Traces {
+            return Ok(true);
+        }
+        let Some(value) = env.var(LOGS_EXPORTER) else {
+            return Ok(env.var(LOGS.endpoint).is_some());
+        };
+        let names: Vec<String> = value
+            .split(',')
+            .map(|name| name.trim().to_ascii_lowercase())
+            .filter(|name| !name.is_empty())
+            .collect();
+        if names.iter().any(|name| name == "otlp") {
+            Ok(true)
+        } else if names.iter().all(|name| name == "none") {
+            Ok(false)
+        } else {
+            Err(OtlpError::Variable {
+                variable: LOGS_EXPORTER,
+                message: format!("{LOGS_EXPORTER}={value:?}: use otlp or none"),
+            })
+        }
+    }
+}
+
+/// Why the export settings cannot be used, naming the setting that holds the bad value.
 #[derive(Debug, thiserror::Error)]
 pub enum OtlpError {
     /// A `--otlp.*` flag (or its `AZURE_SCHEDULED_EVENTS_OTLP_*` variable): what the operator set
@@ -118,7 +291,9 @@ pub struct OtlpArgs {
     /// [default: none: traces off].
     ///
     /// `http://collector:4318` for http/protobuf, `http://collector:4317` for grpc; it wins over
-    /// OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (docs/traces.md).
+    /// OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (docs/traces.md). Log
+    /// events go there too (`/v1/logs`) only when OTEL_LOGS_EXPORTER=otlp asks for them
+    /// (docs/logs.md); the `--otlp.*` flags apply to both.
     #[arg(long = "otlp.endpoint", env = "AZURE_SCHEDULED_EVENTS_OTLP_ENDPOINT")]
     pub endpoint: Option<String>,
     /// OTLP protocol [default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf].
@@ -170,9 +345,9 @@ pub struct OtlpConfig {
     pub max_queue_size: usize,
     pub max_export_batch_size: usize,
     pub schedule_delay: Duration,
-    /// `OTEL_EXPORTER_OTLP_(TRACES_)COMPRESSION=gzip`.
+    /// `OTEL_EXPORTER_OTLP_(TRACES_|LOGS_)COMPRESSION=gzip`.
     pub gzip: bool,
-    /// `OTEL_EXPORTER_OTLP_(TRACES_)CERTIFICATE`, `..._CLIENT_CERTIFICATE`, `..._CLIENT_KEY`.
+    /// `OTEL_EXPORTER_OTLP_(TRACES_|LOGS_)CERTIFICATE`, `..._CLIENT_CERTIFICATE`, `..._CLIENT_KEY`.
     pub tls: TlsFiles,
     /// `--otlp.semconv-compat`: `None` sends conventions 1.43.
     pub semconv_compat: Option<SemconvCompat>,
@@ -188,23 +363,28 @@ pub struct TlsFiles {
 }
 
 impl OtlpArgs {
-    /// Resolves the flags and the `OTEL_*` variables; `None` when traces are off.
+    /// Resolves the flags and the `OTEL_*` variables for traces; `None` when they are off.
     pub fn resolve(&self, env: &impl EnvSource) -> Result<Option<OtlpConfig>, OtlpError> {
+        self.resolve_signal(Signal::Traces, env)
+    }
+
+    /// Resolves the flags and the `OTEL_*` variables for `signal`; `None` when it is off.
+    pub fn resolve_signal(
+        &self,
+        signal: Signal,
+        env: &impl EnvSource,
+    ) -> Result<Option<OtlpConfig>, OtlpError> {
         if env
             .var("OTEL_SDK_DISABLED")
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+            || !signal.wanted(env)?
         {
             return Ok(None);
         }
+        let names = signal.variables();
         let protocol = match self.protocol {
             Some(protocol) => protocol,
-            None => match first(
-                env,
-                &[
-                    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-                    "OTEL_EXPORTER_OTLP_PROTOCOL",
-                ],
-            ) {
+            None => match first(env, &names.protocol) {
                 Some((name, value)) => Protocol::parse(&value).ok_or_else(|| {
                     at(
                         name,
@@ -215,13 +395,20 @@ impl OtlpArgs {
                 None => DEFAULT_PROTOCOL,
             },
         };
-        // A flag and the generic variable name a base URL; the traces variable the whole URL.
+        // A flag and the generic variable name a base URL; the signal's variable the whole URL.
         let (source, base, is_base) = match (&self.endpoint, env) {
             (Some(flag), _) if !flag.trim().is_empty() => ("--otlp.endpoint", flag.clone(), true),
-            _ => match env.var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
-                Some(value) => ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", value, false),
+            _ => match env.var(names.endpoint) {
+                Some(value) => (names.endpoint, value, false),
                 None => match env.var("OTEL_EXPORTER_OTLP_ENDPOINT") {
                     Some(value) => ("OTEL_EXPORTER_OTLP_ENDPOINT", value, true),
+                    // Log events asked for by name without an endpoint: the specification's
+                    // default, a collector on this machine.
+                    None if signal == Signal::Logs => (
+                        "OTEL_EXPORTER_OTLP_ENDPOINT",
+                        default_endpoint(protocol),
+                        true,
+                    ),
                     None => return Ok(None),
                 },
             },
@@ -237,18 +424,12 @@ impl OtlpArgs {
         }
         let endpoint = match protocol {
             Protocol::HttpProtobuf if is_base => {
-                format!("{}/v1/traces", base.trim().trim_end_matches('/'))
+                format!("{}{}", base.trim().trim_end_matches('/'), names.path)
             }
             _ => base.trim().to_owned(),
         };
         // The specification requires gzip and none.
-        let gzip = match first(
-            env,
-            &[
-                "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
-                "OTEL_EXPORTER_OTLP_COMPRESSION",
-            ],
-        ) {
+        let gzip = match first(env, &names.compression) {
             None => false,
             Some((_, value)) if value.trim().eq_ignore_ascii_case("gzip") => true,
             Some((_, value)) if value.trim().eq_ignore_ascii_case("none") => false,
@@ -263,14 +444,8 @@ impl OtlpArgs {
         let file = |names: &[&'static str]| {
             first(env, names).map(|(name, v)| (name, std::path::PathBuf::from(v.trim())))
         };
-        let client_certificate = file(&[
-            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
-            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
-        ]);
-        let client_key = file(&[
-            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
-            "OTEL_EXPORTER_OTLP_CLIENT_KEY",
-        ]);
+        let client_certificate = file(&names.client_certificate);
+        let client_key = file(&names.client_key);
         if let Some((alone, _)) = match (&client_certificate, &client_key) {
             (Some(certificate), None) => Some(certificate),
             (None, Some(key)) => Some(key),
@@ -278,27 +453,20 @@ impl OtlpArgs {
         } {
             return Err(OtlpError::Variable {
                 variable: alone,
-                message: "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY (or their _TRACES_ forms) go together".to_owned(),
+                message: format!(
+                    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY (or their {} forms) go together",
+                    signal.infix()
+                ),
             });
         }
         let tls = TlsFiles {
-            certificate: file(&[
-                "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
-                "OTEL_EXPORTER_OTLP_CERTIFICATE",
-            ])
-            .map(|(_, path)| path),
+            certificate: file(&names.certificate).map(|(_, path)| path),
             client_certificate: client_certificate.map(|(_, path)| path),
             client_key: client_key.map(|(_, path)| path),
         };
         let headers_text = match &self.headers {
             Some(text) => Some(("--otlp.headers", text.clone())),
-            None => first(
-                env,
-                &[
-                    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-                    "OTEL_EXPORTER_OTLP_HEADERS",
-                ],
-            ),
+            None => first(env, &names.headers),
         };
         let headers = match headers_text {
             Some((source, text)) => {
@@ -320,13 +488,7 @@ impl OtlpArgs {
         };
         let timeout = match self.timeout {
             Some(timeout) => super::values::bounded("otlp.timeout", timeout, MAX_TIMEOUT)?,
-            None => match first(
-                env,
-                &[
-                    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
-                    "OTEL_EXPORTER_OTLP_TIMEOUT",
-                ],
-            ) {
+            None => match first(env, &names.timeout) {
                 Some((name, value)) => millis(&value)
                     .map_err(|e| at(name, "otlp.timeout", format!("{name}={value:?}: {e}")))?,
                 None => DEFAULT_TIMEOUT,
@@ -339,17 +501,17 @@ impl OtlpArgs {
             })?,
             None => Vec::new(),
         };
-        let max_queue_size = count(env, "OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_MAX_QUEUE_SIZE)?;
+        let max_queue_size = count(env, names.max_queue_size, DEFAULT_MAX_QUEUE_SIZE)?;
         let max_export_batch_size = count(
             env,
-            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+            names.max_export_batch_size,
             DEFAULT_MAX_EXPORT_BATCH_SIZE,
         )?
         .min(max_queue_size);
-        let schedule_delay = match env.var("OTEL_BSP_SCHEDULE_DELAY") {
+        let schedule_delay = match env.var(names.schedule_delay) {
             Some(value) => millis(&value).map_err(|e| OtlpError::Variable {
-                variable: "OTEL_BSP_SCHEDULE_DELAY",
-                message: format!("OTEL_BSP_SCHEDULE_DELAY={value:?}: {e}"),
+                variable: names.schedule_delay,
+                message: format!("{}={value:?}: {e}", names.schedule_delay),
             })?,
             None => DEFAULT_SCHEDULE_DELAY,
         };
@@ -367,6 +529,14 @@ impl OtlpArgs {
             tls,
             semconv_compat: self.semconv_compat,
         }))
+    }
+}
+
+/// The specification's endpoint when none is set: a collector on this machine.
+fn default_endpoint(protocol: Protocol) -> String {
+    match protocol {
+        Protocol::Grpc => "http://localhost:4317".to_owned(),
+        Protocol::HttpProtobuf => "http://localhost:4318".to_owned(),
     }
 }
 
@@ -486,6 +656,89 @@ mod tests {
             "an empty variable is unset"
         );
         Ok(())
+    }
+
+    fn resolve_logs(env: &[(&'static str, &'static str)]) -> Result<Option<OtlpConfig>, String> {
+        let env: HashMap<&str, &str> = env.iter().copied().collect();
+        OtlpArgs::default()
+            .resolve_signal(Signal::Logs, &env)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_shared_endpoint_alone_does_not_turn_log_events_on() -> Result<(), String> {
+        assert_eq!(
+            resolve_logs(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")])?,
+            None
+        );
+        assert_eq!(resolve_logs(&[])?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn otel_logs_exporter_otlp_sends_log_events_to_the_shared_endpoint() -> Result<(), String> {
+        let config = resolve_logs(&[
+            ("OTEL_LOGS_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/"),
+            ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "999"),
+            ("OTEL_EXPORTER_OTLP_LOGS_TIMEOUT", "2500"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "7"),
+            ("OTEL_BLRP_MAX_QUEUE_SIZE", "100"),
+        ])?
+        .ok_or("off")?;
+        assert_eq!(config.endpoint, "http://collector:4318/v1/logs");
+        assert_eq!(config.timeout, Duration::from_millis(2500));
+        assert_eq!(config.max_queue_size, 100, "OTEL_BLRP_*, not OTEL_BSP_*");
+        Ok(())
+    }
+
+    #[test]
+    fn the_logs_endpoint_turns_log_events_on_unless_the_exporter_is_none() -> Result<(), String> {
+        let config = resolve_logs(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://generic:4318"),
+            (
+                "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+                "https://loki.example/otlp/v1/logs",
+            ),
+            ("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ])?
+        .ok_or("off")?;
+        assert_eq!(config.endpoint, "https://loki.example/otlp/v1/logs");
+        assert_eq!(config.protocol, Protocol::HttpProtobuf);
+        assert_eq!(
+            resolve_logs(&[
+                ("OTEL_LOGS_EXPORTER", "none"),
+                ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://c:4318/v1/logs"),
+            ])?,
+            None
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn log_events_asked_for_without_an_endpoint_go_to_a_local_collector() -> Result<(), String> {
+        let http = resolve_logs(&[("OTEL_LOGS_EXPORTER", "otlp")])?.ok_or("off")?;
+        assert_eq!(http.endpoint, "http://localhost:4318/v1/logs");
+        let grpc = resolve_logs(&[
+            ("OTEL_LOGS_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ])?
+        .ok_or("off")?;
+        assert_eq!(grpc.endpoint, "http://localhost:4317");
+        Ok(())
+    }
+
+    #[test]
+    fn an_unknown_logs_exporter_is_an_error_of_that_variable() {
+        let env: HashMap<&str, &str> = [("OTEL_LOGS_EXPORTER", "console")].into_iter().collect();
+        assert!(matches!(
+            OtlpArgs::default().resolve_signal(Signal::Logs, &env),
+            Err(OtlpError::Variable {
+                variable: "OTEL_LOGS_EXPORTER",
+                ..
+            })
+        ));
     }
 
     #[test]

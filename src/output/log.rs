@@ -5,7 +5,9 @@
 //! `vm_name` and `document_incarnation`, so a search for one EventId finds every VM that saw it,
 //! and a `summary` that says the event in one sentence, which the text format puts first.
 //! Events that do not name this VM are logged at debug level unless `--report.neighbours`, as
-//! their series are only exported then.
+//! their series are only exported then. The lines of an event's transitions (and of its approval,
+//! its end while the agent was down, and the resumption after a restart) have the target
+//! [`events::TARGET`] (or a child of it): when log events are on, each is also an OTLP log record.
 
 use azure_scheduled_events_core::approval::Mode;
 use azure_scheduled_events_core::approval::{Decision, HookKind, Outcome, PostReason, SkipReason};
@@ -18,6 +20,7 @@ use azure_scheduled_events_core::view::{summary, until};
 
 use crate::azure::wire;
 use crate::config::EventSeries;
+use crate::output::telemetry::events;
 
 use super::Output;
 
@@ -175,6 +178,7 @@ impl Output for Log {
         }
         if resumed > 0 {
             tracing::info!(
+                target: events::RESUMED,
                 vm_name,
                 resumed,
                 changed_while_down,
@@ -247,6 +251,7 @@ fn log_transition(transition: &Transition, context: &Context, events: EventSerie
     macro_rules! line {
         ($level:ident) => {
             tracing::$level!(
+                target: events::TARGET,
                 vm_name = view.vm_name,
                 transition = transition.kind().as_str(),
                 summary,
@@ -289,6 +294,7 @@ fn ended_while_down(tracked: &Tracked, context: &Context, events: EventSeries) {
     macro_rules! line {
         ($level:ident) => {
             tracing::$level!(
+                target: events::ENDED_WHILE_DOWN,
                 vm_name = view.vm_name,
                 event_id = view.event_id,
                 trace_id = view.trace_id,
@@ -347,6 +353,13 @@ fn log_decision(decision: &Decision, context: &Context) {
     let vm_name = view.vm_name.as_deref();
     let (decision_label, reason) = decision.outcome.decision().unwrap_or(("", ""));
     macro_rules! line {
+        (target: $target:expr, $level:ident, $($rest:tt)*) => {
+            tracing::$level!(
+                target: $target,
+                event_id, trace_id, span_id, event_type, event_status, not_before,
+                affects_this_vm, vm_name, decision = decision_label, reason, $($rest)*
+            )
+        };
         ($level:ident, $($rest:tt)*) => {
             tracing::$level!(
                 event_id, trace_id, span_id, event_type, event_status, not_before,
@@ -356,7 +369,7 @@ fn log_decision(decision: &Decision, context: &Context) {
     }
     match &decision.outcome {
         Outcome::Approved { attempts, .. } => {
-            line!(info, attempts, "event approved")
+            line!(target: events::APPROVED, info, attempts, "event approved")
         }
         Outcome::DryRun { .. } => line!(info, "dry run: event would be approved now"),
         Outcome::Waiting { until, .. } => {

@@ -2,7 +2,7 @@
 //!
 //! After every poll the loop hands the same [`Occurrence`]s, with their [`Context`], to each
 //! [`Output`] in the order they were wired ([`Outputs`]): [`log`] (one line per occurrence
-//! worth one), [`metrics`], [`spans`] (OpenTelemetry, queued for export), [`state`] (the file
+//! worth one, its event lines also OTLP log records when [`log_events`] is on), [`metrics`], [`spans`] (OpenTelemetry, queued for export), [`state`] (the file
 //! that survives restarts), [`hooks`] (prepare, recover and approval hooks) and [`approval`] (the
 //! POSTs), [`notify`] (webhooks, Slack, Teams, PagerDuty), and [`kubernetes`] (the Node's
 //! condition, Events, taint and cordon, only with `--kubernetes.node-name`). The state output is
@@ -21,6 +21,7 @@ pub mod hooks;
 pub mod kubernetes;
 pub mod limited_log;
 pub mod log;
+pub mod log_events;
 pub mod metrics;
 pub mod notify;
 pub mod spans;

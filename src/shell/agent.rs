@@ -25,6 +25,7 @@ use crate::output::hooks::Hooks;
 #[cfg(feature = "kubernetes")]
 use crate::output::kubernetes::Kubernetes;
 use crate::output::log::Log;
+use crate::output::log_events::LogEvents;
 use crate::output::metrics::MetricsOutput;
 use crate::output::metrics::{Families, Metrics};
 use crate::output::notify::Notify;
@@ -32,7 +33,7 @@ use crate::output::notify::metrics::NotifyMetrics;
 use crate::output::spans::Spans;
 use crate::output::state::StateFile;
 use crate::output::state::store::{Opened, StateStore};
-use crate::output::telemetry::{Telemetry, Traces, VmIdentity};
+use crate::output::telemetry::{Started, Telemetry, VmIdentity};
 use crate::output::{Outputs, Reports};
 use crate::shell::poll_loop::{Poller, until_stopped};
 
@@ -111,7 +112,15 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
             "exporting traces over OTLP"
         );
     }
-    let traces = telemetry.start(
+    if let Some(otlp) = telemetry.logs_config() {
+        tracing::info!(
+            endpoint = %otlp.endpoint,
+            protocol = otlp.protocol.as_str(),
+            timeout = ?otlp.timeout,
+            "exporting log events over OTLP"
+        );
+    }
+    let exports = telemetry.start(
         metrics.registry(),
         VmIdentity {
             vm_name: config.vm_name.as_deref(),
@@ -136,7 +145,7 @@ pub async fn start_with(config: Config, telemetry: Telemetry) -> anyhow::Result<
         &host_name(),
     );
     let (reports_tx, reports) = mpsc::unbounded_channel();
-    let outputs = outputs(&config, &metrics, traces, store, &client, reports_tx).await?;
+    let outputs = outputs(&config, &metrics, exports, store, &client, reports_tx).await?;
 
     let web = config.web.clone();
     let telemetry_path = config.telemetry_path.clone();
@@ -208,7 +217,7 @@ impl RunningAgent {
 async fn outputs(
     config: &Config,
     metrics: &Arc<Metrics>,
-    traces: Option<Traces>,
+    exports: Started,
     store: StateStore,
     client: &ImdsClient,
     reports: Reports,
@@ -221,8 +230,11 @@ async fn outputs(
             config.event_series,
         ))
         .with(MetricsOutput::new(Arc::clone(metrics)));
-    if let Some(traces) = traces {
+    if let Some(traces) = exports.traces {
         outputs = outputs.with(Spans::new(traces));
+    }
+    if let Some(logs) = exports.logs {
+        outputs = outputs.with(LogEvents::new(logs));
     }
     let state = StateFile::new(store, metrics.registry())?;
     let persisted = state.persisted();

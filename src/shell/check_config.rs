@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 
 use crate::config::environment::UnknownVariable;
 use crate::config::lenient;
-use crate::config::otlp::EnvSource;
+use crate::config::otlp::{EnvSource, Signal};
 use crate::config::{AgentArgs, Config, DEFAULT_LOG_FORMAT};
 use crate::output::notify::delivery;
 use crate::output::state::store::StateStore;
@@ -53,28 +53,46 @@ pub fn check(args: AgentArgs, env: &impl EnvSource, unknown: &[UnknownVariable])
             None
         }
     };
-    let traces = match lenient::resolve(&otlp, env) {
-        Ok(resolved) => {
-            checked.warnings.extend(
-                resolved
-                    .warnings
-                    .into_iter()
-                    .map(|w| format!("ignoring an OTEL_* setting: {w}")),
-            );
-            resolved.config
-        }
-        Err(problem) => {
-            checked.problems.push(problem.to_string());
-            None
-        }
-    };
-    if let Some(traces) = &traces
-        && let Err(error) = telemetry::check_exporter(traces)
+    // Where traces and log events would go.
+    let mut endpoints: [Option<String>; 2] = [None, None];
+    for (signal, endpoint) in [Signal::Traces, Signal::Logs]
+        .into_iter()
+        .zip(&mut endpoints)
     {
-        checked.warnings.push(format!(
-            "cannot set up OTLP export to {}: {error:#}; traces would be off, metrics and logs go on",
-            traces.endpoint
-        ));
+        let resolved = match lenient::resolve_signal(&otlp, signal, env) {
+            Ok(resolved) => {
+                for warning in resolved.warnings {
+                    // A generic variable both signals read is said once.
+                    let warning = format!("ignoring an OTEL_* setting: {warning}");
+                    if !checked.warnings.contains(&warning) {
+                        checked.warnings.push(warning);
+                    }
+                }
+                resolved.config
+            }
+            // A bad flag is the same problem for both signals: said once.
+            Err(problem) => {
+                if signal == Signal::Traces {
+                    checked.problems.push(problem.to_string());
+                }
+                None
+            }
+        };
+        if let Some(resolved) = &resolved
+            && let Err(error) = telemetry::check_exporter(signal, resolved)
+        {
+            let off = match signal {
+                Signal::Traces => "traces would be off, metrics and logs go on",
+                Signal::Logs => {
+                    "log events over OTLP would be off, metrics, traces and log lines go on"
+                }
+            };
+            checked.warnings.push(format!(
+                "cannot set up OTLP export to {}: {error:#}; {off}",
+                resolved.endpoint
+            ));
+        }
+        *endpoint = resolved.map(|r| r.endpoint);
     }
     let Some(config) = config else {
         return checked;
@@ -101,16 +119,14 @@ pub fn check(args: AgentArgs, env: &impl EnvSource, unknown: &[UnknownVariable])
         ));
     }
     if checked.passed() {
-        checked.summary = Some(summary(
-            &config,
-            traces.as_ref().map(|t| t.endpoint.as_str()),
-        ));
+        let [traces, logs] = &endpoints;
+        checked.summary = Some(summary(&config, traces.as_deref(), logs.as_deref()));
     }
     checked
 }
 
 /// One line: what the agent would do with this configuration.
-fn summary(config: &Config, traces: Option<&str>) -> String {
+fn summary(config: &Config, traces: Option<&str>, logs: Option<&str>) -> String {
     let mut line = format!(
         "configuration OK: polls {} every {}, serves {} on {}",
         config.imds_url,
@@ -130,6 +146,9 @@ fn summary(config: &Config, traces: Option<&str>) -> String {
         Some(endpoint) => write!(line, "; traces to {endpoint}"),
         None => write!(line, "; traces off"),
     };
+    if let Some(endpoint) = logs {
+        let _ = write!(line, "; log events to {endpoint}");
+    }
     #[cfg(feature = "kubernetes")]
     if let Some(kubernetes) = &config.kubernetes {
         let _ = write!(line, "; Kubernetes node {}", kubernetes.node_name);
@@ -235,6 +254,31 @@ mod tests {
         let summary = checked.summary.unwrap_or_default();
         assert!(
             summary.contains("traces to http://collector:4318/v1/traces"),
+            "{summary}"
+        );
+        assert!(!summary.contains("log events"), "{summary}");
+    }
+
+    #[test]
+    fn log_events_asked_for_are_in_the_summary_and_a_shared_bad_value_is_said_once() {
+        let checked = check_args(
+            &["--state.file="],
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+                ("OTEL_LOGS_EXPORTER", "otlp"),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s"),
+            ],
+        );
+        assert!(checked.passed(), "{checked:?}");
+        let timeouts = checked
+            .warnings
+            .iter()
+            .filter(|w| w.contains("OTEL_EXPORTER_OTLP_TIMEOUT"))
+            .count();
+        assert_eq!(timeouts, 1, "{checked:?}");
+        let summary = checked.summary.unwrap_or_default();
+        assert!(
+            summary.contains("; log events to http://collector:4318/v1/logs"),
             "{summary}"
         );
     }

@@ -4,7 +4,8 @@
 //! same subscriber bridges the agent's own `tracing` spans to OpenTelemetry: only spans of this
 //! crate, and only at the levels the log filter lets through, so the per-poll IMDS request spans
 //! (debug) are exported only with `--log.level=debug`, and the exporter's own HTTP and gRPC
-//! internals never feed back into it.
+//! internals never feed back into it. When log events are on, the event lines (and only those,
+//! under the same filter) are also log records ([`crate::output::telemetry::events`]).
 //!
 //! The text format reads as a sentence first: the message, then an event's `summary`, then the
 //! ids and the other fields as `key=value`.
@@ -12,7 +13,6 @@
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 
-use opentelemetry_sdk::trace::Tracer;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
@@ -23,27 +23,23 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, fmt};
 
 use crate::config::LogFormat;
+pub use crate::output::telemetry::Bridges;
 
 /// Installs the global subscriber, writing to stdout. `level` was validated with the
 /// configuration.
-pub fn init(format: LogFormat, level: &str, tracer: Option<Tracer>) {
+pub fn init(format: LogFormat, level: &str, bridges: Bridges) {
     init_with_writer(
         format,
         level,
-        tracer,
+        bridges,
         std::io::stdout,
         std::io::stdout().is_terminal(),
     );
 }
 
 /// Installs the global subscriber, writing lines to `writer` (a Windows service has no stdout).
-pub fn init_with_writer<W>(
-    format: LogFormat,
-    level: &str,
-    tracer: Option<Tracer>,
-    writer: W,
-    ansi: bool,
-) where
+pub fn init_with_writer<W>(format: LogFormat, level: &str, bridges: Bridges, writer: W, ansi: bool)
+where
     W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
     let targets = level
@@ -65,7 +61,7 @@ pub fn init_with_writer<W>(
             .with_writer(writer)
             .boxed(),
     };
-    let spans = tracer.map(|tracer| {
+    let spans = bridges.tracer.map(|tracer| {
         let ours = filter_fn(|metadata| metadata.target().starts_with(env!("CARGO_CRATE_NAME")));
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
@@ -79,8 +75,12 @@ pub fn init_with_writer<W>(
             .is_none_or(|level| level >= tracing::level_filters::LevelFilter::DEBUG);
     let client = filter_fn(move |metadata| debug || !metadata.target().starts_with("kube_client"));
     // A second initialisation (tests that start several agents) keeps the first subscriber.
+    let events = bridges
+        .events
+        .map(|events| events.with_filter(targets.clone()));
     let _ = tracing_subscriber::registry()
         .with(spans)
+        .with(events)
         .with(lines.with_filter(targets.clone().and(client)))
         .try_init();
 }

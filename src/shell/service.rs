@@ -166,14 +166,14 @@ fn log_to_file(config: &Config, telemetry: &Telemetry) {
         Ok(file) => logging::init_with_writer(
             config.log_format,
             &config.log_level,
-            telemetry.tracer(),
+            telemetry.bridges(),
             Mutex::new(file),
             false,
         ),
         Err(_) => logging::init_with_writer(
             config.log_format,
             &config.log_level,
-            telemetry.tracer(),
+            telemetry.bridges(),
             std::io::sink,
             false,
         ),

@@ -12,7 +12,7 @@ use azure_scheduled_events_exporter::StateUp;
 use azure_scheduled_events_exporter::azure::imds::{ImdsError, Operation};
 use azure_scheduled_events_exporter::azure::wire::Compute;
 use azure_scheduled_events_exporter::output::metrics::{EventSeries, Families, Metrics};
-use azure_scheduled_events_exporter::output::telemetry::ExportCounters;
+use azure_scheduled_events_exporter::output::telemetry::{ExportCounters, Signal};
 use chrono::{DateTime, TimeZone, Utc};
 
 use crate::common::TestResult;
@@ -105,7 +105,8 @@ fn populated_with(families: Families) -> Result<Metrics, Box<dyn std::error::Err
 fn populated_with_notifications() -> Result<Metrics, Box<dyn std::error::Error>> {
     let metrics = populated_with(Families::ALL)?;
     NotifyMetrics::register(metrics.registry(), &["ops-slack", "pagerduty"])?;
-    ExportCounters::register(metrics.registry())?;
+    ExportCounters::register(metrics.registry(), Signal::Traces)?;
+    ExportCounters::register(metrics.registry(), Signal::Logs)?;
     Ok(metrics)
 }
 

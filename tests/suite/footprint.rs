@@ -15,12 +15,14 @@ use common::{Imds, THIS_VM, TempDir, TestResult};
 const BUDGET: usize = 60;
 
 /// Each configuration of the table in docs/metrics.md, with its flags; `kubeconfig` names an API
-/// server for the Kubernetes output (down: its requests counter exists all the same).
+/// server for the Kubernetes output (down: its requests counter exists all the same). Log events
+/// are asked for by a variable ([`LOG_EVENTS`]), in the agent's environment only.
 fn configurations(kubeconfig: &str) -> Vec<(&'static str, Vec<String>)> {
     let flags = |flags: &[&str]| flags.iter().map(|f| (*f).to_owned()).collect();
     vec![
         ("default", flags(&[])),
         ("traces", flags(&["--otlp.endpoint=http://127.0.0.1:9"])),
+        (LOG_EVENTS, flags(&["--otlp.endpoint=http://127.0.0.1:9"])),
         ("dry-run", flags(&["--approve.dry-run"])),
         ("approval", flags(&["--approve"])),
         (
@@ -40,6 +42,9 @@ fn configurations(kubeconfig: &str) -> Vec<(&'static str, Vec<String>)> {
         ),
     ]
 }
+
+/// The configuration with traces and log events (`OTEL_LOGS_EXPORTER=otlp`).
+const LOG_EVENTS: &str = "traces and log events";
 
 /// The series lines of an exposition (neither comments nor blank lines).
 fn series(text: &str) -> usize {
@@ -67,6 +72,7 @@ fn documented(names: &[&str]) -> Result<BTreeMap<String, usize>, std::io::Error>
 async fn idle_exposition(
     imds: &Imds,
     flags: &[String],
+    env: &[(&str, &str)],
 ) -> Result<String, Box<dyn std::error::Error>> {
     let url = format!("--imds.url={}", imds.url());
     let mut args = vec![
@@ -75,7 +81,9 @@ async fn idle_exposition(
         "--poll.interval=100ms",
     ];
     args.extend(flags.iter().map(String::as_str));
-    let mut agent = AgentProcess::spawn(command(&args))?;
+    let mut command = command(&args);
+    command.envs(env.iter().copied());
+    let mut agent = AgentProcess::spawn(command)?;
     let text = agent
         .wait_for_metrics("the agent to be ready", |text| {
             text.contains("azure_scheduled_events_up 1") && text.contains(THIS_VM)
@@ -92,15 +100,24 @@ async fn series_at_idle_per_configuration_match_the_docs_and_the_budget() -> Tes
     let configurations = configurations(&ops::down_kubeconfig(&dir.0)?.display().to_string());
     let mut counted = BTreeMap::new();
     for (name, flags) in &configurations {
-        let text = idle_exposition(&imds, flags).await?;
+        let env: &[(&str, &str)] = if *name == LOG_EVENTS {
+            &[("OTEL_LOGS_EXPORTER", "otlp")]
+        } else {
+            &[]
+        };
+        let text = idle_exposition(&imds, flags, env).await?;
         let count = series(&text);
         eprintln!(
-            "{name:<20} {count:>4} series, {:>6} bytes ({})",
+            "{name:<22} {count:>4} series, {:>6} bytes ({})",
             text.len(),
             if flags.is_empty() {
                 "no flags".to_owned()
             } else {
-                flags.join(" ")
+                env.iter()
+                    .map(|(name, value)| format!("{name}={value}"))
+                    .chain(flags.iter().cloned())
+                    .collect::<Vec<_>>()
+                    .join(" ")
             }
         );
         counted.insert(name.to_string(), count);

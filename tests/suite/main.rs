@@ -5,7 +5,7 @@
 //! Two tiers. `cargo test` runs every test that needs only Rust (and the programs of any Linux
 //! machine: sh, kill, dpkg-deb...), and passes on a machine with nothing else. The tests that run
 //! an external tool (Prometheus, promtool, Alertmanager, amtool, VictoriaMetrics and vmalert,
-//! helm, jsonnet, node and npm, Wine and mingw-w64, hadolint, kubernetes-validate,
+//! helm, jsonnet, node and npm, Wine and mingw-w64, hadolint, kubernetes-validate, rotel,
 //! systemd-analyze, zip, unzip, objdump) or read the release artefacts `scripts/dist.sh` leaves
 //! in target/dist are compiled only with the feature `external-tools`: `cargo test --features
 //! external-tools` runs everything, and a tool that is missing fails its tests, naming what to
@@ -24,6 +24,7 @@
 //! | `approval` |  | approval: off by default, the default policy, once per EventId across restarts, shared events, hooks, failed POSTs retried or not |
 //! | `azure_schema` | *all:* Python's jsonschema | the Azure Monitor rule groups (the ARM template, its expressions resolved) against Microsoft's published definition of `prometheusRuleGroups`, vendored in tests/fixtures/azure-rest-api-specs |
 //! | `binary` | promtool (`binary::tools`) | the built binary as users run it: exit codes, environment, signals, the log, promtool, the demo, `check-imds` against the simulator |
+//! | `collector` | *all:* rotel (PyPI) | traces and log events of the built binary as a real OTLP collector shows them: a log record and the spans of one EventId under one trace id, the record naming the event's lifecycle span, its event name, severity, attributes and resource |
 //! | `configuration` | helm (`configuration::chart`: the chart's refusals and its test hook) | every setting refused before the agent runs, naming what was meant: usage errors, unknown variables, `check-config`, the chart's values schema through `helm template` and its test hook |
 //! | `dashboards` | node and tests/grafana's npm packages, jsonnet, helm (`dashboards::tools`) | the Grafana dashboards against Grafana's schema, import and provisioning, and the exported metrics |
 //! | `deploy` | hadolint, systemd-analyze (`deploy::tools`) | the Dockerfiles (hadolint), the systemd unit (systemd-analyze) and its environment file, the Kubernetes DaemonSet, the licence stated everywhere |
@@ -45,7 +46,7 @@
 //! | `state` |  | the state file: never fatal, never half-written, and what a restart makes of it |
 //! | `systemd` |  | systemd's notify protocol over a real unix datagram socket |
 //! | `telemetry` |  | bad `OTEL_*` values never stop the metrics; OTLP over TLS with a client certificate |
-//! | `traces` |  | traces as a collector receives them, over gRPC and HTTP/protobuf |
+//! | `traces` |  | traces as a collector receives them, over gRPC and HTTP/protobuf; log events lost to a collector that is down, counted |
 //! | `vmalert` | *all:* VictoriaMetrics and vmalert (Debian `victoria-metrics`) | the alert rules on a second engine: the promtool unit tests' scenarios replayed through vmalert into VictoriaMetrics fire what promtool expects, with and without a `cluster` label, and every description renders |
 //! | `web` |  | the listener: gzip, TLS, basic auth, certificate rotation, the scrape limit, idle connections |
 //! | `windows` | *all:* target/dist, Wine, mingw-w64, unzip | the Windows zip's `.exe` under Wine against the simulator: metrics, an event's life, hooks and their Job object, the state file across a restart, a clean stop |
@@ -72,6 +73,8 @@ mod approval;
 #[cfg(feature = "external-tools")]
 mod azure_schema;
 mod binary;
+#[cfg(feature = "external-tools")]
+mod collector;
 mod configuration;
 mod dashboards;
 mod deploy;

@@ -491,6 +491,66 @@ async fn a_collector_that_is_down_neither_stops_polling_nor_queues_without_bound
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_costs_log_events_a_bounded_queue_and_counts_every_record_lost()
+-> TestResult {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let endpoint = format!("http://{}/v1/logs", closed.local_addr()?);
+    drop(closed);
+    let imds = Imds::start().await?;
+    let events: Vec<serde_json::Value> = (0..5)
+        .map(|n| {
+            event(
+                &format!("5DD55B64-45AD-49D3-BBC9-F57D4EA97BD{n}"),
+                "Freeze",
+                "Scheduled",
+                &[THIS_VM],
+                &in_ten_minutes(),
+            )
+        })
+        .collect();
+    imds.sim.set_document(document(1, &events));
+    let agent = Agent::polling(
+        &imds,
+        THIS_VM,
+        &[
+            ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2000"),
+            ("OTEL_BLRP_MAX_QUEUE_SIZE", "2"),
+        ],
+        &[],
+    )?;
+    let lost = |e: &Exposition, reason: &str| {
+        e.get(&format!(
+            r#"azure_scheduled_events_otlp_log_records_dropped_total{{reason="{reason}"}}"#
+        ))
+    };
+    // Five event lines, five records: a queue of two (and the batch in flight, two) cannot hold
+    // them all; each is lost either to the full queue or to the failed export.
+    let exposition = agent
+        .wait_for_metrics("the five records counted as lost", |e| {
+            lost(e, "queue_full") + lost(e, "export_failed") == 5.0
+        })
+        .await?;
+    assert!(lost(&exposition, "queue_full") >= 1.0);
+    assert_eq!(
+        exposition.get("azure_scheduled_events_otlp_log_records_exported_total"),
+        0.0
+    );
+    assert!(
+        !exposition.has("azure_scheduled_events_otlp_spans_"),
+        "log events alone, no traces"
+    );
+    let polled = polls(&exposition);
+    agent
+        .wait_for_metrics("polls going on", |e| {
+            polls(e) >= polled + 20.0 && e.up() == Some(1.0)
+        })
+        .await?;
+    assert!(agent.terminate().await?.success());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_of_five_agents_writes_one_trace_with_one_lifecycle_span_per_vm() -> TestResult {
     let receiver = Receiver::start().await?;
     let imds = Imds::start().await?;
