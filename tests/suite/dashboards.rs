@@ -1,14 +1,19 @@
 //! The Grafana dashboards as Grafana and the agent see them: Grafana's own schema, what import
 //! and provisioning need, and no metric the agent does not export.
 
-use crate::common;
 use crate::ops;
 
-use azure_scheduled_events_simulator::{Fault, InitialStatus, Scenario, ScenarioEvent};
-use common::{Agent, Imds, TempDir};
 use ops::Error;
 use serde_json::Value;
 use std::collections::BTreeSet;
+
+// What the agent exports with every optional output: the Kubernetes output is in the image's build
+// (the cargo feature `kubernetes`) only.
+#[cfg(feature = "kubernetes")]
+use {
+    crate::common::{Agent, Imds, TempDir},
+    azure_scheduled_events_simulator::{Fault, InitialStatus, Scenario, ScenarioEvent},
+};
 
 type TestResult = Result<(), Error>;
 
@@ -272,6 +277,7 @@ fn the_event_dashboard_picks_event_ids_from_the_metrics_and_links_each_to_its_tr
 /// every optional feature (approval in dry run, a hook, traces, a notification receiver, the
 /// Kubernetes output), whose families exist only then, and has seen an IMDS failure and an
 /// advisory (their series appear with the first).
+#[cfg(feature = "kubernetes")]
 async fn exported() -> Result<BTreeSet<String>, Error> {
     let dir = TempDir::new("exported")?;
     let kubeconfig = ops::down_kubeconfig(&dir.0)?;
@@ -312,6 +318,7 @@ async fn exported() -> Result<BTreeSet<String>, Error> {
     Ok(ops::exported_names(&exposition.0))
 }
 
+#[cfg(feature = "kubernetes")]
 #[tokio::test]
 async fn every_metric_a_dashboard_or_rule_names_is_one_the_agent_exports() -> TestResult {
     let exported = exported().await?;

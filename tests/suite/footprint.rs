@@ -19,7 +19,7 @@ const BUDGET: usize = 60;
 /// are asked for by a variable ([`LOG_EVENTS`]), in the agent's environment only.
 fn configurations(kubeconfig: &str) -> Vec<(&'static str, Vec<String>)> {
     let flags = |flags: &[&str]| flags.iter().map(|f| (*f).to_owned()).collect();
-    vec![
+    let mut configurations = vec![
         ("default", flags(&[])),
         ("traces", flags(&["--otlp.endpoint=http://127.0.0.1:9"])),
         (LOG_EVENTS, flags(&["--otlp.endpoint=http://127.0.0.1:9"])),
@@ -33,14 +33,18 @@ fn configurations(kubeconfig: &str) -> Vec<(&'static str, Vec<String>)> {
             "one webhook",
             vec![format!("--notify.webhook-url={}/", ops::DOWN)],
         ),
-        (
+    ];
+    // The Kubernetes output is in the image's build only (the cargo feature `kubernetes`).
+    if cfg!(feature = "kubernetes") {
+        configurations.push((
             "kubernetes",
             vec![
                 "--kubernetes.node-name=aks-pool-12345678-vmss000000".to_owned(),
                 format!("--kubernetes.kubeconfig={kubeconfig}"),
             ],
-        ),
-    ]
+        ));
+    }
+    configurations
 }
 
 /// The configuration with traces and log events (`OTEL_LOGS_EXPORTER=otlp`).
