@@ -438,11 +438,15 @@ async fn unchanged_polls_export_nothing_and_shutdown_flushes_the_open_span() -> 
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_collector_that_is_down_neither_stops_polling_nor_queues_without_bound() -> TestResult {
+/// An `http://` URL of a loopback port nobody listens on, with `path`.
+fn closed_endpoint(path: &str) -> Result<String, std::io::Error> {
     let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let endpoint = format!("http://{}", closed.local_addr()?);
-    drop(closed);
+    Ok(format!("http://{}{path}", closed.local_addr()?))
+}
+
+/// A simulated IMDS whose document holds five Freezes of this VM, ten minutes ahead: five spans
+/// (or log events) in one poll.
+async fn five_freezes_of_this_vm() -> Result<Imds, Box<dyn std::error::Error>> {
     let imds = Imds::start().await?;
     let events: Vec<serde_json::Value> = (0..5)
         .map(|n| {
@@ -456,6 +460,13 @@ async fn a_collector_that_is_down_neither_stops_polling_nor_queues_without_bound
         })
         .collect();
     imds.sim.set_document(document(1, &events));
+    Ok(imds)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_neither_stops_polling_nor_queues_without_bound() -> TestResult {
+    let endpoint = closed_endpoint("")?;
+    let imds = five_freezes_of_this_vm().await?;
     let agent = Agent::polling(
         &imds,
         THIS_VM,
@@ -493,22 +504,8 @@ async fn a_collector_that_is_down_neither_stops_polling_nor_queues_without_bound
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_that_is_down_costs_log_events_a_bounded_queue_and_counts_every_record_lost()
 -> TestResult {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let endpoint = format!("http://{}/v1/logs", closed.local_addr()?);
-    drop(closed);
-    let imds = Imds::start().await?;
-    let events: Vec<serde_json::Value> = (0..5)
-        .map(|n| {
-            event(
-                &format!("5DD55B64-45AD-49D3-BBC9-F57D4EA97BD{n}"),
-                "Freeze",
-                "Scheduled",
-                &[THIS_VM],
-                &in_ten_minutes(),
-            )
-        })
-        .collect();
-    imds.sim.set_document(document(1, &events));
+    let endpoint = closed_endpoint("/v1/logs")?;
+    let imds = five_freezes_of_this_vm().await?;
     let agent = Agent::polling(
         &imds,
         THIS_VM,
