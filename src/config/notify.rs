@@ -16,7 +16,8 @@ use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
 use azure_scheduled_events_core::event::{EventSource, EventType};
-use azure_scheduled_events_core::notices::{Filter, Recipient, Subject};
+use azure_scheduled_events_core::notices::{Filter, Recipient};
+use azure_scheduled_events_core::subject::Subject;
 use azure_scheduled_events_core::view::EVENT_FIELDS;
 
 use super::values::{ConfigError, duration, invalid, one_line};

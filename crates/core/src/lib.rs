@@ -10,8 +10,8 @@
 //! follows each event's lifecycle (resumed after a restart from [`state`]), [`view`] gives one
 //! view of each event with its span id, [`approval`] decides (policy, takeover order, the
 //! decision machine), [`notices`] says who is notified of what, and [`occurrence`] is the list
-//! every output consumes. [`boot`] tells an expected reboot from an unexpected one; [`trace_id`]
-//! maps an EventId to its trace id.
+//! every output consumes; [`subject`] is the one spelling of each transition's word. [`boot`]
+//! tells an expected reboot from an unexpected one; [`trace_id`] maps an EventId to its trace id.
 
 pub mod cause;
 pub mod event;
@@ -26,6 +26,7 @@ pub mod notices;
 pub mod observer;
 pub mod occurrence;
 pub mod state;
+pub mod subject;
 pub mod trace_id;
 pub mod tracker;
 pub mod view;

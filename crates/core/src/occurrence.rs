@@ -179,7 +179,7 @@ impl Occurrence {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notice {
     /// `scheduled`, `started`, `updated`, `completed`, `cancelled` or `approved`.
-    pub transition: crate::notices::Subject,
+    pub transition: crate::subject::Subject,
     pub event: Event,
     /// `updated`: the fields that changed, comma-separated.
     pub changed: Option<String>,

@@ -31,6 +31,7 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 
 use crate::event::{Document, DocumentIncarnation, Event, EventId, EventStatus};
+use crate::subject::Subject;
 
 /// Documents in a row (the same bytes polled again count) that must lack an event before it is
 /// taken as gone when no document of another incarnation said so: 30, half a minute at the default
@@ -210,8 +211,7 @@ impl Kind {
     }
 
     /// What a notification of it is about.
-    pub const fn subject(self) -> crate::notices::Subject {
-        use crate::notices::Subject;
+    pub const fn subject(self) -> Subject {
         match self {
             Kind::Scheduled => Subject::Scheduled,
             Kind::Started => Subject::Started,
@@ -604,6 +604,12 @@ fn compare(old: &Event, new: &Event) -> Option<Transition> {
         event: new.clone(),
         changed,
     })
+}
+
+impl From<Kind> for Subject {
+    fn from(kind: Kind) -> Self {
+        kind.subject()
+    }
 }
 
 #[cfg(test)]

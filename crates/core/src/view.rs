@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::event::{Affects, Event, EventId};
-use crate::notices::Subject;
+use crate::subject::Subject;
 use crate::trace_id::{lifecycle_span_id, trace_id};
 
 /// How many ended events keep their span id, for a decision that comes after the event left

@@ -388,7 +388,7 @@ mod tests {
     use super::*;
     use crate::config::notify::Format;
     use azure_scheduled_events_core::event::Document;
-    use azure_scheduled_events_core::notices::Subject;
+    use azure_scheduled_events_core::subject::Subject;
     use azure_scheduled_events_core::view::EventView;
 
     fn receiver(urls: usize) -> Receiver {

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use azure_scheduled_events_core::event::Event;
-use azure_scheduled_events_core::notices::Subject;
+use azure_scheduled_events_core::subject::Subject;
 use azure_scheduled_events_core::view::EventView;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
