@@ -401,23 +401,8 @@ async fn an_alertmanager_restarted_mid_event_holds_the_alert_again() -> TestResu
 }
 
 /// `amtool` with `args`, run in the repository: whether it succeeded, and what it said.
-fn amtool(args: &[&str]) -> Result<(bool, String), String> {
-    let output = Command::new("amtool")
-        .args(args)
-        .current_dir(crate::ops::repo())
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            format!("amtool is required (Debian package prometheus-alertmanager; .ci/run installs it): {e}")
-        })?;
-    Ok((
-        output.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        ),
-    ))
+fn amtool(args: &[&str]) -> Result<(bool, String), crate::ops::Error> {
+    crate::ops::run("amtool", args, "prometheus-alertmanager")
 }
 
 #[test]
