@@ -106,13 +106,21 @@
     targetsInterval: '5m',
     // How often the conditions of the agent-health alerts (AzureScheduledEventsAgentDown,
     // PollLoopStuck, ImdsUnreachable, the approval, notification and Kubernetes failures,
-    // AzureVMRebootedUnexpectedly) are recorded (group azure-scheduled-events.agents): each reads
-    // a series of every agent, and these alerts wait minutes (for:) or look back 10 to 30 minutes
-    // anyway; they may fire up to this much later. The same group records which targets are up
-    // again after their VM's reboot: a held impact (impactHold) ends up to this much after the
-    // VM is back. The alerts of events are evaluated at every evaluation. Empty:
-    // evaluation_interval.
-    agentsInterval: '2m',
+    // AzureVMRebootedUnexpectedly) are recorded and those alerts evaluated (group
+    // azure-scheduled-events.agents): each evaluation reads a series of every agent. The interval
+    // their `for:` needs: with `for: 5m`, an alert fires at the second evaluation that sees its
+    // condition, 5 to 10 minutes after it began (every 2 minutes: 6 to 8). The same group records
+    // which targets are up again after their VM's reboot: a held impact (impactHold) ends up to
+    // this much after the VM is back. Empty: evaluation_interval.
+    agentsInterval: '5m',
+    // How often the group azure-scheduled-events.events (each VM's impacts, the per-VM alerts of
+    // events, the capacity page and the Spot wave) is evaluated. It reads the events' series, few,
+    // and joins the VMs that have events with every target's recorded VM once per evaluation.
+    // Every 30 seconds: a Spot VM's Preempt (30 seconds of notice, exported by as many scrapes) is
+    // seen by an evaluation at scrape intervals up to 30 seconds; the page and
+    // AzureScheduledEventImpactSoon (`for: 1m`) fire 1 to 1.5 minutes after their condition began.
+    // Empty: evaluation_interval.
+    eventsInterval: '30s',
     // How often the coverage group (AzureScheduledEventsNodesWithoutAgent and the recording rules
     // it reads) is evaluated: its alert waits coverage.for (15 minutes) anyway, and it compares
     // every node with every agent. Empty: Prometheus' evaluation_interval.
@@ -187,7 +195,7 @@
     // How often the dashboards' recording rules (fleet-wide IMDS rates, agents down or blind,
     // lifecycle transitions per cluster and scale set) are evaluated; also the window of the
     // recorded transitions. Empty: Prometheus' evaluation_interval (then set the window yourself).
-    dashboardRecordInterval: '2m',
+    dashboardRecordInterval: '5m',
     // How often the fleet's IMDS rates (10-minute rates of every agent's request counters, failures
     // and latency histogram: 8 series an agent while IMDS answers, summed per cluster, job and
     // place) are recorded: the panels that read them move in steps of this much (at most 10m, the

@@ -7,7 +7,9 @@
 // so that only the page reaches the pager. `config` (a Jsonnet object, --tla-code) is merged into
 // the config.
 function(config={})
-  local mixin = (import 'mixin.libsonnet') + { _config+:: config };
+  // The events' group runs at the `interval` parameter (PT1M at least: Azure runs no group more
+  // often), whatever eventsInterval says.
+  local mixin = (import 'mixin.libsonnet') + { _config+:: config + { eventsInterval: '' } };
   local c = mixin._config;
   local apiVersion = '2023-03-01';
   local type = 'Microsoft.AlertsManagement/prometheusRuleGroups';

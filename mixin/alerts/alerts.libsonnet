@@ -505,6 +505,7 @@ unless on (%(on)s)
     groups+: [
       {
         name: 'azure-scheduled-events.events',
+      } + (if c.eventsInterval == '' then {} else { interval: c.eventsInterval }) + {
         // The impacts and the per-VM alerts' conditions, recorded first in the group so that each
         // alert reads them at the same evaluation. The held impacts are joined with the
         // conditions: the VMs of the page's counts, read with the per-VM alerts' in one join

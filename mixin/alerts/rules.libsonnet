@@ -80,12 +80,12 @@ local promql = import '../lib/promql.libsonnet';
   // the same throughout one failure: a new value is a new failure. Recorded in the group
   // azure-scheduled-events.agents, first: the condition of AzureScheduledEventsAgentDown and the
   // gone targets read it.
-  // A target is down only where no copy of its `up` is 1: an HA pair of Prometheus servers stored
-  // without deduplication has two (a replica label apart), and one that cannot reach an agent the
-  // other scrapes is not the agent being down.
+  // A target is down only where no copy of its `up` is 1 (the highest copy is 0): an HA pair of
+  // Prometheus servers stored without deduplication has two (a replica label apart), and one that
+  // cannot reach an agent the other scrapes is not the agent being down.
   targetDownRule:: record(
     r.targetDown,
-    'max by (%(by)s) (\n  (\n    (%(up)s == 0)\n    unless on (%(t)s) (%(up)s == 1)\n  )\n  + on (%(t)s) group_left ()\n  (%(seen)s > time() - %(lookback)d)\n)' % {
+    '(\n  max by (%(by)s) (%(up)s) == 0\n)\n+ on (%(t)s) group_left ()\n(%(seen)s > time() - %(lookback)d)' % {
       by: q.list(q.vm + [c.nodeLabel]),
       up: q.sel('up'),
       t: target,

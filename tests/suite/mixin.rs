@@ -275,7 +275,12 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
         &groups,
         "azure_scheduled_events:target_down:timestamp_seconds",
     )?;
-    assert!(down.contains("(up{job=\"ase\"} == 0)"), "{down}");
+    assert!(
+        down.contains(
+            "max by (k8s_cluster, job, instance, pod, kubernetes_node) (up{job=\"ase\"}) == 0"
+        ),
+        "{down}"
+    );
     let conditions = record_expr(&groups, "azure_scheduled_events:target_agent_alert:value")?;
     assert!(
         conditions.contains("azure_scheduled_events:target_down:timestamp_seconds")
