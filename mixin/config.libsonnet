@@ -11,7 +11,8 @@
     clusterLabel: 'cluster',
 
     // With clusterLabel, the labels that identify one scrape target of the agent. Several
-    // targets (scrape jobs) may be one VM: VMs are counted by vmIdLabel.
+    // targets (scrape jobs) may be one VM: VMs are counted by vmIdLabel, or by the vm_name and
+    // capacityLabel their event series carry.
     vmLabels: ['job', 'instance'],
     // The label of azure_scheduled_events_vm_info that is one VM's identity (Azure's vmId):
     // with clusterLabel, it counts each VM once however many jobs scrape its agent. A target
@@ -22,14 +23,16 @@
     // and matched against kube-state-metrics' kube_node_info for coverage. Empty off Kubernetes.
     nodeLabel: 'node',
 
-    // The label of azure_scheduled_events_vm_info that groups VMs into one unit of capacity:
-    // a scale set (an AKS node pool). VMs with an empty value are not grouped.
+    // The label of azure_scheduled_events_vm_info, and of the event series (event_info), that
+    // groups VMs into one unit of capacity: a scale set (an AKS node pool). VMs with an empty
+    // value are not grouped.
     capacityLabel: 'vm_scale_set_name',
     // What one value of capacityLabel is called in alert texts.
     capacityName: 'scale set',
 
-    // Labels of azure_scheduled_events_vm_info copied onto per-VM alerts when the agent has read
-    // instance metadata (the alerts fire without them otherwise).
+    // Labels of azure_scheduled_events_vm_info copied onto the agent-health alerts when the agent
+    // has read instance metadata (the alerts fire without them otherwise). The alerts of events
+    // carry vm_name, capacityLabel and nodeLabel from the event series, which carry them.
     vmInfoLabels: ['vm_name', self.capacityLabel, self.nodeLabel],
     // Labels of azure_scheduled_events_vm_info kept by the recorded last known vm_info
     // (azure_scheduled_events:target_vm_info:last and azure_scheduled_events:vm_info:last).
@@ -70,12 +73,12 @@
     // AzureScheduledEventImpactSoon firing.
     impactHold: '15m',
 
-    // The capacity page reads Regular capacity: at least `minVMs` Regular VMs (counted by
-    // vmIdLabel) and more than `fraction` of the Regular VMs of one capacity group
+    // The capacity page reads Regular capacity: at least `minVMs` Regular VMs (counted by the
+    // vm_name their event series carry) and more than `fraction` of the Regular VMs of one capacity group
     // (capacityLabel) in one cluster face one of `eventTypes` with NotBefore within
     // impactSoonSeconds, passed, or already Started. A VM's priority decides, not the event's
-    // type: VMs whose priority (the `priority` label of azure_scheduled_events_vm_info, from
-    // instance metadata) is one of `exemptPriorities` are built for interruption and never
+    // type: VMs whose priority (the `priority` label of azure_scheduled_events_vm_info and of
+    // the event series, from instance metadata) is one of `exemptPriorities` are built for interruption and never
     // counted, in the VMs going down or in the group's size, so a scale set without Regular VMs
     // never pages; a VM without a priority counts as Regular. VMs being deleted (Terminate,
     // usually a wanted scale-in) leave the size at once. Spot waves are spotWave.
@@ -114,17 +117,18 @@
     // this much after the VM is back. Empty: evaluation_interval.
     agentsInterval: '5m',
     // How often the group azure-scheduled-events.events (each VM's impacts, the per-VM alerts of
-    // events, the capacity page and the Spot wave) is evaluated. It reads the events' series, few,
-    // and joins the VMs that have events with every target's recorded VM once per evaluation.
+    // events, the capacity page and the Spot wave) is evaluated. It reads the events' series only,
+    // few, which name their VM (vm_name, scale set, priority): no series of every target.
     // Every 30 seconds: a Spot VM's Preempt (30 seconds of notice, exported by as many scrapes) is
     // seen by an evaluation at scrape intervals up to 30 seconds; the page and
     // AzureScheduledEventImpactSoon (`for: 1m`) fire 1 to 1.5 minutes after their condition began.
     // Empty: evaluation_interval.
     eventsInterval: '30s',
     // How often the coverage group (AzureScheduledEventsNodesWithoutAgent and the recording rules
-    // it reads) is evaluated: its alert waits coverage.for (15 minutes) anyway, and it compares
-    // every node with every agent. Empty: Prometheus' evaluation_interval.
-    coverageInterval: '10m',
+    // it reads) is evaluated: it compares every node with every agent. The interval its alert's
+    // `for:` (coverage.for, 15 minutes) needs: it fires 15 to 30 minutes after nodes went without
+    // an agent. Empty: Prometheus' evaluation_interval.
+    coverageInterval: '15m',
     // Coverage: nodes of a cluster with no working agent, from kube-state-metrics' kube_node_info
     // (by node name where the agent's series carry nodeLabel, by count elsewhere), and without
     // it, targets of the agent's scrape jobs that never were the agent.

@@ -51,12 +51,16 @@ def fleet(vms, clusters, scale_sets):
         target = ('cluster="%s",container="exporter",endpoint="metrics",instance="%s:10188",job="%s",'
                   'namespace="kube-system",node="%s",pod="azure-scheduled-events-exporter-%05x"'
                   % (cluster, ip, JOB, node, n))
-        info = ('location="%s",platform_fault_domain="%d",platform_update_domain="%d",resource_group="MC_rg-%s",'
-                'vm_id="%s",vm_name="%s_%d",vm_scale_set_name="%s",vm_size="Standard_D8s_v5",zone="%d"'
-                % (["eastus2", "westeurope", "norwayeast"][c % 3], k % 5, k % 20, cluster, vm_id, vmss, k,
-                   vmss, 1 + k % 3))
+        priority = "Spot" if pool.endswith("spot") else "Regular"
+        info = ('location="%s",platform_fault_domain="%d",platform_update_domain="%d",priority="%s",'
+                'resource_group="MC_rg-%s",vm_id="%s",vm_name="%s_%d",vm_scale_set_name="%s",'
+                'vm_size="Standard_D8s_v5",zone="%d"'
+                % (["eastus2", "westeurope", "norwayeast"][c % 3], k % 5, k % 20, priority, cluster, vm_id,
+                   vmss, k, vmss, 1 + k % 3))
+        # What the agent puts on each of its event_info series: this VM's name, scale set, priority.
+        event_vm = 'priority="%s",vm_name="%s_%d",vm_scale_set_name="%s"' % (priority, vmss, k, vmss)
         out.append(dict(c=c, s=s, k=k, cluster=cluster, vmss=vmss, node=node, vm_id=vm_id,
-                        target=target, info=info, n=n))
+                        target=target, info=info, event_vm=event_vm, n=n))
     return out
 
 
@@ -176,7 +180,8 @@ def scrape(args, state, t):
                 continue
             labels = 'event_id="%s"' % e["id"]
             ap('%sevent_info{%s,affects_this_vm="%s",%s,event_source="%s",event_status="%s",event_type="%s",'
-               'resource_type="VirtualMachine"} 1 %d\n' % (P, tg, affects, labels, e["source"], status, e["type"], t))
+               'resource_type="VirtualMachine",%s} 1 %d\n'
+               % (P, tg, affects, labels, e["source"], status, e["type"], vm["event_vm"], t))
             ap("%sevent_resources{%s,%s} 1 %d\n" % (P, tg, labels, t))
             ap("%sevent_duration_seconds{%s,%s} %d %d\n" % (P, tg, labels, e["duration"], t))
             if status == "Scheduled":

@@ -89,7 +89,7 @@ resource ruleGroup1 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     clusterName: empty(clusterName) ? null : clusterName
     description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.coverage (generated from the monitoring mixin).'
     enabled: true
-    interval: 'PT10M'
+    interval: 'PT15M'
     rules: [
       {
         enabled: true
@@ -214,7 +214,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'max by (cluster, job, instance, event_id, event_type, event_source, node) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"} * 0\n  + on (cluster, job, instance, event_id) group_left ()\n  max by (cluster, job, instance, event_id) (azure_scheduled_events:target_event_seconds_until_not_before:own) + time()\n  or\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"} * 0\n)\nunless on (cluster, job, instance, event_id)\n  (azure_scheduled_events:target_event_seconds_until_not_before:own > 900)'
+        expression: 'max by (cluster, job, instance, event_id, event_type, event_source, node, vm_name, vm_scale_set_name, priority) (\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"} * 0\n  + on (cluster, job, instance, event_id) group_left ()\n  max by (cluster, job, instance, event_id) (azure_scheduled_events:target_event_seconds_until_not_before:own) + time()\n  or\n  azure_scheduled_events_event_info{affects_this_vm="true", event_type=~"Preempt|Reboot|Redeploy|Terminate", event_status=~"Scheduled|Started"} * 0\n)\nunless on (cluster, job, instance, event_id)\n  (azure_scheduled_events:target_event_seconds_until_not_before:own > 900)'
         record: 'azure_scheduled_events:target_event_impact:soon'
       }
       {
@@ -224,32 +224,27 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'label_replace(\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"},\n  "alert", "AzureScheduledEventImpactSoon", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n  ),\n  "alert", "AzureSpotEviction", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n  ),\n  "alert", "AzureScaleSetDelete", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events:target_event_seconds_until_not_before:own\n  > on (cluster, job, instance, event_id) group_left (event_type, event_source)\n  (\n    max by (cluster, job, instance, event_id, event_type, event_source) (\n      azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n    ) * 0 - Inf\n    or on (cluster, job, instance, event_id)\n    max by (cluster, job, instance, event_id, event_type, event_source) (\n      azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n    ) * 0 + 86400\n  ),\n  "alert", "AzureRedeployAnnouncedDaysAhead", "", ""\n)'
+        expression: 'label_replace(\n  azure_scheduled_events:target_event_impact:held{event_type=~"Reboot|Redeploy"},\n  "alert", "AzureScheduledEventImpactSoon", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source, node, vm_name, vm_scale_set_name, priority) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Preempt"}\n  ),\n  "alert", "AzureSpotEviction", "", ""\n)\nor\nlabel_replace(\n  max by (cluster, job, instance, event_id, event_type, event_source, node, vm_name, vm_scale_set_name, priority) (\n    azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Terminate"}\n  ),\n  "alert", "AzureScaleSetDelete", "", ""\n)\nor\nlabel_replace(\n  azure_scheduled_events:target_event_seconds_until_not_before:own\n  > on (cluster, job, instance, event_id) group_left (event_type, event_source, node, vm_name, vm_scale_set_name, priority)\n  (\n    max by (cluster, job, instance, event_id, event_type, event_source, node, vm_name, vm_scale_set_name, priority) (\n      azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", hardware_failure_predicted="true"}\n    ) * 0 - Inf\n    or on (cluster, job, instance, event_id)\n    max by (cluster, job, instance, event_id, event_type, event_source, node, vm_name, vm_scale_set_name, priority) (\n      azure_scheduled_events_event_info{affects_this_vm="true", event_status=~"Scheduled|Started", event_type="Redeploy"}\n    ) * 0 + 86400\n  ),\n  "alert", "AzureRedeployAnnouncedDaysAhead", "", ""\n)'
         record: 'azure_scheduled_events:target_alert:value'
       }
       {
         enabled: true
-        expression: '(\nazure_scheduled_events:target_alert:value\nor\nazure_scheduled_events:target_event_impact:held\n)\n* on (cluster, job, instance) group_left (vm_id, vm_instance, vm_name, vm_scale_set_name, node, priority)\nazure_scheduled_events:target_vm:info'
-        record: 'azure_scheduled_events:target_alert_vm:value'
-      }
-      {
-        enabled: true
-        expression: 'max by (cluster, vm_id, vm_scale_set_name, priority, event_id, event_type, event_source) (\n  azure_scheduled_events:target_alert_vm:value{alert=""}\n)'
+        expression: 'max by (cluster, vm_scale_set_name, vm_name, priority, event_id, event_type, event_source) (\n  azure_scheduled_events:target_event_impact:held{vm_name!=""}\n)'
         record: 'azure_scheduled_events:vm_event_impact:held'
       }
       {
         enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy|Preempt", priority!~"Spot|SpotPlus|Low"}\n    unless\n    azure_scheduled_events:vm_event_impact:held{event_type="Preempt", priority=""}\n  )\n)'
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_scale_set_name, vm_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy|Preempt", priority!~"Spot|SpotPlus|Low"}\n    unless\n    azure_scheduled_events:vm_event_impact:held{event_type="Preempt", priority=""}\n  )\n)'
         record: 'azure_scheduled_events:capacity_vms_at_risk:count'
       }
       {
         enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Preempt"}\n  )\n)'
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_scale_set_name, vm_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Preempt"}\n  )\n)'
         record: 'azure_scheduled_events:capacity_vms_evicted:count'
       }
       {
         enabled: true
-        expression: 'max without (vm_instance) (\n  label_replace(\n    max by (cluster, vm_id, alert, event_id, event_source, event_type, vm_instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_alert_vm:value{alert!=""}),\n    "instance", "\$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\nazure_scheduled_events:target_alert:value\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_alert_vm:value'
+        expression: 'max by (cluster, vm_scale_set_name, vm_name, node, alert, event_id, event_source, event_type) (\n  azure_scheduled_events:target_alert:value{vm_name!="", node!=""}\n)\nor on (cluster, vm_scale_set_name, vm_name, alert, event_id, event_source, event_type)\nmax by (cluster, vm_scale_set_name, vm_name, alert, event_id, event_source, event_type) (\n  azure_scheduled_events:target_alert:value{vm_name!=""}\n)\nor\nazure_scheduled_events:target_alert:value{vm_name=""}'
         record: 'azure_scheduled_events:vm_alert:value'
       }
       {
@@ -260,7 +255,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureScheduledEventImpactSoon'
         annotations: {
-          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}): {{ \$labels.event_source }} {{ \$labels.event_type }} event {{ \$labels.event_id }} {{ if gt \$value 0.0 }}is due at {{ \$value | humanizeTimestamp }}{{ else }}has started, or its NotBefore passed or is unknown{{ end }}.'
+          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}{{ with \$labels.vm_scale_set_name }} of scale set {{ . }}{{ end }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}: {{ \$labels.event_source }} {{ \$labels.event_type }} event {{ \$labels.event_id }} {{ if gt \$value 0.0 }}is due at {{ \$value | humanizeTimestamp }}{{ else }}has started, or its NotBefore passed or is unknown{{ end }}.'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurescheduledeventimpactsoon'
           summary: '{{ \$labels.event_type }} of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} within 15 minutes'
         }
@@ -284,7 +279,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureSpotEviction'
         annotations: {
-          description: 'Spot VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) is being evicted: Preempt event {{ \$labels.event_id }}. Informational: Azure gives 30 seconds, less than scrape, rule evaluation and notification take.'
+          description: 'Spot VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}{{ with \$labels.vm_scale_set_name }} of scale set {{ . }}{{ end }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} is being evicted: Preempt event {{ \$labels.event_id }}. Informational: Azure gives 30 seconds, less than scrape, rule evaluation and notification take.'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azurespoteviction'
           summary: 'Spot eviction of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}'
         }
@@ -356,7 +351,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
         ]
         alert: 'AzureRedeployAnnouncedDaysAhead'
         annotations: {
-          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} ({{ \$labels.instance }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}) will be taken down by Azure in {{ \$value | humanizeDuration }} ({{ \$labels.event_type }} event {{ \$labels.event_id }}): its host is degraded. Redeploy it yourself at a quiet time.'
+          description: 'VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }}{{ with \$labels.vm_scale_set_name }} of scale set {{ . }}{{ end }}{{ with \$labels.node }} on node {{ . }}{{ end }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} will be taken down by Azure in {{ \$value | humanizeDuration }} ({{ \$labels.event_type }} event {{ \$labels.event_id }}): its host is degraded. Redeploy it yourself at a quiet time.'
           'runbook_url': 'https://github.com/azure-scheduled-events-exporter/azure-scheduled-events-exporter/blob/main/docs/runbook.md#azureredeployannounceddaysahead'
           summary: '{{ \$labels.event_type }} of VM {{ if \$labels.vm_name }}{{ \$labels.vm_name }}{{ else }}{{ \$labels.instance }}{{ end }} announced days ahead (degraded hardware)'
         }
@@ -385,7 +380,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: 'Scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}: over 25 % of its Regular VMs go down, the first {{ if gt \$value 0.0 }}at {{ \$value | humanizeTimestamp }}{{ else }}now (Started, or NotBefore passed or unknown){{ end }}'
         }
         enabled: true
-        expression: 'min by (cluster, vm_scale_set_name) (\n  azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy|Preempt", priority!~"Spot|SpotPlus|Low"}\n  unless\n  azure_scheduled_events:vm_event_impact:held{event_type="Preempt", priority=""}\n)\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_at_risk:count >= 2\n  and\n  azure_scheduled_events:capacity_vms_at_risk:count\n  / (\n    azure_scheduled_events:capacity_regular_vms:count\n    - (\n      count by (cluster, vm_scale_set_name) (\n        max by (cluster, vm_id, vm_scale_set_name) (\n          azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type="Terminate", priority!~"Spot|SpotPlus|Low"}\n        )\n      )\n      or azure_scheduled_events:capacity_regular_vms:count * 0\n    )\n  ) > 0.25\n)'
+        expression: 'min by (cluster, vm_scale_set_name) (\n  azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy|Preempt", priority!~"Spot|SpotPlus|Low"}\n  unless\n  azure_scheduled_events:vm_event_impact:held{event_type="Preempt", priority=""}\n)\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_at_risk:count >= 2\n  and\n  azure_scheduled_events:capacity_vms_at_risk:count\n  / (\n    azure_scheduled_events:capacity_regular_vms:count\n    - (\n      count by (cluster, vm_scale_set_name) (\n        max by (cluster, vm_scale_set_name, vm_name) (\n          azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type="Terminate", priority!~"Spot|SpotPlus|Low"}\n        )\n      )\n      or azure_scheduled_events:capacity_regular_vms:count * 0\n    )\n  ) > 0.25\n)'
         'for': 'PT1M'
         labels: {
           severity: 'critical'
@@ -409,7 +404,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: '{{ \$value }} Spot VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} evicted at once'
         }
         enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Preempt"}\n  )\n) >= 2\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_evicted:count\n  / azure_scheduled_events:capacity_vms:count\n) > 0.25'
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_scale_set_name, vm_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Preempt"}\n  )\n) >= 2\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_evicted:count\n  / azure_scheduled_events:capacity_vms:count\n) > 0.25'
         'for': 'PT1M'
         labels: {
           severity: 'warning'

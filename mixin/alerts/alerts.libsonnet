@@ -82,7 +82,7 @@ local promql = import '../lib/promql.libsonnet';
   local eventKey = ['event_id', 'event_type', 'event_source'],
   local events(matchers) =
     'max by (%s) (\n  %s\n)' % [
-      q.list(q.vm + eventKey),
+      q.list(q.vm + eventKey + q.eventVm),
       q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', statuses] + matchers),
     ],
   local up = q.sel('up'),
@@ -112,6 +112,16 @@ local promql = import '../lib/promql.libsonnet';
   ]),
   // The labels the conditions keep besides the target's.
   local keys(alerts) = std.uniq(std.sort(std.flattenArrays([a.condition.key for a in alerts]))),
+  // The conditions of the alerts of events (`recorded`, per target and `key`) one per VM as its
+  // event series name it (its cluster, scale set and name), with the node where a job's series
+  // name it, however many jobs scrape its agent; a target whose agent has not read instance
+  // metadata (no name) keeps its own labels.
+  local namedVms(recorded, key) =
+    local one(by, matchers) = 'max by (%s) (\n  %s\n)' % [q.list(by), q.rec(recorded, ['vm_name!=""'] + matchers)];
+    (
+      if c.nodeLabel == '' then one(q.namedVm + key, [])
+      else '%s\nor on (%s)\n%s' % [one(q.namedVm + [c.nodeLabel] + key, ['%s!=""' % c.nodeLabel]), q.list(q.namedVm + key), one(q.namedVm + key, [])]
+    ) + '\nor\n%s' % q.rec(recorded, ['vm_name=""']),
 
   // The number of VMs with each rolled-up alert's condition, per cluster, alert and the alert's
   // key: each alert's per-VM conditions counted once, for the thresholds below to read.
@@ -169,7 +179,7 @@ local promql = import '../lib/promql.libsonnet';
   // those VMs' events (a Unix time; 0 when one has started or has none), which its texts give.
   local pageExpr =
     local held(types) = std.strReplace($.heldOfGroup(c.capacity, types), '\n', '\n  ');
-    local deleted = 'count by (%s) (\n  max by (%s) (\n    %s\n  )\n)' % [q.groupBy, q.list(q.vmId + [c.capacityLabel]), q.rec(r.vmImpactHeld, ['%s!=""' % c.capacityLabel, 'event_type="Terminate"'] + $.exemptMatchers(c.capacity))];
+    local deleted = 'count by (%s) (\n  max by (%s) (\n    %s\n  )\n)' % [q.groupBy, q.list(q.namedVm), q.rec(r.vmImpactHeld, ['%s!=""' % c.capacityLabel, 'event_type="Terminate"'] + $.exemptMatchers(c.capacity))];
     'min by (%(group)s) (\n  %(held)s\n)\nand on (%(group)s)\n(\n  %(atRisk)s >= %(min)s\n  and\n  %(atRisk)s\n  / (\n    %(size)s\n    - (\n      %(deleted)s\n      or %(size)s * 0\n    )\n  ) > %(fraction)s\n)' % {
       group: q.groupBy,
       held: held(c.capacity.eventTypes),
@@ -186,6 +196,9 @@ local promql = import '../lib/promql.libsonnet';
   local timeLeft = '{{ if gt $value 0.0 }}{{ with printf "%.0f - time()" $value | query }}{{ $left := . | first | value }}{{ if gt $left 0.0 }}, in {{ humanizeDuration $left }}{{ else }}, passed{{ end }}{{ end }}{{ end }}',
   // " of scale set X " when the alert has a capacity group.
   local ofGroup = '{{ with $labels.%s }} of %s {{ . }}{{ end }}' % [c.capacityLabel, c.capacityName],
+  // Where a VM of an alert of events is: its scale set, node and cluster, as far as its labels say
+  // (a VM whose agent has not read instance metadata is named by its instance).
+  local eventPlace = ofGroup + inCluster,
   // The alerts of events (the per-VM ones and the stuck event) and of agent health (`slow`:
   // conditions on every agent's own series).
   fleetAlerts:: [
@@ -197,7 +210,7 @@ local promql = import '../lib/promql.libsonnet';
       '1m',
       c.severities.vm,
       '%s of VM %s within %d minutes' % [label('event_type'), vmName, c.impactSoonSeconds / 60],
-      'VM %s (%s%s): %s %s event %s %s.' % [vmName, label('instance'), inCluster, label('event_source'), label('event_type'), label('event_id'), '{{ if gt $value 0.0 }}is due at {{ $value | humanizeTimestamp }}{{ else }}has started, or its NotBefore passed or is unknown{{ end }}'],
+      'VM %s%s: %s %s event %s %s.' % [vmName, eventPlace, label('event_source'), label('event_type'), label('event_id'), '{{ if gt $value 0.0 }}is due at {{ $value | humanizeTimestamp }}{{ else }}has started, or its NotBefore passed or is unknown{{ end }}'],
     ),
     alert(
       'AzureSpotEviction',
@@ -205,8 +218,8 @@ local promql = import '../lib/promql.libsonnet';
       '0s',
       c.severities.info,
       'Spot eviction of VM %s' % vmName,
-      ('Spot VM %s (%s%s) is being evicted: Preempt event %s. ' +
-       'Informational: Azure gives 30 seconds, less than scrape, rule evaluation and notification take.') % [vmName, label('instance'), inCluster, label('event_id')],
+      ('Spot VM %s%s is being evicted: Preempt event %s. ' +
+       'Informational: Azure gives 30 seconds, less than scrape, rule evaluation and notification take.') % [vmName, eventPlace, label('event_id')],
     ),
     alert(
       'AzureScaleSetDelete',
@@ -253,9 +266,10 @@ local promql = import '../lib/promql.libsonnet';
       // are compared with a threshold per event: none for a marked one,
       // redeployDaysAheadSeconds for a Redeploy.
       perVm(
-        '%(until)s\n> on (%(on)s) group_left (event_type, event_source)\n(\n  %(marked)s * 0 - Inf\n  or on (%(on)s)\n  %(redeploy)s * 0 + %(ahead)d\n)' % {
+        '%(until)s\n> on (%(on)s) group_left (%(labels)s)\n(\n  %(marked)s * 0 - Inf\n  or on (%(on)s)\n  %(redeploy)s * 0 + %(ahead)d\n)' % {
           until: r.targetEventUntil,
           on: q.list(q.vm + ['event_id']),
+          labels: q.list(['event_type', 'event_source'] + q.eventVm),
           marked: std.strReplace(events(['hardware_failure_predicted="true"']), '\n', '\n  '),
           ahead: c.redeployDaysAheadSeconds,
           redeploy: std.strReplace(events(['event_type="Redeploy"']), '\n', '\n  '),
@@ -265,11 +279,10 @@ local promql = import '../lib/promql.libsonnet';
       '5m',
       c.severities.vm,
       '%s of VM %s announced days ahead (degraded hardware)' % [label('event_type'), vmName],
-      ('VM %s (%s%s) will be taken down by Azure in {{ $value | humanizeDuration }} ' +
+      ('VM %s%s will be taken down by Azure in {{ $value | humanizeDuration }} ' +
        '(%s event %s): its host is degraded. Redeploy it yourself at a quiet time.') % [
         vmName,
-        label('instance'),
-        inCluster,
+        eventPlace,
         label('event_type'),
         label('event_id'),
       ],
@@ -507,16 +520,13 @@ unless on (%(on)s)
         name: 'azure-scheduled-events.events',
       } + (if c.eventsInterval == '' then {} else { interval: c.eventsInterval }) + {
         // The impacts and the per-VM alerts' conditions, recorded first in the group so that each
-        // alert reads them at the same evaluation. The held impacts are joined with the
-        // conditions: the VMs of the page's counts, read with the per-VM alerts' in one join
-        // (rules.libsonnet: vmImpactRules).
+        // alert reads them at the same evaluation. They read only the events' series, which carry
+        // the VM's name, scale set and priority: no series of every target.
         local conditionsOf = perVmOf(eventAlerts),
-        local join = q.vmJoin(r.targetAlert, r.targetImpactHeld, r.targetAlertVm, ['alert'] + keys(conditionsOf)),
         rules: $.impactRules + [
           record(r.targetAlert, conditions(conditionsOf)),
-          record(r.targetAlertVm, join.joined),
-        ] + $.vmImpactRules(r.targetAlertVm) + [
-          record(r.vmAlert, join.byVm),
+        ] + $.vmImpactRules + [
+          record(r.vmAlert, namedVms(r.targetAlert, ['alert'] + keys(conditionsOf))),
         ] + eventAlerts + $.capacityAlerts,
       },
       {

@@ -55,12 +55,12 @@ local promql = import '../lib/promql.libsonnet';
     local held = q.rec(r.vmImpactHeld, ['%s!=""' % cap, 'event_type=~"%s"' % q.types(types)] + exempt(settings));
     if exempt(settings) == [] then held
     else '%s\nunless\n%s' % [held, q.rec(r.vmImpactHeld, ['event_type="Preempt"', '%s=""' % q.priority])],
-  // VMs of each capacity group with a held event of `settings.eventTypes`, counted by VM, but for
+  // VMs of each capacity group (by name: q.namedVm) with a held event of `settings.eventTypes`, but for
   // VMs of a priority in `settings.exemptPriorities` (Spot pools).
   groupCount(settings)::
     'count by (%(group)s) (\n  max by (%(vm)s) (\n    %(held)s\n  )\n)' % {
       group: q.groupBy,
-      vm: q.list(q.vmId + [cap]),
+      vm: q.list(q.namedVm),
       held: std.strReplace($.heldOfGroup(settings, settings.eventTypes), '\n', '\n    '),
     },
 
@@ -156,12 +156,13 @@ local promql = import '../lib/promql.libsonnet';
       },
     ),
     // Events of this VM that take it down, with NotBefore within impactSoonSeconds,
-    // passed, unknown, or Started: one series per target and event, its value NotBefore (a Unix
-    // time; 0 when unknown), which the alerts' texts give.
+    // passed, unknown, or Started: one series per target and event, with the VM's name, scale set
+    // and priority the event series carry, its value NotBefore (a Unix time; 0 when unknown),
+    // which the alerts' texts give.
     record(
       r.targetImpactSoon,
       'max by (%(key)s) (\n  %(events)s * 0\n  + on (%(on)s) group_left ()\n  %(notBefore)s\n  or\n  %(events)s * 0\n)\nunless on (%(on)s)\n  (%(until)s > %(soon)d)' % {
-        key: q.list(q.vm + ['event_id', 'event_type', 'event_source', c.nodeLabel]),
+        key: q.list(q.vm + ['event_id', 'event_type', 'event_source'] + q.eventVm),
         events: q.sel('azure_scheduled_events_event_info', ['affects_this_vm="true"', 'event_type=~"%s"' % q.types(impactTypes), statuses]),
         // One per target and event, however many copies the store holds (an HA pair). NotBefore
         // is the countdown above plus time(), exactly (NotBefore is whole seconds): the
@@ -207,15 +208,14 @@ local promql = import '../lib/promql.libsonnet';
     },
   ),
 
-  // The held impact by VM (vmIdLabel), with its capacity group and priority, and the VMs of each capacity group
-  // it counts: recorded in the group azure-scheduled-events.events from `joined`, the targets' held
-  // impacts (and the per-VM alerts' conditions) joined once with their VM
-  // (azure_scheduled_events:target_alert_vm:value, whose impacts have no label `alert`). Only
-  // VMs whose vm_info is known.
-  vmImpactRules(joined):: [
+  // The held impact by VM (q.namedVm: its cluster, scale set and name, as its event series carry
+  // them), with its priority, and the VMs of each capacity group it counts: recorded in the group
+  // azure-scheduled-events.events from the targets' held impacts, one series per VM however many
+  // jobs scrape its agent. Only VMs whose agent has read instance metadata (a name).
+  vmImpactRules:: [
     record(
       r.vmImpactHeld,
-      'max by (%s) (\n  %s\n)' % [q.list(q.vmId + [cap, q.priority, 'event_id', 'event_type', 'event_source']), q.rec(joined, ['alert=""'])],
+      'max by (%s) (\n  %s\n)' % [q.list(q.namedVm + [q.priority, 'event_id', 'event_type', 'event_source']), q.rec(r.targetImpactHeld, ['vm_name!=""'])],
     ),
     record(r.capacityAtRisk, $.groupCount(c.capacity)),
     record(r.capacityEvicted, $.groupCount(c.spotWave)),

@@ -80,7 +80,6 @@
       targetAgentAlert: 'azure_scheduled_events:target_agent_alert:value',
       targetAgentAlertVm: 'azure_scheduled_events:target_agent_alert_vm:value',
       targetAlert: 'azure_scheduled_events:target_alert:value',
-      targetAlertVm: 'azure_scheduled_events:target_alert_vm:value',
       vmAlert: 'azure_scheduled_events:vm_alert:value',
       vmAgentAlert: 'azure_scheduled_events:vm_agent_alert:value',
       rollupVms: 'azure_scheduled_events:rollup_vms:count',
@@ -96,6 +95,13 @@
       if labels == ['@@vmInfoLabels@@'] then ['@@vmInfoLabels.joined@@'] else labels + [c.capacityLabel, self.priority],
     // The labels of one VM: the cluster and its id.
     vmId:: nonEmpty([c.clusterLabel, c.vmIdLabel]),
+    // The labels the agent's event series carry besides the target's: the node the scrape names
+    // (nodeLabel) and this VM's name, scale set (capacityLabel) and priority, from instance
+    // metadata (absent until the agent has read it). The rules of events read them there, with
+    // no join with every target's VM.
+    eventVm:: nonEmpty([c.nodeLabel, 'vm_name', c.capacityLabel, self.priority]),
+    // One VM as its event series name it: its cluster, scale set and name (unique in a scale set).
+    namedVm:: nonEmpty([c.clusterLabel, c.capacityLabel, 'vm_name']),
     vmIdBy:: self.list(self.vmId),
     // `{matchers}` of a recorded series, or nothing.
     rec(name, matchers=[])::

@@ -257,19 +257,43 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
         "{}",
         impact.expr
     );
-    // Joined once with each target's VM (its vmInfoLabels and scale set), then one per VM.
-    let joined = record_expr(&groups, "azure_scheduled_events:target_alert_vm:value")?;
+    // One per VM as its event series name it (cluster, scale set, name, and the node where a
+    // job's series carry it), with no join: the events' group reads no series of every target.
+    let per_vm = record_expr(&groups, "azure_scheduled_events:vm_alert:value")?;
+    assert!(
+        per_vm
+            .contains("max by (k8s_cluster, vm_scale_set_name, vm_name, kubernetes_node, alert, ")
+            && per_vm.contains(
+                "azure_scheduled_events:target_alert:value{vm_name!=\"\", kubernetes_node!=\"\"}"
+            )
+            && per_vm.contains("or on (k8s_cluster, vm_scale_set_name, vm_name, alert, ")
+            && per_vm.ends_with("azure_scheduled_events:target_alert:value{vm_name=\"\"}\n"),
+        "{per_vm}"
+    );
+    let events = groups
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|group| group["name"] == "azure-scheduled-events.events")
+        .ok_or("no events group")?;
+    for rule in events["rules"].as_array().into_iter().flatten() {
+        let expr = rule["expr"].as_str().unwrap_or_default();
+        assert!(
+            !expr.contains("azure_scheduled_events:target_vm") && !expr.contains("_vm_info"),
+            "the events' group reads every target's VM: {expr}"
+        );
+    }
+    // The agent-health alerts are joined once with each target's VM (its vmInfoLabels and scale
+    // set), then one per VM.
+    let joined = record_expr(
+        &groups,
+        "azure_scheduled_events:target_agent_alert_vm:value",
+    )?;
     assert!(
         joined.contains(
             "* on (k8s_cluster, job, instance, pod) group_left (vm_id, vm_instance, vm_name, zone, vm_scale_set_name, priority)"
         ),
         "{joined}"
-    );
-    let per_vm = record_expr(&groups, "azure_scheduled_events:vm_alert:value")?;
-    assert!(
-        per_vm.contains("vm_instance, vm_name, zone) (azure_scheduled_events:target_alert_vm:value{alert!=\"\"})")
-            && per_vm.contains("unless on (k8s_cluster, job, instance, pod)"),
-        "{per_vm}"
     );
     let down = record_expr(
         &groups,

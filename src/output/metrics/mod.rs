@@ -495,12 +495,19 @@ impl Metrics {
         self.events.view().events = events.into_iter().collect();
     }
 
-    /// Sets `..._vm_info` from instance metadata; `vm_name` is this VM's name in `Resources`.
+    /// Sets `..._vm_info` from instance metadata, and this VM's name, scale set and priority on
+    /// the per-event `..._event_info`; `vm_name` is this VM's name in `Resources`.
     pub fn set_vm(&self, vm_name: Option<&str>, c: &wire::Compute) {
+        let vm_name = vm_name.unwrap_or(&c.name);
+        self.events.view().vm = VmLabels {
+            vm_name: vm_name.to_owned(),
+            vm_scale_set_name: c.vm_scale_set_name.clone(),
+            priority: priority(&c.priority).to_owned(),
+        };
         self.vm_info.reset();
         self.vm_info
             .with_label_values(&[
-                vm_name.unwrap_or(&c.name),
+                vm_name,
                 &c.vm_id,
                 &c.location,
                 &c.zone,
@@ -572,6 +579,17 @@ struct EventsView {
     /// Each event with whether it names this VM (the batch's event view, not worked out again
     /// at every scrape) and the time this agent first saw it, when known.
     events: Vec<(Event, Affects, Option<DateTime<Utc>>)>,
+    /// This VM, as `..._event_info` names it; empty until instance metadata has been read.
+    vm: VmLabels,
+}
+
+/// This VM's name, scale set and priority, which `..._event_info` carries so that fleet rules
+/// tell VMs apart by their event series alone, with no join with every VM's `vm_info`.
+#[derive(Debug, Default)]
+struct VmLabels {
+    vm_name: String,
+    vm_scale_set_name: String,
+    priority: String,
 }
 
 /// Builds `pending` and the per-event series from the current events at each scrape.
@@ -612,7 +630,7 @@ impl EventsCollector {
             info: IntGaugeVec::new(
                 opts(
                     "event_info",
-                    "Always 1 while the event is in the scheduled-events document; its fields as labels, the cause its Description gives, and whether Azure predicts a hardware failure (a Reboot or Redeploy announced more than a day ahead).",
+                    "Always 1 while the event is in the scheduled-events document; its fields as labels, the cause its Description gives, whether Azure predicts a hardware failure (a Reboot or Redeploy announced more than a day ahead), and this VM's name, scale set and priority as in vm_info (empty until instance metadata is read).",
                 ),
                 &[
                     "event_id",
@@ -623,6 +641,9 @@ impl EventsCollector {
                     "affects_this_vm",
                     "cause",
                     "hardware_failure_predicted",
+                    "vm_name",
+                    "vm_scale_set_name",
+                    "priority",
                 ],
             )?,
             not_before: GaugeVec::new(
@@ -727,6 +748,9 @@ impl EventsCollector {
                     affects.as_str(),
                     event.cause().as_str(),
                     hardware_failure::label(hardware_failure::predicted(event, *first_seen)),
+                    &view.vm.vm_name,
+                    &view.vm.vm_scale_set_name,
+                    &view.vm.priority,
                 ])
                 .set(1);
             if let Some(at) = event.not_before.at() {
@@ -801,9 +825,10 @@ fn priority(given: &str) -> &str {
 
 /// Most bytes of the text exposition with the largest document the agent accepts
 /// ([`azure_scheduled_events_core::limits::MAX_EVENTS`] events, each label value at
-/// [`azure_scheduled_events_core::limits::MAX_LABEL_BYTES`], every event reported): what bounds
-/// the agent's memory under many scrapers (docs/performance.md).
-pub const MAX_EXPOSITION_BYTES: usize = 6_000_000;
+/// [`azure_scheduled_events_core::limits::MAX_LABEL_BYTES`], every event reported, on a VM whose
+/// name and scale set are as long, each repeated in every `event_info`): what bounds the agent's
+/// memory under many scrapers (docs/performance.md).
+pub const MAX_EXPOSITION_BYTES: usize = 7_000_000;
 
 #[cfg(test)]
 mod tests {
@@ -847,6 +872,17 @@ mod tests {
         limits::check(&document)?;
 
         let metrics = Metrics::new("2020-07-01", EventSeries::All, Families::DEFAULT)?;
+        // This VM's name and scale set, which every event_info repeats, as long as Azure allows
+        // (64 characters).
+        metrics.set_vm(
+            None,
+            &wire::Compute {
+                name: at_the_cap("N", 0),
+                vm_scale_set_name: at_the_cap("V", 0),
+                priority: "SpotPlus".into(),
+                ..wire::Compute::default()
+            },
+        );
         let now = Utc::now();
         metrics.set_events(
             1,
@@ -857,6 +893,7 @@ mod tests {
         );
         let text = metrics.encode()?;
         assert!(text.contains(&at_the_cap("E", MAX_EVENTS - 1)));
+        assert!(text.contains(&format!("vm_scale_set_name=\"{}\"", at_the_cap("V", 0))));
         assert!(
             text.len() <= MAX_EXPOSITION_BYTES,
             "{} bytes, more than {MAX_EXPOSITION_BYTES}",
@@ -897,6 +934,41 @@ mod tests {
         assert_eq!(notice(&event("Scheduled", Some(""))?, seen), None);
         assert_eq!(notice(&event("Scheduled", Some("soon"))?, seen), None);
         assert_eq!(notice(&event("Advisory", at)?, seen), None);
+        Ok(())
+    }
+
+    #[test]
+    fn event_info_names_this_vm_once_instance_metadata_is_read()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let metrics = Metrics::new("2020-07-01", EventSeries::All, Families::DEFAULT)?;
+        let info = |text: &str| {
+            text.lines()
+                .find(|l| l.starts_with("azure_scheduled_events_event_info{"))
+                .map(str::to_owned)
+        };
+        let at = Some("Wed, 29 Apr 2026 18:00:00 GMT");
+        metrics.set_events(1, [(event("Scheduled", at)?, Affects::Yes, None)]);
+        let before = info(&metrics.encode()?).ok_or("no event_info")?;
+        for empty in [r#"priority="""#, r#"vm_name="""#, r#"vm_scale_set_name="""#] {
+            assert!(before.contains(empty), "{before}");
+        }
+        metrics.set_vm(
+            Some("web_3"),
+            &wire::Compute {
+                name: "web000003".into(),
+                vm_scale_set_name: "web".into(),
+                priority: "Spot".into(),
+                ..wire::Compute::default()
+            },
+        );
+        let after = info(&metrics.encode()?).ok_or("no event_info")?;
+        for named in [
+            r#"priority="Spot""#,
+            r#"vm_name="web_3""#,
+            r#"vm_scale_set_name="web""#,
+        ] {
+            assert!(after.contains(named), "{after}");
+        }
         Ok(())
     }
 
