@@ -101,8 +101,8 @@
     // How often the group that records what each scrape target is (azure-scheduled-events.targets:
     // when it was last the agent, its last known vm_info, one per VM) is evaluated. What a target
     // is changes when a VM is created or deleted; each evaluation reads every target's series.
-    // A VM's first minutes may alert under its target's labels (job, instance) until its vm_info
-    // is recorded, and a scale set's size moves as late (a VM being deleted, with its Terminate,
+    // In a VM's first minutes its agent-health alerts may carry its target's labels (job,
+    // instance) until its vm_info is recorded, and a scale set's size moves as late (a VM being deleted, with its Terminate,
     // leaves it at once).
     // Every 5 minutes: at 10,000 agents each evaluation allocates some 150 MB of Prometheus'
     // heap (docs/performance.md). Empty: Prometheus' evaluation_interval.
