@@ -534,7 +534,7 @@ unless on (%(on)s)
       } + (if c.agentsInterval == '' then {} else { interval: c.agentsInterval }) + {
         // The conditions of the agent-health alerts: each reads a series of every agent.
         local conditionsOf = perVmOf(agentAlerts),
-        local join = q.vmJoin(r.targetAgentAlert, null, r.targetAgentAlertVm, ['alert'] + keys(conditionsOf)),
+        local join = q.vmJoin(r.targetAgentAlert, r.targetAgentAlertVm, ['alert'] + keys(conditionsOf)),
         rules: [
           $.targetReleasedRule,
           $.targetDownRule,

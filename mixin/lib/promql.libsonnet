@@ -109,18 +109,16 @@
       if all == [] then name else name + '{' + std.join(', ', all) + '}',
 
     // `expr` (one series per scrape target, or per target and `key` labels) with each target's
-    // VM. The rule of `joined` (recorded first) is the targets of `expr` and of `held` (when given: series
-    // without the label `alert`, recorded with the others to read the targets' VMs once) whose
-    // VM is known, with its vmIdLabel, alert labels, capacityLabel and priority
-    // (azure_scheduled_events:target_vm:info). `byVm` makes those of `expr` ONE series per VM and
-    // `key`, however many scrape jobs scrape its agent (the max of the targets' values), with the
-    // VM's instance and vmInfoLabels, and keeps the other targets' own labels, unchanged, while
-    // their agent has not read instance metadata. `key` names every label of `expr` besides the
-    // target's that the alert keeps, `alert` among them.
-    vmJoin(expr, held, joined, key=[]):: {
+    // VM. The rule of `joined` (recorded first) is the targets of `expr` whose VM is known, with its
+    // vmIdLabel, alert labels, capacityLabel and priority (azure_scheduled_events:target_vm:info).
+    // `byVm` makes them ONE series per VM and `key`, however many scrape jobs scrape its agent (the
+    // max of the targets' values), with the VM's instance and vmInfoLabels, and keeps the other
+    // targets' own labels, unchanged, while their agent has not read instance metadata. `key`
+    // names every label of `expr` besides the target's that the alert keeps, `alert` among them.
+    vmJoin(expr, joined, key=[]):: {
       local q = $.new(c),
       joined: '%s\n* on (%s) group_left (%s)\n%s' % [
-        if held == null then expr else '(\n%s\nor\n%s\n)' % [expr, held],
+        expr,
         q.vmBy,
         q.list([c.vmIdLabel, 'vm_instance'] + q.joined(c.vmInfoLabels)),
         q.records.targetVm,
@@ -128,7 +126,7 @@
       byVm:
         'max without (vm_instance) (\n  label_replace(\n    max by (%(by)s) (%(joined)s),\n    "instance", "$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\n%(expr)s\n)\nunless on (%(t)s) %(all)s' % {
           by: q.list(q.vmId + key + ['vm_instance'] + c.vmInfoLabels),
-          joined: q.rec(joined, ['alert!=""']),
+          joined: joined,
           all: joined,
           expr: expr,
           t: q.vmBy,
