@@ -52,13 +52,13 @@ def fleet(vms, clusters, scale_sets):
                   'namespace="kube-system",node="%s",pod="azure-scheduled-events-exporter-%05x"'
                   % (cluster, ip, JOB, node, n))
         priority = "Spot" if pool.endswith("spot") else "Regular"
-        info = ('location="%s",platform_fault_domain="%d",platform_update_domain="%d",priority="%s",'
-                'resource_group="MC_rg-%s",vm_id="%s",vm_name="%s_%d",vm_scale_set_name="%s",'
-                'vm_size="Standard_D8s_v5",zone="%d"'
-                % (["eastus2", "westeurope", "norwayeast"][c % 3], k % 5, k % 20, priority, cluster, vm_id,
-                   vmss, k, vmss, 1 + k % 3))
-        # What the agent puts on each of its event_info series: this VM's name, scale set, priority.
+        # This VM's name, scale set and priority: on vm_info, and on each of its event_info series as
+        # the agent puts them there.
         event_vm = 'priority="%s",vm_name="%s_%d",vm_scale_set_name="%s"' % (priority, vmss, k, vmss)
+        info = ('location="%s",platform_fault_domain="%d",platform_update_domain="%d",resource_group="MC_rg-%s",'
+                'vm_id="%s",vm_size="Standard_D8s_v5",zone="%d",%s'
+                % (["eastus2", "westeurope", "norwayeast"][c % 3], k % 5, k % 20, cluster, vm_id, 1 + k % 3,
+                   event_vm))
         out.append(dict(c=c, s=s, k=k, cluster=cluster, vmss=vmss, node=node, vm_id=vm_id,
                         target=target, info=info, event_vm=event_vm, n=n))
     return out

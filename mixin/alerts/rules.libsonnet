@@ -215,7 +215,7 @@ local promql = import '../lib/promql.libsonnet';
   vmImpactRules:: [
     record(
       r.vmImpactHeld,
-      'max by (%s) (\n  %s\n)' % [q.list(q.namedVm + [q.priority, 'event_id', 'event_type', 'event_source']), q.rec(r.targetImpactHeld, ['vm_name!=""'])],
+      'max by (%s) (\n  %s\n)' % [q.list(q.namedVm + [q.priority, 'event_id', 'event_type', 'event_source']), q.rec(r.targetImpactHeld, q.named)],
     ),
     record(r.capacityAtRisk, $.groupCount(c.capacity)),
     record(r.capacityEvicted, $.groupCount(c.spotWave)),

@@ -99,9 +99,15 @@
     // (nodeLabel) and this VM's name, scale set (capacityLabel) and priority, from instance
     // metadata (absent until the agent has read it). The rules of events read them there, with
     // no join with every target's VM.
-    eventVm:: nonEmpty([c.nodeLabel, 'vm_name', c.capacityLabel, self.priority]),
+    eventVm:: nonEmpty([c.nodeLabel, self.vmName, c.capacityLabel, self.priority]),
     // One VM as its event series name it: its cluster, scale set and name (unique in a scale set).
-    namedVm:: nonEmpty([c.clusterLabel, c.capacityLabel, 'vm_name']),
+    namedVm:: nonEmpty([c.clusterLabel, c.capacityLabel, self.vmName]),
+    // The label of the agent's series with the VM's name (vm_info's and the event series').
+    vmName:: 'vm_name',
+    // Matchers of the recorded series of VMs whose agent has read instance metadata (a name), or
+    // has not.
+    named:: ['%s!=""' % self.vmName],
+    unnamed:: ['%s=""' % self.vmName],
     vmIdBy:: self.list(self.vmId),
     // `{matchers}` of a recorded series, or nothing.
     rec(name, matchers=[])::

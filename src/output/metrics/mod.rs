@@ -498,27 +498,27 @@ impl Metrics {
     /// Sets `..._vm_info` from instance metadata, and this VM's name, scale set and priority on
     /// the per-event `..._event_info`; `vm_name` is this VM's name in `Resources`.
     pub fn set_vm(&self, vm_name: Option<&str>, c: &wire::Compute) {
-        let vm_name = vm_name.unwrap_or(&c.name);
-        self.events.view().vm = VmLabels {
-            vm_name: vm_name.to_owned(),
+        let vm = VmLabels {
+            vm_name: vm_name.unwrap_or(&c.name).to_owned(),
             vm_scale_set_name: c.vm_scale_set_name.clone(),
             priority: priority(&c.priority).to_owned(),
         };
         self.vm_info.reset();
         self.vm_info
             .with_label_values(&[
-                vm_name,
+                &vm.vm_name,
                 &c.vm_id,
                 &c.location,
                 &c.zone,
-                &c.vm_scale_set_name,
+                &vm.vm_scale_set_name,
                 &c.resource_group_name,
                 &c.platform_fault_domain,
                 &c.platform_update_domain,
                 &c.vm_size,
-                priority(&c.priority),
+                &vm.priority,
             ])
             .set(1);
+        self.events.view().vm = vm;
     }
 
     /// The registry, for outputs that register families of their own only when enabled.
