@@ -35,7 +35,7 @@
     // carry vm_name, capacityLabel and nodeLabel from the event series, which carry them.
     vmInfoLabels: ['vm_name', self.capacityLabel, self.nodeLabel],
     // Labels of azure_scheduled_events_vm_info kept by the recorded last known vm_info
-    // (azure_scheduled_events:target_vm_info:last and azure_scheduled_events:vm_info:last).
+    // (azure_scheduled_events:target_vm_info:last).
     vmInfoRecordLabels: ['vm_name', 'location', 'zone', self.capacityLabel, 'resource_group', 'vm_size', self.nodeLabel],
 
     // How long a VM's last known azure_scheduled_events_vm_info stays usable after its agent
@@ -99,12 +99,13 @@
       severity: 'warning',
     },
     // How often the group that records what each scrape target is (azure-scheduled-events.targets:
-    // when it was last the agent, its last known vm_info, one per VM) is evaluated. What a target
+    // when it was last the agent, its last known vm_info and place, each scale set's size) is
+    // evaluated. What a target
     // is changes when a VM is created or deleted; each evaluation reads every target's series.
     // In a VM's first minutes its agent-health alerts may carry its target's labels (job,
     // instance) until its vm_info is recorded, and a scale set's size moves as late (a VM being deleted, with its Terminate,
     // leaves it at once).
-    // Every 5 minutes: at 10,000 agents each evaluation allocates some 150 MB of Prometheus'
+    // Every 5 minutes: at 10,000 agents each evaluation allocates some 100 MB of Prometheus'
     // heap (docs/performance.md). Empty: Prometheus' evaluation_interval.
     targetsInterval: '5m',
     // How often the conditions of the agent-health alerts (AzureScheduledEventsAgentDown,
@@ -200,11 +201,13 @@
     // lifecycle transitions per cluster and scale set) are evaluated; also the window of the
     // recorded transitions. Empty: Prometheus' evaluation_interval (then set the window yourself).
     dashboardRecordInterval: '5m',
-    // How often the fleet's IMDS rates (10-minute rates of every agent's request counters, failures
+    // How often the fleet's IMDS rates (15-minute rates of every agent's request counters, failures
     // and latency histogram: 8 series an agent while IMDS answers, summed per cluster, job and
-    // place) are recorded: the panels that read them move in steps of this much (at most 10m, the
-    // rates' window, so that every request is counted). Empty: Prometheus' evaluation_interval.
-    dashboardRateInterval: '10m',
+    // place) are recorded: the panels that read them move in steps of this much (at most 15m, the
+    // rates' window, so that every request is counted). A rate over 15 minutes costs Prometheus
+    // what one over 10 does: every 15 minutes, a third less than every 10. Empty: Prometheus'
+    // evaluation_interval.
+    dashboardRateInterval: '15m',
     // Two events of one type and description that appear within this window belong to one
     // maintenance wave (Azure gives every host operation its own EventId).
     waveWindow: '10m',

@@ -54,28 +54,13 @@ resource ruleGroup0 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'topk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node, priority) (azure_scheduled_events:target_vm_info:last{node!=""})\n)\nor on (cluster, vm_id)\ntopk by (cluster, vm_id) (\n  1,\n  max by (cluster, vm_id, instance, vm_name, location, zone, vm_scale_set_name, resource_group, vm_size, node, priority) (azure_scheduled_events:target_vm_info:last{node=""})\n)'
-        record: 'azure_scheduled_events:vm_info:last'
-      }
-      {
-        enabled: true
-        expression: 'max by (cluster, job, instance, vm_id) (azure_scheduled_events:target_vm_info:last)\n* on (cluster, vm_id) group_left (vm_instance, vm_name, vm_scale_set_name, node, priority)\nlabel_replace(azure_scheduled_events:vm_info:last, "vm_instance", "\$1", "instance", "(.*)")'
-        record: 'azure_scheduled_events:target_vm:info'
-      }
-      {
-        enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:target_vm_info:last{vm_scale_set_name!="", priority!~"Spot|SpotPlus|Low"}\n    and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 900)\n    unless on (cluster, job, instance)\n    azure_scheduled_events:target_gone:timestamp_seconds{reason=~"discovery|replaced"}\n  )\n)'
-        record: 'azure_scheduled_events:capacity_regular_vms:count'
-      }
-      {
-        enabled: true
-        expression: 'count by (cluster) (azure_scheduled_events:vm_info:last)'
-        record: 'azure_scheduled_events:vms_known:count'
-      }
-      {
-        enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_id, vm_scale_set_name) (\n    azure_scheduled_events:target_vm_info:last{vm_scale_set_name!=""}\n    and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 900)\n  )\n)'
+        expression: 'count by (cluster, vm_scale_set_name, priority) (\n  max by (cluster, vm_id, vm_scale_set_name, priority) (\n    azure_scheduled_events:target_vm_info:last{vm_scale_set_name!=""}\n    and on (cluster, job, instance)\n    (azure_scheduled_events:target_last_seen:timestamp_seconds > time() - 900)\n    unless on (cluster, job, instance)\n    azure_scheduled_events:target_gone:timestamp_seconds{reason=~"discovery|replaced"}\n  )\n)'
         record: 'azure_scheduled_events:capacity_vms:count'
+      }
+      {
+        enabled: true
+        expression: 'count by (cluster) (\n  count by (cluster, vm_id) (azure_scheduled_events:target_vm_info:last)\n)'
+        record: 'azure_scheduled_events:vms_known:count'
       }
     ]
     scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
@@ -146,12 +131,12 @@ resource ruleGroup2 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     rules: [
       {
         enabled: true
-        expression: 'count by (cluster, job, location, zone, vm_scale_set_name) (\n  (up == 0)\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        expression: 'count by (cluster, job, location, zone, vm_scale_set_name) (\n  azure_scheduled_events:target_down:timestamp_seconds\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
         record: 'azure_scheduled_events:agents_down:count'
       }
       {
         enabled: true
-        expression: 'count by (cluster, job, location, zone, vm_scale_set_name) (\n  (azure_scheduled_events_up == 0)\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        expression: 'count by (cluster, job, location, zone, vm_scale_set_name) (\n  azure_scheduled_events:target_agent_alert:value{alert="AzureImdsUnreachable"}\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
         record: 'azure_scheduled_events:agents_blind:count'
       }
       {
@@ -176,22 +161,22 @@ resource ruleGroup3 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
     clusterName: empty(clusterName) ? null : clusterName
     description: 'azure-scheduled-events-exporter: rule group azure-scheduled-events.dashboards-imds (generated from the monitoring mixin).'
     enabled: true
-    interval: 'PT10M'
+    interval: 'PT15M'
     rules: [
       {
         enabled: true
-        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, le) (\n  rate(azure_scheduled_events_imds_request_duration_seconds_bucket[10m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
-        record: 'azure_scheduled_events:imds_request_duration_seconds_bucket:rate10m'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, le) (\n  rate(azure_scheduled_events_imds_request_duration_seconds_bucket[15m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        record: 'azure_scheduled_events:imds_request_duration_seconds_bucket:rate15m'
       }
       {
         enabled: true
-        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation) (\n  rate(azure_scheduled_events_imds_requests_total[10m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
-        record: 'azure_scheduled_events:imds_requests:rate10m'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation) (\n  rate(azure_scheduled_events_imds_requests_total[15m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        record: 'azure_scheduled_events:imds_requests:rate15m'
       }
       {
         enabled: true
-        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, reason) (\n  rate(azure_scheduled_events_imds_request_failures_total[10m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
-        record: 'azure_scheduled_events:imds_request_failures:rate10m'
+        expression: 'sum by (cluster, job, location, zone, vm_scale_set_name, operation, reason) (\n  rate(azure_scheduled_events_imds_request_failures_total[15m])\n  * on (cluster, job, instance) group_left (location, zone, vm_scale_set_name)\n  azure_scheduled_events:target_place:info\n)'
+        record: 'azure_scheduled_events:imds_request_failures:rate15m'
       }
     ]
     scopes: empty(clusterResourceId) ? [azureMonitorWorkspaceId] : [azureMonitorWorkspaceId, clusterResourceId]
@@ -380,7 +365,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: 'Scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }}: over 25 % of its Regular VMs go down, the first {{ if gt \$value 0.0 }}at {{ \$value | humanizeTimestamp }}{{ else }}now (Started, or NotBefore passed or unknown){{ end }}'
         }
         enabled: true
-        expression: 'min by (cluster, vm_scale_set_name) (\n  azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy|Preempt", priority!~"Spot|SpotPlus|Low"}\n  unless\n  azure_scheduled_events:vm_event_impact:held{event_type="Preempt", priority=""}\n)\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_at_risk:count >= 2\n  and\n  azure_scheduled_events:capacity_vms_at_risk:count\n  / (\n    azure_scheduled_events:capacity_regular_vms:count\n    - (\n      count by (cluster, vm_scale_set_name) (\n        max by (cluster, vm_scale_set_name, vm_name) (\n          azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type="Terminate", priority!~"Spot|SpotPlus|Low"}\n        )\n      )\n      or azure_scheduled_events:capacity_regular_vms:count * 0\n    )\n  ) > 0.25\n)'
+        expression: 'min by (cluster, vm_scale_set_name) (\n  azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Reboot|Redeploy|Preempt", priority!~"Spot|SpotPlus|Low"}\n  unless\n  azure_scheduled_events:vm_event_impact:held{event_type="Preempt", priority=""}\n)\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_at_risk:count >= 2\n  and\n  azure_scheduled_events:capacity_vms_at_risk:count\n  / (\n    sum by (cluster, vm_scale_set_name) (azure_scheduled_events:capacity_vms:count{priority!~"Spot|SpotPlus|Low"})\n    - (\n      count by (cluster, vm_scale_set_name) (\n        max by (cluster, vm_scale_set_name, vm_name) (\n          azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type="Terminate", priority!~"Spot|SpotPlus|Low"}\n        )\n      )\n      or sum by (cluster, vm_scale_set_name) (azure_scheduled_events:capacity_vms:count{priority!~"Spot|SpotPlus|Low"}) * 0\n    )\n  ) > 0.25\n)'
         'for': 'PT1M'
         labels: {
           severity: 'critical'
@@ -404,7 +389,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
           summary: '{{ \$value }} Spot VMs of scale set {{ \$labels.vm_scale_set_name }}{{ with \$labels.cluster }} in cluster {{ . }}{{ end }} evicted at once'
         }
         enabled: true
-        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_scale_set_name, vm_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Preempt"}\n  )\n) >= 2\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_evicted:count\n  / azure_scheduled_events:capacity_vms:count\n) > 0.25'
+        expression: 'count by (cluster, vm_scale_set_name) (\n  max by (cluster, vm_scale_set_name, vm_name) (\n    azure_scheduled_events:vm_event_impact:held{vm_scale_set_name!="", event_type=~"Preempt"}\n  )\n) >= 2\nand on (cluster, vm_scale_set_name)\n(\n  azure_scheduled_events:capacity_vms_evicted:count\n  / sum by (cluster, vm_scale_set_name) (azure_scheduled_events:capacity_vms:count)\n) > 0.25'
         'for': 'PT1M'
         labels: {
           severity: 'warning'
@@ -451,12 +436,12 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'azure_scheduled_events:target_agent_alert:value\n* on (cluster, job, instance) group_left (vm_id, vm_instance, vm_name, vm_scale_set_name, node, priority)\nazure_scheduled_events:target_vm:info'
+        expression: 'azure_scheduled_events:target_agent_alert:value\n* on (cluster, job, instance) group_left (vm_id, vm_name, vm_scale_set_name, node, priority)\nazure_scheduled_events:target_vm_info:last'
         record: 'azure_scheduled_events:target_agent_alert_vm:value'
       }
       {
         enabled: true
-        expression: 'max without (vm_instance) (\n  label_replace(\n    max by (cluster, vm_id, alert, event_type, operation, reason, receiver, result, vm_instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_agent_alert_vm:value),\n    "instance", "\$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\nazure_scheduled_events:target_agent_alert:value\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_agent_alert_vm:value'
+        expression: 'max by (cluster, vm_id, alert, event_type, operation, reason, receiver, result, instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_agent_alert_vm:value{node!=""})\nor on (cluster, vm_id, alert, event_type, operation, reason, receiver, result)\nmax by (cluster, vm_id, alert, event_type, operation, reason, receiver, result, instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_agent_alert_vm:value{node=""})\nor\n(\nazure_scheduled_events:target_agent_alert:value\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_agent_alert_vm:value'
         record: 'azure_scheduled_events:vm_agent_alert:value'
       }
       {

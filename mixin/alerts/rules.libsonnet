@@ -31,7 +31,6 @@ local promql = import '../lib/promql.libsonnet';
   // The recorded vm_info keeps the VM's priority besides vmInfoRecordLabels: the page leaves
   // Spot pools out by it.
   local infoLabels = q.list(q.vm + [c.vmIdLabel] + c.vmInfoRecordLabels + [q.priority]),
-  local vmInfoLabels = q.list(q.vmId + ['instance'] + c.vmInfoRecordLabels + [q.priority]),
   // Every event type a rule below looks at: the quiet agent-down, the page, the Spot wave and
   // AzureScheduledEventImpactSoon read one record. (The Helm chart's placeholders for the page's
   // and the Spot wave's types are left out: the chart allows interruptingTypes only there.)
@@ -272,41 +271,18 @@ local promql = import '../lib/promql.libsonnet';
               seen: r.targetLastSeen,
             },
           ),
-          // One series per VM, whatever the number of jobs scraping its agent; a series that
-          // names the node is preferred.
+          // The VMs of each capacity group by priority, seen within impactHold (a rebooting VM still
+          // counts) and not gone from service discovery or replaced: the page's size of a scale set
+          // (its Regular VMs: not of a priority in capacity.exemptPriorities) and the Spot wave's
+          // (all of them). A VM being deleted (Terminate) is left out by the page itself, at once. In
+          // this group: the size of a scale set changes when VMs are created or deleted.
           record(
-            r.vmInfo,
-            // The VMs without such a series are those whose series all lack it: the second
-            // half reads only those.
-            local one(matchers) = 'topk by (%s) (\n  1,\n  max by (%s) (%s)\n)' % [q.vmIdBy, vmInfoLabels, q.rec(r.targetVmInfo, matchers)];
-            if c.nodeLabel == '' then one([])
-            else '%s\nor on (%s)\n%s' % [one(['%s!=""' % c.nodeLabel]), q.vmIdBy, one(['%s=""' % c.nodeLabel])],
-          ),
-          // Each target with its VM's id and alert labels: the VM's instance (as vm_instance),
-          // vmInfoLabels and capacityLabel of its one recorded vm_info, whichever job scraped it.
-          // The per-VM alerts' conditions and the held impacts are joined with it once per
-          // evaluation (promql.libsonnet: vmJoin).
-          record(
-            r.targetVm,
-            'max by (%(t)s, %(id)s) (%(targetInfo)s)\n* on (%(vmId)s) group_left (%(labels)s)\nlabel_replace(%(vmInfo)s, "vm_instance", "$1", "instance", "(.*)")' % {
-              t: target,
-              id: c.vmIdLabel,
-              targetInfo: r.targetVmInfo,
-              vmId: q.vmIdBy,
-              labels: q.list(['vm_instance'] + q.joined(c.vmInfoLabels)),
-              vmInfo: r.vmInfo,
-            },
-          ),
-          // The Regular VMs of each capacity group (not of a priority in capacity.exemptPriorities),
-          // seen within impactHold (a rebooting VM still counts) and not gone from service
-          // discovery or replaced: the page's size of a scale set. A VM being deleted (Terminate)
-          // is left out by the page itself, at once.
-          record(
-            r.capacityRegularVms,
-            'count by (%(group)s) (\n  max by (%(vm)s) (\n    %(info)s\n    and on (%(t)s)\n    (%(seen)s > time() - %(hold)d)\n    unless on (%(t)s)\n    %(gone)s\n  )\n)' % {
+            r.capacityVms,
+            'count by (%(group)s, %(priority)s) (\n  max by (%(vm)s) (\n    %(info)s\n    and on (%(t)s)\n    (%(seen)s > time() - %(hold)d)\n    unless on (%(t)s)\n    %(gone)s\n  )\n)' % {
               group: q.groupBy,
-              vm: q.list(q.vmId + [cap]),
-              info: q.rec(r.targetVmInfo, ['%s!=""' % cap] + exempt(c.capacity)),
+              priority: q.priority,
+              vm: q.list(q.vmId + [cap, q.priority]),
+              info: q.rec(r.targetVmInfo, ['%s!=""' % cap]),
               t: target,
               seen: r.targetLastSeen,
               hold: seconds(c.impactHold),
@@ -314,20 +290,7 @@ local promql = import '../lib/promql.libsonnet';
             },
           ),
           // VMs seen within vmInfoLookback.
-          record(r.vmsKnown, 'count by (%s) (%s)' % [q.list([cl]), r.vmInfo]),
-          // The VMs of each capacity group: seen within impactHold (a rebooting VM still counts). In
-          // this group: the size of a scale set changes when VMs are created or deleted.
-          record(
-            r.capacityVms,
-            'count by (%(group)s) (\n  max by (%(vm)s) (\n    %(info)s\n    and on (%(t)s)\n    (%(seen)s > time() - %(hold)d)\n  )\n)' % {
-              group: q.groupBy,
-              vm: q.list(q.vmId + [cap]),
-              info: q.rec(r.targetVmInfo, ['%s!=""' % cap]),
-              t: target,
-              seen: r.targetLastSeen,
-              hold: seconds(c.impactHold),
-            },
-          ),
+          record(r.vmsKnown, 'count by (%s) (\n  count by (%s) (%s)\n)' % [q.list([cl]), q.vmIdBy, r.targetVmInfo]),
         ],
       },
       {

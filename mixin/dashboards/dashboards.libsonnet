@@ -23,7 +23,6 @@ local g = import 'grafana.libsonnet';
   // re-read over an hour of samples of every agent.
   local r = if std.objectHasAll(q, 'records') then q.records else {
     targetVmInfo: 'azure_scheduled_events:target_vm_info:last',
-    vmInfo: 'azure_scheduled_events:vm_info:last',
     capacityVms: 'azure_scheduled_events:capacity_vms:count',
     capacityAtRisk: 'azure_scheduled_events:capacity_vms_at_risk:count',
   },
@@ -84,9 +83,12 @@ local g = import 'grafana.libsonnet';
       on: by(q.vm + key),
     },
   // A recorded count per cluster and capacity group, for the groups with VMs that pass the variables.
-  local groups(record) = '%s\nand on (%s)\ngroup by (%s) (%s)' % [rec(record, clusterMatchers + ['%s=~"$scale_set"' % cap]), q.groupBy, q.groupBy, rec(r.vmInfo, clusterMatchers + place + ['instance=~"$instance"'])],
+  local groupMatchers = clusterMatchers + ['%s=~"$scale_set"' % cap],
+  local groups(count) = '%s\nand on (%s)\ngroup by (%s) (%s)' % [count, q.groupBy, q.groupBy, rec(r.targetVmInfo, clusterMatchers + place + ['instance=~"$instance"'])],
+  // The VMs of each capacity group, all priorities (recorded by priority).
+  local groupSize = 'sum by (%s) (%s)' % [q.groupBy, rec(r.capacityVms, groupMatchers)],
   // The share of each capacity group facing a capacity event soon.
-  local share = '(\n%s\n)\n/\n%s' % [groups(r.capacityAtRisk), rec(r.capacityVms, clusterMatchers + ['%s=~"$scale_set"' % cap])],
+  local share = '(\n%s\n)\n/\n%s' % [groups(rec(r.capacityAtRisk, groupMatchers)), groupSize],
   // The events each VM saw within waveWindow, with its scale set.
   // The scale set of each target and event from the recorded targets of each event (a few
   // series), not every VM's recorded vm_info at each point.
@@ -210,12 +212,13 @@ local g = import 'grafana.libsonnet';
         name: 'azure-scheduled-events.dashboards',
       } + (if c.dashboardRecordInterval == '' then {} else { interval: c.dashboardRecordInterval }) + {
         rules: [
-          // Targets that were the agent within agentSeenLookback and whose last scrape failed:
-          // the recorded place holds exactly the targets that were the agent within it. Counted
-          // among the few that are down or blind (absent at 0): only those are joined with their
-          // place.
-          record(r.agentsDown, 'count by (%s) %s' % [fleetBy([]), placed('(%s == 0)' % q.sel('up'))]),
-          record(r.agentsBlind, 'count by (%s) %s' % [fleetBy([]), placed('(%s == 0)' % q.sel('azure_scheduled_events_up'))]),
+          // Targets that were the agent within agentSeenLookback and whose last scrape failed, and
+          // agents whose last poll gave no valid document, as the agent-health group recorded them
+          // (azure_scheduled_events:target_down:timestamp_seconds, the condition of
+          // AzureImdsUnreachable): a few series, where `up` and azure_scheduled_events_up are a
+          // series of every agent. Counted per place (absent at 0).
+          record(r.agentsDown, 'count by (%s) %s' % [fleetBy([]), placed(r.targetDown)]),
+          record(r.agentsBlind, 'count by (%s) %s' % [fleetBy([]), placed(rec(r.targetAgentAlert, ['alert="AzureImdsUnreachable"']))]),
           record(r.transitions, recordedTransitions),
           // Each target's events (any status, whether or not they affect its VM), with its VM's
           // name and place where known (the labels of the recorded vm_info).
@@ -237,9 +240,9 @@ local g = import 'grafana.libsonnet';
         name: 'azure-scheduled-events.dashboards-imds',
       } + (if c.dashboardRateInterval == '' then {} else { interval: c.dashboardRateInterval }) + {
         rules: [
-          record(r.imdsLatency, 'sum by (%s) %s' % [fleetBy(['operation', 'le']), placed('rate(%s[10m])' % q.sel('azure_scheduled_events_imds_request_duration_seconds_bucket'))]),
-          record(r.imdsRequests, 'sum by (%s) %s' % [fleetBy(['operation']), placed('rate(%s[10m])' % q.sel('azure_scheduled_events_imds_requests_total'))]),
-          record(r.imdsFailures, 'sum by (%s) %s' % [fleetBy(['operation', 'reason']), placed('rate(%s[10m])' % q.sel('azure_scheduled_events_imds_request_failures_total'))]),
+          record(r.imdsLatency, 'sum by (%s) %s' % [fleetBy(['operation', 'le']), placed('rate(%s[15m])' % q.sel('azure_scheduled_events_imds_request_duration_seconds_bucket'))]),
+          record(r.imdsRequests, 'sum by (%s) %s' % [fleetBy(['operation']), placed('rate(%s[15m])' % q.sel('azure_scheduled_events_imds_requests_total'))]),
+          record(r.imdsFailures, 'sum by (%s) %s' % [fleetBy(['operation', 'reason']), placed('rate(%s[15m])' % q.sel('azure_scheduled_events_imds_request_failures_total'))]),
         ],
       },
     ],
@@ -418,8 +421,8 @@ local g = import 'grafana.libsonnet';
             n: c.capacity.minVMs,
           },
           [
-            g.target(groups(r.capacityAtRisk), 'A', instant=true, table=true),
-            g.target(groups(r.capacityVms), 'B', instant=true, table=true),
+            g.target(groups(rec(r.capacityAtRisk, groupMatchers)), 'A', instant=true, table=true),
+            g.target(groups(groupSize), 'B', instant=true, table=true),
             g.target(share, 'C', instant=true, table=true),
           ],
           clusterColumn + [[cap, 'Scale set'], ['Value #A', 'VMs going down'], ['Value #B', 'VMs'], ['Value #C', 'Share']],
@@ -651,14 +654,14 @@ local g = import 'grafana.libsonnet';
         ], unit='s', w=8),
 
         g.row('IMDS requests'),
-        g.timeseries('IMDS failures by reason', 'Requests to IMDS that gave no usable answer, per operation and reason, over 10 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
+        g.timeseries('IMDS failures by reason', 'Requests to IMDS that gave no usable answer, per operation and reason, over 15 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
           g.target('sum by (%s) (%s)' % [by(withCluster(['operation', 'reason'])), imdsRecorded(rec(r.imdsFailures, clusterMatchers + ['job=~"$job"'] + place))], legend=legendCluster + '{{operation}} {{reason}}'),
         ], unit='reqps', w=8),
-        g.timeseries('IMDS request latency', 'p50 and p99 of the time to a complete answer, per operation, over 10 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
+        g.timeseries('IMDS request latency', 'p50 and p99 of the time to a complete answer, per operation, over 15 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
           g.target('histogram_quantile(0.99, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), imdsRecorded(rec(r.imdsLatency, clusterMatchers + ['job=~"$job"'] + place))], 'A', legend=legendCluster + 'p99 {{operation}}'),
           g.target('histogram_quantile(0.5, sum by (%s) (%s))' % [by(withCluster(['le', 'operation'])), imdsRecorded(rec(r.imdsLatency, clusterMatchers + ['job=~"$job"'] + place))], 'B', legend=legendCluster + 'p50 {{operation}}'),
         ], unit='s', w=8),
-        g.timeseries('IMDS requests', 'Requests per second, per operation, over 10 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
+        g.timeseries('IMDS requests', 'Requests per second, per operation, over 15 minutes (recorded per cluster, job, location, zone and scale set: the instance variable does not narrow it).', [
           g.target('sum by (%s) (%s)' % [by(withCluster(['operation'])), imdsRecorded(rec(r.imdsRequests, clusterMatchers + ['job=~"$job"'] + place))], legend=legendCluster + '{{operation}}'),
         ], unit='reqps', w=8),
 

@@ -53,8 +53,6 @@
       targetLastSeen: 'azure_scheduled_events:target_last_seen:timestamp_seconds',
       targetVmInfo: 'azure_scheduled_events:target_vm_info:last',
       targetPlace: 'azure_scheduled_events:target_place:info',
-      vmInfo: 'azure_scheduled_events:vm_info:last',
-      targetVm: 'azure_scheduled_events:target_vm:info',
       vmsReporting: 'azure_scheduled_events:vms_reporting:count',
       vmsKnown: 'azure_scheduled_events:vms_known:count',
       targetEventUntil: 'azure_scheduled_events:target_event_seconds_until_not_before:own',
@@ -65,14 +63,13 @@
       targetDown: 'azure_scheduled_events:target_down:timestamp_seconds',
       vmImpactHeld: 'azure_scheduled_events:vm_event_impact:held',
       capacityVms: 'azure_scheduled_events:capacity_vms:count',
-      capacityRegularVms: 'azure_scheduled_events:capacity_regular_vms:count',
       capacityAtRisk: 'azure_scheduled_events:capacity_vms_at_risk:count',
       capacityEvicted: 'azure_scheduled_events:capacity_vms_evicted:count',
       nodes: 'azure_scheduled_events:nodes:count',
       nodesWithoutAgent: 'azure_scheduled_events:nodes_without_agent:count',
-      imdsLatency: 'azure_scheduled_events:imds_request_duration_seconds_bucket:rate10m',
-      imdsRequests: 'azure_scheduled_events:imds_requests:rate10m',
-      imdsFailures: 'azure_scheduled_events:imds_request_failures:rate10m',
+      imdsLatency: 'azure_scheduled_events:imds_request_duration_seconds_bucket:rate15m',
+      imdsRequests: 'azure_scheduled_events:imds_requests:rate15m',
+      imdsFailures: 'azure_scheduled_events:imds_request_failures:rate15m',
       agentsDown: 'azure_scheduled_events:agents_down:count',
       agentsBlind: 'azure_scheduled_events:agents_blind:count',
       transitions: 'azure_scheduled_events:vm_transitions:count',
@@ -116,23 +113,27 @@
 
     // `expr` (one series per scrape target, or per target and `key` labels) with each target's
     // VM. The rule of `joined` (recorded first) is the targets of `expr` whose VM is known, with its
-    // vmIdLabel, alert labels, capacityLabel and priority (azure_scheduled_events:target_vm:info).
-    // `byVm` makes them ONE series per VM and `key`, however many scrape jobs scrape its agent (the
-    // max of the targets' values), with the VM's instance and vmInfoLabels, and keeps the other
-    // targets' own labels, unchanged, while their agent has not read instance metadata. `key`
-    // names every label of `expr` besides the target's that the alert keeps, `alert` among them.
+    // vmIdLabel, vmInfoLabels, capacityLabel and priority (their recorded vm_info,
+    // azure_scheduled_events:target_vm_info:last). `byVm` makes them ONE series per VM and `key`,
+    // however many scrape jobs scrape its agent (the max of the targets' values), with the instance
+    // and vmInfoLabels of a target that names the node (nodeLabel) where one does, and keeps the
+    // other targets' own labels, unchanged, while their agent has not read instance metadata.
+    // `key` names every label of `expr` besides the target's that the alert keeps, `alert` among
+    // them.
     vmJoin(expr, joined, key=[]):: {
       local q = $.new(c),
       joined: '%s\n* on (%s) group_left (%s)\n%s' % [
         expr,
         q.vmBy,
-        q.list([c.vmIdLabel, 'vm_instance'] + q.joined(c.vmInfoLabels)),
-        q.records.targetVm,
+        q.list([c.vmIdLabel] + q.joined(c.vmInfoLabels)),
+        q.records.targetVmInfo,
       ],
+      local perVm(matchers) = 'max by (%s) (%s)' % [q.list(q.vmId + key + ['instance'] + c.vmInfoLabels), q.rec(joined, matchers)],
       byVm:
-        'max without (vm_instance) (\n  label_replace(\n    max by (%(by)s) (%(joined)s),\n    "instance", "$1", "vm_instance", "(.*)"\n  )\n)\nor\n(\n%(expr)s\n)\nunless on (%(t)s) %(all)s' % {
-          by: q.list(q.vmId + key + ['vm_instance'] + c.vmInfoLabels),
-          joined: joined,
+        '%(perVm)s\nor\n(\n%(expr)s\n)\nunless on (%(t)s) %(all)s' % {
+          perVm:
+            if c.nodeLabel == '' then perVm([])
+            else '%s\nor on (%s)\n%s' % [perVm(['%s!=""' % c.nodeLabel]), q.list(q.vmId + key), perVm(['%s=""' % c.nodeLabel])],
           all: joined,
           expr: expr,
           t: q.vmBy,

@@ -283,15 +283,15 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
             "the events' group reads every target's VM: {expr}"
         );
     }
-    // The agent-health alerts are joined once with each target's VM (its vmInfoLabels and scale
-    // set), then one per VM.
+    // The agent-health alerts are joined once with each target's recorded vm_info (its
+    // vmInfoLabels and scale set), then one per VM.
     let joined = record_expr(
         &groups,
         "azure_scheduled_events:target_agent_alert_vm:value",
     )?;
     assert!(
         joined.contains(
-            "* on (k8s_cluster, job, instance, pod) group_left (vm_id, vm_instance, vm_name, zone, vm_scale_set_name, priority)"
+            "* on (k8s_cluster, job, instance, pod) group_left (vm_id, vm_name, zone, vm_scale_set_name, priority)\nazure_scheduled_events:target_vm_info:last"
         ),
         "{joined}"
     );
