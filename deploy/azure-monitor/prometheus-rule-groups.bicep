@@ -214,7 +214,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'max by (cluster, vm_scale_set_name, vm_name, priority, event_id, event_type, event_source) (\n  azure_scheduled_events:target_event_impact:held{vm_name!=""}\n)'
+        expression: 'max by (cluster, vm_scale_set_name, vm_name, priority, event_id, event_type, event_source) (\n  azure_scheduled_events:target_event_impact:held unless on (vm_name) vector(1)\n)'
         record: 'azure_scheduled_events:vm_event_impact:held'
       }
       {
@@ -229,7 +229,7 @@ resource ruleGroup4 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'max by (cluster, vm_scale_set_name, vm_name, node, alert, event_id, event_source, event_type) (\n  azure_scheduled_events:target_alert:value{vm_name!="", node!=""}\n)\nor on (cluster, vm_scale_set_name, vm_name, alert, event_id, event_source, event_type)\nmax by (cluster, vm_scale_set_name, vm_name, alert, event_id, event_source, event_type) (\n  azure_scheduled_events:target_alert:value{vm_name!=""}\n)\nor\nazure_scheduled_events:target_alert:value{vm_name=""}'
+        expression: 'max by (cluster, vm_scale_set_name, vm_name, node, alert, event_id, event_source, event_type) (\n  azure_scheduled_events:target_alert:value unless on (vm_name) vector(1) unless on (node) vector(1)\n)\nor on (cluster, vm_scale_set_name, vm_name, alert, event_id, event_source, event_type)\nmax by (cluster, vm_scale_set_name, vm_name, alert, event_id, event_source, event_type) (\n  azure_scheduled_events:target_alert:value unless on (vm_name) vector(1)\n)\nor\nazure_scheduled_events:target_alert:value and on (vm_name) vector(1)'
         record: 'azure_scheduled_events:vm_alert:value'
       }
       {
@@ -441,7 +441,7 @@ resource ruleGroup5 'Microsoft.AlertsManagement/prometheusRuleGroups@2023-03-01'
       }
       {
         enabled: true
-        expression: 'max by (cluster, vm_id, alert, event_type, operation, reason, receiver, result, instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_agent_alert_vm:value{node!=""})\nor on (cluster, vm_id, alert, event_type, operation, reason, receiver, result)\nmax by (cluster, vm_id, alert, event_type, operation, reason, receiver, result, instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_agent_alert_vm:value{node=""})\nor\n(\nazure_scheduled_events:target_agent_alert:value\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_agent_alert_vm:value'
+        expression: 'max by (cluster, vm_id, alert, event_type, operation, reason, receiver, result, instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_agent_alert_vm:value unless on (node) vector(1))\nor on (cluster, vm_id, alert, event_type, operation, reason, receiver, result)\nmax by (cluster, vm_id, alert, event_type, operation, reason, receiver, result, instance, vm_name, vm_scale_set_name, node) (azure_scheduled_events:target_agent_alert_vm:value and on (node) vector(1))\nor\n(\nazure_scheduled_events:target_agent_alert:value\n)\nunless on (cluster, job, instance) azure_scheduled_events:target_agent_alert_vm:value'
         record: 'azure_scheduled_events:vm_agent_alert:value'
       }
       {

@@ -117,11 +117,11 @@ local promql = import '../lib/promql.libsonnet';
   // name it, however many jobs scrape its agent; a target whose agent has not read instance
   // metadata (no name) keeps its own labels.
   local namedVms(recorded, key) =
-    local one(by, matchers) = 'max by (%s) (\n  %s\n)' % [q.list(by), q.rec(recorded, q.named + matchers)];
+    local one(by, series) = 'max by (%s) (\n  %s\n)' % [q.list(by), series];
     (
-      if c.nodeLabel == '' then one(q.namedVm + key, [])
-      else '%s\nor on (%s)\n%s' % [one(q.namedVm + [c.nodeLabel] + key, ['%s!=""' % c.nodeLabel]), q.list(q.namedVm + key), one(q.namedVm + key, [])]
-    ) + '\nor\n%s' % q.rec(recorded, q.unnamed),
+      if c.nodeLabel == '' then one(q.namedVm + key, q.named(recorded))
+      else '%s\nor on (%s)\n%s' % [one(q.namedVm + [c.nodeLabel] + key, q.labelled(q.named(recorded), c.nodeLabel)), q.list(q.namedVm + key), one(q.namedVm + key, q.named(recorded))]
+    ) + '\nor\n%s' % q.unnamed(recorded),
 
   // The number of VMs with each rolled-up alert's condition, per cluster, alert and the alert's
   // key: each alert's per-VM conditions counted once, for the thresholds below to read.

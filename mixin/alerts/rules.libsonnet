@@ -214,7 +214,7 @@ local promql = import '../lib/promql.libsonnet';
   vmImpactRules:: [
     record(
       r.vmImpactHeld,
-      'max by (%s) (\n  %s\n)' % [q.list(q.namedVm + [q.priority, 'event_id', 'event_type', 'event_source']), q.rec(r.targetImpactHeld, q.named)],
+      'max by (%s) (\n  %s\n)' % [q.list(q.namedVm + [q.priority, 'event_id', 'event_type', 'event_source']), q.named(r.targetImpactHeld)],
     ),
     record(r.capacityAtRisk, $.groupCount(c.capacity)),
     record(r.capacityEvicted, $.groupCount(c.spotWave)),

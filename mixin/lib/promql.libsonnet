@@ -101,10 +101,15 @@
     namedVm:: nonEmpty([c.clusterLabel, c.capacityLabel, self.vmName]),
     // The label of the agent's series with the VM's name (vm_info's and the event series').
     vmName:: 'vm_name',
-    // Matchers of the recorded series of VMs whose agent has read instance metadata (a name), or
-    // has not.
-    named:: ['%s!=""' % self.vmName],
-    unnamed:: ['%s=""' % self.vmName],
+    // `expr` (a few series: a record) without its series whose `label` is empty, or with only
+    // those: a set operation with vector(1), which has no label, rather than a matcher
+    // (`label!=""`, `label=""`), which makes Prometheus gather the series of every value of
+    // `label` in the store (every VM's name, every node's), whatever series it reads.
+    labelled(expr, label):: '%s unless on (%s) vector(1)' % [expr, label],
+    unlabelled(expr, label):: '%s and on (%s) vector(1)' % [expr, label],
+    // The series of `expr` of VMs whose agent has read instance metadata (a name), or has not.
+    named(expr):: self.labelled(expr, self.vmName),
+    unnamed(expr):: self.unlabelled(expr, self.vmName),
     vmIdBy:: self.list(self.vmId),
     // `{matchers}` of a recorded series, or nothing.
     rec(name, matchers=[])::
@@ -128,12 +133,12 @@
         q.list([c.vmIdLabel] + q.joined(c.vmInfoLabels)),
         q.records.targetVmInfo,
       ],
-      local perVm(matchers) = 'max by (%s) (%s)' % [q.list(q.vmId + key + ['instance'] + c.vmInfoLabels), q.rec(joined, matchers)],
+      local perVm(series) = 'max by (%s) (%s)' % [q.list(q.vmId + key + ['instance'] + c.vmInfoLabels), series],
       byVm:
         '%(perVm)s\nor\n(\n%(expr)s\n)\nunless on (%(t)s) %(all)s' % {
           perVm:
-            if c.nodeLabel == '' then perVm([])
-            else '%s\nor on (%s)\n%s' % [perVm(['%s!=""' % c.nodeLabel]), q.list(q.vmId + key), perVm(['%s=""' % c.nodeLabel])],
+            if c.nodeLabel == '' then perVm(joined)
+            else '%s\nor on (%s)\n%s' % [perVm(q.labelled(joined, c.nodeLabel)), q.list(q.vmId + key), perVm(q.unlabelled(joined, c.nodeLabel))],
           all: joined,
           expr: expr,
           t: q.vmBy,

@@ -264,10 +264,12 @@ fn the_charts_prometheus_rule_is_the_mixins_rendering_with_the_charts_values() -
         per_vm
             .contains("max by (k8s_cluster, vm_scale_set_name, vm_name, kubernetes_node, alert, ")
             && per_vm.contains(
-                "azure_scheduled_events:target_alert:value{vm_name!=\"\", kubernetes_node!=\"\"}"
+                "azure_scheduled_events:target_alert:value unless on (vm_name) vector(1) unless on (kubernetes_node) vector(1)"
             )
             && per_vm.contains("or on (k8s_cluster, vm_scale_set_name, vm_name, alert, ")
-            && per_vm.ends_with("azure_scheduled_events:target_alert:value{vm_name=\"\"}\n"),
+            && per_vm.ends_with(
+                "azure_scheduled_events:target_alert:value and on (vm_name) vector(1)\n"
+            ),
         "{per_vm}"
     );
     let events = groups

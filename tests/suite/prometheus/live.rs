@@ -699,18 +699,7 @@ async fn a_real_prometheus_keeps_two_clusters_apart_in_every_alert_and_dashboard
     if !vm_alert.contains(joined) {
         return Err(format!("vm_agent_alert does not read {joined}: {vm_alert}").into());
     }
-    // The record is read whole and split by whether a target names the node: the same split of
-    // the expression, by the node names the store holds.
-    let nodes = r#"group by (node) ({node!=""})"#;
     let expr = vm_alert
-        .replace(
-            &format!(r#"{joined}{{node!=""}}"#),
-            &format!("(({joined_expr}) and on (node) {nodes})"),
-        )
-        .replace(
-            &format!(r#"{joined}{{node=""}}"#),
-            &format!("(({joined_expr}) unless on (node) {nodes})"),
-        )
         .replace(joined, &format!("({joined_expr})"))
         .replace(conditions, &format!("({conditions_expr})"));
     let stalled = wait("slow_0's loop to be seen stuck")
