@@ -45,43 +45,54 @@ impl Item {
     }
 }
 
-/// The spans and log records in rotel's debug output so far.
+/// The spans and log records in rotel's debug output so far. Each kind takes the resource of its
+/// own last header (`ResourceSpans #`, `ResourceLog #`), whichever kind the blocks printed before it
+/// were.
 fn items(output: &str) -> Vec<Item> {
+    // rotel's header of a resource, of its scope and of an item, for each kind.
+    const KINDS: [(&str, &str, &str); 2] = [
+        ("ResourceSpans #", "ScopeSpans #", "Span"),
+        ("ResourceLog #", "ScopeLogs #", "LogRecord"),
+    ];
     let mut items = Vec::new();
-    let mut resource = BTreeMap::new();
+    let mut resources: BTreeMap<&str, BTreeMap<String, String>> = BTreeMap::new();
     let mut current: Option<Item> = None;
-    let mut in_resource = false;
+    // The kind whose resource the next `-> ` lines describe.
+    let mut in_resource: Option<&str> = None;
     for line in output.lines() {
         let trimmed = line.trim();
-        if trimmed.starts_with("ResourceSpans #") || trimmed.starts_with("ResourceLogs #") {
+        if let Some((_, _, kind)) = KINDS.iter().find(|(r, _, _)| trimmed.starts_with(r)) {
             items.extend(current.take());
-            resource = BTreeMap::new();
-            in_resource = true;
-        } else if let Some(kind) = ["Span #", "LogRecord #"]
+            resources.insert(kind, BTreeMap::new());
+            in_resource = Some(kind);
+        } else if let Some((_, _, kind)) = KINDS
             .iter()
-            .find(|prefix| trimmed.starts_with(**prefix))
+            .find(|(_, _, kind)| trimmed.starts_with(&format!("{kind} #")))
         {
             items.extend(current.take());
-            in_resource = false;
+            in_resource = None;
             current = Some(Item {
-                kind: kind.trim_end_matches(" #").to_owned(),
-                resource: resource.clone(),
+                kind: (*kind).to_owned(),
+                resource: resources.get(kind).cloned().unwrap_or_default(),
                 ..Item::default()
             });
-        } else if trimmed.starts_with("ScopeSpans #") || trimmed.starts_with("ScopeLogs #") {
-            in_resource = false;
+        } else if KINDS.iter().any(|(_, scope, _)| trimmed.starts_with(scope)) {
+            in_resource = None;
         } else if let Some(pair) = trimmed.strip_prefix("-> ") {
             let Some((key, value)) = pair.split_once(": ") else {
                 continue;
             };
             match (&mut current, in_resource) {
-                (_, true) => {
-                    resource.insert(key.to_owned(), value.to_owned());
+                (_, Some(kind)) => {
+                    resources
+                        .entry(kind)
+                        .or_default()
+                        .insert(key.to_owned(), value.to_owned());
                 }
-                (Some(item), false) => {
+                (Some(item), None) => {
                     item.attributes.insert(key.to_owned(), value.to_owned());
                 }
-                (None, false) => {}
+                (None, None) => {}
             }
         } else if let (Some(item), Some((key, value))) = (&mut current, trimmed.split_once(':')) {
             item.fields
@@ -303,7 +314,7 @@ async fn a_collector_shows_the_events_log_records_and_spans_under_one_trace_id()
 #[test]
 fn the_debug_output_is_read_into_spans_and_records_with_their_resource() {
     let output = "\
-ResourceLogs #0
+ResourceLog #0
 Resource attributes:
      -> service.name: Str(agent)
 ScopeLogs #0
@@ -338,4 +349,39 @@ Attributes:
     assert_eq!(items[1].kind, "Span");
     assert_eq!(items[1].field("Name"), "Reboot scheduled");
     assert_eq!(items[1].resource["service.name"], "Str(other)");
+}
+
+// A log record printed before any span has its own resource, and one printed after spans of
+// another resource keeps its own.
+#[test]
+fn a_log_record_has_the_resource_of_its_own_block_whatever_came_before() {
+    let output = "\
+ResourceLog #0
+Resource attributes:
+     -> service.name: Str(agent)
+ScopeLogs #0
+LogRecord #0
+Body: Str(event scheduled)
+ResourceSpans #0
+Resource attributes:
+     -> service.name: Str(other)
+ScopeSpans #0
+Span #0
+    Name           : Reboot scheduled
+ResourceLog #0
+Resource attributes:
+     -> service.name: Str(agent)
+ScopeLogs #0
+LogRecord #0
+Body: Str(event completed)
+";
+    let items = items(output);
+    assert_eq!(items.len(), 3);
+    assert_eq!(items[0].kind, "LogRecord");
+    assert_eq!(items[0].resource["service.name"], "Str(agent)");
+    assert_eq!(items[1].kind, "Span");
+    assert_eq!(items[1].resource["service.name"], "Str(other)");
+    assert_eq!(items[2].kind, "LogRecord");
+    assert_eq!(items[2].field("Body"), "Str(event completed)");
+    assert_eq!(items[2].resource["service.name"], "Str(agent)");
 }
