@@ -335,9 +335,15 @@ Span #0
     Name           : Reboot scheduled
 Attributes:
      -> azure.scheduled_event.id: Str(A)
+ResourceLog #0
+Resource attributes:
+     -> service.name: Str(agent)
+ScopeLogs #0
+LogRecord #0
+Body: Str(event completed)
 ";
     let items = items(output);
-    assert_eq!(items.len(), 2);
+    assert_eq!(items.len(), 3);
     assert_eq!(items[0].kind, "LogRecord");
     assert_eq!(
         items[0].field("EventName"),
@@ -349,39 +355,7 @@ Attributes:
     assert_eq!(items[1].kind, "Span");
     assert_eq!(items[1].field("Name"), "Reboot scheduled");
     assert_eq!(items[1].resource["service.name"], "Str(other)");
-}
-
-// A log record printed before any span has its own resource, and one printed after spans of
-// another resource keeps its own.
-#[test]
-fn a_log_record_has_the_resource_of_its_own_block_whatever_came_before() {
-    let output = "\
-ResourceLog #0
-Resource attributes:
-     -> service.name: Str(agent)
-ScopeLogs #0
-LogRecord #0
-Body: Str(event scheduled)
-ResourceSpans #0
-Resource attributes:
-     -> service.name: Str(other)
-ScopeSpans #0
-Span #0
-    Name           : Reboot scheduled
-ResourceLog #0
-Resource attributes:
-     -> service.name: Str(agent)
-ScopeLogs #0
-LogRecord #0
-Body: Str(event completed)
-";
-    let items = items(output);
-    assert_eq!(items.len(), 3);
-    assert_eq!(items[0].kind, "LogRecord");
-    assert_eq!(items[0].resource["service.name"], "Str(agent)");
-    assert_eq!(items[1].kind, "Span");
-    assert_eq!(items[1].resource["service.name"], "Str(other)");
-    assert_eq!(items[2].kind, "LogRecord");
+    // A record after spans of another resource has its own, as the first had before any span.
     assert_eq!(items[2].field("Body"), "Str(event completed)");
     assert_eq!(items[2].resource["service.name"], "Str(agent)");
 }
