@@ -170,7 +170,7 @@ local promql = import '../lib/promql.libsonnet';
       min: number(settings.minVMs),
       group: q.groupBy,
       recorded: recorded,
-      size: 'sum by (%s) (%s)' % [q.groupBy, r.capacityVms],
+      size: q.groupSize(),
       fraction: number(settings.fraction),
     },
   // The page: at least capacity.minVMs Regular VMs and more than capacity.fraction of a capacity
@@ -185,7 +185,7 @@ local promql = import '../lib/promql.libsonnet';
       held: held(c.capacity.eventTypes),
       atRisk: r.capacityAtRisk,
       min: number(c.capacity.minVMs),
-      size: 'sum by (%s) (%s)' % [q.groupBy, q.rec(r.capacityVms, $.exemptMatchers(c.capacity))],
+      size: q.groupSize($.exemptMatchers(c.capacity)),
       deleted: std.strReplace(deleted, '\n', '\n      '),
       fraction: number(c.capacity.fraction),
     },

@@ -21,11 +21,7 @@ local g = import 'grafana.libsonnet';
 
   // The recording rules' series (mixin/alerts/rules.libsonnet): what every panel would otherwise
   // re-read over an hour of samples of every agent.
-  local r = if std.objectHasAll(q, 'records') then q.records else {
-    targetVmInfo: 'azure_scheduled_events:target_vm_info:last',
-    capacityVms: 'azure_scheduled_events:capacity_vms:count',
-    capacityAtRisk: 'azure_scheduled_events:capacity_vms_at_risk:count',
-  },
+  local r = q.records,
   // The labels the recorded last known vm_info keeps, and the label that is one VM's identity.
   local recordLabels = if std.objectHas(c, 'vmInfoRecordLabels') then c.vmInfoRecordLabels else ['vm_name', 'location', 'zone', cap, 'resource_group', 'vm_size'],
   local vmIdLabel = if std.objectHas(c, 'vmIdLabel') then c.vmIdLabel else 'vm_id',
@@ -85,8 +81,7 @@ local g = import 'grafana.libsonnet';
   // A recorded count per cluster and capacity group, for the groups with VMs that pass the variables.
   local groupMatchers = clusterMatchers + ['%s=~"$scale_set"' % cap],
   local groups(count) = '%s\nand on (%s)\ngroup by (%s) (%s)' % [count, q.groupBy, q.groupBy, rec(r.targetVmInfo, clusterMatchers + place + ['instance=~"$instance"'])],
-  // The VMs of each capacity group, all priorities (recorded by priority).
-  local groupSize = 'sum by (%s) (%s)' % [q.groupBy, rec(r.capacityVms, groupMatchers)],
+  local groupSize = q.groupSize(groupMatchers),
   // The share of each capacity group facing a capacity event soon.
   local share = '(\n%s\n)\n/\n%s' % [groups(rec(r.capacityAtRisk, groupMatchers)), groupSize],
   // The events each VM saw within waveWindow, with its scale set.

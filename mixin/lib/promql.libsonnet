@@ -111,6 +111,10 @@
     named(expr):: self.labelled(expr, self.vmName),
     unnamed(expr):: self.unlabelled(expr, self.vmName),
     vmIdBy:: self.list(self.vmId),
+    // The VMs of each capacity group, over the priorities its recorded count (by priority) keeps
+    // with `matchers`: the page's size (its Regular priorities), the Spot wave's and the
+    // dashboards' (all of them).
+    groupSize(matchers=[]):: 'sum by (%s) (%s)' % [self.groupBy, self.rec(self.records.capacityVms, matchers)],
     // `{matchers}` of a recorded series, or nothing.
     rec(name, matchers=[])::
       local all = nonEmpty(matchers);
